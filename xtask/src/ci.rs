@@ -1,0 +1,481 @@
+//! The `ci` and `bench` commands.
+//!
+//! `ci` runs a fixed list of steps, keeps going after a failure so that one run
+//! shows every problem, and ends with a summary table (step, result, time, tests).
+//! The exit status is non-zero if any step failed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// System packages that tests or benchmarks need: (program looked for on PATH,
+/// or an absolute file path; Debian package that provides it; what needs it).
+pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
+    (
+        "mpiexec.hydra",
+        "mpich",
+        "launcher interop tests (our PMI client under Hydra) and the MPICH baselines",
+    ),
+    (
+        "mpicc.mpich",
+        "mpich",
+        "compiling the small MPICH C programs used by interop tests and benchmarks",
+    ),
+    (
+        "/usr/include/infiniband/tm_types.h",
+        "libibverbs-dev",
+        "tm-proto golden tests: rdma-core's struct ibv_tmh/ibv_rvh, compiled with cc",
+    ),
+];
+
+/// Crates with loom tests, and the crate-specific cfg that switches that crate's
+/// sync shim to loom. A crate takes part once it has `tests/loom.rs`.
+pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
+    ("tm-match", "tmx_match_loom"),
+    ("shmem-onesided", "tmx_shmem_loom"),
+    ("verbs-tm", "tmx_verbs_loom"),
+    ("rma-epoch", "tmx_rma_loom"),
+    ("adi", "tmx_adi_loom"),
+];
+
+const STEPS: &[&str] = &["system", "fmt", "clippy", "test", "doc", "loom", "proptest"];
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.ignored += o.ignored;
+    }
+}
+
+#[derive(Debug)]
+struct Outcome {
+    name: &'static str,
+    ok: bool,
+    detail: String,
+    took: Duration,
+    tests: Option<Counts>,
+}
+
+fn workspace_root() -> PathBuf {
+    // xtask lives one level below the workspace root.
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+fn show(cmd: &Command) -> String {
+    let mut s = String::new();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            s.push_str(&format!("{}={} ", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    s.push_str(&cmd.get_program().to_string_lossy());
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Runs a command, streaming its output through and also returning it.
+fn run_tee(mut cmd: Command) -> Result<(bool, String), String> {
+    println!("\n$ {}", show(&cmd));
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", show(&cmd)))?;
+    let buf = Arc::new(Mutex::new(String::new()));
+    let mut pumps = Vec::new();
+    let out: Option<Box<dyn Read + Send>> = child.stdout.take().map(|s| Box::new(s) as _);
+    let err: Option<Box<dyn Read + Send>> = child.stderr.take().map(|s| Box::new(s) as _);
+    for (stream, to_stderr) in [(out, false), (err, true)] {
+        let Some(stream) = stream else { continue };
+        let buf = Arc::clone(&buf);
+        pumps.push(std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if to_stderr {
+                    eprintln!("{line}");
+                } else {
+                    println!("{line}");
+                }
+                if let Ok(mut b) = buf.lock() {
+                    b.push_str(&line);
+                    b.push('\n');
+                }
+            }
+        }));
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for child: {e}"))?;
+    for p in pumps {
+        let _ = p.join();
+    }
+    let text = buf.lock().map(|b| b.clone()).unwrap_or_default();
+    Ok((status.success(), text))
+}
+
+fn run_plain(mut cmd: Command) -> Result<bool, String> {
+    println!("\n$ {}", show(&cmd));
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start `{}`: {e}", show(&cmd)))?;
+    Ok(status.success())
+}
+
+/// Sums libtest's `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
+fn count_tests(output: &str) -> Counts {
+    let mut total = Counts::default();
+    for line in output.lines() {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            continue;
+        };
+        let mut c = Counts::default();
+        for part in rest.split(';') {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            // "ok. 3 passed" / "FAILED. 1 passed" / "2 failed" / "0 ignored"
+            let (num, what) = match words.as_slice() {
+                [_, n, w, ..] if n.parse::<u64>().is_ok() => (*n, *w),
+                [n, w, ..] => (*n, *w),
+                _ => continue,
+            };
+            let Ok(n) = num.parse::<u64>() else { continue };
+            match what {
+                "passed" => c.passed += n,
+                "failed" => c.failed += n,
+                "ignored" => c.ignored += n,
+                _ => {}
+            }
+        }
+        total.add(c);
+    }
+    total
+}
+
+fn on_path(program: &str) -> bool {
+    if program.starts_with('/') {
+        return Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn step_system() -> Result<String, String> {
+    let mut missing: Vec<&str> = SYSTEM_PACKAGES
+        .iter()
+        .filter(|(bin, _, _)| !on_path(bin))
+        .map(|(_, pkg, _)| *pkg)
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if missing.is_empty() {
+        return Ok("all present".into());
+    }
+    let list = missing.join(" ");
+    if !(is_root() && on_path("apt-get")) {
+        let why: Vec<String> = SYSTEM_PACKAGES
+            .iter()
+            .filter(|(_, p, _)| missing.contains(p))
+            .map(|(b, p, w)| format!("  {b} (Debian package `{p}`): {w}"))
+            .collect();
+        return Err(format!(
+            "missing system packages; install them with\n  sudo apt-get install -y {list}\nneeded for:\n{}",
+            why.join("\n")
+        ));
+    }
+    let mut update = Command::new("apt-get");
+    update.args(["update", "-q"]);
+    if !run_plain(update)? {
+        return Err("apt-get update failed".into());
+    }
+    let mut install = Command::new("apt-get");
+    install
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive");
+    if !run_plain(install)? {
+        return Err(format!("apt-get install {list} failed"));
+    }
+    let still: Vec<&str> = SYSTEM_PACKAGES
+        .iter()
+        .filter(|(bin, _, _)| !on_path(bin))
+        .map(|(bin, _, _)| *bin)
+        .collect();
+    if still.is_empty() {
+        Ok(format!("installed {list}"))
+    } else {
+        Err(format!(
+            "installed {list} but still missing: {}",
+            still.join(", ")
+        ))
+    }
+}
+
+fn crate_has(krate: &str, rel: &str) -> bool {
+    workspace_root().join(krate).join(rel).exists()
+}
+
+fn run_step(name: &'static str) -> Outcome {
+    let start = Instant::now();
+    let mut tests = None;
+    let result: Result<String, String> = match name {
+        "system" => step_system(),
+        "fmt" => {
+            let mut c = cargo();
+            c.args(["fmt", "--all", "--", "--check"]);
+            run_plain(c).and_then(|ok| {
+                ok.then(|| "formatted".to_string())
+                    .ok_or_else(|| "run `cargo fmt --all`".to_string())
+            })
+        }
+        "clippy" => {
+            let mut c = cargo();
+            c.args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            run_plain(c).and_then(|ok| {
+                ok.then(|| "no warnings".to_string())
+                    .ok_or_else(|| "clippy reported problems".to_string())
+            })
+        }
+        "test" => {
+            let mut c = cargo();
+            c.args(["test", "--workspace"])
+                .env("TMX_REQUIRE_SYSTEM_PACKAGES", "1");
+            run_tee(c).and_then(|(ok, out)| {
+                let n = count_tests(&out);
+                tests = Some(n);
+                if ok && n.failed == 0 {
+                    Ok(format!("{} passed, {} ignored", n.passed, n.ignored))
+                } else {
+                    Err(format!("{} passed, {} failed", n.passed, n.failed))
+                }
+            })
+        }
+        "doc" => {
+            let mut c = cargo();
+            c.args(["doc", "--workspace", "--no-deps"])
+                .env("RUSTDOCFLAGS", "-D warnings");
+            run_plain(c).and_then(|ok| {
+                ok.then(|| "no warnings".to_string())
+                    .ok_or_else(|| "rustdoc reported problems".to_string())
+            })
+        }
+        "loom" => step_loom(&mut tests),
+        "proptest" => {
+            // Heavy property tests are `#[ignore]`d in the normal test step and run
+            // here, optimised, with a bounded case count.
+            let cases = std::env::var("TMX_PROPTEST_CASES").unwrap_or_else(|_| "2000".into());
+            let mut c = cargo();
+            c.args(["test", "--workspace", "--release", "--", "--ignored"])
+                .env("PROPTEST_CASES", &cases)
+                .env("TMX_REQUIRE_SYSTEM_PACKAGES", "1");
+            run_tee(c).and_then(|(ok, out)| {
+                let n = count_tests(&out);
+                tests = Some(n);
+                if ok && n.failed == 0 {
+                    Ok(format!("{} heavy tests, {cases} cases each", n.passed))
+                } else {
+                    Err(format!("{} passed, {} failed", n.passed, n.failed))
+                }
+            })
+        }
+        other => Err(format!("unknown step `{other}`")),
+    };
+    let (ok, detail) = match result {
+        Ok(d) => (true, d),
+        Err(d) => (false, d),
+    };
+    Outcome {
+        name,
+        ok,
+        detail,
+        took: start.elapsed(),
+        tests,
+    }
+}
+
+fn step_loom(tests: &mut Option<Counts>) -> Result<String, String> {
+    let preemptions = std::env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| "2".into());
+    let mut total = Counts::default();
+    let mut ran = Vec::new();
+    let mut failed = Vec::new();
+    for (krate, cfg) in LOOM_CRATES {
+        if !crate_has(krate, "tests/loom.rs") {
+            continue;
+        }
+        let mut c = cargo();
+        c.args(["test", "-p", krate, "--test", "loom", "--release"])
+            .env("RUSTFLAGS", format!("--cfg {cfg}"))
+            .env("LOOM_MAX_PREEMPTIONS", &preemptions)
+            // A separate target dir keeps the loom cfg from invalidating the
+            // normal build cache.
+            .env(
+                "CARGO_TARGET_DIR",
+                workspace_root().join("target").join("loom"),
+            );
+        let (ok, out) = run_tee(c)?;
+        let n = count_tests(&out);
+        total.add(n);
+        ran.push(*krate);
+        if !ok || n.failed > 0 {
+            failed.push(*krate);
+        }
+    }
+    *tests = Some(total);
+    if !failed.is_empty() {
+        return Err(format!("loom failed in {}", failed.join(", ")));
+    }
+    if ran.is_empty() {
+        Ok("no crate has loom tests yet".into())
+    } else {
+        Ok(format!("{} models in {}", total.passed, ran.join(", ")))
+    }
+}
+
+pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
+    let selected: Vec<&'static str> = if args.is_empty() {
+        STEPS.to_vec()
+    } else {
+        let mut v = Vec::new();
+        for a in args {
+            let step = STEPS
+                .iter()
+                .find(|s| **s == a.as_str())
+                .ok_or_else(|| format!("unknown step `{a}`; steps: {}", STEPS.join(" ")))?;
+            v.push(*step);
+        }
+        v
+    };
+    let start = Instant::now();
+    let mut outcomes = Vec::new();
+    for step in selected {
+        println!("\n==== xtask ci: {step} ====");
+        let o = run_step(step);
+        println!(
+            "==== {step}: {} ({})",
+            if o.ok { "ok" } else { "FAILED" },
+            o.detail
+        );
+        outcomes.push(o);
+    }
+    let mut total = Counts::default();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "\n==== xtask ci summary ====");
+    let _ = writeln!(out, "{:<10} {:<7} {:>8}  detail", "step", "result", "time");
+    for o in &outcomes {
+        if let Some(n) = o.tests {
+            total.add(n);
+        }
+        let _ = writeln!(
+            out,
+            "{:<10} {:<7} {:>7.1}s  {}",
+            o.name,
+            if o.ok { "ok" } else { "FAILED" },
+            o.took.as_secs_f64(),
+            o.detail.lines().next().unwrap_or("")
+        );
+    }
+    let failed: Vec<&str> = outcomes.iter().filter(|o| !o.ok).map(|o| o.name).collect();
+    let _ = writeln!(
+        out,
+        "total: {:.1}s; tests: {} passed, {} failed, {} ignored (ignored = heavy tests, run in the proptest step)",
+        start.elapsed().as_secs_f64(),
+        total.passed,
+        total.failed,
+        total.ignored
+    );
+    // The plain closing line CI tooling reads.
+    let _ = writeln!(out, "{} passed, {} failed", total.passed, total.failed);
+    drop(out);
+    for o in outcomes.iter().filter(|o| !o.ok) {
+        eprintln!("\nstep `{}` failed:\n{}", o.name, o.detail);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("failed steps: {}", failed.join(", ")))
+    }
+}
+
+pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    let mut crates: Vec<String> = Vec::new();
+    if args.is_empty() {
+        for (krate, _) in LOOM_CRATES
+            .iter()
+            .chain(&[("tm-proto", ""), ("launcher", "")])
+        {
+            if root.join(krate).join("benches").is_dir() {
+                crates.push((*krate).to_string());
+            }
+        }
+    } else {
+        crates.extend(args.iter().cloned());
+    }
+    if crates.is_empty() {
+        return Err("no crate has benchmarks yet".into());
+    }
+    for krate in &crates {
+        let mut c = cargo();
+        c.args(["bench", "-p", krate]);
+        if !run_plain(c)? {
+            return Err(format!("benchmarks of {krate} failed"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_libtest_summaries() {
+        let out = "\
+test result: ok. 12 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s
+running 0 tests
+test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
+";
+        let n = count_tests(out);
+        assert_eq!((n.passed, n.failed, n.ignored), (15, 1, 2));
+    }
+
+    #[test]
+    fn every_step_has_a_name_the_cli_accepts() {
+        for s in STEPS {
+            assert!(STEPS.contains(s));
+        }
+        assert!(run_ci(&["nonsense".into()]).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! Workspace automation for tmx, after the cargo-xtask convention
+//! (<https://github.com/matklad/cargo-xtask/>): one binary, no dependencies,
+//! invoked as `cargo xtask <command>` through the alias in `.cargo/config.toml`.
+//!
+//! Commands:
+//! - `cargo xtask ci [STEP...]` runs every check CI runs (all steps, or only the
+//!   named ones) and prints a summary with the number of tests run.
+//! - `cargo xtask bench [CRATE...]` runs the criterion benchmarks of the crates
+//!   that have them.
+//! - `cargo xtask cluster` runs the multi-host tests (not available yet).
+//!
+//! Policy checks ("tidy") live in `tidy.rs` and run as `cargo test -p xtask`.
+#![forbid(unsafe_code)]
+
+mod ci;
+#[cfg(test)]
+mod tidy;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci [STEP...]      run all CI checks (or only the named steps) and print a summary
+                    steps: system fmt clippy test doc loom proptest
+  bench [CRATE...]  run criterion benchmarks (all crates that have benches/, or the named ones)
+  cluster           multi-host tests over network namespaces (needs issue #5)
+  help              this text
+
+environment:
+  TMX_PROPTEST_CASES   cases per property in the heavy proptest step (default 2000)
+  LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match cmd.as_str() {
+        "ci" => ci::run_ci(rest),
+        "bench" => ci::run_bench(rest),
+        "cluster" => Err(
+            "`cargo xtask cluster` is not available yet: the multi-host launcher \
+             (`tmrun --hosts`, network-namespace hosts) arrives with issue #5"
+                .to_string(),
+        ),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("xtask: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
