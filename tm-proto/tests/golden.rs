@@ -5,6 +5,8 @@
 //! written with `htobe32`/`htobe64`). `c_program_agrees` rebuilds and reruns that
 //! program, so the vectors cannot drift from the C definitions.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,6 +1,8 @@
 //! Property tests: round trips for every message kind, decode of arbitrary bytes
 //! never panics (and is canonical), and tag/mask matching equals the MPI rule.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use proptest::prelude::*;
 use tm_proto::{
     Envelope, Error, Limits, MatchSpec, Message, Opcode, Rvh, Source, Tag, TagLayout, Tmh,
