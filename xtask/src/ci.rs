@@ -24,6 +24,16 @@ pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
         "compiling the small MPICH C programs used by interop tests and benchmarks",
     ),
     (
+        "/usr/share/doc/libmpich-dev/copyright",
+        "libmpich-dev",
+        "mpi.h for compiling the MPICH C test programs with mpicc.mpich",
+    ),
+    (
+        "ip",
+        "iproute2",
+        "launcher multi-host tests over network namespaces (`ip netns`)",
+    ),
+    (
         "/usr/include/infiniband/tm_types.h",
         "libibverbs-dev",
         "tm-proto golden tests: rdma-core's struct ibv_tmh/ibv_rvh, compiled with cc",
