@@ -1,0 +1,1086 @@
+//! MPI datatypes: constructors, bounds, commit, pack/unpack and a flattened
+//! form.
+//!
+//! A [`Datatype`] describes where the bytes of one *element* lie relative to
+//! the start of a user buffer: the MPI *type map*, a sequence of
+//! `(basic type, displacement)` entries. Derived types are built from others
+//! with [`contiguous`](Datatype::contiguous), [`vector`](Datatype::vector),
+//! [`hvector`](Datatype::hvector), [`indexed`](Datatype::indexed),
+//! [`hindexed`](Datatype::hindexed), [`struct_type`](Datatype::struct_type) and
+//! [`resized`](Datatype::resized), nested arbitrarily.
+//!
+//! # Model
+//!
+//! - **Buffers are slices.** Displacements are relative to the first byte of
+//!   the `&[u8]`/`&mut [u8]` given to [`pack`](Datatype::pack) and friends.
+//!   Before any byte is read or written, the whole range that `count` elements
+//!   touch is checked against the slice; a type that reaches below its start
+//!   (negative displacements) or past its end is
+//!   [`Error::BufferOutOfBounds`], never an out-of-bounds access. To use a
+//!   type with negative displacements, pass a slice that starts earlier and
+//!   wrap the type in a one-block [`hindexed`](Datatype::hindexed) that shifts
+//!   it.
+//! - **Bounds.** `lb`/`ub` follow MPI: the lowest and highest byte of the type
+//!   map, or the explicit bounds set by [`resized`](Datatype::resized), which
+//!   are *sticky* (they propagate through later constructors and win over
+//!   the data's own bounds). A [`struct_type`](Datatype::struct_type) without
+//!   explicit bounds pads its extent up to the largest alignment of the basic
+//!   types it contains, as MPICH does. `true_lb`/`true_ub` are always the
+//!   first byte and one past the last byte of actual data. Extents are never
+//!   negative (`resized` rejects a negative extent).
+//! - **Commit.** Predefined (basic) types are committed. A derived type must
+//!   be [`commit`](Datatype::commit)ted before packing or communication; it can
+//!   be used to build other types before. Commit computes the flattened form.
+//! - **Flattened form.** [`Flat`]: the element's data bytes as a list of
+//!   `(displacement, length)` blocks in type-map order, with adjacent blocks
+//!   merged, and prefix sums so that any byte offset of the packed stream is
+//!   found by binary search. A type whose flattened form would exceed
+//!   [`MAX_FLAT_BLOCKS`] blocks cannot be committed ([`Error::TooManyBlocks`]);
+//!   regular repetitions of dense data (a vector whose stride equals its block
+//!   length, a contiguous of contiguous) collapse into one block, so the limit
+//!   only bites on types with that many genuinely separate pieces.
+//! - **Lifetime.** A `Datatype` is an [`Arc`] handle: cloning is cheap, and an
+//!   operation that holds a clone keeps the type alive after the user drops
+//!   (frees) theirs, as the paper's `MPI_Type_free` example requires.
+//! - **Packed format.** Homogeneous: the packed bytes are the data bytes in
+//!   type-map order, unconverted. `pack_size(count)` is exactly
+//!   `count * size`.
+//!
+//! Resumable packing works by byte offset into the packed stream:
+//! [`pack_part`](Datatype::pack_part) and [`unpack_part`](Datatype::unpack_part)
+//! produce or consume any sub-range, so a large message can be sent in
+//! pipelined parts (see [`plan_send`]). [`segments`](Datatype::segments)
+//! yields the same sub-range as regions of the user buffer, for zero-copy
+//! (gather/scatter) transports.
+//!
+//! ```
+//! use adi::{BasicType, Datatype};
+//!
+//! // Column 1 of a 3x4 row-major matrix of i32: 3 blocks of 1, stride 4.
+//! let column = Datatype::vector(3, 1, 4, &Datatype::basic(BasicType::I32))?;
+//! column.commit()?;
+//! assert_eq!(column.size(), 12);
+//! assert_eq!(column.extent(), 36); // from the first int to the end of the last
+//!
+//! let matrix: Vec<u8> = (0..48).collect();
+//! let mut packed = vec![0u8; column.pack_size(1)?];
+//! let mut position = 0;
+//! column.pack(&matrix[4..], 1, &mut packed, &mut position)?;
+//! assert_eq!(packed, [4, 5, 6, 7, 20, 21, 22, 23, 36, 37, 38, 39]);
+//! # Ok::<(), adi::Error>(())
+//! ```
+
+mod plan;
+
+pub use plan::{plan_send, Part, Parts, PlanLimits, SendPlan};
+
+use std::sync::{Arc, OnceLock};
+
+use crate::Error;
+
+/// Most blocks a committed type's flattened form may have (2²⁰, about 24 MiB
+/// of block list and prefix sums).
+pub const MAX_FLAT_BLOCKS: usize = 1 << 20;
+
+/// Deepest nesting of constructors (a basic type has depth 0). Commit and
+/// drop walk the nesting recursively; the bound keeps that within a thread's
+/// default 2 MiB stack, even in debug builds.
+pub const MAX_DEPTH: usize = 256;
+
+/// The predefined element types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BasicType {
+    /// `MPI_INT8_T`.
+    I8,
+    /// `MPI_INT16_T`.
+    I16,
+    /// `MPI_INT32_T`.
+    I32,
+    /// `MPI_INT64_T`.
+    I64,
+    /// `MPI_UINT8_T`.
+    U8,
+    /// `MPI_UINT16_T`.
+    U16,
+    /// `MPI_UINT32_T`.
+    U32,
+    /// `MPI_UINT64_T`.
+    U64,
+    /// `MPI_FLOAT`.
+    F32,
+    /// `MPI_DOUBLE`.
+    F64,
+    /// `MPI_BYTE`: uninterpreted bytes.
+    Byte,
+    /// `MPI_CHAR`.
+    Char,
+}
+
+impl BasicType {
+    /// Size in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            BasicType::I8 | BasicType::U8 | BasicType::Byte | BasicType::Char => 1,
+            BasicType::I16 | BasicType::U16 => 2,
+            BasicType::I32 | BasicType::U32 | BasicType::F32 => 4,
+            BasicType::I64 | BasicType::U64 | BasicType::F64 => 8,
+        }
+    }
+
+    /// Alignment used for struct padding: the natural alignment, equal to the
+    /// size for these types.
+    pub const fn align(self) -> usize {
+        self.size()
+    }
+
+    /// The MPI name, for example `"MPI_INT32_T"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BasicType::I8 => "MPI_INT8_T",
+            BasicType::I16 => "MPI_INT16_T",
+            BasicType::I32 => "MPI_INT32_T",
+            BasicType::I64 => "MPI_INT64_T",
+            BasicType::U8 => "MPI_UINT8_T",
+            BasicType::U16 => "MPI_UINT16_T",
+            BasicType::U32 => "MPI_UINT32_T",
+            BasicType::U64 => "MPI_UINT64_T",
+            BasicType::F32 => "MPI_FLOAT",
+            BasicType::F64 => "MPI_DOUBLE",
+            BasicType::Byte => "MPI_BYTE",
+            BasicType::Char => "MPI_CHAR",
+        }
+    }
+}
+
+/// How a datatype was constructed (`MPI_Type_get_envelope`'s combiner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Combiner {
+    /// A predefined type.
+    Named,
+    /// [`Datatype::contiguous`].
+    Contiguous,
+    /// [`Datatype::vector`].
+    Vector,
+    /// [`Datatype::hvector`].
+    Hvector,
+    /// [`Datatype::indexed`].
+    Indexed,
+    /// [`Datatype::hindexed`].
+    Hindexed,
+    /// [`Datatype::struct_type`].
+    Struct,
+    /// [`Datatype::resized`].
+    Resized,
+}
+
+/// One contiguous run of data bytes of a flattened type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Block {
+    /// Displacement of the first byte from the element's origin.
+    pub disp: isize,
+    /// Number of bytes (never zero).
+    pub len: usize,
+}
+
+/// The flattened form of one element: its data bytes as merged blocks in
+/// type-map order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flat {
+    blocks: Vec<Block>,
+    /// `starts[i]` = packed offset of `blocks[i]` within one element.
+    starts: Vec<usize>,
+    size: usize,
+}
+
+impl Flat {
+    /// The blocks, in type-map (= packed) order.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// Sum of the block lengths: the type's size.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Index of the block holding packed byte `within` of an element
+    /// (`within < size`).
+    fn block_at(&self, within: usize) -> usize {
+        self.starts
+            .partition_point(|&s| s <= within)
+            .saturating_sub(1)
+    }
+}
+
+/// Accumulates merged blocks with the [`MAX_FLAT_BLOCKS`] limit.
+struct FlatBuilder {
+    blocks: Vec<Block>,
+}
+
+impl FlatBuilder {
+    fn new() -> Self {
+        FlatBuilder { blocks: Vec::new() }
+    }
+
+    fn push(&mut self, disp: i128, len: u128) -> Result<(), Error> {
+        if len == 0 {
+            return Ok(());
+        }
+        let disp = isize::try_from(disp).map_err(|_| Error::Overflow {
+            what: "block displacement",
+        })?;
+        let len = usize::try_from(len).map_err(|_| Error::Overflow {
+            what: "block length",
+        })?;
+        if let Some(last) = self.blocks.last_mut() {
+            if (last.disp as i128) + (last.len as i128) == disp as i128 {
+                last.len = last.len.checked_add(len).ok_or(Error::Overflow {
+                    what: "block length",
+                })?;
+                return Ok(());
+            }
+        }
+        if self.blocks.len() >= MAX_FLAT_BLOCKS {
+            return Err(Error::TooManyBlocks {
+                max: MAX_FLAT_BLOCKS,
+            });
+        }
+        self.blocks.push(Block { disp, len });
+        Ok(())
+    }
+
+    /// Appends `n` copies of `unit`, copy `j` shifted by `base + j * step`.
+    fn replicate(&mut self, base: i128, unit: &[Block], n: u128, step: i128) -> Result<(), Error> {
+        if n == 0 {
+            return Ok(());
+        }
+        if let [only] = unit {
+            if only.len as i128 == step {
+                // Dense repetition: one block.
+                let len = (only.len as u128)
+                    .checked_mul(n)
+                    .ok_or(Error::Overflow { what: "type size" })?;
+                return self.push(base + only.disp as i128, len);
+            }
+        }
+        // Each copy adds at least one block that cannot merge (the unit is
+        // already merged), so this loop ends by MAX_FLAT_BLOCKS at the latest.
+        let mut shift = base;
+        for _ in 0..n {
+            for b in unit {
+                self.push(shift + b.disp as i128, b.len as u128)?;
+            }
+            shift += step;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Flat {
+        let mut starts = Vec::with_capacity(self.blocks.len());
+        let mut size = 0usize;
+        for b in &self.blocks {
+            starts.push(size);
+            size += b.len;
+        }
+        Flat {
+            blocks: self.blocks,
+            starts,
+            size,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Kind {
+    Basic(BasicType),
+    /// `count` blocks of `blocklen` elements of `old`, block `i` at byte
+    /// `i * stride` (contiguous: one block).
+    Vector {
+        count: usize,
+        blocklen: usize,
+        stride: isize,
+        old: Datatype,
+    },
+    /// Blocks `(len, byte displacement)` of `old`.
+    Indexed {
+        blocks: Vec<(usize, isize)>,
+        old: Datatype,
+    },
+    /// Blocks `(len, byte displacement, type)`.
+    Struct {
+        blocks: Vec<(usize, isize, Datatype)>,
+    },
+    /// `old` with explicit bounds.
+    Resized {
+        old: Datatype,
+    },
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: Kind,
+    combiner: Combiner,
+    size: usize,
+    lb: isize,
+    ub: isize,
+    sticky: bool,
+    true_lb: isize,
+    true_ub: isize,
+    align: usize,
+    /// Nesting depth (0 for basic types), at most [`MAX_DEPTH`].
+    depth: usize,
+    /// Set by commit (always set for basic types).
+    flat: OnceLock<Arc<Flat>>,
+}
+
+/// An MPI datatype: a cheap-to-clone, immutable, reference-counted handle.
+///
+/// See the [module documentation](self) for the model.
+#[derive(Debug, Clone)]
+pub struct Datatype {
+    inner: Arc<Inner>,
+}
+
+/// Bounds accumulated over the blocks of a new type.
+#[derive(Default)]
+struct Bounds {
+    lb: Option<i128>,
+    ub: Option<i128>,
+    sticky_lb: Option<i128>,
+    sticky_ub: Option<i128>,
+    true_lb: Option<i128>,
+    true_ub: Option<i128>,
+    size: u128,
+    align: usize,
+}
+
+fn min_opt(a: Option<i128>, b: i128) -> Option<i128> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+fn max_opt(a: Option<i128>, b: i128) -> Option<i128> {
+    Some(a.map_or(b, |a| a.max(b)))
+}
+
+fn to_isize(v: i128, what: &'static str) -> Result<isize, Error> {
+    isize::try_from(v).map_err(|_| Error::Overflow { what })
+}
+
+fn count_arg(value: i64, what: &'static str) -> Result<usize, Error> {
+    if value < 0 {
+        return Err(Error::NegativeCount { what, value });
+    }
+    usize::try_from(value).map_err(|_| Error::Overflow { what })
+}
+
+impl Bounds {
+    /// Adds `n` consecutive copies of `t` starting at byte `d` (copy `j` at
+    /// `d + j * extent(t)`).
+    fn add(&mut self, d: i128, n: u128, t: &Inner) {
+        if n == 0 {
+            return;
+        }
+        let ext = (t.ub as i128) - (t.lb as i128); // >= 0 by construction
+        let last = d + (n as i128 - 1) * ext;
+        if t.sticky {
+            self.sticky_lb = min_opt(self.sticky_lb, d + t.lb as i128);
+            self.sticky_ub = max_opt(self.sticky_ub, last + t.ub as i128);
+        } else if t.size > 0 {
+            self.lb = min_opt(self.lb, d + t.lb as i128);
+            self.ub = max_opt(self.ub, last + t.ub as i128);
+        }
+        if t.size > 0 {
+            self.true_lb = min_opt(self.true_lb, d + t.true_lb as i128);
+            self.true_ub = max_opt(self.true_ub, last + t.true_ub as i128);
+        }
+        self.size += n * t.size as u128;
+        self.align = self.align.max(t.align);
+    }
+
+    fn finish(self, kind: Kind, combiner: Combiner, pad: bool) -> Result<Datatype, Error> {
+        let depth = 1 + match &kind {
+            Kind::Basic(_) => 0,
+            Kind::Vector { old, .. } | Kind::Indexed { old, .. } | Kind::Resized { old } => {
+                old.inner.depth
+            }
+            Kind::Struct { blocks } => blocks.iter().map(|b| b.2.inner.depth).max().unwrap_or(0),
+        };
+        if depth > MAX_DEPTH {
+            return Err(Error::TooDeep { max: MAX_DEPTH });
+        }
+        let sticky = self.sticky_lb.is_some() || self.sticky_ub.is_some();
+        let lb = self.sticky_lb.or(self.lb).unwrap_or(0);
+        let mut ub = self.sticky_ub.or(self.ub).unwrap_or(0);
+        if pad && !sticky && self.align > 1 {
+            let ext = ub - lb;
+            let rem = ext.rem_euclid(self.align as i128);
+            if rem != 0 {
+                ub += self.align as i128 - rem;
+            }
+        }
+        let size = usize::try_from(self.size).map_err(|_| Error::Overflow { what: "type size" })?;
+        // The extent must be representable too, so that `count * extent`
+        // arithmetic starts from valid values.
+        to_isize(ub - lb, "type extent")?;
+        Ok(Datatype {
+            inner: Arc::new(Inner {
+                kind,
+                combiner,
+                size,
+                lb: to_isize(lb, "lower bound")?,
+                ub: to_isize(ub, "upper bound")?,
+                sticky,
+                true_lb: to_isize(self.true_lb.unwrap_or(0), "true lower bound")?,
+                true_ub: to_isize(self.true_ub.unwrap_or(0), "true upper bound")?,
+                align: self.align.max(1),
+                depth,
+                flat: OnceLock::new(),
+            }),
+        })
+    }
+}
+
+impl Datatype {
+    /// A predefined type (already committed).
+    pub fn basic(t: BasicType) -> Datatype {
+        let size = t.size();
+        let flat = OnceLock::new();
+        let _ = flat.set(Arc::new(Flat {
+            blocks: vec![Block { disp: 0, len: size }],
+            starts: vec![0],
+            size,
+        }));
+        Datatype {
+            inner: Arc::new(Inner {
+                kind: Kind::Basic(t),
+                combiner: Combiner::Named,
+                size,
+                lb: 0,
+                ub: size as isize,
+                sticky: false,
+                true_lb: 0,
+                true_ub: size as isize,
+                align: t.align(),
+                depth: 0,
+                flat,
+            }),
+        }
+    }
+
+    /// `MPI_Type_contiguous`: `count` consecutive copies of `old`.
+    pub fn contiguous(count: i64, old: &Datatype) -> Result<Datatype, Error> {
+        let count = count_arg(count, "count")?;
+        let mut b = Bounds::default();
+        b.add(0, count as u128, &old.inner);
+        b.finish(
+            Kind::Vector {
+                count: 1,
+                blocklen: count,
+                stride: 0,
+                old: old.clone(),
+            },
+            Combiner::Contiguous,
+            false,
+        )
+    }
+
+    /// `MPI_Type_vector`: `count` blocks of `blocklen` copies of `old`, the
+    /// starts of consecutive blocks `stride` *elements* (extents of `old`)
+    /// apart. The stride may be negative.
+    pub fn vector(
+        count: i64,
+        blocklen: i64,
+        stride: i64,
+        old: &Datatype,
+    ) -> Result<Datatype, Error> {
+        let bytes = (stride as i128) * (old.extent() as i128);
+        let stride = isize::try_from(bytes).map_err(|_| Error::Overflow { what: "stride" })?;
+        Self::vector_bytes(count, blocklen, stride, old, Combiner::Vector)
+    }
+
+    /// `MPI_Type_create_hvector`: like [`vector`](Self::vector) with the
+    /// stride in bytes.
+    pub fn hvector(
+        count: i64,
+        blocklen: i64,
+        stride_bytes: isize,
+        old: &Datatype,
+    ) -> Result<Datatype, Error> {
+        Self::vector_bytes(count, blocklen, stride_bytes, old, Combiner::Hvector)
+    }
+
+    fn vector_bytes(
+        count: i64,
+        blocklen: i64,
+        stride: isize,
+        old: &Datatype,
+        combiner: Combiner,
+    ) -> Result<Datatype, Error> {
+        let count = count_arg(count, "count")?;
+        let blocklen = count_arg(blocklen, "block length")?;
+        let mut b = Bounds::default();
+        if count > 0 {
+            // Bounds are a min/max over identical blocks: the first and the
+            // last block decide them (the stride may be negative).
+            b.add(0, blocklen as u128, &old.inner);
+            if count > 1 {
+                let last = (count as i128 - 1) * stride as i128;
+                let mut other = Bounds::default();
+                other.add(last, blocklen as u128, &old.inner);
+                b.merge(other);
+            }
+            b.size = (count as u128) * (blocklen as u128) * (old.inner.size as u128);
+        }
+        b.finish(
+            Kind::Vector {
+                count,
+                blocklen,
+                stride,
+                old: old.clone(),
+            },
+            combiner,
+            false,
+        )
+    }
+
+    /// `MPI_Type_indexed`: blocks of `blocklens[i]` copies of `old` at
+    /// `displs[i]` *elements* (extents of `old`).
+    pub fn indexed(blocklens: &[i64], displs: &[i64], old: &Datatype) -> Result<Datatype, Error> {
+        if blocklens.len() != displs.len() {
+            return Err(Error::InvalidArgument {
+                what: "blocklens and displacements differ in length",
+            });
+        }
+        let ext = old.extent() as i128;
+        let bytes = displs
+            .iter()
+            .map(|&d| {
+                isize::try_from(d as i128 * ext).map_err(|_| Error::Overflow {
+                    what: "displacement",
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::indexed_bytes(blocklens, &bytes, old, Combiner::Indexed)
+    }
+
+    /// `MPI_Type_create_hindexed`: like [`indexed`](Self::indexed) with
+    /// displacements in bytes.
+    pub fn hindexed(
+        blocklens: &[i64],
+        displs_bytes: &[isize],
+        old: &Datatype,
+    ) -> Result<Datatype, Error> {
+        if blocklens.len() != displs_bytes.len() {
+            return Err(Error::InvalidArgument {
+                what: "blocklens and displacements differ in length",
+            });
+        }
+        Self::indexed_bytes(blocklens, displs_bytes, old, Combiner::Hindexed)
+    }
+
+    fn indexed_bytes(
+        blocklens: &[i64],
+        displs: &[isize],
+        old: &Datatype,
+        combiner: Combiner,
+    ) -> Result<Datatype, Error> {
+        let mut blocks = Vec::with_capacity(blocklens.len());
+        let mut b = Bounds::default();
+        for (&len, &d) in blocklens.iter().zip(displs) {
+            let len = count_arg(len, "block length")?;
+            b.add(d as i128, len as u128, &old.inner);
+            blocks.push((len, d));
+        }
+        b.finish(
+            Kind::Indexed {
+                blocks,
+                old: old.clone(),
+            },
+            combiner,
+            false,
+        )
+    }
+
+    /// `MPI_Type_create_struct`: blocks of `blocklens[i]` copies of
+    /// `types[i]` at byte displacement `displs[i]`. Unless a member has
+    /// explicit bounds ([`resized`](Self::resized)), the extent is padded to
+    /// a multiple of the largest alignment of the basic types inside.
+    pub fn struct_type(
+        blocklens: &[i64],
+        displs: &[isize],
+        types: &[Datatype],
+    ) -> Result<Datatype, Error> {
+        if blocklens.len() != displs.len() || blocklens.len() != types.len() {
+            return Err(Error::InvalidArgument {
+                what: "blocklens, displacements and types differ in length",
+            });
+        }
+        let mut blocks = Vec::with_capacity(blocklens.len());
+        let mut b = Bounds::default();
+        for ((&len, &d), t) in blocklens.iter().zip(displs).zip(types) {
+            let len = count_arg(len, "block length")?;
+            b.add(d as i128, len as u128, &t.inner);
+            blocks.push((len, d, t.clone()));
+        }
+        b.finish(Kind::Struct { blocks }, Combiner::Struct, true)
+    }
+
+    /// `MPI_Type_create_resized`: `old` with lower bound `lb` and extent
+    /// `extent` (which must not be negative). The new bounds are sticky.
+    pub fn resized(old: &Datatype, lb: isize, extent: isize) -> Result<Datatype, Error> {
+        if extent < 0 {
+            return Err(Error::InvalidArgument {
+                what: "negative extent",
+            });
+        }
+        let ub = lb.checked_add(extent).ok_or(Error::Overflow {
+            what: "upper bound",
+        })?;
+        let o = &old.inner;
+        if o.depth >= MAX_DEPTH {
+            return Err(Error::TooDeep { max: MAX_DEPTH });
+        }
+        Ok(Datatype {
+            inner: Arc::new(Inner {
+                kind: Kind::Resized { old: old.clone() },
+                combiner: Combiner::Resized,
+                size: o.size,
+                lb,
+                ub,
+                sticky: true,
+                true_lb: o.true_lb,
+                true_ub: o.true_ub,
+                align: o.align,
+                depth: o.depth + 1,
+                flat: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// How this type was built.
+    pub fn combiner(&self) -> Combiner {
+        self.inner.combiner
+    }
+
+    /// The basic type, for a predefined type.
+    pub fn as_basic(&self) -> Option<BasicType> {
+        match self.inner.kind {
+            Kind::Basic(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Bytes of data in one element (`MPI_Type_size`).
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Lower bound (`MPI_Type_get_extent`).
+    pub fn lb(&self) -> isize {
+        self.inner.lb
+    }
+
+    /// Upper bound: `lb + extent`.
+    pub fn ub(&self) -> isize {
+        self.inner.ub
+    }
+
+    /// `ub - lb`: the distance between consecutive elements (never negative).
+    pub fn extent(&self) -> isize {
+        self.inner.ub - self.inner.lb
+    }
+
+    /// First byte of data (`MPI_Type_get_true_extent`); 0 for a type without
+    /// data.
+    pub fn true_lb(&self) -> isize {
+        self.inner.true_lb
+    }
+
+    /// One past the last byte of data; 0 for a type without data.
+    pub fn true_ub(&self) -> isize {
+        self.inner.true_ub
+    }
+
+    /// `true_ub - true_lb`.
+    pub fn true_extent(&self) -> isize {
+        self.inner.true_ub - self.inner.true_lb
+    }
+
+    /// Whether the bounds were set explicitly (by `resized`, here or in a
+    /// member).
+    pub fn has_explicit_bounds(&self) -> bool {
+        self.inner.sticky
+    }
+
+    /// Whether [`commit`](Self::commit) has run (always for basic types).
+    pub fn is_committed(&self) -> bool {
+        self.inner.flat.get().is_some()
+    }
+
+    /// `MPI_Type_commit`: computes the flattened form. Idempotent; fails only
+    /// if the form exceeds [`MAX_FLAT_BLOCKS`] (the type stays uncommitted).
+    pub fn commit(&self) -> Result<(), Error> {
+        if self.inner.flat.get().is_none() {
+            let flat = Arc::new(self.compute_flat()?);
+            // A concurrent commit may have won; both computed the same value.
+            let _ = self.inner.flat.set(flat);
+        }
+        Ok(())
+    }
+
+    /// The flattened form, once committed.
+    pub fn flat(&self) -> Option<&Flat> {
+        self.inner.flat.get().map(|f| &**f)
+    }
+
+    fn flat_or_compute(&self) -> Result<Arc<Flat>, Error> {
+        match self.inner.flat.get() {
+            Some(f) => Ok(Arc::clone(f)),
+            None => Ok(Arc::new(self.compute_flat()?)),
+        }
+    }
+
+    fn compute_flat(&self) -> Result<Flat, Error> {
+        let mut out = FlatBuilder::new();
+        match &self.inner.kind {
+            Kind::Basic(t) => out.push(0, t.size() as u128)?,
+            Kind::Vector {
+                count,
+                blocklen,
+                stride,
+                old,
+            } => {
+                let child = old.flat_or_compute()?;
+                let mut unit = FlatBuilder::new();
+                unit.replicate(0, &child.blocks, *blocklen as u128, old.extent() as i128)?;
+                out.replicate(0, &unit.blocks, *count as u128, *stride as i128)?;
+            }
+            Kind::Indexed { blocks, old } => {
+                let child = old.flat_or_compute()?;
+                for &(len, d) in blocks {
+                    out.replicate(d as i128, &child.blocks, len as u128, old.extent() as i128)?;
+                }
+            }
+            Kind::Struct { blocks } => {
+                for (len, d, t) in blocks {
+                    let child = t.flat_or_compute()?;
+                    out.replicate(*d as i128, &child.blocks, *len as u128, t.extent() as i128)?;
+                }
+            }
+            Kind::Resized { old } => {
+                let child = old.flat_or_compute()?;
+                out.replicate(0, &child.blocks, 1, 0)?;
+            }
+        }
+        Ok(out.finish())
+    }
+
+    fn committed_flat(&self) -> Result<&Flat, Error> {
+        self.flat().ok_or(Error::NotCommitted)
+    }
+
+    /// `MPI_Pack_size`: bytes needed to pack `count` elements (exactly
+    /// `count * size()`: the packed format is the raw data).
+    pub fn pack_size(&self, count: i64) -> Result<usize, Error> {
+        let count = count_arg(count, "count")?;
+        count.checked_mul(self.inner.size).ok_or(Error::Overflow {
+            what: "packed size",
+        })
+    }
+
+    /// `MPI_Get_count`: how many whole elements `bytes` packed bytes hold, or
+    /// `None` (`MPI_UNDEFINED`) if they are not a whole number of elements.
+    /// A type of size 0 gives `Some(0)`.
+    pub fn count_of(&self, bytes: usize) -> Option<usize> {
+        match self.inner.size {
+            0 => Some(0),
+            s if bytes % s == 0 => Some(bytes / s),
+            _ => None,
+        }
+    }
+
+    /// If `count` elements occupy one contiguous range of the user buffer,
+    /// its `(start, len)`: the case the paper sends with the contiguous
+    /// routines, without packing. `None` if the data has holes or the type is
+    /// not committed. Zero bytes of data give `Some((0, 0))`.
+    pub fn contiguous_range(&self, count: i64) -> Result<Option<(isize, usize)>, Error> {
+        let flat = self.committed_flat()?;
+        let total = self.pack_size(count)?;
+        if total == 0 {
+            return Ok(Some((0, 0)));
+        }
+        match flat.blocks.as_slice() {
+            [b] if total == b.len || b.len as isize == self.extent() => Ok(Some((b.disp, total))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The byte range `lo..hi` of the user buffer that `count` elements touch
+    /// (`0..0` if they hold no data).
+    pub fn span(&self, count: i64) -> Result<(i128, i128), Error> {
+        let n = count_arg(count, "count")?;
+        if n == 0 || self.inner.size == 0 {
+            return Ok((0, 0));
+        }
+        let last = (n as i128 - 1) * self.extent() as i128;
+        Ok((
+            self.inner.true_lb as i128,
+            last + self.inner.true_ub as i128,
+        ))
+    }
+
+    fn check_buffer(&self, count: i64, len: usize) -> Result<(), Error> {
+        let (lo, hi) = self.span(count)?;
+        if lo < hi && (lo < 0 || hi > len as i128) {
+            return Err(Error::BufferOutOfBounds { lo, hi, len });
+        }
+        Ok(())
+    }
+
+    /// The regions of a user buffer of `buf_len` bytes that hold packed bytes
+    /// `offset..offset + len` of `count` elements, in packed order, as
+    /// `(start, len)` pairs (adjacent regions merged where the type is
+    /// dense). `len` is capped at the end of the packed stream.
+    ///
+    /// Checks everything [`pack_part`](Self::pack_part) checks, so the
+    /// regions are always inside the buffer.
+    pub fn segments(
+        &self,
+        buf_len: usize,
+        count: i64,
+        offset: usize,
+        len: usize,
+    ) -> Result<Segments<'_>, Error> {
+        let flat = self.committed_flat()?;
+        let total = self.pack_size(count)?;
+        if offset > total {
+            return Err(Error::OffsetOutOfRange { offset, len: total });
+        }
+        self.check_buffer(count, buf_len)?;
+        let end = offset + len.min(total - offset);
+        let dense = matches!(flat.blocks.as_slice(), [b] if b.len as isize == self.extent());
+        Ok(Segments {
+            flat,
+            extent: self.extent(),
+            dense,
+            hint: 0,
+            pos: offset,
+            end,
+        })
+    }
+
+    /// Packs bytes `offset..` of the packed stream of `count` elements of
+    /// `src` into `out`, as many as fit; returns how many were written
+    /// (`min(out.len(), pack_size - offset)`).
+    ///
+    /// Calling it with consecutive offsets and any chunk sizes produces the
+    /// same bytes as one [`pack`](Self::pack): this is the resumable form for
+    /// pipelined sends.
+    pub fn pack_part(
+        &self,
+        src: &[u8],
+        count: i64,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<usize, Error> {
+        let mut written = 0;
+        for (start, len) in self.segments(src.len(), count, offset, out.len())? {
+            let from = src
+                .get(start..start + len)
+                .ok_or(Error::BufferOutOfBounds {
+                    lo: start as i128,
+                    hi: (start + len) as i128,
+                    len: src.len(),
+                })?;
+            let to = out
+                .get_mut(written..written + len)
+                .ok_or(Error::Truncated {
+                    need: written + len,
+                    have: written,
+                })?;
+            to.copy_from_slice(from);
+            written += len;
+        }
+        debug_assert_eq!(written, out.len().min(self.pack_size(count)? - offset));
+        Ok(written)
+    }
+
+    /// Unpacks `packed`, which holds bytes `offset..` of the packed stream of
+    /// `count` elements, into `dst`; returns how many bytes were consumed
+    /// (`min(packed.len(), pack_size - offset)`; bytes beyond the stream are
+    /// left for the caller to report as truncation).
+    ///
+    /// Only the bytes the type map covers are written; every other byte of
+    /// `dst` is left untouched.
+    pub fn unpack_part(
+        &self,
+        packed: &[u8],
+        dst: &mut [u8],
+        count: i64,
+        offset: usize,
+    ) -> Result<usize, Error> {
+        let mut read = 0;
+        let dst_len = dst.len();
+        for (start, len) in self.segments(dst_len, count, offset, packed.len())? {
+            let to = dst
+                .get_mut(start..start + len)
+                .ok_or(Error::BufferOutOfBounds {
+                    lo: start as i128,
+                    hi: (start + len) as i128,
+                    len: dst_len,
+                })?;
+            let from = packed.get(read..read + len).ok_or(Error::Truncated {
+                need: read + len,
+                have: packed.len(),
+            })?;
+            to.copy_from_slice(from);
+            read += len;
+        }
+        debug_assert_eq!(read, packed.len().min(self.pack_size(count)? - offset));
+        Ok(read)
+    }
+
+    /// `MPI_Pack`: packs `count` elements of `src` into `out` at
+    /// `*position`, and advances `*position`. If they do not fit,
+    /// [`Error::Truncated`] and nothing is written.
+    pub fn pack(
+        &self,
+        src: &[u8],
+        count: i64,
+        out: &mut [u8],
+        position: &mut usize,
+    ) -> Result<(), Error> {
+        let need = self.pack_size(count)?;
+        let out_len = out.len();
+        let rest = out.get_mut(*position..).ok_or(Error::OffsetOutOfRange {
+            offset: *position,
+            len: out_len,
+        })?;
+        if rest.len() < need {
+            return Err(Error::Truncated {
+                need,
+                have: rest.len(),
+            });
+        }
+        let n = self.pack_part(src, count, 0, &mut rest[..need])?;
+        *position += n;
+        Ok(())
+    }
+
+    /// `MPI_Unpack`: unpacks `count` elements from `input` at `*position`
+    /// into `dst`, and advances `*position`. If `input` holds fewer bytes,
+    /// [`Error::Truncated`] and nothing is written.
+    pub fn unpack(
+        &self,
+        input: &[u8],
+        position: &mut usize,
+        dst: &mut [u8],
+        count: i64,
+    ) -> Result<(), Error> {
+        let need = self.pack_size(count)?;
+        let rest = input.get(*position..).ok_or(Error::OffsetOutOfRange {
+            offset: *position,
+            len: input.len(),
+        })?;
+        if rest.len() < need {
+            return Err(Error::Truncated {
+                need,
+                have: rest.len(),
+            });
+        }
+        let n = self.unpack_part(&rest[..need], dst, count, 0)?;
+        *position += n;
+        Ok(())
+    }
+}
+
+impl Bounds {
+    fn merge(&mut self, o: Bounds) {
+        fn mn(a: Option<i128>, b: Option<i128>) -> Option<i128> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        fn mx(a: Option<i128>, b: Option<i128>) -> Option<i128> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        self.lb = mn(self.lb, o.lb);
+        self.ub = mx(self.ub, o.ub);
+        self.sticky_lb = mn(self.sticky_lb, o.sticky_lb);
+        self.sticky_ub = mx(self.sticky_ub, o.sticky_ub);
+        self.true_lb = mn(self.true_lb, o.true_lb);
+        self.true_ub = mx(self.true_ub, o.true_ub);
+        self.size += o.size;
+        self.align = self.align.max(o.align);
+    }
+}
+
+/// Iterator over the user-buffer regions of a packed sub-range; see
+/// [`Datatype::segments`].
+#[derive(Debug, Clone)]
+pub struct Segments<'a> {
+    flat: &'a Flat,
+    extent: isize,
+    /// One block whose length is the extent: the whole stream is one run.
+    dense: bool,
+    /// The block that sequential iteration reaches next (checked before
+    /// falling back to a binary search).
+    hint: usize,
+    pos: usize,
+    end: usize,
+}
+
+impl Iterator for Segments<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let size = self.flat.size;
+        if self.pos >= self.end || size == 0 {
+            return None;
+        }
+        let (start, len) = if self.dense {
+            // The whole stream is one run starting at block 0.
+            let b = self.flat.blocks.first()?;
+            (b.disp as i128 + self.pos as i128, self.end - self.pos)
+        } else {
+            let elem = self.pos / size;
+            let within = self.pos % size;
+            let hinted = match (
+                self.flat.starts.get(self.hint),
+                self.flat.blocks.get(self.hint),
+            ) {
+                (Some(&s), Some(b)) => s <= within && within < s + b.len,
+                _ => false,
+            };
+            let i = if hinted {
+                self.hint
+            } else {
+                self.flat.block_at(within)
+            };
+            let b = self.flat.blocks.get(i)?;
+            let into = within - self.flat.starts.get(i)?;
+            let len = (b.len - into).min(self.end - self.pos);
+            let start = elem as i128 * self.extent as i128 + b.disp as i128 + into as i128;
+            self.hint = if into + len == b.len {
+                (i + 1) % self.flat.blocks.len()
+            } else {
+                i
+            };
+            (start, len)
+        };
+        self.pos += len;
+        // The buffer check of `segments` guarantees 0 <= start; a failed
+        // conversion here would be a bug, reported as the end of iteration
+        // (and caught by the debug assertions of pack_part/unpack_part).
+        Some((usize::try_from(start).ok()?, len))
+    }
+}
+
+#[cfg(test)]
+mod tests;

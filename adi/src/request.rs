@@ -1,0 +1,626 @@
+//! Requests, statuses and the completion hand-off.
+//!
+//! A nonblocking operation is split in two halves made by [`request`]:
+//!
+//! - the [`Request`], owned by the upper layer (the user): `test`, `wait`,
+//!   the set operations ([`waitall`], [`waitany`], [`waitsome`], [`testall`],
+//!   [`testany`], [`testsome`]) and `free`;
+//! - the [`Completer`], owned by the operation inside the device: whichever
+//!   thread runs the progress engine calls [`Completer::complete`] (or
+//!   [`Completer::fail`]) exactly once.
+//!
+//! # The hand-off
+//!
+//! The completer writes the status fields, then *publishes* completion with a
+//! `Release` read-modify-write of the request's state word; a waiter that
+//! observes completion with an `Acquire` load reads the status after it. The
+//! status fields are atomics written and read `Relaxed`, so the code has no
+//! `unsafe` and no lock on the fast path; only the optional detailed error
+//! (an [`Error`] value) sits behind the request's own mutex. There is no
+//! global lock: every request synchronizes through its own state.
+//! `tests/loom.rs` checks this hand-off, including a negative control in
+//! which a `Relaxed` publish lets the waiter read a stale status.
+//!
+//! # Freeing and abandoning
+//!
+//! Dropping a [`Request`] (or [`Request::free`]) before completion is
+//! `MPI_Request_free`: the operation still completes, because the completer
+//! half is independent; the shared state is released by whichever half goes
+//! last, and the operation's resources (its packed buffer, its clone of the
+//! [`Datatype`]) are released when the device drops the
+//! operation after completing it. A [`Completer`] dropped without completing
+//! completes the request with [`Error::Abandoned`] (`MPI_ERR_INTERN`), so no
+//! wait can hang on a lost operation.
+//!
+//! # Waits do not assume the request is pending (paper §6.3)
+//!
+//! Another thread may complete a request between the moment a caller decides
+//! to wait and the moment the wait starts. Every wait and test therefore looks
+//! at the request's state *before* calling the progress hook, and calls the
+//! blocking hook only while the request is observed incomplete. The
+//! [`Progress`] contract requires a blocking call to return once any request
+//! completes, including completions published by other threads.
+//!
+//! ```
+//! use adi::{request, Status};
+//!
+//! let (mut req, completer) = request();
+//! let engine = std::thread::spawn(move || completer.complete(Status::new(1, 7, 64)));
+//! // A progress hook: the real engine runs in the other thread here.
+//! let status = req.wait(&mut |_blocking: bool| {
+//!     std::thread::yield_now();
+//!     Ok(())
+//! })?;
+//! assert_eq!((status.source, status.tag, status.count), (1, 7, 64));
+//! assert!(req.is_null());
+//! engine.join().unwrap();
+//! # Ok::<(), adi::Error>(())
+//! ```
+
+use crate::attr::{ANY_SOURCE, ANY_TAG};
+use crate::sync::{Arc, AtomicBool, AtomicI32, AtomicUsize, Mutex, Ordering};
+use crate::{Datatype, Error, ErrorClass};
+
+/// `MPI_Status`: what a completed operation reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// Rank of the sender (receives), or [`ANY_SOURCE`] when undefined.
+    pub source: i32,
+    /// Tag of the message (receives), or [`ANY_TAG`] when undefined.
+    pub tag: i32,
+    /// Bytes of data received (or sent).
+    pub count: usize,
+    /// The operation's error class ([`ErrorClass::Success`] when it
+    /// succeeded).
+    pub error: ErrorClass,
+    /// Whether the operation was cancelled.
+    pub cancelled: bool,
+}
+
+impl Status {
+    /// The empty status MPI returns for inactive requests: any source, any
+    /// tag, no data, success, not cancelled.
+    pub const EMPTY: Status = Status {
+        source: ANY_SOURCE,
+        tag: ANY_TAG,
+        count: 0,
+        error: ErrorClass::Success,
+        cancelled: false,
+    };
+
+    /// A successful status.
+    pub const fn new(source: i32, tag: i32, count: usize) -> Status {
+        Status {
+            source,
+            tag,
+            count,
+            error: ErrorClass::Success,
+            cancelled: false,
+        }
+    }
+
+    /// The status of a successfully cancelled operation.
+    pub const fn cancelled() -> Status {
+        Status {
+            cancelled: true,
+            ..Status::EMPTY
+        }
+    }
+
+    /// `MPI_Get_count`: whole elements of `datatype` received, or `None`
+    /// (`MPI_UNDEFINED`) if the byte count is not a whole number of elements.
+    pub fn count_of(&self, datatype: &Datatype) -> Option<usize> {
+        datatype.count_of(self.count)
+    }
+}
+
+/// The progress hook that waits and tests drive (the paper's
+/// `MPID_DeviceCheck`).
+///
+/// # Contract
+///
+/// - `progress(false)` makes whatever progress is possible without blocking
+///   and returns.
+/// - `progress(true)` may block until *something happens*, but must return
+///   once any request's completion state changes during the call, including
+///   completions published by other threads. An engine that cannot be woken
+///   by other threads must not block (§6.3: in multithreaded use, the device
+///   check is non-blocking). Spurious returns are allowed; waits loop.
+/// - An error is returned to the caller of the wait/test as is.
+///
+/// Closures `FnMut(bool) -> Result<(), Error>` implement it.
+pub trait Progress {
+    /// Drives communication; see the trait documentation.
+    fn progress(&mut self, blocking: bool) -> Result<(), Error>;
+}
+
+impl<F: FnMut(bool) -> Result<(), Error>> Progress for F {
+    fn progress(&mut self, blocking: bool) -> Result<(), Error> {
+        self(blocking)
+    }
+}
+
+/// A progress hook for requests completed entirely by other threads: it only
+/// yields the processor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct YieldProgress;
+
+impl Progress for YieldProgress {
+    fn progress(&mut self, _blocking: bool) -> Result<(), Error> {
+        crate::sync::yield_now();
+        Ok(())
+    }
+}
+
+const COMPLETE: usize = 1;
+const FREED: usize = 2;
+
+/// The state shared by a request's two halves.
+#[derive(Debug)]
+struct Slot {
+    state: AtomicUsize,
+    source: AtomicI32,
+    tag: AtomicI32,
+    count: AtomicUsize,
+    error: AtomicI32,
+    cancelled: AtomicBool,
+    /// The detailed error of a failed operation, if the completer gave one.
+    detail: Mutex<Option<Error>>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: AtomicUsize::new(0),
+            source: AtomicI32::new(ANY_SOURCE),
+            tag: AtomicI32::new(ANY_TAG),
+            count: AtomicUsize::new(0),
+            error: AtomicI32::new(ErrorClass::Success.code()),
+            cancelled: AtomicBool::new(false),
+            detail: Mutex::new(None),
+        }
+    }
+
+    fn set_detail(&self, detail: Option<Error>) {
+        let mut guard = match self.detail.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *guard = detail;
+    }
+
+    fn take_detail(&self) -> Option<Error> {
+        let mut guard = match self.detail.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        guard.take()
+    }
+
+    /// Writes the status, then publishes completion with `publish`
+    /// (`Release` except in the loom negative control).
+    fn publish(&self, status: Status, detail: Option<Error>, publish: Ordering) {
+        if detail.is_some() {
+            self.set_detail(detail);
+        }
+        self.source.store(status.source, Ordering::Relaxed);
+        self.tag.store(status.tag, Ordering::Relaxed);
+        self.count.store(status.count, Ordering::Relaxed);
+        self.error.store(status.error.code(), Ordering::Relaxed);
+        self.cancelled.store(status.cancelled, Ordering::Relaxed);
+        let before = self.state.fetch_or(COMPLETE, publish);
+        if before & FREED != 0 && !status.error.is_success() {
+            // MPI: the error of a freed request has nowhere to go.
+            tracing::debug!(error = %status.error, "freed request completed with an error");
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        self.state.load(Ordering::Acquire) & COMPLETE != 0
+    }
+
+    /// Reads the status; only after [`Slot::is_complete`] returned `true`.
+    fn read_status(&self) -> Status {
+        let code = self.error.load(Ordering::Relaxed);
+        Status {
+            source: self.source.load(Ordering::Relaxed),
+            tag: self.tag.load(Ordering::Relaxed),
+            count: self.count.load(Ordering::Relaxed),
+            error: ErrorClass::from_code(code).unwrap_or(ErrorClass::Intern),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Creates a pending request: the [`Request`] for the upper layer and the
+/// [`Completer`] for the operation.
+pub fn request() -> (Request, Completer) {
+    let slot = Arc::new(Slot::new());
+    (
+        Request {
+            slot: Some(Arc::clone(&slot)),
+        },
+        Completer { slot: Some(slot) },
+    )
+}
+
+/// The upper layer's handle of a nonblocking operation (`MPI_Request`).
+///
+/// A request is *active* until a wait or a successful test returns its
+/// status; it is then *null* (`MPI_REQUEST_NULL`), and waits and tests on it
+/// return [`Status::EMPTY`] at once. Dropping an active request is
+/// `MPI_Request_free`.
+#[derive(Debug, Default)]
+pub struct Request {
+    slot: Option<Arc<Slot>>,
+}
+
+impl Request {
+    /// `MPI_REQUEST_NULL`.
+    pub const fn null() -> Request {
+        Request { slot: None }
+    }
+
+    /// A request that is already complete with `status` (for operations that
+    /// finish at once, such as those on `MPI_PROC_NULL`).
+    pub fn completed(status: Status) -> Request {
+        let (req, completer) = request();
+        completer.complete(status);
+        req
+    }
+
+    /// Whether this is `MPI_REQUEST_NULL` (never started, or already
+    /// completed by a wait or test).
+    pub fn is_null(&self) -> bool {
+        self.slot.is_none()
+    }
+
+    /// The paper's `is_complete` field: `true` once the operation has
+    /// completed (without consuming the request). `false` for a null request.
+    pub fn is_complete(&self) -> bool {
+        self.slot.as_ref().is_some_and(|s| s.is_complete())
+    }
+
+    /// `MPI_Request_get_status`: the status if complete, without consuming
+    /// the request. A null request gives [`Status::EMPTY`].
+    pub fn get_status(&self) -> Option<Status> {
+        match &self.slot {
+            None => Some(Status::EMPTY),
+            Some(s) if s.is_complete() => Some(s.read_status()),
+            Some(_) => None,
+        }
+    }
+
+    /// If complete, consumes the completion (the request becomes null).
+    fn try_take(&mut self) -> Option<Result<Status, Error>> {
+        let slot = self.slot.as_ref()?;
+        if !slot.is_complete() {
+            return None;
+        }
+        let status = slot.read_status();
+        let detail = slot.take_detail();
+        self.slot = None;
+        Some(if status.error.is_success() {
+            Ok(status)
+        } else {
+            Err(detail.unwrap_or(Error::Failed(status.error)))
+        })
+    }
+
+    /// Takes the completion as a status (class in [`Status::error`]), for the
+    /// set operations. `None` if not complete; `Some(EMPTY)` if null.
+    fn take_status(&mut self) -> Option<Status> {
+        let slot = match &self.slot {
+            None => return Some(Status::EMPTY),
+            Some(slot) => slot,
+        };
+        if !slot.is_complete() {
+            return None;
+        }
+        let status = slot.read_status();
+        if let Some(detail) = slot.take_detail() {
+            tracing::debug!(%detail, "request of a set failed");
+        }
+        self.slot = None;
+        Some(status)
+    }
+
+    /// `MPI_Test`: if the operation is complete (checked first, then again
+    /// after one non-blocking progress call), returns its status and makes
+    /// the request null; otherwise `Ok(None)`. A failed operation returns its
+    /// error (the request becomes null all the same).
+    pub fn test(&mut self, progress: &mut impl Progress) -> Result<Option<Status>, Error> {
+        if self.slot.is_none() {
+            return Ok(Some(Status::EMPTY));
+        }
+        if let Some(r) = self.try_take() {
+            return r.map(Some);
+        }
+        progress.progress(false)?;
+        self.try_take().transpose()
+    }
+
+    /// `MPI_Wait`: drives `progress` until the operation completes, returns
+    /// its status and makes the request null. Never calls the hook once the
+    /// request is seen complete.
+    pub fn wait(&mut self, progress: &mut impl Progress) -> Result<Status, Error> {
+        if self.slot.is_none() {
+            return Ok(Status::EMPTY);
+        }
+        loop {
+            if let Some(r) = self.try_take() {
+                return r;
+            }
+            progress.progress(true)?;
+        }
+    }
+
+    /// `MPI_Request_free`: gives up the handle; the operation still completes
+    /// and its resources are released when it does. Same as dropping.
+    pub fn free(self) {}
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.state.fetch_or(FREED, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The device's half of a request: completes it exactly once.
+///
+/// Sendable to any thread. Dropping it without completing completes the
+/// request with [`Error::Abandoned`].
+#[derive(Debug)]
+pub struct Completer {
+    slot: Option<Arc<Slot>>,
+}
+
+impl Completer {
+    /// Completes the request with `status` (whose `error` should be
+    /// [`ErrorClass::Success`]; use [`fail`](Self::fail) for errors).
+    pub fn complete(mut self, status: Status) {
+        if let Some(slot) = self.slot.take() {
+            slot.publish(status, None, Ordering::Release);
+        }
+    }
+
+    /// Completes the request with an error: `status.error` is set to
+    /// `error.class()`, and a single-request wait or test returns `error`
+    /// itself. `status` keeps what is known (for a truncated receive: source,
+    /// tag and the bytes delivered).
+    pub fn fail(mut self, status: Status, error: Error) {
+        if let Some(slot) = self.slot.take() {
+            let status = Status {
+                error: error.class(),
+                ..status
+            };
+            slot.publish(status, Some(error), Ordering::Release);
+        }
+    }
+
+    /// Whether the upper layer has freed (dropped) its request. The
+    /// operation must complete all the same; this only lets the device skip
+    /// work whose only consumer was the status.
+    pub fn is_freed(&self) -> bool {
+        self.slot
+            .as_ref()
+            .is_some_and(|s| s.state.load(Ordering::Acquire) & FREED != 0)
+    }
+
+    /// The loom negative control: publishes with `Relaxed`, which is too
+    /// weak. Exists only under `--cfg tmx_adi_loom`.
+    #[cfg(tmx_adi_loom)]
+    #[doc(hidden)]
+    pub fn complete_relaxed_for_loom(mut self, status: Status) {
+        if let Some(slot) = self.slot.take() {
+            slot.publish(status, None, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            tracing::debug!("operation dropped before completion; request completed as abandoned");
+            let status = Status {
+                error: ErrorClass::Intern,
+                ..Status::EMPTY
+            };
+            slot.publish(status, Some(Error::Abandoned), Ordering::Release);
+        }
+    }
+}
+
+/// What [`testany`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnyOutcome {
+    /// Request `index` completed with `status` (and is now null).
+    Completed {
+        /// Its position in the slice.
+        index: usize,
+        /// Its status.
+        status: Status,
+    },
+    /// No request is active (`MPI_UNDEFINED` index, flag true).
+    Inactive,
+    /// Some requests are active, none has completed.
+    Pending,
+}
+
+fn first_completed(reqs: &mut [Request]) -> Option<Result<(usize, Status), Error>> {
+    for (index, r) in reqs.iter_mut().enumerate() {
+        if let Some(res) = r.try_take() {
+            return Some(match res {
+                Ok(status) => Ok((index, status)),
+                Err(e) => Err(Error::AtIndex {
+                    index,
+                    source: Box::new(e),
+                }),
+            });
+        }
+    }
+    None
+}
+
+fn all_null(reqs: &[Request]) -> bool {
+    reqs.iter().all(Request::is_null)
+}
+
+/// `MPI_Waitany`: waits until one active request completes and returns its
+/// index and status (the request becomes null), or `Ok(None)` if none is
+/// active. A failed request gives [`Error::AtIndex`].
+pub fn waitany(
+    reqs: &mut [Request],
+    progress: &mut impl Progress,
+) -> Result<Option<(usize, Status)>, Error> {
+    loop {
+        if all_null(reqs) {
+            return Ok(None);
+        }
+        if let Some(r) = first_completed(reqs) {
+            return r.map(Some);
+        }
+        progress.progress(true)?;
+    }
+}
+
+/// `MPI_Testany`: like [`waitany`] with one non-blocking progress call.
+pub fn testany(reqs: &mut [Request], progress: &mut impl Progress) -> Result<AnyOutcome, Error> {
+    if all_null(reqs) {
+        return Ok(AnyOutcome::Inactive);
+    }
+    for round in 0..2 {
+        if let Some(r) = first_completed(reqs) {
+            return r.map(|(index, status)| AnyOutcome::Completed { index, status });
+        }
+        if round == 0 {
+            progress.progress(false)?;
+        }
+    }
+    Ok(AnyOutcome::Pending)
+}
+
+fn in_status(statuses: Vec<(usize, Status)>) -> Result<Vec<(usize, Status)>, Error> {
+    let failed = statuses
+        .iter()
+        .filter(|(_, s)| !s.error.is_success())
+        .count();
+    if failed == 0 {
+        Ok(statuses)
+    } else {
+        Err(Error::InStatus { failed, statuses })
+    }
+}
+
+fn strip_index(v: Vec<(usize, Status)>) -> Vec<Status> {
+    v.into_iter().map(|(_, s)| s).collect()
+}
+
+/// `MPI_Waitall`: waits until every request completes and returns their
+/// statuses in order (null requests give [`Status::EMPTY`]); all requests
+/// become null. If any failed, [`Error::InStatus`] carries every status,
+/// each with its own class.
+///
+/// A progress error ends the wait early and is returned; requests already
+/// completed by then are null and their statuses are lost (MPI reports them
+/// as `MPI_ERR_PENDING`/done in that case).
+pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec<Status>, Error> {
+    let mut out: Vec<Option<Status>> = vec![None; reqs.len()];
+    loop {
+        let mut left = 0;
+        for (r, slot) in reqs.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none() {
+                *slot = r.take_status();
+                if slot.is_none() {
+                    left += 1;
+                }
+            }
+        }
+        if left == 0 {
+            break;
+        }
+        progress.progress(true)?;
+    }
+    let statuses = out
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.unwrap_or(Status::EMPTY)))
+        .collect();
+    in_status(statuses).map(strip_index)
+}
+
+/// `MPI_Testall`: if every request is complete (checked, then again after one
+/// non-blocking progress call), completes them all as [`waitall`] does;
+/// otherwise returns `Ok(None)` and leaves every request untouched.
+pub fn testall(
+    reqs: &mut [Request],
+    progress: &mut impl Progress,
+) -> Result<Option<Vec<Status>>, Error> {
+    let done = |reqs: &[Request]| reqs.iter().all(|r| r.is_null() || r.is_complete());
+    if !done(reqs) {
+        progress.progress(false)?;
+        if !done(reqs) {
+            return Ok(None);
+        }
+    }
+    let statuses = reqs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, r)| (i, r.take_status().unwrap_or(Status::EMPTY)))
+        .collect();
+    in_status(statuses).map(|v| Some(strip_index(v)))
+}
+
+fn take_some(reqs: &mut [Request]) -> Vec<(usize, Status)> {
+    let mut v = Vec::new();
+    for (i, r) in reqs.iter_mut().enumerate() {
+        if r.is_complete() {
+            if let Some(s) = r.take_status() {
+                v.push((i, s));
+            }
+        }
+    }
+    v
+}
+
+/// `MPI_Waitsome`: waits until at least one active request completes and
+/// returns `(index, status)` of every request found complete (they become
+/// null), or `Ok(None)` if none is active. Failures give
+/// [`Error::InStatus`].
+pub fn waitsome(
+    reqs: &mut [Request],
+    progress: &mut impl Progress,
+) -> Result<Option<Vec<(usize, Status)>>, Error> {
+    loop {
+        if all_null(reqs) {
+            return Ok(None);
+        }
+        let done = take_some(reqs);
+        if !done.is_empty() {
+            return in_status(done).map(Some);
+        }
+        progress.progress(true)?;
+    }
+}
+
+/// `MPI_Testsome`: like [`waitsome`] with one non-blocking progress call;
+/// `Ok(Some(vec![]))` when active requests remain but none completed.
+pub fn testsome(
+    reqs: &mut [Request],
+    progress: &mut impl Progress,
+) -> Result<Option<Vec<(usize, Status)>>, Error> {
+    if all_null(reqs) {
+        return Ok(None);
+    }
+    let mut done = take_some(reqs);
+    if done.is_empty() {
+        progress.progress(false)?;
+        done = take_some(reqs);
+    }
+    in_status(done).map(Some)
+}
+
+#[cfg(all(test, not(tmx_adi_loom)))]
+mod tests;
