@@ -14,7 +14,7 @@
 //! | `OutOfRange { field: Tag }` | [`ErrorClass::Tag`] | the user's tag exceeds `MPI_TAG_UB` |
 //! | `OutOfRange { field: Rank }` | [`ErrorClass::Rank`] | the rank does not fit the envelope |
 //! | `OutOfRange { field: ContextId }` | [`ErrorClass::Comm`] | the communicator carries a context id the wire cannot express, so the communicator is unusable for this operation |
-//! | `Truncated`, `UnknownOpcode`, `BadLength` | [`ErrorClass::Other`] | bytes *received* from a peer or a link are malformed: not the caller's argument, and not necessarily a bug of this process |
+//! | `Truncated`, `UnknownOpcode`, `UnknownCode`, `BadLength` | [`ErrorClass::Other`] | bytes *received* from a peer or a link are malformed: not the caller's argument, and not necessarily a bug of this process |
 //! | `BufferTooSmall`, `OpcodeMismatch`, `HeaderTooLong` | [`ErrorClass::Intern`] | the device sized or built its own message wrongly: an internal bug |
 //! | `InvalidLayout` | [`ErrorClass::Intern`] | the device's tag layout configuration is inconsistent |
 //!
@@ -446,7 +446,9 @@ pub fn proto_class(e: &tm_proto::Error) -> ErrorClass {
             field: Field::ContextId,
             ..
         } => ErrorClass::Comm,
-        P::Truncated { .. } | P::UnknownOpcode(_) | P::BadLength { .. } => ErrorClass::Other,
+        P::Truncated { .. } | P::UnknownOpcode(_) | P::UnknownCode { .. } | P::BadLength { .. } => {
+            ErrorClass::Other
+        }
         P::BufferTooSmall { .. }
         | P::OpcodeMismatch { .. }
         | P::HeaderTooLong { .. }

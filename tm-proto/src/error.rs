@@ -50,6 +50,15 @@ pub enum Error {
     /// The TMH opcode byte is not one of `IBV_TMH_{NO_TAG,RNDV,FIN,EAGER}`.
     #[error("unknown TMH opcode {0:#04x}")]
     UnknownOpcode(u8),
+    /// A code byte of an RMA packet (kind, accumulate operation or element type)
+    /// that this version does not know.
+    #[error("unknown RMA {what} code {code:#04x}")]
+    UnknownCode {
+        /// Which field: "packet kind", "accumulate operation" or "element type".
+        what: &'static str,
+        /// The byte received.
+        code: u8,
+    },
     /// An encode was asked to write a message kind with a header of another kind.
     #[error("header opcode {got:?} does not fit a {expected:?} message")]
     OpcodeMismatch {

@@ -40,6 +40,7 @@ mod envelope;
 mod error;
 mod header;
 mod message;
+pub mod rma;
 
 pub use envelope::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
 pub use error::{Error, Field};
