@@ -466,6 +466,21 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask cluster`: the launcher's multi-host tests, shown verbosely.
+/// Network-namespace hosts need root and iproute2; without them that test
+/// skips with a printed reason (or fails under `TMX_REQUIRE_SYSTEM_PACKAGES`).
+pub(crate) fn run_cluster(args: &[String]) -> Result<(), String> {
+    let mut c = cargo();
+    c.args(["test", "-p", "launcher", "--test", "multihost", "--"])
+        .arg("--nocapture")
+        .args(args);
+    if run_plain(c)? {
+        Ok(())
+    } else {
+        Err("multi-host tests failed".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@
 //!   named ones) and prints a summary with the number of tests run.
 //! - `cargo xtask bench [CRATE...]` runs the criterion benchmarks of the crates
 //!   that have them.
-//! - `cargo xtask cluster` runs the multi-host tests (not available yet).
+//! - `cargo xtask cluster` runs the multi-host tests (`tmrun --hosts` over
+//!   `local:` and network-namespace hosts); they also run inside `ci`.
 //!
 //! Policy checks ("tidy") live in `tidy.rs` and run as `cargo test -p xtask`.
 #![forbid(unsafe_code)]
@@ -25,7 +26,8 @@ commands:
   ci [STEP...]      run all CI checks (or only the named steps) and print a summary
                     steps: system fmt clippy test doc loom proptest
   bench [CRATE...]  run criterion benchmarks (all crates that have benches/, or the named ones)
-  cluster           multi-host tests over network namespaces (needs issue #5)
+  cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
+                    (network namespaces; needs root and iproute2), verbosely
   help              this text
 
 environment:
@@ -42,11 +44,7 @@ fn main() -> ExitCode {
     let result = match cmd.as_str() {
         "ci" => ci::run_ci(rest),
         "bench" => ci::run_bench(rest),
-        "cluster" => Err(
-            "`cargo xtask cluster` is not available yet: the multi-host launcher \
-             (`tmrun --hosts`, network-namespace hosts) arrives with issue #5"
-                .to_string(),
-        ),
+        "cluster" => ci::run_cluster(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())
