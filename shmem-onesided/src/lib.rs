@@ -1,8 +1,66 @@
 //! # shmem-onesided
 //!
-//! Intra-node SHMEM put/get transport: node segment, symmetric heap, per-peer circular header queues, single-copy paths.
+//! The intra-node transport of tmx, after the MP_Lite SHMEM module: a node
+//! segment shared by every local rank, a symmetric heap with one-sided
+//! [`Node::put`]/[`Node::get`], CMA single copy to arbitrary memory of a local
+//! process, and per-pair single-producer/single-consumer **header rings** of
+//! 64-byte slots in the receiver's memory, with per-pair **prepost rings** in
+//! the other direction.
 //!
-//! **Status: placeholder.** This crate compiles but has no functionality yet;
-//! issue #4 (shmem-onesided: the intra-node SHMEM put/get transport) fills it. Nothing here pretends otherwise.
-
+//! - [`ring`]: the header ring ([`ring::Producer`], [`ring::Consumer`],
+//!   [`ring::Outbox`] for backpressure without loss), generic over the memory
+//!   it lives in ([`ring::RingRef`]): the node segment, or the heap under loom.
+//! - [`prepost`]: the prepost ring and its claim/withdraw race.
+//! - [`heap`]: the deterministic symmetric-heap allocator.
+//! - [`Segment`]: creation, attach protocol, layout, liveness.
+//! - [`Node`]: the one-sided API and its completion semantics.
+//! - [`Endpoint`]: tagged two-sided messaging (inline, buffered, CMA paths),
+//!   backpressure and blocking progress.
+//!
+//! Configuration comes from `TMX_SHMEM_*` variables ([`Config`]).
+//!
+//! ```no_run
+//! use shmem_onesided::{Config, Endpoint, Node};
+//! use tm_proto::{MatchSpec, Source, Tag};
+//!
+//! // Every local rank runs this with its own rank (e.g. from the launcher).
+//! let (rank, size) = (0, 2);
+//! let node = Node::init("job42", rank, size, Config::from_env()?)?;
+//! let mut ep = Endpoint::new(node);
+//! if rank == 0 {
+//!     ep.send(1, 7, 0, b"hello")?;
+//! } else {
+//!     let mut buf = [0u8; 16];
+//!     let st = ep.recv(MatchSpec { context_id: 0, source: Source::Rank(0), tag: Tag::Value(7) }, &mut buf)?;
+//!     assert_eq!(&buf[..st.len], b"hello");
+//! }
+//! println!("{}", ep.finalize()?);
+//! # Ok::<(), shmem_onesided::Error>(())
+//! ```
 #![warn(missing_docs)]
+
+mod sync;
+
+pub mod config;
+mod counters;
+mod error;
+pub mod heap;
+pub mod prepost;
+pub mod ring;
+
+#[cfg(not(tmx_shmem_loom))]
+mod endpoint;
+#[cfg(not(tmx_shmem_loom))]
+mod node;
+#[cfg(not(tmx_shmem_loom))]
+pub mod segment;
+
+pub use config::{CmaMode, Config};
+pub use counters::Counters;
+#[cfg(not(tmx_shmem_loom))]
+pub use endpoint::{Endpoint, Status, KIND_CMA, KIND_EAGER, KIND_FIN, KIND_INLINE};
+pub use error::{Error, Result};
+#[cfg(not(tmx_shmem_loom))]
+pub use node::{CmaStatus, Node, SymAddr};
+#[cfg(not(tmx_shmem_loom))]
+pub use segment::{segment_name, Layout, Segment};

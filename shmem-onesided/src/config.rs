@@ -1,0 +1,241 @@
+//! Configuration from `TMX_SHMEM_*` environment variables.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `TMX_SHMEM_RING_SLOTS` | 64 | header ring slots per ordered pair (power of two, 1..=65536) |
+//! | `TMX_SHMEM_PUBLISH_BATCH` | ring slots / 2 | consumer publishes its index every this many messages (1..=ring slots) |
+//! | `TMX_SHMEM_PREPOST_SLOTS` | 16 | prepost ring slots per ordered pair (power of two, 1..=65536) |
+//! | `TMX_SHMEM_HEAP_BYTES` | 16M | symmetric heap per rank (bytes; suffix `K`, `M`, `G` allowed) |
+//! | `TMX_SHMEM_EAGER_BYTES` | 8M | eager send area per rank; the largest two-copy message is this minus 64 bytes |
+//! | `TMX_SHMEM_CMA` | `auto` | single copy via `process_vm_readv/writev`: `auto` (probe), `on` (fail if not permitted), `off` |
+//! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
+//! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
+//! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
+//!
+//! Every local rank must use the same ring, prepost and heap sizes: the
+//! creator records them in the segment header and attachers check them
+//! ([`crate::Error::LayoutMismatch`]).
+
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+/// CMA policy (`TMX_SHMEM_CMA`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmaMode {
+    /// Probe at init; use it if permitted, otherwise fall back silently (logged).
+    Auto,
+    /// Require it: init fails with [`Error::CmaUnavailable`] if not permitted.
+    On,
+    /// Never use it.
+    Off,
+}
+
+/// Transport parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Header ring slots per ordered pair.
+    pub ring_slots: u32,
+    /// Consumer index publication batch.
+    pub publish_batch: u32,
+    /// Prepost ring slots per ordered pair.
+    pub prepost_slots: u32,
+    /// Symmetric heap bytes per rank.
+    pub heap_bytes: u64,
+    /// Eager send area bytes per rank.
+    pub eager_bytes: u64,
+    /// CMA policy.
+    pub cma: CmaMode,
+    /// Messages above this size use CMA when available.
+    pub cma_threshold: u64,
+    /// Attach timeout.
+    pub attach_timeout: Duration,
+    /// Peer liveness check interval while blocked.
+    pub liveness_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ring_slots: 64,
+            publish_batch: 32,
+            prepost_slots: 16,
+            heap_bytes: 16 << 20,
+            eager_bytes: 8 << 20,
+            cma: CmaMode::Auto,
+            cma_threshold: 8 << 20,
+            attach_timeout: Duration::from_secs(30),
+            liveness_interval: Duration::from_millis(20),
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl Config {
+    /// Reads the `TMX_SHMEM_*` variables of this process.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Like [`Config::from_env`] with a custom lookup (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut c = Config::default();
+        let bad = |var: &'static str, value: &str, reason: &'static str| Error::Config {
+            var,
+            value: value.to_owned(),
+            reason,
+        };
+        let pow2 = |var: &'static str| -> Result<Option<u32>> {
+            let Some(v) = get(var) else { return Ok(None) };
+            match v.trim().parse::<u32>() {
+                Ok(n) if n.is_power_of_two() && n <= 65536 => Ok(Some(n)),
+                _ => Err(bad(var, &v, "a power of two from 1 to 65536")),
+            }
+        };
+        if let Some(n) = pow2("TMX_SHMEM_RING_SLOTS")? {
+            c.ring_slots = n;
+        }
+        c.publish_batch = (c.ring_slots / 2).max(1);
+        if let Some(v) = get("TMX_SHMEM_PUBLISH_BATCH") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n >= 1 && n <= c.ring_slots => c.publish_batch = n,
+                _ => {
+                    return Err(bad(
+                        "TMX_SHMEM_PUBLISH_BATCH",
+                        &v,
+                        "an integer from 1 to TMX_SHMEM_RING_SLOTS",
+                    ))
+                }
+            }
+        }
+        if let Some(n) = pow2("TMX_SHMEM_PREPOST_SLOTS")? {
+            c.prepost_slots = n;
+        }
+        for (var, field) in [
+            ("TMX_SHMEM_HEAP_BYTES", &mut c.heap_bytes),
+            ("TMX_SHMEM_EAGER_BYTES", &mut c.eager_bytes),
+        ] {
+            if let Some(v) = get(var) {
+                match parse_size(&v) {
+                    Some(n) if (4096..=(1u64 << 40)).contains(&n) => *field = n,
+                    _ => {
+                        return Err(bad(
+                            var,
+                            &v,
+                            "a size from 4K to 1024G (bytes, or with suffix K, M or G)",
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(v) = get("TMX_SHMEM_CMA") {
+            c.cma = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => CmaMode::Auto,
+                "on" | "1" | "yes" => CmaMode::On,
+                "off" | "0" | "no" => CmaMode::Off,
+                _ => return Err(bad("TMX_SHMEM_CMA", &v, "one of auto, on, off")),
+            };
+        }
+        if let Some(v) = get("TMX_SHMEM_CMA_THRESHOLD") {
+            c.cma_threshold = parse_size(&v).ok_or_else(|| {
+                bad(
+                    "TMX_SHMEM_CMA_THRESHOLD",
+                    &v,
+                    "a size (bytes, or with suffix K, M or G)",
+                )
+            })?;
+        }
+        let millis = |var: &'static str, lo: u64| -> Result<Option<Duration>> {
+            let Some(v) = get(var) else { return Ok(None) };
+            match v.trim().parse::<u64>() {
+                Ok(n) if n >= lo => Ok(Some(Duration::from_millis(n))),
+                _ => Err(bad(var, &v, "a whole number of milliseconds (at least 1)")),
+            }
+        };
+        if let Some(d) = millis("TMX_SHMEM_ATTACH_TIMEOUT_MS", 1)? {
+            c.attach_timeout = d;
+        }
+        if let Some(d) = millis("TMX_SHMEM_LIVENESS_MS", 1)? {
+            c.liveness_interval = d;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config> {
+        let v: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        Config::from_lookup(move |k| v.iter().find(|(a, _)| a == k).map(|(_, b)| b.clone()))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.publish_batch, c.ring_slots / 2);
+    }
+
+    #[test]
+    fn parses_values() {
+        let c = with(&[
+            ("TMX_SHMEM_RING_SLOTS", "8"),
+            ("TMX_SHMEM_PUBLISH_BATCH", "3"),
+            ("TMX_SHMEM_PREPOST_SLOTS", "4"),
+            ("TMX_SHMEM_HEAP_BYTES", "2M"),
+            ("TMX_SHMEM_EAGER_BYTES", "8192"),
+            ("TMX_SHMEM_CMA", "off"),
+            ("TMX_SHMEM_CMA_THRESHOLD", "64k"),
+            ("TMX_SHMEM_ATTACH_TIMEOUT_MS", "500"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.ring_slots, c.publish_batch, c.prepost_slots, c.heap_bytes),
+            (8, 3, 4, 2 << 20)
+        );
+        assert_eq!((c.cma, c.cma_threshold), (CmaMode::Off, 64 << 10));
+        assert_eq!(c.eager_bytes, 8192);
+        assert_eq!(c.attach_timeout, Duration::from_millis(500));
+        // batch defaults to half the ring
+        assert_eq!(
+            with(&[("TMX_SHMEM_RING_SLOTS", "1")])
+                .unwrap()
+                .publish_batch,
+            1
+        );
+    }
+
+    #[test]
+    fn typed_errors() {
+        for (k, v) in [
+            ("TMX_SHMEM_RING_SLOTS", "6"),
+            ("TMX_SHMEM_RING_SLOTS", "lots"),
+            ("TMX_SHMEM_PUBLISH_BATCH", "0"),
+            ("TMX_SHMEM_PUBLISH_BATCH", "65"),
+            ("TMX_SHMEM_HEAP_BYTES", "12"),
+            ("TMX_SHMEM_HEAP_BYTES", "99999999999G"),
+            ("TMX_SHMEM_EAGER_BYTES", "1K"),
+            ("TMX_SHMEM_CMA", "maybe"),
+            ("TMX_SHMEM_LIVENESS_MS", "0"),
+        ] {
+            match with(&[(k, v)]) {
+                Err(Error::Config { var, value, .. }) => assert_eq!((var, value.as_str()), (k, v)),
+                other => panic!("{k}={v}: {other:?}"),
+            }
+        }
+    }
+}

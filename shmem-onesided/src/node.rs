@@ -1,0 +1,408 @@
+//! The one-sided API: a PE's view of the node segment.
+//!
+//! # Completion semantics
+//!
+//! - [`Node::put`] and [`Node::get`] are `memcpy` through the shared mapping;
+//!   they are **synchronous**: when `put` returns the bytes are in the target's
+//!   symmetric memory (the source buffer may be reused), and when `get` returns
+//!   the destination holds them. There is no outstanding operation to wait for.
+//! - *Visibility to another process* follows the memory model: the target (or
+//!   a third PE) is guaranteed to see the bytes of a put only after it
+//!   synchronises with the putter — typically through a signal word written
+//!   with Release after the data ([`Node::put_signal`]) and read with Acquire
+//!   ([`Node::wait_until`]).
+//! - [`Node::fence`] orders every put issued before it before every put and
+//!   signal issued after it (a Release fence). [`Node::quiet`] additionally
+//!   orders them before any later load (a SeqCst fence). Because puts complete
+//!   synchronously, neither has anything to wait for.
+//! - CMA transfers ([`Node::cma_write`], [`Node::cma_read`]) are synchronous
+//!   system calls with the same meaning; they copy to/from arbitrary memory of
+//!   a local process, addressed by its virtual address, and need ptrace-level
+//!   permission over it (checked once at init: [`Node::cma_status`]).
+
+use crate::config::{CmaMode, Config};
+use crate::error::{Error, Result};
+use crate::heap::SymHeap;
+use crate::segment::Segment;
+use core::sync::atomic::{fence, AtomicU64, Ordering};
+use nix::errno::Errno;
+use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
+use nix::unistd::Pid;
+use std::io::{IoSlice, IoSliceMut};
+use std::time::Instant;
+
+/// An address in the symmetric heap: an offset valid on every PE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SymAddr(pub u64);
+
+impl SymAddr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: u64) -> SymAddr {
+        SymAddr(self.0 + bytes)
+    }
+}
+
+/// Whether CMA single copy can be used, decided at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmaStatus {
+    /// `process_vm_readv/writev` work between the local ranks.
+    Available,
+    /// Not usable; the reason (disabled by configuration, or the probe's errno).
+    Unavailable(String),
+}
+
+/// A PE attached to the node segment.
+#[derive(Debug)]
+pub struct Node {
+    seg: Segment,
+    cfg: Config,
+    heap: SymHeap,
+    cma: CmaStatus,
+    /// Kept alive (and at a fixed address) for peers' CMA probes.
+    _probe: Box<u64>,
+}
+
+impl Node {
+    /// Attaches local rank `local_rank` of `local_size` to job `job_id`'s
+    /// node segment (creating it on local rank 0), waits for all local ranks,
+    /// and probes CMA. All local ranks must call this with the same job id,
+    /// size and configuration; they may be started independently.
+    pub fn init(job_id: &str, local_rank: u32, local_size: u32, cfg: Config) -> Result<Self> {
+        let probe = Box::new(0x746d_785f_7072_6f62u64 ^ u64::from(std::process::id()));
+        if cfg.cma != CmaMode::Off {
+            allow_ptrace_by_peers();
+        }
+        let seg = Segment::attach_with_probe(
+            job_id,
+            local_rank,
+            local_size,
+            &cfg,
+            (&*probe as *const u64) as u64,
+            *probe,
+        )?;
+        let cma = match cfg.cma {
+            CmaMode::Off => CmaStatus::Unavailable("disabled by TMX_SHMEM_CMA=off".into()),
+            _ => probe_cma(&seg),
+        };
+        if let CmaStatus::Unavailable(why) = &cma {
+            if cfg.cma == CmaMode::On {
+                return Err(Error::CmaUnavailable {
+                    reason: why.clone(),
+                });
+            }
+            tracing::info!(reason = %why, "CMA single copy unavailable: large messages use the two-copy eager path");
+        } else {
+            tracing::info!("CMA single copy available");
+        }
+        Ok(Node {
+            heap: SymHeap::new(cfg.heap_bytes),
+            seg,
+            cfg,
+            cma,
+            _probe: probe,
+        })
+    }
+
+    /// [`Node::init`] with the job id from `TMX_JOB_ID` (exported by `tmrun`)
+    /// and the configuration from the `TMX_SHMEM_*` variables.
+    pub fn init_from_env(local_rank: u32, local_size: u32) -> Result<Self> {
+        let job = std::env::var("TMX_JOB_ID").map_err(|_| Error::Config {
+            var: "TMX_JOB_ID",
+            value: String::new(),
+            reason: "must be set (tmrun exports it)",
+        })?;
+        Self::init(&job, local_rank, local_size, Config::from_env()?)
+    }
+
+    /// This PE's local rank.
+    pub fn rank(&self) -> u32 {
+        self.seg.rank()
+    }
+
+    /// Number of local PEs.
+    pub fn size(&self) -> u32 {
+        self.seg.size()
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The segment (rings, prepost rings, layout, liveness).
+    pub fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
+    /// The CMA status decided at init.
+    pub fn cma_status(&self) -> &CmaStatus {
+        &self.cma
+    }
+
+    /// Allocates `len` bytes of symmetric memory (64-byte aligned). PEs that
+    /// make the same sequence of `malloc`/`free` calls get the same addresses.
+    pub fn malloc(&mut self, len: u64) -> Result<SymAddr> {
+        self.heap.alloc(len, 64).map(SymAddr)
+    }
+
+    /// Frees a block from [`Node::malloc`].
+    pub fn free(&mut self, addr: SymAddr) -> Result<()> {
+        self.heap.free(addr.0)
+    }
+
+    fn check_pe(&self, pe: u32) -> Result<()> {
+        if pe >= self.size() {
+            return Err(Error::BadPe {
+                pe,
+                size: self.size(),
+            });
+        }
+        Ok(())
+    }
+
+    fn heap_range(&self, pe: u32, addr: SymAddr, len: usize) -> Result<*mut u8> {
+        self.check_pe(pe)?;
+        let limit = self.cfg.heap_bytes;
+        let oob = Error::OutOfBounds {
+            pe,
+            offset: addr.0,
+            len: len as u64,
+            limit,
+        };
+        match addr.0.checked_add(len as u64) {
+            Some(end) if end <= limit => {}
+            _ => return Err(oob),
+        }
+        // SAFETY: addr + len <= heap_bytes was checked, so the pointer stays
+        // inside pe's heap, which is inside the mapping.
+        Ok(unsafe { self.seg.heap_ptr(pe).add(addr.0 as usize) })
+    }
+
+    /// Copies `src` into `pe`'s symmetric memory at `dst`. Complete on return.
+    pub fn put(&self, pe: u32, dst: SymAddr, src: &[u8]) -> Result<()> {
+        let p = self.heap_range(pe, dst, src.len())?;
+        // SAFETY: `p..p+len` is inside the shared mapping (checked) and cannot
+        // overlap `src`, a Rust slice that borrows private memory or another
+        // part of the mapping through a shared reference that this call does
+        // not write. Concurrent access by other processes to the same bytes is
+        // the program's business, as in OpenSHMEM; we only move bytes.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes from `pe`'s symmetric memory at `src`.
+    pub fn get(&self, pe: u32, src: SymAddr, dst: &mut [u8]) -> Result<()> {
+        let p = self.heap_range(pe, src, dst.len())?;
+        // SAFETY: as in `put`, with the roles swapped; `dst` is an exclusive
+        // Rust slice, so it does not overlap the shared source range.
+        unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// A 64-bit atomic in `pe`'s symmetric memory (`addr` 8-byte aligned),
+    /// for signals, counters and locks.
+    pub fn atomic_u64(&self, pe: u32, addr: SymAddr) -> Result<&AtomicU64> {
+        if addr.0 % 8 != 0 {
+            return Err(Error::InvalidArgument(
+                "atomic address must be 8-byte aligned",
+            ));
+        }
+        let p = self.heap_range(pe, addr, 8)?;
+        // SAFETY: in bounds (checked), 8-byte aligned (heap offsets are page
+        // aligned plus an aligned addr), valid for any bit pattern, and alive
+        // as long as `self` (the mapping).
+        Ok(unsafe { AtomicU64::from_ptr(p.cast()) })
+    }
+
+    /// Puts `src` at `dst` on `pe`, then stores `value` to the signal word
+    /// `sig` on `pe` with Release: a PE that sees `value` with Acquire
+    /// ([`Node::wait_until`]) sees the data.
+    pub fn put_signal(
+        &self,
+        pe: u32,
+        dst: SymAddr,
+        src: &[u8],
+        sig: SymAddr,
+        value: u64,
+    ) -> Result<()> {
+        self.put(pe, dst, src)?;
+        self.atomic_u64(pe, sig)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Waits until the local signal word at `sig` satisfies `pred` (Acquire),
+    /// and returns its value. While waiting it checks every
+    /// `TMX_SHMEM_LIVENESS_MS` that `watch` (the PE expected to signal) is
+    /// alive, returning [`Error::PeerDied`] if not.
+    pub fn wait_until(
+        &self,
+        sig: SymAddr,
+        watch: u32,
+        mut pred: impl FnMut(u64) -> bool,
+    ) -> Result<u64> {
+        let w = self.atomic_u64(self.rank(), sig)?;
+        let mut last_check = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if pred(v) {
+                return Ok(v);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 256 == 0 {
+                std::thread::yield_now();
+                if last_check.elapsed() >= self.cfg.liveness_interval {
+                    last_check = Instant::now();
+                    if let Err(e) = self.seg.check_alive(watch) {
+                        let v = w.load(Ordering::Acquire);
+                        return if pred(v) { Ok(v) } else { Err(e) };
+                    }
+                }
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Orders earlier puts before later puts and signals (a Release fence).
+    pub fn fence(&self) {
+        fence(Ordering::Release);
+    }
+
+    /// Orders earlier puts before everything later (a SeqCst fence). Puts are
+    /// synchronous, so there is nothing outstanding to complete.
+    pub fn quiet(&self) {
+        fence(Ordering::SeqCst);
+    }
+
+    fn peer_pid(&self, pe: u32) -> Result<Pid> {
+        self.check_pe(pe)?;
+        let pid = self.seg.pid_of(pe);
+        i32::try_from(pid)
+            .ok()
+            .filter(|p| *p > 0)
+            .map(Pid::from_raw)
+            .ok_or(Error::PeerDied { rank: pe, pid })
+    }
+
+    fn require_cma(&self) -> Result<()> {
+        match &self.cma {
+            CmaStatus::Available => Ok(()),
+            CmaStatus::Unavailable(r) => Err(Error::CmaUnavailable { reason: r.clone() }),
+        }
+    }
+
+    /// Single copy: writes `src` to virtual address `remote_addr` of `pe`'s
+    /// process (`process_vm_writev`). Complete on return.
+    pub fn cma_write(&self, pe: u32, remote_addr: u64, src: &[u8]) -> Result<()> {
+        self.require_cma()?;
+        let pid = self.peer_pid(pe)?;
+        let mut done = 0usize;
+        while done < src.len() {
+            let remote = [RemoteIoVec {
+                base: remote_addr as usize + done,
+                len: src.len() - done,
+            }];
+            match process_vm_writev(pid, &[IoSlice::new(&src[done..])], &remote) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(Errno::EINTR) => {}
+                Err(Errno::ESRCH) => {
+                    return Err(Error::PeerDied {
+                        rank: pe,
+                        pid: pid.as_raw() as u32,
+                    })
+                }
+                Err(e) => return Err(Error::os("process_vm_writev", e)),
+            }
+        }
+        if done < src.len() {
+            return Err(Error::CmaShort {
+                pe,
+                done: done as u64,
+                len: src.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Single copy: reads `dst.len()` bytes from virtual address
+    /// `remote_addr` of `pe`'s process (`process_vm_readv`).
+    pub fn cma_read(&self, pe: u32, remote_addr: u64, dst: &mut [u8]) -> Result<()> {
+        self.require_cma()?;
+        let pid = self.peer_pid(pe)?;
+        let len = dst.len();
+        let mut done = 0usize;
+        while done < len {
+            let remote = [RemoteIoVec {
+                base: remote_addr as usize + done,
+                len: len - done,
+            }];
+            match process_vm_readv(pid, &mut [IoSliceMut::new(&mut dst[done..])], &remote) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(Errno::EINTR) => {}
+                Err(Errno::ESRCH) => {
+                    return Err(Error::PeerDied {
+                        rank: pe,
+                        pid: pid.as_raw() as u32,
+                    })
+                }
+                Err(e) => return Err(Error::os("process_vm_readv", e)),
+            }
+        }
+        if done < len {
+            return Err(Error::CmaShort {
+                pe,
+                done: done as u64,
+                len: len as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Marks this PE finalized in the segment (peers see it in liveness
+    /// reports) and detaches.
+    pub fn finalize(self) {
+        self.seg.mark_finalized();
+    }
+}
+
+/// Lets local peers use `process_vm_readv/writev` on this process under
+/// Yama `ptrace_scope = 1` (as Open MPI's smsc/cma does).
+fn allow_ptrace_by_peers() {
+    // SAFETY: prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) takes integer
+    // arguments only and touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    if rc != 0 {
+        tracing::debug!("prctl(PR_SET_PTRACER_ANY) failed (no Yama?); CMA probe decides");
+    }
+}
+
+/// Reads the next local rank's probe word with `process_vm_readv` (our own
+/// when alone) and compares it with the value it published.
+fn probe_cma(seg: &Segment) -> CmaStatus {
+    let peer = (seg.rank() + 1) % seg.size();
+    let info = seg.rank_info(peer);
+    let addr = info.probe_addr.load(Ordering::Acquire);
+    let want = info.probe_value.load(Ordering::Acquire);
+    let Ok(pid) = i32::try_from(seg.pid_of(peer)) else {
+        return CmaStatus::Unavailable("peer pid out of range".into());
+    };
+    let mut got = [0u8; 8];
+    let remote = [RemoteIoVec {
+        base: addr as usize,
+        len: 8,
+    }];
+    match process_vm_readv(
+        Pid::from_raw(pid),
+        &mut [IoSliceMut::new(&mut got)],
+        &remote,
+    ) {
+        Ok(8) if u64::from_ne_bytes(got) == want => CmaStatus::Available,
+        Ok(n) => CmaStatus::Unavailable(format!(
+            "probe of local rank {peer} read {n} bytes with a wrong value"
+        )),
+        Err(e) => CmaStatus::Unavailable(format!("process_vm_readv on local rank {peer}: {e}")),
+    }
+}

@@ -1,0 +1,597 @@
+//! Single-producer single-consumer header rings of 64-byte slots.
+//!
+//! One ring per ordered pair (sender → receiver) lives in the receiver's part
+//! of the node segment. The ring code only needs a [`RingRef`] — a reference
+//! to the control block and the slot array — so it runs unchanged on a real
+//! shared mapping and on a heap allocation ([`RingMem`]) under loom.
+//!
+//! # Slot format (one cache line)
+//!
+//! ```text
+//!  byte  0..4   seq      AtomicU32, (index + 1) mod 2^32, stored LAST with Release
+//!  byte  4      kind     u8   message kind (transport-defined)
+//!  byte  5      flags    u8
+//!  byte  6..8   aux      u16  (inline payload length for inline messages)
+//!  byte  8..12  nbytes   u32  message length
+//!  byte 12..16  source   u32  sender's local rank
+//!  byte 16..20  tag      u32  MPI tag
+//!  byte 20..24  context  u32  MPI context id
+//!  byte 24..32  word     u64  data offset / address, or the first 8 inline bytes
+//!  byte 32..64  ext      [u8; 32] further inline bytes or a rendezvous descriptor
+//! ```
+//!
+//! Bytes 8..32 are MP_Lite's 24-byte header (`nbytes, src, tag, dest_ptr`)
+//! widened with the context id; up to [`INLINE_MAX`] = 40 payload bytes ride
+//! inline in `word` + `ext`.
+//!
+//! # Protocol
+//!
+//! - Producer (process-private `head`, `cached_consumed`): if
+//!   `head - cached_consumed >= N`, re-read `consumed` (Acquire) **once**; if
+//!   still full, report [`Full`]. Otherwise write the body with plain stores,
+//!   then `seq.store(head + 1, Release)`.
+//! - Consumer (process-private `next`, `published`): accept slot
+//!   `next mod N` iff `seq.load(Acquire) == next + 1`; copy the body out; every
+//!   `batch` messages, and whenever a poll finds the ring empty with
+//!   unpublished progress, `consumed.store(next, Release)`.
+//!
+//! A previous lap's slot holds `seq == next + 1 - N`, never equal to the
+//! expected value, so slots are never cleared and there is no ABA.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use std::collections::VecDeque;
+
+/// Bytes of a slot (one cache line).
+pub const SLOT_BYTES: usize = 64;
+/// Bytes of a slot's body (everything but `seq`).
+const BODY_BYTES: usize = SLOT_BYTES - 4;
+/// Largest payload carried inline in a slot (`word` + `ext`).
+pub const INLINE_MAX: usize = 40;
+/// Bytes of the ring control block (the `consumed` index on its own 128-byte
+/// pair of cache lines, against the adjacent-line prefetcher).
+pub const RING_CTL_BYTES: usize = 128;
+
+/// One 64-byte slot: the sequence word and the header body.
+#[cfg_attr(not(tmx_shmem_loom), repr(C, align(64)))]
+#[derive(Debug)]
+pub struct Slot {
+    seq: AtomicU32,
+    body: UnsafeCell<[u8; BODY_BYTES]>,
+}
+
+// SAFETY: the body is only written by the single producer while the slot is
+// free (the consumer released it with a Release store of `consumed` that the
+// producer acquired) and only read by the single consumer after an Acquire
+// load of `seq` that observed the producer's Release store. That protocol is
+// what loom checks in tests/loom.rs.
+unsafe impl Sync for Slot {}
+// SAFETY: plain bytes and an atomic; no thread affinity.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    /// An empty slot (`seq == 0`, which no index ever expects).
+    pub fn new() -> Self {
+        Slot {
+            seq: AtomicU32::new(0),
+            body: UnsafeCell::new([0; BODY_BYTES]),
+        }
+    }
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(not(tmx_shmem_loom))]
+const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_BYTES);
+#[cfg(not(tmx_shmem_loom))]
+const _: () = assert!(core::mem::size_of::<RingCtl>() == RING_CTL_BYTES);
+
+/// The ring's shared control block: the consumer's published index.
+#[cfg_attr(not(tmx_shmem_loom), repr(C, align(128)))]
+#[derive(Debug)]
+pub struct RingCtl {
+    consumed: AtomicU64,
+}
+
+impl RingCtl {
+    /// A control block for an empty ring.
+    pub fn new() -> Self {
+        RingCtl {
+            consumed: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for RingCtl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A header as it travels in a slot. See the module docs for the byte layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Header {
+    /// Message kind (transport-defined).
+    pub kind: u8,
+    /// Flags (transport-defined).
+    pub flags: u8,
+    /// Auxiliary 16 bits (the inline length for inline messages).
+    pub aux: u16,
+    /// Message length in bytes.
+    pub nbytes: u32,
+    /// Sender's local rank.
+    pub source: u32,
+    /// MPI tag.
+    pub tag: u32,
+    /// MPI context id.
+    pub context: u32,
+    /// Data offset/address, or the first 8 inline bytes.
+    pub word: u64,
+    /// Extra inline bytes or a rendezvous descriptor.
+    pub ext: [u8; 32],
+}
+
+impl Header {
+    /// Stores `payload` (at most [`INLINE_MAX`] bytes) in `word` + `ext` and
+    /// sets `aux` to its length. Returns `false` (and changes nothing) if it
+    /// does not fit.
+    pub fn set_inline(&mut self, payload: &[u8]) -> bool {
+        if payload.len() > INLINE_MAX {
+            return false;
+        }
+        let mut b = [0u8; INLINE_MAX];
+        b[..payload.len()].copy_from_slice(payload);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[..8]);
+        self.word = u64::from_le_bytes(w);
+        self.ext.copy_from_slice(&b[8..]);
+        // INLINE_MAX < 2^16
+        self.aux = payload.len() as u16;
+        true
+    }
+
+    /// The inline payload (`aux` bytes of `word` + `ext`), clamped to
+    /// [`INLINE_MAX`] so a corrupt `aux` cannot read past the slot.
+    pub fn inline_payload(&self) -> ([u8; INLINE_MAX], usize) {
+        let mut b = [0u8; INLINE_MAX];
+        b[..8].copy_from_slice(&self.word.to_le_bytes());
+        b[8..].copy_from_slice(&self.ext);
+        (b, usize::from(self.aux).min(INLINE_MAX))
+    }
+
+    fn encode(&self) -> [u8; BODY_BYTES] {
+        let mut b = [0u8; BODY_BYTES];
+        // body index = slot byte - 4
+        b[0] = self.kind;
+        b[1] = self.flags;
+        b[2..4].copy_from_slice(&self.aux.to_le_bytes());
+        b[4..8].copy_from_slice(&self.nbytes.to_le_bytes());
+        b[8..12].copy_from_slice(&self.source.to_le_bytes());
+        b[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..20].copy_from_slice(&self.context.to_le_bytes());
+        b[20..28].copy_from_slice(&self.word.to_le_bytes());
+        b[28..60].copy_from_slice(&self.ext);
+        b
+    }
+
+    fn decode(b: &[u8; BODY_BYTES]) -> Self {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[20..28]);
+        let mut ext = [0u8; 32];
+        ext.copy_from_slice(&b[28..60]);
+        Header {
+            kind: b[0],
+            flags: b[1],
+            aux: u16::from_le_bytes([b[2], b[3]]),
+            nbytes: u32_at(4),
+            source: u32_at(8),
+            tag: u32_at(12),
+            context: u32_at(16),
+            word: u64::from_le_bytes(w),
+            ext,
+        }
+    }
+}
+
+/// The producer found the ring full even after re-reading the consumer index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+/// Where a ring lives: its control block and its slots (a power-of-two count).
+#[derive(Debug, Clone, Copy)]
+pub struct RingRef<'a> {
+    ctl: &'a RingCtl,
+    slots: &'a [Slot],
+}
+
+impl<'a> RingRef<'a> {
+    /// A ring over `slots` (length must be a power of two, at least 1).
+    ///
+    /// # Panics
+    /// If `slots.len()` is not a power of two: ring geometry is fixed by the
+    /// crate's layout code, never by peer data.
+    pub fn new(ctl: &'a RingCtl, slots: &'a [Slot]) -> Self {
+        assert!(
+            slots.len().is_power_of_two(),
+            "ring length must be a power of two"
+        );
+        RingRef { ctl, slots }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    #[inline]
+    fn slot(&self, index: u64) -> &'a Slot {
+        // The mask keeps the index in bounds.
+        &self.slots[(index & (self.capacity() - 1)) as usize]
+    }
+}
+
+/// A ring on the heap, for tests and loom models (the real rings live in the
+/// node segment).
+#[derive(Debug)]
+pub struct RingMem {
+    ctl: RingCtl,
+    slots: Box<[Slot]>,
+}
+
+impl RingMem {
+    /// A heap ring of `n` slots (`n` a power of two).
+    pub fn new(n: usize) -> Self {
+        RingMem {
+            ctl: RingCtl::new(),
+            slots: (0..n).map(|_| Slot::new()).collect(),
+        }
+    }
+
+    /// The ring's [`RingRef`].
+    pub fn view(&self) -> RingRef<'_> {
+        RingRef::new(&self.ctl, &self.slots)
+    }
+}
+
+/// The producer's process-private state.
+#[derive(Debug, Default, Clone)]
+pub struct Producer {
+    head: u64,
+    cached_consumed: u64,
+    rereads: u64,
+}
+
+impl Producer {
+    /// A producer for a fresh ring.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Messages pushed so far.
+    pub fn pushed(&self) -> u64 {
+        self.head
+    }
+
+    /// How often the cached consumer index had to be re-read.
+    pub fn rereads(&self) -> u64 {
+        self.rereads
+    }
+
+    /// Free slots as far as this producer knows (an under-estimate: the
+    /// consumer may have freed more since the last re-read).
+    pub fn known_free(&self, ring: RingRef<'_>) -> u64 {
+        ring.capacity()
+            .saturating_sub(self.head.wrapping_sub(self.cached_consumed))
+    }
+
+    /// Publishes `hdr` in the next slot, or returns [`Full`] if the ring is full
+    /// after one re-read of the consumer index.
+    #[inline]
+    pub fn try_push(&mut self, ring: RingRef<'_>, hdr: &Header) -> Result<(), Full> {
+        self.push_with(ring, hdr, Ordering::Release)
+    }
+
+    /// **Negative control for loom only**: the same as [`Producer::try_push`]
+    /// but publishing `seq` with `Relaxed`, which is too weak. `tests/loom.rs`
+    /// asserts that loom rejects it.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn try_push_relaxed_publish(
+        &mut self,
+        ring: RingRef<'_>,
+        hdr: &Header,
+    ) -> Result<(), Full> {
+        self.push_with(ring, hdr, Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn push_with(
+        &mut self,
+        ring: RingRef<'_>,
+        hdr: &Header,
+        publish: Ordering,
+    ) -> Result<(), Full> {
+        let n = ring.capacity();
+        if self.head.wrapping_sub(self.cached_consumed) >= n {
+            self.rereads += 1;
+            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
+            if self.head.wrapping_sub(self.cached_consumed) >= n {
+                return Err(Full);
+            }
+        }
+        let slot = ring.slot(self.head);
+        let body = hdr.encode();
+        // SAFETY: the slot is free: `consumed` (acquired above, or earlier)
+        // is past `head - n`, so the consumer finished reading this slot's
+        // previous lap before its Release store of `consumed`, and it reads
+        // this lap only after our Release store of `seq` below. We are the
+        // only producer.
+        slot.body.with_mut(|p| unsafe { p.write(body) });
+        // Truncation to u32 is the sequence word's wrap-around by design.
+        slot.seq.store((self.head as u32).wrapping_add(1), publish);
+        self.head += 1;
+        Ok(())
+    }
+}
+
+/// The consumer's process-private state.
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    next: u64,
+    published: u64,
+    batch: u64,
+}
+
+impl Consumer {
+    /// A consumer that publishes its index every `batch` messages (clamped to
+    /// at least 1), and whenever a poll finds the ring empty.
+    pub fn new(batch: u64) -> Self {
+        Consumer {
+            next: 0,
+            published: 0,
+            batch: batch.max(1),
+        }
+    }
+
+    /// Messages consumed so far.
+    pub fn consumed(&self) -> u64 {
+        self.next
+    }
+
+    /// Takes the next header if one is published. When the ring is empty,
+    /// publishes any unpublished progress so a waiting producer can go on.
+    #[inline]
+    pub fn poll(&mut self, ring: RingRef<'_>) -> Option<Header> {
+        self.poll_with(ring, Ordering::Release)
+    }
+
+    /// **Negative control for loom only**: [`Consumer::poll`] publishing the
+    /// consumer index with `Relaxed`, which lets the producer overwrite a slot
+    /// the consumer may still be reading. `tests/loom.rs` asserts that loom
+    /// rejects it.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn poll_relaxed_release(&mut self, ring: RingRef<'_>) -> Option<Header> {
+        self.poll_with(ring, Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn poll_with(&mut self, ring: RingRef<'_>, release: Ordering) -> Option<Header> {
+        let slot = ring.slot(self.next);
+        // Truncation: see Producer::push_with.
+        let expect = (self.next as u32).wrapping_add(1);
+        if slot.seq.load(Ordering::Acquire) != expect {
+            self.publish_with(ring, release);
+            return None;
+        }
+        // SAFETY: the Acquire load above saw the producer's Release store of
+        // this lap's `seq`, which follows its write of the body; the producer
+        // does not touch this slot again until we publish `consumed` past it.
+        let body = slot.body.with(|p| unsafe { p.read() });
+        self.next += 1;
+        if self.next - self.published >= self.batch {
+            self.publish_with(ring, release);
+        }
+        Some(Header::decode(&body))
+    }
+
+    /// Publishes the consumer index now (Release) if it moved.
+    #[inline]
+    pub fn publish(&mut self, ring: RingRef<'_>) {
+        self.publish_with(ring, Ordering::Release)
+    }
+
+    #[inline]
+    fn publish_with(&mut self, ring: RingRef<'_>, order: Ordering) {
+        if self.next != self.published {
+            ring.ctl.consumed.store(self.next, order);
+            self.published = self.next;
+        }
+    }
+}
+
+/// A producer with a per-peer pending FIFO: backpressure without loss.
+///
+/// [`Outbox::send`] pushes to the ring when it can; when the ring is full
+/// (after the one re-read) or earlier headers are still pending, the header
+/// joins the local FIFO, so order is preserved. [`Outbox::flush`] moves
+/// pending headers into the ring in order. Nothing is ever dropped.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    producer: Producer,
+    pending: VecDeque<Header>,
+    backpressure_events: u64,
+}
+
+/// Where [`Outbox::send`] put a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Published in the ring.
+    Ring,
+    /// Queued locally behind a full ring or earlier pending headers.
+    Queued,
+}
+
+impl Outbox {
+    /// An outbox for a fresh ring.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sends `hdr`, in order after everything sent before.
+    pub fn send(&mut self, ring: RingRef<'_>, hdr: Header) -> Sent {
+        if self.pending.is_empty() && self.producer.try_push(ring, &hdr).is_ok() {
+            return Sent::Ring;
+        }
+        if self.pending.is_empty() {
+            self.backpressure_events += 1;
+            tracing::debug!(
+                pending = 1,
+                "shmem ring full after re-reading consumer index: queueing locally"
+            );
+        }
+        self.pending.push_back(hdr);
+        Sent::Queued
+    }
+
+    /// Moves pending headers into the ring, in order, until it is full.
+    /// Returns how many remain pending.
+    pub fn flush(&mut self, ring: RingRef<'_>) -> usize {
+        while let Some(h) = self.pending.front() {
+            if self.producer.try_push(ring, h).is_err() {
+                break;
+            }
+            self.pending.pop_front();
+        }
+        self.pending.len()
+    }
+
+    /// Headers waiting locally.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// How many times a send found the ring full and started queueing.
+    pub fn backpressure_events(&self) -> u64 {
+        self.backpressure_events
+    }
+
+    /// The underlying producer state.
+    pub fn producer(&self) -> &Producer {
+        &self.producer
+    }
+}
+
+#[cfg(all(test, not(tmx_shmem_loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn any_header() -> impl Strategy<Value = Header> {
+        (
+            any::<[u8; 4]>(),
+            any::<[u32; 4]>(),
+            any::<u64>(),
+            any::<[u8; 32]>(),
+        )
+            .prop_map(|(k, w, word, ext)| Header {
+                kind: k[0],
+                flags: k[1],
+                aux: u16::from_le_bytes([k[2], k[3]]),
+                nbytes: w[0],
+                source: w[1],
+                tag: w[2],
+                context: w[3],
+                word,
+                ext,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn header_round_trips(h in any_header()) {
+            prop_assert_eq!(Header::decode(&h.encode()), h);
+        }
+
+        #[test]
+        fn inline_round_trips(p in proptest::collection::vec(any::<u8>(), 0..=INLINE_MAX)) {
+            let mut h = Header::default();
+            prop_assert!(h.set_inline(&p));
+            let (b, n) = h.inline_payload();
+            prop_assert_eq!(&b[..n], &p[..]);
+        }
+    }
+
+    #[test]
+    fn inline_limits() {
+        let mut h = Header::default();
+        assert!(!h.set_inline(&[0; INLINE_MAX + 1]));
+        h.aux = 999; // corrupt length from a peer is clamped
+        assert_eq!(h.inline_payload().1, INLINE_MAX);
+    }
+
+    #[test]
+    fn full_then_reread_then_wraps() {
+        let mem = RingMem::new(2);
+        let (mut p, mut c) = (Producer::new(), Consumer::new(2));
+        let h = |t| Header {
+            tag: t,
+            ..Header::default()
+        };
+        assert!(p.try_push(mem.view(), &h(0)).is_ok());
+        assert!(p.try_push(mem.view(), &h(1)).is_ok());
+        assert_eq!(p.try_push(mem.view(), &h(2)), Err(Full));
+        assert_eq!(p.rereads(), 1);
+        assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(0));
+        // batch 2: index not yet published, still full for the producer
+        assert_eq!(p.try_push(mem.view(), &h(2)), Err(Full));
+        assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(1));
+        assert!(p.try_push(mem.view(), &h(2)).is_ok());
+        assert_eq!(p.known_free(mem.view()), 1);
+        assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(2));
+        assert_eq!(c.poll(mem.view()), None);
+        assert_eq!(c.consumed(), 3);
+    }
+
+    #[test]
+    fn threads_stream_in_order() {
+        let mem = Arc::new(RingMem::new(4));
+        let m2 = mem.clone();
+        let n = 50_000u32;
+        let t = std::thread::spawn(move || {
+            let mut o = Outbox::new();
+            for i in 0..n {
+                o.send(
+                    m2.view(),
+                    Header {
+                        tag: i,
+                        nbytes: i ^ 0xabcd,
+                        ..Header::default()
+                    },
+                );
+                o.flush(m2.view());
+            }
+            while o.flush(m2.view()) > 0 {
+                std::thread::yield_now();
+            }
+        });
+        let mut c = Consumer::new(2);
+        let mut i = 0;
+        while i < n {
+            match c.poll(mem.view()) {
+                Some(h) => {
+                    assert_eq!((h.tag, h.nbytes), (i, i ^ 0xabcd));
+                    i += 1;
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        t.join().unwrap();
+    }
+}

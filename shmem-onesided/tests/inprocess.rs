@@ -1,0 +1,442 @@
+//! In-process tests of the node segment, the one-sided API and the endpoint:
+//! local ranks are threads, each with its own mapping of the real segment.
+#![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
+
+use shmem_onesided::{CmaMode, Config, Endpoint, Error, Node, SymAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use tm_proto::{MatchSpec, Source, Tag, TagLayout};
+
+fn job(name: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "it{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn shm_leftovers(job: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("tmx-{job}-")))
+        .collect()
+}
+
+fn cfg() -> Config {
+    Config {
+        ring_slots: 8,
+        heap_bytes: 1 << 20,
+        eager_bytes: 1 << 20,
+        attach_timeout: Duration::from_secs(20),
+        ..Config::default()
+    }
+}
+
+/// Runs `f(rank)` on `size` threads, each attaching its own Node.
+fn ranks<T: Send + 'static>(
+    job: &str,
+    size: u32,
+    cfg: Config,
+    f: impl Fn(u32, Result<Node, Error>) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let hs: Vec<_> = (0..size)
+        .map(|r| {
+            let (job, cfg, f) = (job.to_owned(), cfg.clone(), f.clone());
+            std::thread::spawn(move || f(r, Node::init(&job, r, size, cfg)))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn attach_unlinks_the_name_once_all_attached() {
+    let j = job("attach");
+    let seen = ranks(&j, 3, cfg(), {
+        let j = j.clone();
+        move |r, n| {
+            let n = n.unwrap();
+            assert_eq!((n.rank(), n.size()), (r, 3));
+            // Every rank returns only after the name is gone.
+            shm_leftovers(&j).len()
+        }
+    });
+    assert_eq!(seen, vec![0, 0, 0]);
+}
+
+#[test]
+fn attach_timeout_is_typed_and_cleans_up() {
+    let j = job("timeout");
+    let c = Config {
+        attach_timeout: Duration::from_millis(300),
+        ..cfg()
+    };
+    match Node::init(&j, 0, 2, c) {
+        Err(Error::AttachTimeout {
+            attached, expected, ..
+        }) => assert_eq!((attached, expected), (1, 2)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
+fn layout_mismatch_is_reported_and_cleans_up() {
+    let j = job("mismatch");
+    let out = ranks(&j, 2, cfg(), {
+        move |_r, n| n.map(|_| ()).map_err(|e| e.to_string())
+    });
+    assert!(out.iter().all(|r| r.is_ok()));
+    // Now a job whose rank 1 disagrees about the ring size.
+    let j = job("mismatch2");
+    let c0 = Config {
+        attach_timeout: Duration::from_millis(2000),
+        ..cfg()
+    };
+    let c1 = Config {
+        ring_slots: 16,
+        ..c0.clone()
+    };
+    let j1 = j.clone();
+    let t1 = std::thread::spawn(move || Node::init(&j1, 1, 2, c1));
+    let r0 = Node::init(&j, 0, 2, c0);
+    let r1 = t1.join().unwrap();
+    match r1 {
+        Err(Error::LayoutMismatch {
+            field,
+            ours,
+            theirs,
+        }) => {
+            assert_eq!((field, ours, theirs), ("ring_slots", 16, 8))
+        }
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    assert!(matches!(r0, Err(Error::AttachTimeout { .. })), "{r0:?}");
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
+fn bad_arguments_are_typed() {
+    assert!(matches!(
+        Node::init("bad/id", 0, 1, cfg()),
+        Err(Error::InvalidJobId { .. })
+    ));
+    assert!(matches!(
+        Node::init("", 0, 1, cfg()),
+        Err(Error::InvalidJobId { .. })
+    ));
+    assert!(matches!(
+        Node::init("ok", 2, 2, cfg()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn put_get_signal_and_bounds() {
+    let j = job("putget");
+    let res = ranks(&j, 2, cfg(), |r, n| {
+        let mut n = n.unwrap();
+        let buf = n.malloc(4096).unwrap();
+        let sig = n.malloc(8).unwrap();
+        let ctr = n.malloc(8).unwrap();
+        // Same call sequence, same symmetric addresses.
+        assert_eq!((buf, sig, ctr), (SymAddr(0), SymAddr(4096), SymAddr(4160)));
+        let peer = 1 - r;
+        let data: Vec<u8> = (0..4096u32).map(|i| (i as u8) ^ (r as u8 * 0x55)).collect();
+        n.put_signal(peer, buf, &data, sig, 1).unwrap();
+        n.wait_until(sig, peer, |v| v == 1).unwrap();
+        let mut got = vec![0u8; 4096];
+        n.get(r, buf, &mut got).unwrap();
+        let want: Vec<u8> = (0..4096u32)
+            .map(|i| (i as u8) ^ (peer as u8 * 0x55))
+            .collect();
+        assert_eq!(got, want, "rank {r} sees its peer's put");
+        // Atomics on a peer's heap.
+        n.atomic_u64(0, ctr.offset(0))
+            .unwrap()
+            .fetch_add(10, Ordering::AcqRel);
+        n.quiet();
+        assert!(matches!(
+            n.put(peer, SymAddr((1 << 20) - 4), &[0; 8]),
+            Err(Error::OutOfBounds { offset, len: 8, .. }) if offset == (1 << 20) - 4
+        ));
+        assert!(matches!(
+            n.get(5, buf, &mut got),
+            Err(Error::BadPe { pe: 5, size: 2 })
+        ));
+        assert!(n.atomic_u64(0, SymAddr(4)).is_err());
+        n.free(buf).unwrap();
+        n
+    });
+    // Both added 10 to the counter on rank 0.
+    let v = res[0]
+        .atomic_u64(0, SymAddr(4160))
+        .unwrap()
+        .load(Ordering::Acquire);
+    assert_eq!(v, 20);
+}
+
+#[test]
+fn cma_single_copy_or_clear_fallback() {
+    let j = job("cma");
+    let c = Config {
+        cma: CmaMode::Auto,
+        ..cfg()
+    };
+    ranks(&j, 1, c, |_r, n| {
+        let n = n.unwrap();
+        let src = vec![7u8; 10_000];
+        let mut dst = vec![0u8; 10_000];
+        match n.cma_status().clone() {
+            shmem_onesided::CmaStatus::Available => {
+                n.cma_read(0, src.as_ptr() as u64, &mut dst).unwrap();
+                assert_eq!(dst, src);
+                n.cma_write(0, dst.as_mut_ptr() as u64, &[9u8; 100])
+                    .unwrap();
+                assert_eq!(dst[..100], [9u8; 100]);
+                assert_eq!(dst[100], 7);
+            }
+            shmem_onesided::CmaStatus::Unavailable(why) => {
+                eprintln!("CMA unavailable here ({why}); checking the typed fallback error");
+                assert!(matches!(
+                    n.cma_read(0, src.as_ptr() as u64, &mut dst),
+                    Err(Error::CmaUnavailable { .. })
+                ));
+            }
+        }
+    });
+    let off = Config {
+        cma: CmaMode::Off,
+        ..cfg()
+    };
+    ranks(&job("cmaoff"), 1, off, |_r, n| {
+        let n = n.unwrap();
+        let mut d = [0u8; 8];
+        assert!(matches!(
+            n.cma_read(0, d.as_ptr() as u64, &mut d),
+            Err(Error::CmaUnavailable { .. })
+        ));
+    });
+}
+
+fn spec(source: u32, tag: u32) -> MatchSpec {
+    MatchSpec {
+        context_id: 3,
+        source: Source::Rank(source),
+        tag: Tag::Value(tag),
+    }
+}
+
+#[test]
+fn self_send_all_paths_in_order() {
+    let j = job("self");
+    let c = Config {
+        ring_slots: 2,
+        // Not a multiple of 64: the largest eager message is still 8128 B.
+        eager_bytes: 8200,
+        cma: CmaMode::Off,
+        ..cfg()
+    };
+    ranks(&j, 1, c, |_r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        let sizes = [0usize, 1, 8, 40, 41, 1000, 5000, 8128];
+        for (i, &s) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..s).map(|k| (k + i) as u8).collect();
+            ep.send(0, i as u32 % 2, 3, &data).unwrap();
+        }
+        assert!(ep.queued() > 0, "a 2-slot ring must queue");
+        // Tag 1 first: matching skips the tag-0 messages but keeps order per tag.
+        let mut buf = vec![0u8; 9000];
+        for (i, &s) in sizes.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+            let st = ep.recv(spec(0, 1), &mut buf).unwrap();
+            assert_eq!((st.source, st.tag, st.len), (0, 1, s));
+            assert!(buf[..s]
+                .iter()
+                .enumerate()
+                .all(|(k, b)| *b == (k + i) as u8));
+        }
+        for (i, &s) in sizes.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+            let st = ep.recv(spec(0, 0), &mut buf).unwrap();
+            assert_eq!(st.len, s);
+            assert!(buf[..s]
+                .iter()
+                .enumerate()
+                .all(|(k, b)| *b == (k + i) as u8));
+        }
+        // Larger than the eager area without CMA: fragments (the blocked send
+        // drains its own ring and relieves its own eager pressure).
+        let big: Vec<u8> = (0..20_000u32).map(|k| (k % 253) as u8).collect();
+        ep.send(0, 5, 3, &big).unwrap();
+        let mut bigbuf = vec![0u8; 20_000];
+        let st = ep.recv(spec(0, 5), &mut bigbuf).unwrap();
+        assert_eq!((st.len, &bigbuf[..]), (20_000, &big[..]));
+        // Truncation is reported (and consumes the message).
+        ep.send(0, 9, 3, &[1; 100]).unwrap();
+        assert!(matches!(
+            ep.recv(spec(0, 9), &mut [0u8; 10]),
+            Err(Error::Truncated {
+                len: 100,
+                capacity: 10
+            })
+        ));
+        assert_eq!(ep.try_recv(spec(0, 9), &mut buf).unwrap(), None);
+        let c = ep.finalize().unwrap();
+        assert_eq!(
+            (
+                c.inline_sends,
+                c.buffered_sends,
+                c.fragmented_sends,
+                c.received
+            ),
+            (4, 5, 1, 10)
+        );
+        assert!(c.backpressure_events > 0 && c.index_rereads > 0, "{c}");
+        assert!(c.to_string().contains("backpressure events"));
+    });
+}
+
+/// The prepost primitive on the real segment: the receiver advertises a
+/// buffer in its symmetric heap, the sender claims it, puts the data straight
+/// there (no eager copy) and marks it done; a second prepost is withdrawn.
+#[test]
+fn prepost_direct_put_over_the_segment() {
+    use shmem_onesided::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
+    let j = job("prepost");
+    ranks(&j, 2, cfg(), |r, n| {
+        let mut n = n.unwrap();
+        let buf = n.malloc(256).unwrap();
+        let seg = n.segment();
+        if r == 1 {
+            // receiver
+            let ring = seg.prepost(1, 0);
+            let mut po = Poster::new();
+            // Receives as tm-match's offload model hands them to an engine:
+            // (tag, mask) from the TagLayout, plus the sync count.
+            let p = |tag, cookie| {
+                let e = TagLayout::DEFAULT
+                    .match_bits(MatchSpec {
+                        context_id: 1,
+                        source: Source::Rank(0),
+                        tag,
+                    })
+                    .unwrap();
+                Prepost {
+                    tag: e.tag,
+                    mask: e.mask,
+                    count: 0,
+                    capacity: 256,
+                    offset: buf.0,
+                    cookie,
+                    flags: 0,
+                }
+            };
+            let i = po.post(ring, &p(Tag::Any, 7)).unwrap();
+            let i2 = po.post(ring, &p(Tag::Value(43), 8)).unwrap();
+            let len = loop {
+                match po.state(ring, i) {
+                    PostState::Done(len) => break len,
+                    PostState::Posted | PostState::Claimed => std::thread::yield_now(),
+                    PostState::Withdrawn => panic!("nobody withdrew entry {i}"),
+                }
+            };
+            let mut got = vec![0u8; len as usize];
+            n.get(1, buf, &mut got).unwrap();
+            assert_eq!(got, b"straight into the receive buffer");
+            // Tag 42 matched the ANY_TAG entry, not the tag-43 one, which can
+            // still be withdrawn.
+            assert_eq!(po.withdraw(ring, i2), Withdraw::Withdrawn);
+        } else {
+            // sender
+            let ring = seg.prepost(1, 0);
+            let mut cl = Claimer::new();
+            let c = loop {
+                let msg_tag = TagLayout::DEFAULT
+                    .encode(tm_proto::Envelope {
+                        context_id: 1,
+                        source: 0,
+                        tag: 42,
+                    })
+                    .unwrap();
+                if let Some(c) = cl.claim_first(ring, |p| p.count == 0 && p.matches(msg_tag)) {
+                    break c;
+                }
+                std::thread::yield_now();
+            };
+            assert_eq!(c.prepost.cookie, 7);
+            let msg = b"straight into the receive buffer";
+            assert!(msg.len() as u64 <= c.prepost.capacity);
+            n.put(1, SymAddr(c.prepost.offset), msg).unwrap();
+            cl.complete(ring, &c, msg.len() as u64);
+        }
+    });
+}
+
+/// A name that already exists (a stale job with the same id) is reported,
+/// and left alone: it is not ours to remove.
+#[test]
+fn existing_segment_is_reported_not_removed() {
+    let j = job("exists");
+    let path = format!("/dev/shm/tmx-{j}-shmem");
+    std::fs::write(&path, b"stale").unwrap();
+    let r = Node::init(&j, 0, 1, cfg());
+    let still_there = std::path::Path::new(&path).exists();
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(r, Err(Error::SegmentExists { .. })), "{r:?}");
+    assert!(still_there);
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LENS: &[usize] = &[0, 5, 40, 41, 300, 3000];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Self-sends through a 2-slot ring and an 8 KiB eager area, then
+        /// receives in a random order of (possibly wildcard) tags: every
+        /// receive gets exactly the oldest matching message, as MPI says,
+        /// whatever was queued locally or relieved under eager pressure.
+        #[test]
+        fn matches_like_the_reference(
+            sends in proptest::collection::vec((0u32..3, 0usize..LENS.len()), 1..40),
+            recvs in proptest::collection::vec(proptest::option::of(0u32..3), 1..60),
+        ) {
+            let c = Config { ring_slots: 2, eager_bytes: 8192, cma: CmaMode::Off, ..cfg() };
+            let node = Node::init(&job("model"), 0, 1, c).unwrap();
+            let mut ep = Endpoint::new(node);
+            let mut reference: Vec<(u32, Vec<u8>)> = Vec::new();
+            for (i, (tag, l)) in sends.iter().enumerate() {
+                let data: Vec<u8> = (0..LENS[*l]).map(|k| (k * 7 + i) as u8).collect();
+                ep.send(0, *tag, 3, &data).unwrap();
+                reference.push((*tag, data));
+            }
+            let mut buf = vec![0u8; 4096];
+            for want in recvs {
+                let spec = MatchSpec {
+                    context_id: 3,
+                    source: Source::Rank(0),
+                    tag: want.map_or(Tag::Any, Tag::Value),
+                };
+                match reference.iter().position(|(t, _)| want.is_none_or(|w| w == *t)) {
+                    Some(i) => {
+                        let (tag, data) = reference.remove(i);
+                        let st = ep.recv(spec, &mut buf).unwrap();
+                        prop_assert_eq!((st.tag, st.len), (tag, data.len()));
+                        prop_assert_eq!(&buf[..st.len], &data[..]);
+                    }
+                    None => prop_assert_eq!(ep.try_recv(spec, &mut buf).unwrap(), None),
+                }
+            }
+            // Drain the rest in order.
+            for (tag, data) in reference {
+                let st = ep.recv(MatchSpec { context_id: 3, source: Source::Any, tag: Tag::Any }, &mut buf).unwrap();
+                prop_assert_eq!((st.tag, &buf[..st.len]), (tag, &data[..]));
+            }
+            let c = ep.finalize().unwrap();
+            prop_assert_eq!(c.received as usize, sends.len());
+        }
+    }
+}

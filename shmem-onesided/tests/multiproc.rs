@@ -1,0 +1,490 @@
+//! Multi-process tests: real processes sharing a real node segment.
+//!
+//! The test binary spawns itself as the local ranks (role in
+//! `TMX_SHMEM_TEST_ROLE`), with a fresh `TMX_JOB_ID` per scenario. The parent
+//! checks exit codes and output, kills only the children it started if they
+//! overrun, and checks (and cleans) `/dev/shm/tmx-<jobid>-*` whatever happens.
+#![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
+
+use shmem_onesided::{CmaStatus, Config, Endpoint, Error, Node, SymAddr};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+use tm_proto::{MatchSpec, Source, Tag};
+
+const ROLE: &str = "TMX_SHMEM_TEST_ROLE";
+
+// ---------------------------------------------------------------- children
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+fn exact(source: u32, tag: u32) -> MatchSpec {
+    MatchSpec {
+        context_id: 1,
+        source: Source::Rank(source),
+        tag: Tag::Value(tag),
+    }
+}
+
+fn init() -> Endpoint {
+    let rank: u32 = std::env::var("RANK").unwrap().parse().unwrap();
+    let size: u32 = std::env::var("SIZE").unwrap().parse().unwrap();
+    Endpoint::new(Node::init_from_env(rank, size).unwrap())
+}
+
+const PP_SIZES: &[usize] = &[0, 1, 8, 40, 41, 64, 1024, 65536, 1 << 20];
+
+fn child_pingpong() {
+    let mut ep = init();
+    let me = ep.rank();
+    let peer = 1 - me;
+    let mut buf = vec![0u8; 1 << 20];
+    for (k, &len) in PP_SIZES.iter().enumerate() {
+        for it in 0..20u64 {
+            let tag = (k as u32) * 100 + it as u32;
+            let seed = tag as u64;
+            if me == 0 {
+                ep.send(peer, tag, 1, &pattern(seed, len)).unwrap();
+                let st = ep.recv(exact(peer, tag), &mut buf).unwrap();
+                assert_eq!((st.source, st.tag, st.len), (peer, tag, len));
+                assert!(
+                    buf[..len] == pattern(seed + 1, len)[..],
+                    "reply payload, len {len}"
+                );
+            } else {
+                let st = ep.recv(exact(peer, tag), &mut buf).unwrap();
+                assert_eq!(st.len, len);
+                assert!(buf[..len] == pattern(seed, len)[..], "payload, len {len}");
+                ep.send(peer, tag, 1, &pattern(seed + 1, len)).unwrap();
+            }
+        }
+    }
+    // Larger than the 8 MiB eager area: CMA, or fragments without it.
+    let big = pattern(77 + u64::from(me), 12 << 20);
+    let mut bigbuf = vec![0u8; 12 << 20];
+    if me == 0 {
+        ep.send(peer, 5000, 1, &big).unwrap();
+        ep.recv(exact(peer, 5000), &mut bigbuf).unwrap();
+    } else {
+        ep.recv(exact(peer, 5000), &mut bigbuf).unwrap();
+        ep.send(peer, 5000, 1, &big).unwrap();
+    }
+    assert!(
+        bigbuf == pattern(77 + u64::from(peer), 12 << 20),
+        "12 MiB payload"
+    );
+    // One-sided: each puts into the other's heap and signals.
+    let node = ep.node_mut();
+    let data = node.malloc(65536).unwrap();
+    let sig = node.malloc(8).unwrap();
+    node.put_signal(peer, data, &pattern(u64::from(me), 65536), sig, 7)
+        .unwrap();
+    node.wait_until(sig, peer, |v| v == 7).unwrap();
+    let mut got = vec![0u8; 65536];
+    node.get(me, data, &mut got).unwrap();
+    assert!(got == pattern(u64::from(peer), 65536));
+    let cma = matches!(node.cma_status(), CmaStatus::Available);
+    // Nobody frees its heap before the peer's put landed.
+    ep.send(peer, 9999, 1, b"done").unwrap();
+    ep.recv(exact(peer, 9999), &mut buf).unwrap();
+    let c = ep.finalize().unwrap();
+    println!("cma={cma} counters: {c}");
+    println!("cma_sends={}", c.cma_sends);
+}
+
+fn child_many_to_one() {
+    let mut ep = init();
+    let me = ep.rank();
+    let n = 300u32;
+    if me == 0 {
+        let senders = ep.size() - 1;
+        let mut next = vec![0u32; ep.size() as usize];
+        let mut buf = vec![0u8; 4096];
+        for _ in 0..n * senders {
+            let any = MatchSpec {
+                context_id: 1,
+                source: Source::Any,
+                tag: Tag::Any,
+            };
+            let st = ep.recv(any, &mut buf).unwrap();
+            let s = st.source as usize;
+            assert_eq!(st.tag, next[s], "per-source FIFO from {s}");
+            let len = (st.tag as usize * 13) % 300;
+            assert_eq!(st.len, len);
+            assert!(buf[..len] == pattern(u64::from(st.source) << 32 | u64::from(st.tag), len)[..]);
+            next[s] += 1;
+        }
+        assert!(next[1..].iter().all(|&c| c == n));
+        // Nothing more arrived.
+        let mut b = [0u8; 8];
+        let any = MatchSpec {
+            context_id: 1,
+            source: Source::Any,
+            tag: Tag::Any,
+        };
+        assert_eq!(ep.try_recv(any, &mut b).unwrap(), None);
+        for s in 1..ep.size() {
+            ep.send(s, 0, 2, b"bye").unwrap();
+        }
+    } else {
+        for t in 0..n {
+            let len = (t as usize * 13) % 300;
+            ep.send(0, t, 1, &pattern(u64::from(me) << 32 | u64::from(t), len))
+                .unwrap();
+        }
+        let mut b = [0u8; 8];
+        ep.recv(
+            MatchSpec {
+                context_id: 2,
+                source: Source::Rank(0),
+                tag: Tag::Any,
+            },
+            &mut b,
+        )
+        .unwrap();
+    }
+    println!("counters: {}", ep.finalize().unwrap());
+}
+
+fn child_flood() {
+    let mut ep = init();
+    let me = ep.rank();
+    let peer = 1 - me;
+    let n = 3000u32;
+    // Both send everything before receiving anything.
+    for t in 0..n {
+        let len = if t % 3 == 0 { 1000 } else { 8 };
+        ep.send(peer, t, 1, &pattern(u64::from(t), len)).unwrap();
+    }
+    let mut buf = vec![0u8; 1000];
+    for t in 0..n {
+        let any_tag = MatchSpec {
+            context_id: 1,
+            source: Source::Rank(peer),
+            tag: Tag::Any,
+        };
+        let st = ep.recv(any_tag, &mut buf).unwrap();
+        assert_eq!(st.tag, t, "order kept under backpressure");
+        assert!(buf[..st.len] == pattern(u64::from(t), st.len)[..]);
+    }
+    // Both send messages larger than the 16 KiB eager area at once: each
+    // blocked fragmented send drains the other's fragments; with CMA, each
+    // blocked rendezvous send pulls the other's crossed message.
+    for t in 0..3u32 {
+        ep.send(peer, 10_000 + t, 1, &pattern(u64::from(t) + 9, 100_000))
+            .unwrap();
+    }
+    let mut big = vec![0u8; 100_000];
+    for t in 0..3u32 {
+        let st = ep.recv(exact(peer, 10_000 + t), &mut big).unwrap();
+        assert!(st.len == 100_000 && big == pattern(u64::from(t) + 9, 100_000));
+    }
+    let c = ep.finalize().unwrap();
+    // Fragments without CMA, crossed rendezvous with it.
+    assert_eq!(c.fragmented_sends + c.cma_sends, 3);
+    println!(
+        "backpressure={} staged={} counters: {c}",
+        c.backpressure_events, c.staged_sends
+    );
+}
+
+fn child_killed() {
+    let mut ep = init();
+    let me = ep.rank();
+    if me == 0 {
+        for t in 0..100u32 {
+            ep.send(1, t, 1, &pattern(u64::from(t), 500)).unwrap();
+        }
+        ep.flush().unwrap();
+        println!("SENT");
+        // Wait to be killed mid-stream (bounded, in case the parent dies).
+        std::thread::sleep(Duration::from_secs(60));
+    } else {
+        let mut buf = vec![0u8; 500];
+        // First wait for a message that never comes: the error arrives only
+        // once rank 0 is killed, and everything it sent before is kept.
+        match ep.recv(exact(0, 9999), &mut buf) {
+            Err(e @ Error::PeerDied { .. }) => println!("first wait: {e}"),
+            other => panic!("expected PeerDied, got {other:?}"),
+        }
+        for t in 0..1000u32 {
+            match ep.recv(exact(0, t), &mut buf) {
+                Ok(st) => assert!(st.len == 500 && buf == pattern(u64::from(t), 500)),
+                Err(e @ Error::PeerDied { .. }) => {
+                    println!("received {t} then: {e}");
+                    std::process::exit(3);
+                }
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        println!("all received?!");
+    }
+}
+
+fn run_child(role: &str) {
+    match role {
+        "pingpong" => child_pingpong(),
+        "many_to_one" => child_many_to_one(),
+        "flood" => child_flood(),
+        "killed" => child_killed(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+// ------------------------------------------------------------------ parent
+
+struct Job {
+    id: String,
+    children: Vec<Child>,
+}
+
+impl Job {
+    fn start(role: &str, size: u32, env: &[(&str, &str)]) -> Job {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("mp{}-{role}-{n}", std::process::id());
+        let exe = std::env::current_exe().unwrap();
+        let children = (0..size)
+            .map(|r| {
+                let mut c = Command::new(&exe);
+                c.env(ROLE, role)
+                    .env("TMX_JOB_ID", &id)
+                    .env("RANK", r.to_string())
+                    .env("SIZE", size.to_string())
+                    .env("TMX_SHMEM_ATTACH_TIMEOUT_MS", "20000")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                for (k, v) in env {
+                    c.env(k, v);
+                }
+                c.spawn().unwrap()
+            })
+            .collect();
+        Job { id, children }
+    }
+
+    /// Waits for every child (at most `limit`), returning (exit code, stdout, stderr).
+    fn wait(&mut self, limit: Duration) -> Vec<(Option<i32>, String, String)> {
+        let deadline = Instant::now() + limit;
+        let mut out = Vec::new();
+        for c in &mut self.children {
+            let status = loop {
+                if let Some(s) = c.try_wait().unwrap() {
+                    break Some(s);
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let mut so = String::new();
+            let mut se = String::new();
+            if let Some(mut s) = c.stdout.take() {
+                let _ = s.read_to_string(&mut so);
+            }
+            if let Some(mut s) = c.stderr.take() {
+                let _ = s.read_to_string(&mut se);
+            }
+            out.push((status.and_then(|s| s.code()), so, se));
+        }
+        out
+    }
+
+    fn leftovers(&self) -> Vec<String> {
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("tmx-{}-", self.id)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        for n in self.leftovers() {
+            let _ = std::fs::remove_file(format!("/dev/shm/{n}"));
+        }
+    }
+}
+
+fn all_ok(job: &mut Job, limit: Duration) -> Vec<String> {
+    let res = job.wait(limit);
+    for (r, (code, so, se)) in res.iter().enumerate() {
+        assert_eq!(
+            *code,
+            Some(0),
+            "rank {r} failed:\nstdout: {so}\nstderr: {se}"
+        );
+    }
+    assert!(
+        job.leftovers().is_empty(),
+        "left in /dev/shm: {:?}",
+        job.leftovers()
+    );
+    res.into_iter().map(|(_, so, _)| so).collect()
+}
+
+fn pingpong_all_paths() {
+    let mut job = Job::start("pingpong", 2, &[("TMX_SHMEM_CMA_THRESHOLD", "256K")]);
+    let out = all_ok(&mut job, Duration::from_secs(90));
+    eprintln!("  rank 0: {}", out[0].trim());
+    if out[0].contains("cma=true") {
+        assert!(
+            out[0].contains("cma_sends=21"),
+            "1 MiB and 12 MiB messages take CMA: {}",
+            out[0]
+        );
+    }
+}
+
+fn pingpong_without_cma() {
+    let mut job = Job::start(
+        "pingpong",
+        2,
+        &[("TMX_SHMEM_CMA", "off"), ("TMX_SHMEM_RING_SLOTS", "4")],
+    );
+    let out = all_ok(&mut job, Duration::from_secs(90));
+    assert!(
+        out[0].contains("cma=false") && out[0].contains("cma_sends=0"),
+        "{}",
+        out[0]
+    );
+    assert!(out[0].contains("fragmented sends 1,"), "{}", out[0]);
+}
+
+fn many_to_one_any_source() {
+    let mut job = Job::start("many_to_one", 4, &[("TMX_SHMEM_RING_SLOTS", "8")]);
+    let out = all_ok(&mut job, Duration::from_secs(90));
+    assert!(out[0].contains("received 900"), "{}", out[0]);
+}
+
+fn flood(cma: &str) {
+    let mut job = Job::start(
+        "flood",
+        2,
+        &[
+            ("TMX_SHMEM_RING_SLOTS", "2"),
+            ("TMX_SHMEM_PUBLISH_BATCH", "2"),
+            ("TMX_SHMEM_EAGER_BYTES", "16K"),
+            ("TMX_SHMEM_CMA", cma),
+        ],
+    );
+    let out = all_ok(&mut job, Duration::from_secs(90));
+    for o in &out {
+        let num = |key: &str| -> u64 {
+            o.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(
+            num("backpressure=") > 0,
+            "rings of 2 slots must push back: {o}"
+        );
+        assert!(num("staged=") > 0, "a 16 KiB eager area must fill: {o}");
+    }
+}
+
+fn flood_with_tiny_rings() {
+    flood("off");
+}
+
+fn flood_with_tiny_rings_and_cma() {
+    flood("auto");
+}
+
+fn sigkill_mid_transfer_is_reported() {
+    let mut job = Job::start("killed", 2, &[("TMX_SHMEM_LIVENESS_MS", "10")]);
+    // Wait until rank 0 has sent its part, then kill it.
+    let so = job.children[0].stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(so).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "SENT");
+    let c0 = &mut job.children[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c0.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let res = job.wait(Duration::from_secs(30));
+    let (code, so, se) = &res[1];
+    assert_eq!(*code, Some(3), "rank 1 must report the death:\n{so}\n{se}");
+    assert!(
+        so.contains("first wait: local rank 0")
+            && so.contains("received 100 then")
+            && so.contains("is gone"),
+        "{so}"
+    );
+    assert!(job.leftovers().is_empty());
+}
+
+fn main() -> ExitCode {
+    if let Ok(role) = std::env::var(ROLE) {
+        run_child(&role);
+        return ExitCode::SUCCESS;
+    }
+    let tests: &[(&str, fn())] = &[
+        ("pingpong_all_paths", pingpong_all_paths),
+        ("pingpong_without_cma", pingpong_without_cma),
+        ("many_to_one_any_source", many_to_one_any_source),
+        ("flood_with_tiny_rings", flood_with_tiny_rings),
+        (
+            "flood_with_tiny_rings_and_cma",
+            flood_with_tiny_rings_and_cma,
+        ),
+        (
+            "sigkill_mid_transfer_is_reported",
+            sigkill_mid_transfer_is_reported,
+        ),
+    ];
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    println!("\nrunning {} tests", tests.len());
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, f) in tests {
+        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
+            filtered += 1;
+            continue;
+        }
+        let t = Instant::now();
+        let ok = std::panic::catch_unwind(f).is_ok();
+        println!(
+            "test {name} ... {} ({:.1?})",
+            if ok { "ok" } else { "FAILED" },
+            t.elapsed()
+        );
+        if ok {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    let _ = Config::default();
+    let _ = SymAddr(0);
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out\n",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
