@@ -14,7 +14,7 @@
 //!  +--------+--------+---------+-------+   +----------+--------+--------+
 //! ```
 
-use crate::Error;
+use crate::{fixed, Error};
 
 /// `enum ibv_tmh_op`: what a tag-matching message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -106,27 +106,12 @@ impl Tmh {
 
     /// Writes the header at the start of `dst`; returns the bytes written (16).
     pub fn encode(&self, dst: &mut [u8]) -> Result<usize, Error> {
-        let got = dst.len();
-        let out = dst.get_mut(..Self::LEN).ok_or(Error::BufferTooSmall {
-            what: "TMH",
-            need: Self::LEN,
-            got,
-        })?;
-        out.copy_from_slice(&self.to_bytes());
-        Ok(Self::LEN)
+        fixed::write(dst, "TMH", self.to_bytes())
     }
 
     /// Reads a header from the start of `src` (extra bytes are left alone).
     pub fn decode(src: &[u8]) -> Result<Self, Error> {
-        let bytes: &[u8; Self::LEN] =
-            src.get(..Self::LEN)
-                .and_then(|s| s.try_into().ok())
-                .ok_or(Error::Truncated {
-                    what: "TMH",
-                    need: Self::LEN,
-                    got: src.len(),
-                })?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(fixed::read(src, "TMH")?)
     }
 }
 
@@ -167,26 +152,11 @@ impl Rvh {
 
     /// Writes the header at the start of `dst`; returns the bytes written (16).
     pub fn encode(&self, dst: &mut [u8]) -> Result<usize, Error> {
-        let got = dst.len();
-        let out = dst.get_mut(..Self::LEN).ok_or(Error::BufferTooSmall {
-            what: "RVH",
-            need: Self::LEN,
-            got,
-        })?;
-        out.copy_from_slice(&self.to_bytes());
-        Ok(Self::LEN)
+        fixed::write(dst, "RVH", self.to_bytes())
     }
 
     /// Reads a header from the start of `src`.
     pub fn decode(src: &[u8]) -> Result<Self, Error> {
-        let bytes: &[u8; Self::LEN] =
-            src.get(..Self::LEN)
-                .and_then(|s| s.try_into().ok())
-                .ok_or(Error::Truncated {
-                    what: "RVH",
-                    need: Self::LEN,
-                    got: src.len(),
-                })?;
-        Ok(Self::from_bytes(bytes))
+        Ok(Self::from_bytes(fixed::read(src, "RVH")?))
     }
 }

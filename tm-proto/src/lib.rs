@@ -38,6 +38,7 @@
 
 mod envelope;
 mod error;
+mod fixed;
 mod header;
 mod message;
 pub mod rma;

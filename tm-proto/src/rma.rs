@@ -41,7 +41,7 @@
 //! # Ok::<(), tm_proto::Error>(())
 //! ```
 
-use crate::Error;
+use crate::{fixed, Error};
 
 /// What an RMA packet is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -474,27 +474,12 @@ impl RmaHeader {
 
     /// Writes the header at the start of `dst`; returns the bytes written (32).
     pub fn encode(&self, dst: &mut [u8]) -> Result<usize, Error> {
-        let got = dst.len();
-        let out = dst.get_mut(..Self::LEN).ok_or(Error::BufferTooSmall {
-            what: "RMA header",
-            need: Self::LEN,
-            got,
-        })?;
-        out.copy_from_slice(&self.to_bytes());
-        Ok(Self::LEN)
+        fixed::write(dst, "RMA header", self.to_bytes())
     }
 
     /// Reads a header from the start of `src` (extra bytes are left alone).
     pub fn decode(src: &[u8]) -> Result<Self, Error> {
-        let bytes: &[u8; Self::LEN] =
-            src.get(..Self::LEN)
-                .and_then(|s| s.try_into().ok())
-                .ok_or(Error::Truncated {
-                    what: "RMA header",
-                    need: Self::LEN,
-                    got: src.len(),
-                })?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(fixed::read(src, "RMA header")?)
     }
 
     /// Payload bytes this header announces (see [`RmaKind::payload_len`]).
