@@ -7,7 +7,9 @@
 //!   run, as the baseline the bandwidth is reported against
 //!
 //! Each configuration runs in a fresh job: `two-copy` (CMA off: inline ≤ 40 B,
-//! eager above) and `cma` (CMA single copy above 64 KiB, when permitted), and
+//! eager above), `cma` (CMA rendezvous above 64 KiB, when permitted, prepost
+//! protocol off) and `prepost-direct` (the prepost protocol for every message
+//! above 40 B: a CMA write into the receiver's advertised buffer), and
 //! a baseline in the same run: the bare header ring (one 64-byte slot each
 //! way, no matching, no endpoint), the floor the endpoint's latency is
 //! compared with.
@@ -213,6 +215,16 @@ fn main() {
             &[
                 ("TMX_SHMEM_CMA", "auto"),
                 ("TMX_SHMEM_CMA_THRESHOLD", "64K"),
+                ("TMX_SHMEM_PREPOST", "off"),
+            ][..],
+        ),
+        (
+            "prepost-direct (CMA write) above 40 B, cma above 64 KiB",
+            &[
+                ("TMX_SHMEM_CMA", "auto"),
+                ("TMX_SHMEM_CMA_THRESHOLD", "64K"),
+                ("TMX_SHMEM_PREPOST", "on"),
+                ("TMX_SHMEM_PREPOST_MIN", "41"),
             ][..],
         ),
     ]

@@ -9,6 +9,8 @@
 //! | `TMX_SHMEM_EAGER_BYTES` | 8M | eager send area per rank; the largest two-copy message is this minus 64 bytes |
 //! | `TMX_SHMEM_CMA` | `auto` | single copy via `process_vm_readv/writev`: `auto` (probe), `on` (fail if not permitted), `off` |
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
+//! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
+//! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
 //!
@@ -47,6 +49,13 @@ pub struct Config {
     pub cma: CmaMode,
     /// Messages above this size use CMA when available.
     pub cma_threshold: u64,
+    /// The MP_Lite prepost protocol (`TMX_SHMEM_PREPOST`): receives may be
+    /// advertised to their sender, which then writes straight into them.
+    pub prepost: bool,
+    /// Smallest message (and receive buffer) for the prepost-direct path
+    /// (`TMX_SHMEM_PREPOST_MIN`): one CMA write costs more than an eager
+    /// copy below a few MiB on the project's VM.
+    pub prepost_min: u64,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -63,6 +72,8 @@ impl Default for Config {
             eager_bytes: 8 << 20,
             cma: CmaMode::Auto,
             cma_threshold: 8 << 20,
+            prepost: true,
+            prepost_min: 8 << 20,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -154,6 +165,22 @@ impl Config {
                 )
             })?;
         }
+        if let Some(v) = get("TMX_SHMEM_PREPOST") {
+            c.prepost = match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "yes" => true,
+                "off" | "0" | "no" => false,
+                _ => return Err(bad("TMX_SHMEM_PREPOST", &v, "on or off")),
+            };
+        }
+        if let Some(v) = get("TMX_SHMEM_PREPOST_MIN") {
+            c.prepost_min = parse_size(&v).ok_or_else(|| {
+                bad(
+                    "TMX_SHMEM_PREPOST_MIN",
+                    &v,
+                    "a size (bytes, or with suffix K, M or G)",
+                )
+            })?;
+        }
         let millis = |var: &'static str, lo: u64| -> Result<Option<Duration>> {
             let Some(v) = get(var) else { return Ok(None) };
             match v.trim().parse::<u64>() {
@@ -200,9 +227,12 @@ mod tests {
             ("TMX_SHMEM_EAGER_BYTES", "8192"),
             ("TMX_SHMEM_CMA", "off"),
             ("TMX_SHMEM_CMA_THRESHOLD", "64k"),
+            ("TMX_SHMEM_PREPOST", "off"),
+            ("TMX_SHMEM_PREPOST_MIN", "1K"),
             ("TMX_SHMEM_ATTACH_TIMEOUT_MS", "500"),
         ])
         .unwrap();
+        assert_eq!((c.prepost, c.prepost_min), (false, 1024));
         assert_eq!(
             (c.ring_slots, c.publish_batch, c.prepost_slots, c.heap_bytes),
             (8, 3, 4, 2 << 20)
@@ -230,6 +260,8 @@ mod tests {
             ("TMX_SHMEM_HEAP_BYTES", "99999999999G"),
             ("TMX_SHMEM_EAGER_BYTES", "1K"),
             ("TMX_SHMEM_CMA", "maybe"),
+            ("TMX_SHMEM_PREPOST", "sometimes"),
+            ("TMX_SHMEM_PREPOST_MIN", "big"),
             ("TMX_SHMEM_LIVENESS_MS", "0"),
         ] {
             match with(&[(k, v)]) {

@@ -9,6 +9,17 @@ pub struct Counters {
     pub inline_sends: u64,
     /// Sends copied into the sender's eager area (MP_Lite's buffered sends).
     pub buffered_sends: u64,
+    /// Sends written straight into a receive buffer the receiver preposted
+    /// (MP_Lite's preposted hits; CMA write, no header, no copy).
+    pub preposted_hits: u64,
+    /// Times a send found a matching prepost it could not trust yet (a
+    /// message of this sender was still unprocessed: the gap) and buffered.
+    pub ignored_preposts: u64,
+    /// Receives advertised in a prepost ring (receiver side).
+    pub preposts: u64,
+    /// Preposts the receiver withdrew because it completed the receive in
+    /// software (or cancelled it); the sender had not claimed them.
+    pub preposts_withdrawn: u64,
     /// Sends delivered by CMA single copy (receiver `process_vm_readv`).
     pub cma_sends: u64,
     /// Sends larger than the eager area, cut into fragments (CMA unavailable).
@@ -32,11 +43,16 @@ impl fmt::Display for Counters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "inline sends {}, buffered sends {}, cma sends {}, fragmented sends {}, \
+            "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
+             preposts {} (withdrawn {}), cma sends {}, fragmented sends {}, \
              backpressure events {}, \
              staged sends {}, index re-reads {}, received {}, unexpected {} (max held {})",
             self.inline_sends,
             self.buffered_sends,
+            self.preposted_hits,
+            self.ignored_preposts,
+            self.preposts,
+            self.preposts_withdrawn,
             self.cma_sends,
             self.fragmented_sends,
             self.backpressure_events,

@@ -1,10 +1,11 @@
-//! Two-sided messaging over the header rings (the MP_Lite model, without the
-//! prepost protocol, which waits for tm-match's offload model).
+//! Two-sided messaging over the header rings and the prepost rings: the
+//! MP_Lite model, with matching and the prepost policy from tm-match.
 //!
 //! # Paths
 //!
 //! | size | path | what happens |
 //! |---|---|---|
+//! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
 //! | ≤ eager area − 64 B | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
 //! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the blocking send waits for the FIN |
@@ -15,11 +16,52 @@
 //! - [`Endpoint::send`] returns when the user buffer may be reused: the data
 //!   is inline in a published slot, copied to the eager area, held in a local
 //!   queue, or (CMA) already read by the receiver.
+//! - A receive buffer that a sender may be writing into (claimed prepost) is
+//!   never handed back or freed before its DONE; dropping an endpoint with
+//!   such a request pending leaks that buffer rather than freeing it.
 //! - Per ordered pair, messages are delivered in send order: the ring is FIFO,
 //!   and once anything is queued locally for a peer, later sends to that peer
 //!   queue behind it (backpressure never reorders and never drops).
-//! - [`Endpoint::recv`] matches `(context, source, tag)` with MPI rules
-//!   (wildcards allowed) against headers in arrival order.
+//! - Matching is tm-match's [`Offload`] model over its exact matcher: a
+//!   receive ([`Endpoint::recv`], [`Endpoint::irecv`]) is posted there
+//!   (taking the earliest-arrived matching unexpected message if there is
+//!   one), and every message from a header ring is handed to it in ring
+//!   order, so MPI's rules hold exactly (`ANY_SOURCE`/`ANY_TAG`,
+//!   non-overtaking per source and context) at O(1) expected cost per
+//!   operation whatever the queue depth.
+//!
+//! # The prepost protocol
+//!
+//! The per-sender prepost rings are the offload "engine" (one per sender,
+//! all driven by one [`Offload`] model with `any_source = false`):
+//!
+//! - **Which receives are preposted** is the model's decision: an exact
+//!   source, no older receive kept in software that could match the same
+//!   message (so an `ANY_SOURCE` receive blocks every later overlapping
+//!   prepost), room, a tag the layout carries; plus ours: CMA available, a
+//!   buffer larger than an inline payload, a free slot in that sender's
+//!   prepost ring, and a buffer that stays put until completion (`recv`,
+//!   `irecv`; never `try_recv`). `Action::Add { entry, count }` posts
+//!   `(tag, mask, count, buffer address, capacity)` in the ring.
+//! - **The sender** (more than 40 bytes, nothing queued locally for that
+//!   peer) scans the ring in posting order for a matching entry large
+//!   enough, and claims it only if the receiver's phase says `s == h` (see
+//!   [`crate::prepost::Phase`]); then it CMA-writes the data and stores
+//!   DONE with `length | tag << 32`. A matching entry that is not trusted is
+//!   an *ignored prepost*; the message is buffered as usual.
+//! - **Every message through a header ring** is counted in the receiver's
+//!   phase `h` just before its header is published ([`FLAG_COUNTED`]) and
+//!   handed to the model as `EngineEvent::Unexpected`; the model's 16-bit
+//!   counter of processed ones is what every add, delete and sync stores in
+//!   `s`. This is exactly the TM-SRQ phase rule, so a prepost that crossed a
+//!   buffered send in flight (the gap) stays untrusted until the receiver
+//!   has processed that send and synced.
+//! - **Withdraw.** When a message from a ring matches a preposted receive
+//!   in software, the model emits `Delete`: the receiver withdraws the
+//!   entry with a CAS; `Withdrawn` → `Deleted` (the match completes in
+//!   software), claimed or done → the sender's `Matched` plus
+//!   `DeleteFailed`, and the message is matched again. Exactly one side
+//!   wins, and a claimed entry's buffer is never released before DONE.
 //!
 //! # Blocking and liveness
 //!
@@ -37,12 +79,14 @@ use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::heap::SymHeap;
 use crate::node::{CmaStatus, Node};
+use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{Consumer, Header, Outbox, Sent, INLINE_MAX};
 use crate::segment::Segment;
 use core::sync::atomic::{AtomicU32, Ordering};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
-use tm_proto::{Envelope, MatchSpec};
+use tm_match::{Completion, EngineEvent, Offload, OffloadConfig, PostOutcome, RecvId};
+use tm_proto::{Envelope, MatchSpec, Source, TagLayout};
 
 /// Header kind: payload inline in the slot.
 pub const KIND_INLINE: u8 = 1;
@@ -60,6 +104,17 @@ pub const KIND_FIN: u8 = 4;
 pub const KIND_FRAG: u8 = 5;
 /// Header flag: the first fragment of a fragmented message.
 pub const FLAG_FIRST: u8 = 1;
+/// Header flag: the sender counted this message in the receiver's
+/// [`Phase`](crate::prepost::Phase) before publishing it (an
+/// engine-unexpected message of the prepost protocol).
+pub const FLAG_COUNTED: u8 = 2;
+
+/// Prepost result word: the claimer's CMA write failed (no data).
+const RESULT_FAILED: u64 = 1 << 63;
+/// The prepost protocol is used only while the counted messages that can be
+/// in flight to one receiver (one full ring per sender) stay below half the
+/// 16-bit phase window, so that `s == h` is never a wrap-around accident.
+const PHASE_WINDOW: u64 = 1 << 15;
 
 /// Bytes before the data in an eager block (the release flag's cache line).
 const EAGER_PREFIX: u64 = 64;
@@ -95,7 +150,83 @@ struct Peer {
     staged: VecDeque<Staged>,
     /// A fragmented message from this peer being reassembled.
     assembly: Option<Unexpected>,
+    /// Our side of the prepost ring on which we advertise receives to it.
+    poster: Poster,
+    /// Our side of the prepost ring on which it advertises receives to us.
+    claimer: Claimer,
 }
+
+/// A message as the offload model holds it.
+#[derive(Debug, Clone, Copy)]
+enum Msg {
+    /// Arrived through a header ring: key into `Endpoint::store`.
+    Stored(u64),
+    /// Written by the sender straight into a preposted receive buffer: the
+    /// prepost result word (length | tag << 32, or `RESULT_FAILED`).
+    Direct(u64),
+}
+
+/// Where a receive request's data goes.
+#[derive(Debug)]
+enum ReqBuf {
+    /// An [`Endpoint::irecv`] buffer, owned until the request completes.
+    Owned(Vec<u8>),
+    /// The buffer of the blocked [`Endpoint::recv`] / [`Endpoint::try_recv`]
+    /// call, passed down to progress.
+    Caller,
+}
+
+#[derive(Debug)]
+struct Req {
+    spec: MatchSpec,
+    buf: ReqBuf,
+    done: Option<Result<Status>>,
+}
+
+/// A receive the offload model handed to the "engine": advertised (or to be
+/// advertised) in the prepost ring to `peer`.
+#[derive(Debug, Clone, Copy)]
+struct EngineEntry {
+    /// The request it belongs to.
+    key: u64,
+    peer: u32,
+    context: u32,
+    addr: u64,
+    capacity: u64,
+    /// Index in the prepost ring once posted (`None`: not published, so the
+    /// sender can never claim it).
+    index: Option<u64>,
+    /// A delete found it claimed: waiting for the sender's DONE.
+    deleting: bool,
+}
+
+/// Receive requests and advertised entries. Dropping it leaks (never frees)
+/// an owned buffer that a sender may still be writing into.
+#[derive(Debug, Default)]
+struct Requests {
+    reqs: HashMap<u64, Req>,
+    engine: HashMap<RecvId, EngineEntry>,
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        for e in self.engine.values() {
+            if let Some(r) = self.reqs.get_mut(&e.key) {
+                if let ReqBuf::Owned(v) = core::mem::replace(&mut r.buf, ReqBuf::Caller) {
+                    // A sender may still CMA-write into it: never free it.
+                    core::mem::forget(v);
+                }
+            }
+        }
+    }
+}
+
+/// A nonblocking receive started by [`Endpoint::irecv`]; complete it with
+/// [`Endpoint::wait`] (a request that is never waited for keeps its buffer
+/// and its place in the posted queue until the endpoint is dropped).
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a receive request must be waited for"]
+pub struct RecvRequest(u64);
 
 /// A header that arrived before its receive. An eager payload stays in the
 /// sender's eager area (the receive copies it once, straight to the user
@@ -120,7 +251,17 @@ enum Watch {
 pub struct Endpoint {
     node: Node,
     peers: Vec<Peer>,
-    unexpected: VecDeque<Unexpected>,
+    /// MPI matching and the prepost policy (tm-match's offload model over
+    /// its exact matcher): posted receives and unexpected messages, whose
+    /// messages are keys into `store`.
+    off: Offload<u64, Msg>,
+    requests: Requests,
+    /// Unexpected messages by key (the matcher keeps their order).
+    store: HashMap<u64, Unexpected>,
+    next_key: u64,
+    layout: TagLayout,
+    /// The prepost protocol is on (config, CMA, phase window).
+    prepost: bool,
     scratch: Vec<Header>,
     eager: SymHeap,
     in_flight: Vec<u64>,
@@ -257,6 +398,11 @@ impl Endpoint {
         let n = node.size();
         let batch = u64::from(node.config().publish_batch);
         let eager = SymHeap::new(node.config().eager_bytes);
+        let layout = TagLayout::DEFAULT;
+        let prepost = node.config().prepost
+            && *node.cma_status() == CmaStatus::Available
+            && u64::from(n) * u64::from(node.config().ring_slots) < PHASE_WINDOW;
+        tracing::info!(prepost, "shmem endpoint: prepost protocol");
         Endpoint {
             peers: (0..n)
                 .map(|_| Peer {
@@ -264,10 +410,21 @@ impl Endpoint {
                     inb: Consumer::new(batch),
                     staged: VecDeque::new(),
                     assembly: None,
+                    poster: Poster::new(),
+                    claimer: Claimer::new(),
                 })
                 .collect(),
+            off: Offload::new(OffloadConfig::new(
+                layout,
+                (node.config().prepost_slots as usize).saturating_mul(n as usize),
+            ))
+            .expect("the default sync interval (2^14) is valid"),
+            requests: Requests::default(),
+            prepost,
+            layout,
             node,
-            unexpected: VecDeque::new(),
+            store: HashMap::new(),
+            next_key: 0,
             scratch: Vec::new(),
             eager,
             in_flight: Vec::new(),
@@ -338,7 +495,13 @@ impl Endpoint {
             p.staged.push_back(Staged::Ready(hdr));
             return;
         }
-        if p.out.send(seg.ring(seg.rank(), dest), hdr) == Sent::Queued {
+        let phase = seg.phase(dest);
+        let mut count = |h: &Header| {
+            if h.flags & FLAG_COUNTED != 0 {
+                phase.count_message();
+            }
+        };
+        if p.out.send_with(seg.ring(seg.rank(), dest), hdr, &mut count) == Sent::Queued {
             tracing::debug!(dest, kind = hdr.kind, "send queued locally (backpressure)");
         }
     }
@@ -352,7 +515,13 @@ impl Endpoint {
         if before == 0 {
             return 0;
         }
-        if p.out.flush(ring) == 0 {
+        let phase = seg.phase(dest);
+        let mut count = |h: &Header| {
+            if h.flags & FLAG_COUNTED != 0 {
+                phase.count_message();
+            }
+        };
+        if p.out.flush_with(ring, &mut count) == 0 {
             while let Some(front) = p.staged.front() {
                 let hdr = match front {
                     Staged::Ready(h) => *h,
@@ -364,12 +533,94 @@ impl Endpoint {
                     }
                 };
                 p.staged.pop_front();
-                if p.out.send(ring, hdr) == Sent::Queued {
+                if p.out.send_with(ring, hdr, &mut count) == Sent::Queued {
                     break;
                 }
             }
         }
         before - (p.out.pending() + p.staged.len())
+    }
+
+    /// Sends held locally for `dest`.
+    fn queued_for(&self, dest: u32) -> usize {
+        let p = &self.peers[dest as usize];
+        p.out.pending() + p.staged.len()
+    }
+
+    /// [`FLAG_COUNTED`] when the prepost protocol is on: every message that
+    /// goes through a header ring is then counted in the receiver's phase.
+    fn counted_flag(&self) -> u8 {
+        if self.prepost {
+            FLAG_COUNTED
+        } else {
+            0
+        }
+    }
+
+    /// MP_Lite's send-side check: claims the oldest posted receive of `dest`
+    /// that matches, is large enough and is trusted (the receiver's phase
+    /// says every message we published to it was processed), CMA-writes
+    /// `data` into it and marks it done. Returns false (after counting an
+    /// ignored prepost if a matching one was not trusted) to send buffered.
+    fn send_preposted(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<bool> {
+        let me = self.rank();
+        let Ok(mtag) = self.layout.encode(Envelope {
+            context_id: context,
+            source: me,
+            tag,
+        }) else {
+            return Ok(false);
+        };
+        let len = data.len() as u64;
+        let seg = self.node.segment();
+        let ring = seg.prepost(dest, me);
+        let phase = seg.phase(dest);
+        let mut untrusted = false;
+        let mut seen = false;
+        let claim = self.peers[dest as usize].claimer.claim_first(ring, |p| {
+            // Only the oldest matching entry may take the message (MPI: the
+            // earliest posted receive wins): if it is too small or not
+            // trusted, no later one is used either.
+            if seen || !p.matches(mtag) {
+                return false;
+            }
+            seen = true;
+            if p.capacity < len {
+                return false;
+            }
+            // Read after the entry (claim_first loaded its word with
+            // Acquire): see `Phase::synced`.
+            if phase.synced() {
+                true
+            } else {
+                untrusted = true;
+                false
+            }
+        });
+        let Some(c) = claim else {
+            if untrusted {
+                self.counters.ignored_preposts += 1;
+                tracing::debug!(
+                    dest,
+                    tag,
+                    "matching prepost not trusted yet (gap): buffering"
+                );
+            }
+            return Ok(false);
+        };
+        let res = self.node.cma_write(dest, c.prepost.offset, data);
+        let word = match res {
+            Ok(()) => (u64::from(tag) << 32) | len,
+            Err(_) => RESULT_FAILED,
+        };
+        let seg = self.node.segment();
+        self.peers[dest as usize]
+            .claimer
+            .complete(seg.prepost(dest, me), &c, word);
+        res?;
+        self.counters.preposted_hits += 1;
+        tracing::trace!(dest, len, "prepost-direct send (CMA write)");
+        Ok(true)
     }
 
     /// Sends `data` to local rank `dest` with `(tag, context)`. Returns when
@@ -387,9 +638,20 @@ impl Endpoint {
             self.flush_peer(dest);
         }
         let len = data.len() as u64;
+        if self.prepost
+            && data.len() > INLINE_MAX
+            && len >= self.node.config().prepost_min
+            && len <= u64::from(u32::MAX)
+            && self.queued_for(dest) == 0
+            && self.send_preposted(dest, tag, context, data)?
+        {
+            return Ok(());
+        }
+        let flags = self.counted_flag();
         if data.len() <= INLINE_MAX {
             let mut h = Header {
                 kind: KIND_INLINE,
+                flags,
                 nbytes: len as u32,
                 source: me,
                 tag,
@@ -420,6 +682,7 @@ impl Endpoint {
         }
         let tmpl = Header {
             kind: KIND_EAGER,
+            flags,
             // <= u32::MAX, checked above
             nbytes: len as u32,
             source: me,
@@ -479,7 +742,7 @@ impl Endpoint {
         for (k, chunk) in data.chunks(frag).enumerate() {
             let mut h = tmpl;
             h.kind = KIND_FRAG;
-            h.flags = if k == 0 { FLAG_FIRST } else { 0 };
+            h.flags = if k == 0 { FLAG_FIRST | tmpl.flags } else { 0 };
             h.ext[..8].copy_from_slice(&(chunk.len() as u64).to_le_bytes());
             self.block(Watch::One(dest), |ep| {
                 let ev = ep.progress()?;
@@ -514,6 +777,7 @@ impl Endpoint {
         self.next_cookie += 1;
         let mut h = Header {
             kind: KIND_CMA,
+            flags: self.counted_flag(),
             nbytes: data.len() as u32,
             source: self.rank(),
             tag,
@@ -536,21 +800,19 @@ impl Endpoint {
     /// Drains inbound rings, pushes queued sends and reclaims eager buffers.
     /// Returns how many events happened (0 = nothing to do).
     pub fn progress(&mut self) -> Result<usize> {
-        let (delivered, events) = self.progress_for(None, &mut [])?;
-        debug_assert!(delivered.is_none());
-        Ok(events)
+        self.progress_for(&mut [])
     }
 
-    /// One progress pass; an arriving header that matches `waiting` (and
-    /// nothing queued before it did) is delivered straight into `buf`.
-    fn progress_for(
-        &mut self,
-        waiting: Option<MatchSpec>,
-        buf: &mut [u8],
-    ) -> Result<(Option<Status>, usize)> {
+    /// One progress pass; a message matched to the receive of the blocked
+    /// `recv`/`try_recv` call (if any) is delivered into `buf`.
+    fn progress_for(&mut self, buf: &mut [u8]) -> Result<usize> {
         let mut events = 0;
         let mut batch = core::mem::take(&mut self.scratch);
-        {
+        // While the offload model waits for a claimed prepost's DONE, later
+        // arrivals would only be parked behind it: leave them in the rings,
+        // which bounds the counted messages in flight by the ring sizes
+        // (see PHASE_WINDOW). The claimer finishes without our help.
+        if self.off.parked_len() == 0 {
             let seg = self.node.segment();
             let me = seg.rank();
             for s in 0..seg.size() {
@@ -565,42 +827,24 @@ impl Endpoint {
             }
         }
         events += batch.len();
-        let mut delivered: Option<Result<Status>> = None;
         for h in batch.drain(..) {
             if h.kind == KIND_FIN {
                 self.fins.insert(h.word);
                 continue;
             }
-            let h = if h.kind == KIND_FRAG {
+            let u = if h.kind == KIND_FRAG {
+                // The last fragment completes a message: it arrives then.
                 match self.take_fragment(h) {
-                    Some(u) => {
-                        // The last fragment completed a message: it arrives now.
-                        if let Some(spec) = waiting {
-                            if delivered.is_none() && spec.matches(&envelope(&u.hdr)) {
-                                delivered = Some(self.deliver(u.hdr, u.data, buf));
-                                continue;
-                            }
-                        }
-                        self.counters.unexpected += 1;
-                        self.unexpected.push_back(u);
-                        continue;
-                    }
+                    Some(u) => u,
                     None => continue,
                 }
             } else {
-                h
+                Unexpected { hdr: h, data: None }
             };
-            if let Some(spec) = waiting {
-                if delivered.is_none() && spec.matches(&envelope(&h)) {
-                    delivered = Some(self.deliver(h, None, buf));
-                    continue;
-                }
-            }
-            if h.kind == KIND_EAGER {
-                self.uncopied += 1;
-            }
-            self.counters.unexpected += 1;
-            self.unexpected.push_back(Unexpected { hdr: h, data: None });
+            self.arrive(u, buf)?;
+        }
+        if !self.requests.engine.is_empty() {
+            events += self.poll_engine(buf)?;
         }
         self.scratch = batch;
         if self.uncopied > 0 {
@@ -609,7 +853,7 @@ impl Endpoint {
         self.counters.unexpected_max = self
             .counters
             .unexpected_max
-            .max(self.unexpected.len() as u64);
+            .max(self.off.unexpected_len() as u64);
         for d in 0..self.size() {
             events += self.flush_peer(d);
         }
@@ -626,10 +870,266 @@ impl Endpoint {
             self.node.segment().set_eager_pressure(staged);
             tracing::debug!(pressure = staged, "eager-pressure flag changed");
         }
-        match delivered {
-            Some(r) => Ok((Some(r?), events)),
-            None => Ok((None, events)),
+        Ok(events)
+    }
+
+    /// Hands one message from a header ring to the offload model: as an
+    /// engine-unexpected message (counted in the phase) if the sender
+    /// counted it, otherwise as one that bypassed the engine. A receive it
+    /// completes is delivered (into `buf` for the blocked call's receive).
+    fn arrive(&mut self, u: Unexpected, buf: &mut [u8]) -> Result<()> {
+        let key = self.next_key;
+        self.next_key += 1;
+        let env = envelope(&u.hdr);
+        let counted = u.hdr.flags & FLAG_COUNTED != 0;
+        if u.hdr.kind == KIND_EAGER && u.data.is_none() {
+            self.uncopied += 1;
         }
+        self.store.insert(key, u);
+        match (counted, self.layout.encode(env)) {
+            (true, Ok(tag)) => self.off.handle_event(EngineEvent::Unexpected {
+                tag,
+                msg: Msg::Stored(key),
+                sync_request: false,
+            })?,
+            (true, Err(_)) => {
+                // The layout cannot carry it, so the model cannot count it:
+                // our phase stays behind from now on and senders ignore our
+                // preposts (safe). See the README ("what remains").
+                tracing::warn!(?env, "counted message outside the tag layout");
+                self.off.arrive(env, Msg::Stored(key))?;
+            }
+            (false, _) => self.off.arrive(env, Msg::Stored(key))?,
+        }
+        self.pump(buf)
+    }
+
+    /// Executes the offload model's actions and handles its completions
+    /// until it has nothing more to say.
+    fn pump(&mut self, buf: &mut [u8]) -> Result<()> {
+        loop {
+            if let Some(a) = self.off.poll_action() {
+                self.execute(a)?;
+            } else if let Some(c) = self.off.poll_completion() {
+                self.complete(c, buf)?;
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Executes one offload action on our prepost rings and phase.
+    fn execute(&mut self, a: tm_match::Action) -> Result<()> {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let phase = seg.phase(me);
+        match a {
+            tm_match::Action::Sync { count } => phase.apply(count),
+            tm_match::Action::Add {
+                handle,
+                entry,
+                count,
+            } => {
+                phase.apply(count);
+                let Some(e) = self.requests.engine.get_mut(&handle) else {
+                    return Err(Error::InvalidArgument(
+                        "offload model added a receive the endpoint did not offload",
+                    ));
+                };
+                let p = Prepost {
+                    tag: entry.tag,
+                    mask: entry.mask,
+                    count,
+                    capacity: e.capacity,
+                    offset: e.addr,
+                    cookie: handle.to_bits(),
+                    flags: 0,
+                };
+                let peer = &mut self.peers[e.peer as usize];
+                // `can_post` was checked when the receive was posted; if the
+                // slot is still busy the entry is simply never published (a
+                // later delete of it succeeds at once).
+                e.index = peer.poster.post(seg.prepost(me, e.peer), &p).ok();
+                if e.index.is_some() {
+                    self.counters.preposts += 1;
+                    tracing::trace!(peer = e.peer, "receive preposted");
+                }
+            }
+            tm_match::Action::Delete { handle, count } => {
+                phase.apply(count);
+                let Some(e) = self.requests.engine.get_mut(&handle) else {
+                    return Err(Error::InvalidArgument(
+                        "offload model deleted a receive the endpoint does not hold",
+                    ));
+                };
+                let outcome = match e.index {
+                    None => Withdraw::Withdrawn,
+                    Some(i) => {
+                        let ring = seg.prepost(me, e.peer);
+                        self.peers[e.peer as usize].poster.withdraw(ring, i)
+                    }
+                };
+                match outcome {
+                    Withdraw::Withdrawn => {
+                        if e.index.is_some() {
+                            self.counters.preposts_withdrawn += 1;
+                        }
+                        self.requests.engine.remove(&handle);
+                        self.off.handle_event(EngineEvent::Deleted {
+                            handle,
+                            sync_request: false,
+                        })?;
+                    }
+                    // The sender is writing: its DONE is picked up by
+                    // `poll_engine`, then reported as matched + delete failed.
+                    Withdraw::Claimed => e.deleting = true,
+                    Withdraw::Done(word) => {
+                        let e = *e;
+                        self.requests.engine.remove(&handle);
+                        self.engine_matched(handle, &e, word)?;
+                        self.off
+                            .handle_event(EngineEvent::DeleteFailed { handle })?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports a prepost the sender completed as an engine match.
+    fn engine_matched(&mut self, handle: RecvId, e: &EngineEntry, word: u64) -> Result<()> {
+        let tag = (word >> 32) as u32 & 0x7fff_ffff;
+        let env = Envelope {
+            context_id: e.context,
+            source: e.peer,
+            tag,
+        };
+        // A failed write carries no tag: report the entry's own spec.
+        let tag = self.layout.encode(env).map_err(|_| Error::BadHeader {
+            source_pe: e.peer,
+            reason: "prepost result tag outside the tag layout",
+        })?;
+        self.off.handle_event(EngineEvent::Matched {
+            handle,
+            tag,
+            msg: Msg::Direct(word),
+        })?;
+        Ok(())
+    }
+
+    /// Picks up preposts their senders completed. Returns how many.
+    fn poll_engine(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let done: Vec<(RecvId, EngineEntry, u64)> = self
+            .requests
+            .engine
+            .iter()
+            .filter_map(|(&id, e)| {
+                let i = e.index?;
+                match self.peers[e.peer as usize]
+                    .poster
+                    .state(seg.prepost(me, e.peer), i)
+                {
+                    PostState::Done(word) => Some((id, *e, word)),
+                    _ => None,
+                }
+            })
+            .collect();
+        for (id, e, word) in &done {
+            self.requests.engine.remove(id);
+            self.engine_matched(*id, e, *word)?;
+            if e.deleting {
+                self.off
+                    .handle_event(EngineEvent::DeleteFailed { handle: *id })?;
+            }
+        }
+        if !done.is_empty() {
+            self.pump(buf)?;
+        }
+        Ok(done.len())
+    }
+
+    /// Handles one completion of the offload model.
+    fn complete(&mut self, c: Completion<u64, Msg>, buf: &mut [u8]) -> Result<()> {
+        match c {
+            Completion::Matched { recv, env, msg, .. } => {
+                let stored = match msg {
+                    Msg::Stored(k) => Some(self.take_stored(k)?),
+                    Msg::Direct(_) => None,
+                };
+                let Some(req) = self.requests.reqs.get_mut(&recv) else {
+                    // The receive was abandoned (its call failed): consume
+                    // the message so that its sender's eager block is
+                    // released (or its CMA send gets the FIN).
+                    if let Some(u) = stored {
+                        let _ = self.deliver(u.hdr, u.data, &mut []);
+                    }
+                    return Ok(());
+                };
+                let result = match (stored, msg) {
+                    (Some(u), _) => match &mut req.buf {
+                        ReqBuf::Caller => self.deliver(u.hdr, u.data, buf),
+                        ReqBuf::Owned(v) => {
+                            let mut v = core::mem::take(v);
+                            let r = self.deliver(u.hdr, u.data, &mut v);
+                            if let Some(req) = self.requests.reqs.get_mut(&recv) {
+                                req.buf = ReqBuf::Owned(v);
+                            }
+                            r
+                        }
+                    },
+                    (None, Msg::Direct(word)) if word & RESULT_FAILED != 0 => {
+                        Err(Error::PrepostWriteFailed { pe: env.source })
+                    }
+                    (None, Msg::Direct(word)) => {
+                        let len = (word & 0xffff_ffff) as usize;
+                        let cap = match &req.buf {
+                            ReqBuf::Owned(v) => v.len(),
+                            ReqBuf::Caller => buf.len(),
+                        };
+                        self.counters.received += 1;
+                        if len > cap {
+                            // The claimer checked the capacity: a peer bug.
+                            Err(Error::BadHeader {
+                                source_pe: env.source,
+                                reason: "prepost result longer than the receive buffer",
+                            })
+                        } else {
+                            Ok(Status {
+                                source: env.source,
+                                tag: env.tag,
+                                context: env.context_id,
+                                len,
+                            })
+                        }
+                    }
+                    (None, Msg::Stored(_)) => {
+                        Err(Error::InvalidArgument("stored message vanished"))
+                    }
+                };
+                if let Some(req) = self.requests.reqs.get_mut(&recv) {
+                    req.done = Some(result);
+                }
+            }
+            Completion::Queued { .. } => self.counters.unexpected += 1,
+            Completion::Cancelled { recv, .. } => {
+                self.requests.reqs.remove(&recv);
+            }
+            Completion::CancelFailed { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Takes a queued unexpected message out of the store.
+    fn take_stored(&mut self, key: u64) -> Result<Unexpected> {
+        let u = self.store.remove(&key).ok_or(Error::InvalidArgument(
+            "matcher returned a message the endpoint does not hold",
+        ))?;
+        if u.hdr.kind == KIND_EAGER && u.data.is_none() {
+            self.uncopied -= 1;
+        }
+        Ok(u)
     }
 
     /// Copies a fragment out of the sender's eager area (freeing its block)
@@ -690,19 +1190,17 @@ impl Endpoint {
     /// eager space, freeing their blocks. Returns how many were copied.
     fn relieve_pressure(&mut self) -> usize {
         let mut copied = 0;
-        for i in 0..self.unexpected.len() {
-            let u = &self.unexpected[i];
-            if u.hdr.kind != KIND_EAGER
-                || u.data.is_some()
-                || !self.node.segment().eager_pressure(u.hdr.source)
-            {
+        let seg = self.node.segment();
+        let area = self.node.config().eager_bytes;
+        for u in self.store.values_mut() {
+            if u.hdr.kind != KIND_EAGER || u.data.is_some() || !seg.eager_pressure(u.hdr.source) {
                 continue;
             }
             let h = u.hdr;
             let mut v = vec![0u8; h.nbytes as usize];
             // A malformed header keeps `None`: its receive reports the error.
-            if self.get_eager(&h, &mut v).is_ok() {
-                self.unexpected[i].data = Some(v);
+            if get_eager(seg, area, &h, &mut v).is_ok() {
+                u.data = Some(v);
                 self.uncopied -= 1;
                 copied += 1;
             }
@@ -776,12 +1274,25 @@ impl Endpoint {
     }
 
     /// Receives the oldest message matching `spec` into `buf` if one has
-    /// arrived; never blocks (but does run one progress pass).
+    /// arrived; never blocks (but does run one progress pass). Never
+    /// preposted.
     pub fn try_recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
-        if let Some(st) = self.take_match(spec, buf)? {
-            return Ok(Some(st));
+        self.check_source(spec)?;
+        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, buf)?;
+        let r = match id {
+            Some(_) => self.progress_for(buf).map(|_| ()),
+            None => Ok(()),
+        };
+        if let Some(done) = self.take_done(key) {
+            return done.map(Some);
         }
-        Ok(self.progress_for(Some(spec), buf)?.0)
+        // Not matched: a software-only receive is cancelled at once.
+        if let Some(id) = id {
+            let _ = self.off.cancel(id);
+        }
+        self.requests.reqs.remove(&key);
+        r?;
+        Ok(None)
     }
 
     /// Receives the oldest message matching `spec` (MPI rules; wildcards
@@ -789,43 +1300,243 @@ impl Endpoint {
     /// [`Error::PeerDied`] if the peer it waits for (any peer, for
     /// `ANY_SOURCE`) dies first, and with [`Error::Truncated`] (after
     /// consuming the message) if `buf` is too small.
+    ///
+    /// With the prepost protocol on, an exact-source receive that finds no
+    /// message is advertised to its sender, which may write the message
+    /// straight into `buf`.
     pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
-        if let Some(st) = self.take_match(spec, buf)? {
-            return Ok(st);
+        let watch = self.check_source(spec)?;
+        let addr = buf.as_mut_ptr() as u64;
+        let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, buf)?;
+        if let Some(done) = self.take_done(key) {
+            return done;
         }
-        let watch = match spec.source {
-            tm_proto::Source::Rank(r) if r < self.size() => Watch::One(r),
-            tm_proto::Source::Rank(r) => {
-                return Err(Error::BadPe {
-                    pe: r,
-                    size: self.size(),
-                })
-            }
-            tm_proto::Source::Any => Watch::All,
+        let Some(id) = id else {
+            return Err(Error::InvalidArgument("receive neither queued nor matched"));
         };
-        self.block(watch, |ep| {
-            if let Some(st) = ep.take_match(spec, buf)? {
-                return Ok((Some(st), 1));
+        let r = self.block(watch, |ep| {
+            let ev = ep.progress_for(buf)?;
+            Ok((ep.take_done(key), ev))
+        });
+        match r {
+            Ok(done) => done,
+            Err(e) => {
+                self.abandon(key, id, buf);
+                Err(e)
             }
-            ep.progress_for(Some(spec), buf)
-        })
+        }
     }
 
-    fn take_match(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
-        let Some(i) = self
-            .unexpected
-            .iter()
-            .position(|u| spec.matches(&envelope(&u.hdr)))
-        else {
-            return Ok(None);
-        };
-        let Some(u) = self.unexpected.remove(i) else {
-            return Ok(None);
-        };
-        if u.hdr.kind == KIND_EAGER && u.data.is_none() {
-            self.uncopied -= 1;
+    /// Starts a nonblocking receive into `buf` (the endpoint owns it until
+    /// [`Endpoint::wait`] hands it back). With the prepost protocol on, an
+    /// exact-source receive is advertised to its sender when the matching
+    /// rules allow (see the crate README).
+    pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
+        self.check_source(spec)?;
+        let addr = buf.as_mut_ptr() as u64;
+        let (key, _) = self.post(spec, ReqBuf::Owned(buf), addr, true, &mut [])?;
+        Ok(RecvRequest(key))
+    }
+
+    /// Whether `req` has completed (runs one progress pass).
+    pub fn test(&mut self, req: &RecvRequest) -> Result<bool> {
+        if !self.is_done(req.0) {
+            self.progress_for(&mut [])?;
         }
-        self.deliver(u.hdr, u.data, buf).map(Some)
+        Ok(self.is_done(req.0))
+    }
+
+    /// Blocks until `req` completes; returns its status and buffer. On an
+    /// error (truncation, a dead peer) the buffer is dropped.
+    pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
+        let key = req.0;
+        let spec = match self.requests.reqs.get(&key) {
+            Some(r) => r.spec,
+            None => return Err(Error::InvalidArgument("unknown receive request")),
+        };
+        let watch = self.check_source(spec)?;
+        let r = self.block(watch, |ep| {
+            if ep.is_done(key) {
+                return Ok((Some(()), 1));
+            }
+            let ev = ep.progress_for(&mut [])?;
+            Ok((ep.is_done(key).then_some(()), ev))
+        });
+        if let Err(e) = r {
+            if let Some(id) = self.recv_id(key) {
+                self.abandon(key, id, &mut []);
+            }
+            return Err(e);
+        }
+        let Some(req) = self.requests.reqs.remove(&key) else {
+            return Err(Error::InvalidArgument("unknown receive request"));
+        };
+        let buf = match req.buf {
+            ReqBuf::Owned(v) => v,
+            ReqBuf::Caller => Vec::new(),
+        };
+        match req.done {
+            Some(Ok(st)) => Ok((st, buf)),
+            Some(Err(e)) => Err(e),
+            None => Err(Error::InvalidArgument("receive request not complete")),
+        }
+    }
+
+    fn is_done(&self, key: u64) -> bool {
+        self.requests
+            .reqs
+            .get(&key)
+            .is_some_and(|r| r.done.is_some())
+    }
+
+    /// The completed result of the blocked call's request `key`, removing it.
+    fn take_done(&mut self, key: u64) -> Option<Result<Status>> {
+        if !self.is_done(key) {
+            return None;
+        }
+        self.requests.reqs.remove(&key).and_then(|r| r.done)
+    }
+
+    /// The engine handle of a still-posted request (linear in the posted
+    /// queue; used on error paths only).
+    fn recv_id(&self, key: u64) -> Option<RecvId> {
+        self.off
+            .posted()
+            .into_iter()
+            .find(|(_, _, &k, _)| k == key)
+            .map(|(id, ..)| id)
+    }
+
+    /// Gives up on request `key` after an error: cancels it (withdrawing its
+    /// prepost; if the sender claimed it, the sender is the dead peer the
+    /// error is about and will not write any more).
+    fn abandon(&mut self, key: u64, id: RecvId, buf: &mut [u8]) {
+        if !self.is_done(key) {
+            let _ = self.off.cancel(id);
+            let _ = self.pump(buf);
+        }
+        // A sender that claimed its prepost is writing into the buffer: wait
+        // for its DONE, unless it is dead.
+        while let Some(peer) = self
+            .requests
+            .engine
+            .values()
+            .find(|e| e.key == key)
+            .map(|e| e.peer)
+        {
+            if self.node.segment().check_alive(peer).is_err() {
+                break;
+            }
+            match self.poll_engine(buf) {
+                Ok(0) => std::thread::yield_now(),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if let Some(r) = self.requests.reqs.remove(&key) {
+            if let ReqBuf::Owned(v) = r.buf {
+                let claimed = self.requests.engine.values().any(|e| e.key == key);
+                if claimed {
+                    // Never free a buffer a sender may still write into.
+                    core::mem::forget(v);
+                }
+            }
+        }
+    }
+
+    /// The liveness watch for a receive from `spec.source`.
+    fn check_source(&self, spec: MatchSpec) -> Result<Watch> {
+        match spec.source {
+            Source::Rank(r) if r < self.size() => Ok(Watch::One(r)),
+            Source::Rank(r) => Err(Error::BadPe {
+                pe: r,
+                size: self.size(),
+            }),
+            Source::Any => Ok(Watch::All),
+        }
+    }
+
+    /// Posts a receive request through the offload model; returns its key
+    /// and, if it is queued, its handle (if it matched a queued message at
+    /// once, it is complete: delivered into `buf` or its owned buffer).
+    /// `may_prepost`: the caller keeps the buffer at `addr` valid until the
+    /// request completes.
+    fn post(
+        &mut self,
+        spec: MatchSpec,
+        rbuf: ReqBuf,
+        addr: u64,
+        may_prepost: bool,
+        buf: &mut [u8],
+    ) -> Result<(u64, Option<RecvId>)> {
+        let key = self.next_key;
+        self.next_key += 1;
+        let capacity = match &rbuf {
+            ReqBuf::Owned(v) => v.len(),
+            ReqBuf::Caller => buf.len(),
+        };
+        let me = self.rank();
+        // The caller's part of the offload decision: a buffer the sender may
+        // CMA-write into, large enough for the prepost-direct path
+        // (`TMX_SHMEM_PREPOST_MIN`, and beyond inline), from a peer whose
+        // prepost ring has a free slot. The model adds the rest
+        // (exact source, no earlier software receive that overlaps it,
+        // capacity, tag layout).
+        let eligible = match spec.source {
+            Source::Rank(src)
+                if self.prepost
+                    && may_prepost
+                    && capacity > INLINE_MAX
+                    && capacity as u64 >= self.node.config().prepost_min =>
+            {
+                self.peers[src as usize]
+                    .poster
+                    .can_post(self.node.segment().prepost(me, src))
+            }
+            _ => false,
+        };
+        self.requests.reqs.insert(
+            key,
+            Req {
+                spec,
+                buf: rbuf,
+                done: None,
+            },
+        );
+        match self.off.post(spec, key, eligible)? {
+            PostOutcome::Matched { msg, env, .. } => {
+                self.complete(
+                    Completion::Matched {
+                        id: RecvId::from_bits(u64::MAX),
+                        recv: key,
+                        env,
+                        msg,
+                    },
+                    buf,
+                )?;
+                Ok((key, None))
+            }
+            PostOutcome::Queued { id, offloaded } => {
+                if offloaded {
+                    if let Source::Rank(peer) = spec.source {
+                        self.requests.engine.insert(
+                            id,
+                            EngineEntry {
+                                key,
+                                peer,
+                                context: spec.context_id,
+                                addr,
+                                capacity: capacity as u64,
+                                index: None,
+                                deleting: false,
+                            },
+                        );
+                    }
+                }
+                self.pump(buf)?;
+                Ok((key, Some(id)))
+            }
+        }
     }
 
     fn deliver(&mut self, h: Header, data: Option<Vec<u8>>, buf: &mut [u8]) -> Result<Status> {
@@ -922,16 +1633,15 @@ impl Endpoint {
     /// each other (in a cycle) before receiving all finish. Returns how many
     /// were pulled.
     fn relieve_rendezvous(&mut self) -> usize {
-        let mut pulled = 0;
-        for i in 0..self.unexpected.len() {
-            let u = &self.unexpected[i];
+        let mut pulled = Vec::new();
+        for u in self.store.values_mut() {
             if u.hdr.kind != KIND_CMA || u.data.is_some() {
                 continue;
             }
             let h = u.hdr;
             let mut v = vec![0u8; h.nbytes as usize];
             match self.node.cma_read(h.source, h.word, &mut v) {
-                Ok(()) => self.unexpected[i].data = Some(v),
+                Ok(()) => u.data = Some(v),
                 // The receive reports the failure (data stays None: it will
                 // retry the read and answer the FIN then).
                 Err(e) => {
@@ -939,9 +1649,12 @@ impl Endpoint {
                     continue;
                 }
             }
-            self.send_fin(&h);
-            pulled += 1;
+            pulled.push(h);
         }
+        for h in &pulled {
+            self.send_fin(h);
+        }
+        let pulled = pulled.len();
         if pulled > 0 {
             tracing::debug!(
                 pulled,

@@ -144,6 +144,13 @@ pub enum Error {
         /// Bytes asked.
         len: u64,
     },
+    /// The sender claimed this preposted receive but its CMA write into the
+    /// buffer failed (it also reported the error); no data arrived.
+    #[error("local rank {pe} failed to write into a preposted receive")]
+    PrepostWriteFailed {
+        /// The sender.
+        pe: u32,
+    },
     /// A ring header that this crate did not write (corrupt segment or version skew).
     #[error("malformed header from local rank {source_pe}: {reason}")]
     BadHeader {
@@ -152,6 +159,10 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The matching engine (tm-match) refused an operation (a queue limit, or
+    /// an offload event that does not fit the model: a protocol bug).
+    #[error("matching engine: {0}")]
+    Match(#[from] tm_match::Error),
 }
 
 impl Error {

@@ -10,12 +10,15 @@
 //! - [`ring`]: the header ring ([`ring::Producer`], [`ring::Consumer`],
 //!   [`ring::Outbox`] for backpressure without loss), generic over the memory
 //!   it lives in ([`ring::RingRef`]): the node segment, or the heap under loom.
-//! - [`prepost`]: the prepost ring and its claim/withdraw race.
+//! - [`prepost`]: the prepost ring, its claim/withdraw race and the phase
+//!   counters that make a prepost trustworthy (the MP_Lite "gap").
 //! - [`heap`]: the deterministic symmetric-heap allocator.
 //! - [`Segment`]: creation, attach protocol, layout, liveness.
 //! - [`Node`]: the one-sided API and its completion semantics.
-//! - [`Endpoint`]: tagged two-sided messaging (inline, buffered, CMA paths),
-//!   backpressure and blocking progress.
+//! - [`Endpoint`]: tagged two-sided messaging (inline, buffered, CMA and
+//!   prepost-direct paths; blocking and nonblocking receives), MPI matching
+//!   and the prepost policy through tm-match's offload model, backpressure
+//!   and blocking progress.
 //!
 //! Configuration comes from `TMX_SHMEM_*` variables ([`Config`]).
 //!
@@ -58,7 +61,9 @@ pub mod segment;
 pub use config::{CmaMode, Config};
 pub use counters::Counters;
 #[cfg(not(tmx_shmem_loom))]
-pub use endpoint::{Endpoint, Status, KIND_CMA, KIND_EAGER, KIND_FIN, KIND_INLINE};
+pub use endpoint::{
+    Endpoint, RecvRequest, Status, FLAG_COUNTED, KIND_CMA, KIND_EAGER, KIND_FIN, KIND_INLINE,
+};
 pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
 pub use node::{CmaStatus, Node, SymAddr};

@@ -28,8 +28,23 @@
 //!  body[3]  AtomicU64   offset of the receive buffer in the receiver's heap
 //!  body[4]  AtomicU64   cookie (the receiver's request id)
 //!  body[5]  AtomicU64   count (u16, the offload model's phase) | flags (u32) << 32
-//!  body[6]  AtomicU64   bytes written, stored by the claimer before DONE
+//!  body[6]  AtomicU64   result, stored by the claimer before DONE (the
+//!                       endpoint stores length | tag << 32, bit 63 = failed)
 //! ```
+//!
+//! # Phase (the gap)
+//!
+//! [`Phase`] is the pair of counters that makes a prepost trustworthy, the
+//! shared-memory form of the TM-SRQ's phase/sync (tm-match's offload model):
+//! `h` counts the messages senders published into this receiver's header
+//! rings as *engine-unexpected* (every message that did not go through a
+//! prepost), incremented by each sender **before** it publishes the header;
+//! `s` is the offload model's 16-bit counter of such messages the receiver
+//! has fully processed, stored by the receiver with every add, delete and
+//! sync it executes. A sender may use a prepost only if, read after the
+//! entry, `s == h`: then every message it published before (in particular
+//! one that crossed the prepost in the gap) was processed, and a processed
+//! message that matched the entry made the receiver withdraw it first.
 //!
 //! The body words are atomics accessed with `Relaxed` because a sender may
 //! read an entry while the receiver recycles its slot; the claim CAS on
@@ -38,6 +53,56 @@
 //! rewrites a body only after the old index is DONE or WITHDRAWN).
 
 use crate::sync::{AtomicU64, Ordering};
+
+/// The phase counters of one receiver (see the module docs), 16-bit
+/// wrapping values kept in 64-bit words.
+#[cfg_attr(not(tmx_shmem_loom), repr(C))]
+#[derive(Debug)]
+pub struct Phase {
+    /// Engine-unexpected messages published to this receiver (senders).
+    h: AtomicU64,
+    /// The receiver's processed count, as its last add/delete/sync said.
+    s: AtomicU64,
+}
+
+impl Phase {
+    /// Counters at zero.
+    pub fn new() -> Self {
+        Phase {
+            h: AtomicU64::new(0),
+            s: AtomicU64::new(0),
+        }
+    }
+
+    /// Sender: one more engine-unexpected message, called before its header
+    /// is published (the header's Release store orders this before the
+    /// receiver can process it, so processed messages are always a subset of
+    /// counted ones).
+    pub fn count_message(&self) {
+        self.h.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Receiver: applies the offload model's counter (an add, delete or
+    /// sync), after executing everything the model emitted before it.
+    pub fn apply(&self, count: u16) {
+        self.s.store(u64::from(count), Ordering::Release);
+    }
+
+    /// Sender: whether every engine-unexpected message counted so far has
+    /// been processed by the receiver (`s` read before `h`, both Acquire).
+    /// Call it after reading the entry it would claim.
+    pub fn synced(&self) -> bool {
+        let s = self.s.load(Ordering::Acquire);
+        let h = self.h.load(Ordering::Acquire);
+        s as u16 == h as u16
+    }
+}
+
+impl Default for Phase {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 const POSTED: u64 = 0;
 const CLAIMED: u64 = 1;
@@ -205,19 +270,25 @@ impl Poster {
         Self::default()
     }
 
+    /// Whether [`Poster::post`] would succeed now: the slot to reuse holds
+    /// no entry that is still posted or claimed.
+    pub fn can_post(&self, ring: PrepostRef<'_>) -> bool {
+        let i = self.head;
+        let w = ring.slot(i).word.load(Ordering::Acquire);
+        if i < ring.n() {
+            w == 0
+        } else {
+            let (idx1, st) = split(w);
+            idx1 == i - ring.n() + 1 && (st == DONE || st == WITHDRAWN)
+        }
+    }
+
     /// Posts `p`; returns the entry's index. Fails if the slot to reuse still
     /// holds an entry that is posted or claimed.
     pub fn post(&mut self, ring: PrepostRef<'_>, p: &Prepost) -> Result<u64, PrepostFull> {
         let i = self.head;
         let slot = ring.slot(i);
-        let w = slot.word.load(Ordering::Acquire);
-        let reusable = if i < ring.n() {
-            w == 0
-        } else {
-            let (idx1, st) = split(w);
-            idx1 == i - ring.n() + 1 && (st == DONE || st == WITHDRAWN)
-        };
-        if !reusable {
+        if !self.can_post(ring) {
             return Err(PrepostFull);
         }
         let b = &slot.body;
@@ -383,6 +454,23 @@ mod tests {
             cookie: tag,
             flags: 9,
         }
+    }
+
+    #[test]
+    fn phase_synced_compares_16_bits() {
+        let ph = Phase::new();
+        assert!(ph.synced());
+        ph.count_message();
+        assert!(!ph.synced(), "a counted message is in flight");
+        ph.apply(1);
+        assert!(ph.synced());
+        for _ in 0..65_535 {
+            ph.count_message();
+        }
+        ph.apply(0); // 65536 processed, as the model's wrapping counter says
+        assert!(ph.synced());
+        ph.count_message();
+        assert!(!ph.synced());
     }
 
     #[test]

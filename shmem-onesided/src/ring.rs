@@ -288,6 +288,18 @@ impl Producer {
             .saturating_sub(self.head.wrapping_sub(self.cached_consumed))
     }
 
+    /// Whether the next push will succeed, re-reading the consumer index
+    /// once if the cached one says the ring is full (only this producer
+    /// fills the ring, so a `true` stays true until the next push).
+    pub fn has_room(&mut self, ring: RingRef<'_>) -> bool {
+        let n = ring.capacity();
+        if self.head.wrapping_sub(self.cached_consumed) >= n {
+            self.rereads += 1;
+            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
+        }
+        self.head.wrapping_sub(self.cached_consumed) < n
+    }
+
     /// Publishes `hdr` in the next slot, or returns [`Full`] if the ring is full
     /// after one re-read of the consumer index.
     #[inline]
@@ -444,8 +456,23 @@ impl Outbox {
 
     /// Sends `hdr`, in order after everything sent before.
     pub fn send(&mut self, ring: RingRef<'_>, hdr: Header) -> Sent {
-        if self.pending.is_empty() && self.producer.try_push(ring, &hdr).is_ok() {
-            return Sent::Ring;
+        self.send_with(ring, hdr, &mut |_| {})
+    }
+
+    /// [`Outbox::send`], calling `before` for the header just before it is
+    /// published in the ring (immediately, or from a later flush), never for
+    /// a header that is not published.
+    pub fn send_with(
+        &mut self,
+        ring: RingRef<'_>,
+        hdr: Header,
+        before: &mut dyn FnMut(&Header),
+    ) -> Sent {
+        if self.pending.is_empty() && self.producer.has_room(ring) {
+            before(&hdr);
+            if self.producer.try_push(ring, &hdr).is_ok() {
+                return Sent::Ring;
+            }
         }
         if self.pending.is_empty() {
             self.backpressure_events += 1;
@@ -461,7 +488,17 @@ impl Outbox {
     /// Moves pending headers into the ring, in order, until it is full.
     /// Returns how many remain pending.
     pub fn flush(&mut self, ring: RingRef<'_>) -> usize {
+        self.flush_with(ring, &mut |_| {})
+    }
+
+    /// [`Outbox::flush`], calling `before` for each header just before it is
+    /// published.
+    pub fn flush_with(&mut self, ring: RingRef<'_>, before: &mut dyn FnMut(&Header)) -> usize {
         while let Some(h) = self.pending.front() {
+            if !self.producer.has_room(ring) {
+                break;
+            }
+            before(h);
             if self.producer.try_push(ring, h).is_err() {
                 break;
             }

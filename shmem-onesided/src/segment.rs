@@ -31,7 +31,7 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::prepost::{PrepostRef, PrepostSlot};
+use crate::prepost::{Phase, PrepostRef, PrepostSlot};
 use crate::ring::{RingCtl, RingRef, Slot, RING_CTL_BYTES, SLOT_BYTES};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
@@ -43,7 +43,7 @@ use std::fs::File;
 use std::time::{Duration, Instant};
 
 const MAGIC: u64 = 0x746d_785f_7368_6d31; // "tmx_shm1"
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 const PAGE: u64 = 4096;
 const RANK_INFO_BYTES: u64 = 128;
 const RANK_INFO_START: u64 = 512;
@@ -78,10 +78,15 @@ pub(crate) struct RankInfo {
     /// Raised by the rank while its eager area is full and sends wait for
     /// space: receivers then copy its unexpected eager messages out.
     pub(crate) eager_pressure: AtomicU32,
+    _pad: [u32; 9],
+    /// The rank's phase counters as a receiver of preposted sends (own
+    /// 64-byte line).
+    pub(crate) phase: Phase,
 }
 
 const _: () = assert!(core::mem::size_of::<SegHeader>() <= RANK_INFO_START as usize);
 const _: () = assert!(core::mem::size_of::<RankInfo>() == RANK_INFO_BYTES as usize);
+const _: () = assert!(core::mem::offset_of!(RankInfo, phase) == 64);
 
 fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
@@ -556,6 +561,11 @@ impl Segment {
         self.rank_info(self.rank)
             .eager_pressure
             .store(u32::from(on), Ordering::Relaxed);
+    }
+
+    /// Local rank `pe`'s phase counters (as a receiver of preposted sends).
+    pub fn phase(&self, pe: u32) -> &Phase {
+        &self.rank_info(pe).phase
     }
 
     /// Whether `pe` is waiting for eager-area space.

@@ -25,12 +25,21 @@
 //! - prepost `recycled_slot_never_claimed_torn`: a sender scanning while the
 //!   receiver withdraws and reposts into the same slot never claims a torn or
 //!   stale entry.
+//! - L7 `gap_prepost_never_overtakes`: the MP_Lite gap with the phase
+//!   counters. The receiver preposts a receive (count 0) while the sender
+//!   sends two matching messages, each one either into a trusted prepost
+//!   (`Phase::synced`) or counted and buffered; the receiver processes ring
+//!   messages by withdrawing the prepost first (the offload model's delete)
+//!   and applies its count after each. The receive must get the *first*
+//!   message, every message exactly once. Negative control
+//!   `gap_without_phase_is_rejected`: a sender that trusts every prepost
+//!   lets the second message overtake the first, and loom must find it.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use shmem_onesided::prepost::{Claimer, PostState, Poster, Prepost, PrepostMem, Withdraw};
+use shmem_onesided::prepost::{Claimer, Phase, PostState, Poster, Prepost, PrepostMem, Withdraw};
 use shmem_onesided::ring::{Consumer, Header, Outbox, Producer, RingMem, Sent};
 
 fn hdr(i: u32) -> Header {
@@ -328,4 +337,115 @@ fn recycled_slot_never_claimed_torn() {
             (_, None) => panic!("withdraw failed but nobody claimed"),
         }
     });
+}
+
+/// The sender of the gap model: messages 1 and 2 (tag 5), each into a
+/// prepost if one matches and `trust` says so, otherwise counted and
+/// buffered in the ring.
+fn gap_sender(
+    ring: &RingMem,
+    pre: &PrepostMem,
+    phase: &Phase,
+    rbuf: &UnsafeCell<u64>,
+    trust: impl Fn(&Phase) -> bool,
+) {
+    let mut cl = Claimer::new();
+    let mut prod = Producer::new();
+    for id in 1..=2u32 {
+        if let Some(c) = cl.claim_first(pre.view(), |p| p.tag == 5 && trust(phase)) {
+            // SAFETY: (test) the claim owns the receive buffer until DONE.
+            rbuf.with_mut(|p| unsafe { *p = u64::from(id) });
+            cl.complete(pre.view(), &c, u64::from(id));
+            continue;
+        }
+        phase.count_message();
+        let mut h = hdr(0);
+        h.tag = id;
+        while prod.try_push(ring.view(), &h).is_err() {
+            thread::yield_now();
+        }
+    }
+}
+
+/// The receiver of the gap model (the endpoint's offload logic, reduced to
+/// one receive): returns what the preposted receive got.
+fn gap_receiver(ring: &RingMem, pre: &PrepostMem, phase: &Phase, rbuf: &UnsafeCell<u64>) -> u64 {
+    let mut poster = Poster::new();
+    phase.apply(0);
+    let a = poster.post(pre.view(), &pp(5, 1)).unwrap();
+    let mut consumer = Consumer::new(1);
+    let (mut got, mut live, mut count, mut seen) = (None, true, 0u16, 0u32);
+    let direct = |poster: &Poster| loop {
+        match poster.state(pre.view(), a) {
+            PostState::Done(w) => {
+                // SAFETY: (test) DONE (Acquire) orders the sender's write.
+                assert_eq!(rbuf.with(|p| unsafe { *p }), w, "direct data visible");
+                break w;
+            }
+            PostState::Claimed => thread::yield_now(),
+            s => panic!("unexpected state {s:?}"),
+        }
+    };
+    loop {
+        if live {
+            if let PostState::Done(_) = poster.state(pre.view(), a) {
+                got = Some(direct(&poster));
+                live = false;
+                seen += 1;
+            }
+        }
+        if seen == 2 {
+            break;
+        }
+        let Some(h) = consumer.poll(ring.view()) else {
+            thread::yield_now();
+            continue;
+        };
+        seen += 1;
+        if got.is_none() {
+            // The receive is the oldest match and the engine holds it:
+            // delete it first (withdraw), as the offload model does.
+            match poster.withdraw(pre.view(), a) {
+                Withdraw::Withdrawn => got = Some(u64::from(h.tag)),
+                Withdraw::Claimed | Withdraw::Done(_) => {
+                    got = Some(direct(&poster));
+                    seen += 1;
+                }
+            }
+            live = false;
+        }
+        count += 1;
+        phase.apply(count);
+    }
+    got.unwrap()
+}
+
+fn gap_model(trust: fn(&Phase) -> bool) {
+    loom::model(move || {
+        let ring = Arc::new(RingMem::new(2));
+        let pre = Arc::new(PrepostMem::new(2));
+        let phase = Arc::new(Phase::new());
+        let rbuf = Arc::new(UnsafeCell::new(0u64));
+        let (r2, p2, ph2, b2) = (ring.clone(), pre.clone(), phase.clone(), rbuf.clone());
+        let sender = thread::spawn(move || gap_sender(&r2, &p2, &ph2, &b2, trust));
+        let got = gap_receiver(&ring, &pre, &phase, &rbuf);
+        sender.join().unwrap();
+        assert_eq!(
+            got, 1,
+            "the preposted receive got a later message (MPI order)"
+        );
+    });
+}
+
+#[test]
+fn gap_prepost_never_overtakes() {
+    gap_model(Phase::synced);
+}
+
+/// Negative control: without the phase check the second message can take
+/// the prepost that crossed the first (buffered) one.
+#[test]
+fn gap_without_phase_is_rejected() {
+    let msg = loom_rejects(|| gap_model(|_| true));
+    assert!(msg.contains("MPI order"), "unexpected failure: {msg}");
 }
