@@ -573,14 +573,16 @@ fn main() -> ExitCode {
             sigkill_mid_transfer_is_reported,
         ),
     ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // libtest semantics: `--ignored` runs only ignored tests, and none of these
+    // is ignored (so `cargo xtask ci proptest` does not run them twice).
+    let only_ignored = args.iter().any(|a| a == "--ignored");
+    let filter: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
     println!("\nrunning {} tests", tests.len());
     let (mut passed, mut failed, mut filtered) = (0, 0, 0);
     for (name, f) in tests {
-        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
+        if only_ignored || (!filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())))
+        {
             filtered += 1;
             continue;
         }
