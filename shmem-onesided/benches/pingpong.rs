@@ -2,18 +2,33 @@
 //! pinned to CPUs 0 and 1, over a real node segment.
 //!
 //! - one-way latency (ping-pong / 2) for 1, 8, 64 B, 1 KiB, 64 KiB, 1 MiB
-//! - unidirectional bandwidth (window of sends, one ack) for 64 KiB – 4 MiB
+//! - unidirectional bandwidth (window of blocking sends, one ack) for
+//!   64 KiB, 256 KiB, 1 MiB, 4 MiB
 //! - single-thread memcpy bandwidth at the same sizes, measured in the same
 //!   run, as the baseline the bandwidth is reported against
 //!
-//! Each configuration runs in a fresh job: `two-copy` (CMA off: inline ≤ 40 B,
-//! eager above), `cma` (CMA rendezvous above 64 KiB, when permitted, prepost
-//! protocol off) and `prepost-direct` (the prepost protocol for every message
-//! above 40 B: a CMA write into the receiver's advertised buffer), and
-//! a baseline in the same run: the bare header ring (one 64-byte slot each
-//! way, no matching, no endpoint), the floor the endpoint's latency is
-//! compared with.
-//! Medians of 5 rounds. `cargo bench -p shmem-onesided`.
+//! Each configuration runs in a fresh job, one per path: `eager` (CMA off:
+//! inline <= 40 B, copied through the eager area above), `cma` (CMA
+//! rendezvous for every message above 40 B, when permitted, prepost protocol
+//! off) and `prepost` (the prepost protocol for every message above 40 B: a
+//! CMA write into the receiver's advertised buffer; a send that finds no
+//! trusted prepost takes the eager path, see the counters), and a baseline in
+//! the same run: the bare header ring (one 64-byte slot each way, no
+//! matching, no endpoint), the floor the endpoint's latency is compared with.
+//!
+//! Output is machine-readable, one figure per line (medians of 5 rounds after
+//! a warm-up round), the same form as the MPICH baseline
+//! `bench/mpich_pingpong.c` prints (without the path):
+//!
+//! ```text
+//! lat <path> <bytes> <usec>
+//! bw <path> <bytes> <MB/s>
+//! memcpy <bytes> <MB/s>
+//! ```
+//!
+//! Other lines start with `#` or `==`. `cargo bench -p shmem-onesided`;
+//! `cargo xtask bench shmem-onesided` runs it next to the MPICH program and
+//! prints one table.
 #![allow(clippy::unwrap_used)] // a benchmark driver, like a test
 
 use shmem_onesided::{CmaStatus, Endpoint, Node};
@@ -22,9 +37,13 @@ use std::time::Instant;
 use tm_proto::{MatchSpec, Source, Tag};
 
 const LAT_SIZES: &[usize] = &[1, 8, 64, 1024, 65536, 1 << 20];
-const BW_SIZES: &[usize] = &[65536, 1 << 20, 4 << 20];
+const BW_SIZES: &[usize] = &[65536, 256 << 10, 1 << 20, 4 << 20];
 const ROUNDS: usize = 5;
+/// Largest message carried inline in the header slot.
+const INLINE_MAX: usize = 40;
 const ROLE: &str = "TMX_SHMEM_BENCH_RANK";
+/// The path a configuration measures (`eager`, `cma`, `prepost`).
+const PATH: &str = "TMX_SHMEM_BENCH_PATH";
 
 fn iters(len: usize) -> usize {
     match len {
@@ -68,12 +87,22 @@ fn run(rank: u32) -> Vec<String> {
     let peer = 1 - rank;
     let mut buf = vec![0u8; 4 << 20];
     let data = vec![0x5au8; 4 << 20];
+    let path = std::env::var(PATH).unwrap_or_else(|_| "eager".into());
     let mut lines = Vec::new();
+    let cma = matches!(ep.node().cma_status(), CmaStatus::Available);
     if rank == 0 {
-        let cma = matches!(ep.node().cma_status(), CmaStatus::Available);
-        lines.push(format!("cma available: {cma}"));
+        lines.push(format!("# cma available: {cma}"));
+    }
+    if path != "eager" && !cma {
+        // Without CMA these configurations would measure the eager path again.
+        lines.push(format!("# {path}: skipped, CMA not available"));
+        ep.finalize().unwrap();
+        return lines;
     }
     for &len in LAT_SIZES {
+        if len <= INLINE_MAX && path != "eager" {
+            continue; // inline in every configuration: measured once
+        }
         let mut samples = Vec::new();
         for round in 0..=ROUNDS {
             let n = iters(len);
@@ -93,10 +122,8 @@ fn run(rank: u32) -> Vec<String> {
             }
         }
         samples.sort_by(f64::total_cmp);
-        lines.push(format!(
-            "latency {len:>8} B  {:>9.3} us",
-            samples[ROUNDS / 2]
-        ));
+        let label = if len <= INLINE_MAX { "inline" } else { &path };
+        lines.push(format!("lat {label} {len} {:.3}", samples[ROUNDS / 2]));
     }
     for &len in BW_SIZES {
         let mut samples = Vec::new();
@@ -137,13 +164,11 @@ fn run(rank: u32) -> Vec<String> {
         }
         m.sort_by(f64::total_cmp);
         let (bw, mc) = (samples[ROUNDS / 2], m[ROUNDS / 2]);
-        lines.push(format!(
-            "bandwidth {len:>8} B  {bw:>9.0} MB/s   memcpy {mc:>9.0} MB/s   ratio {:.2}",
-            bw / mc
-        ));
+        lines.push(format!("bw {path} {len} {bw:.1}"));
+        lines.push(format!("memcpy {len} {mc:.1}"));
     }
     let c = ep.finalize().unwrap();
-    lines.push(format!("counters (rank {rank}): {c}"));
+    lines.push(format!("# counters (rank {rank}): {c}"));
     lines
 }
 
@@ -183,10 +208,7 @@ fn run_raw(rank: u32) -> Vec<String> {
         }
     }
     samples.sort_by(f64::total_cmp);
-    vec![format!(
-        "latency        8 B  {:>9.3} us   (bare ring, baseline)",
-        samples[ROUNDS / 2]
-    )]
+    vec![format!("lat ring 8 {:.3}", samples[ROUNDS / 2])]
 }
 
 fn main() {
@@ -209,20 +231,24 @@ fn main() {
             "bare ring baseline",
             &[("TMX_SHMEM_BENCH_RAW", "1"), ("TMX_SHMEM_CMA", "off")][..],
         ),
-        ("two-copy (CMA off)", &[("TMX_SHMEM_CMA", "off")][..]),
         (
-            "cma above 64 KiB",
+            "inline <= 40 B, eager (two-copy) above (CMA off)",
+            &[(PATH, "eager"), ("TMX_SHMEM_CMA", "off")][..],
+        ),
+        (
+            "cma rendezvous above 40 B (prepost off)",
             &[
+                (PATH, "cma"),
                 ("TMX_SHMEM_CMA", "auto"),
-                ("TMX_SHMEM_CMA_THRESHOLD", "64K"),
+                ("TMX_SHMEM_CMA_THRESHOLD", "40"),
                 ("TMX_SHMEM_PREPOST", "off"),
             ][..],
         ),
         (
-            "prepost-direct (CMA write) above 40 B, cma above 64 KiB",
+            "prepost-direct (CMA write) above 40 B, eager when no prepost is trusted",
             &[
+                (PATH, "prepost"),
                 ("TMX_SHMEM_CMA", "auto"),
-                ("TMX_SHMEM_CMA_THRESHOLD", "64K"),
                 ("TMX_SHMEM_PREPOST", "on"),
                 ("TMX_SHMEM_PREPOST_MIN", "41"),
             ][..],

@@ -457,6 +457,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         return Err("no crate has benchmarks yet".into());
     }
     for krate in &crates {
+        if krate == "shmem-onesided" {
+            run_shmem_bench()?;
+            continue;
+        }
         let mut c = cargo();
         c.args(["bench", "-p", krate]);
         if !run_plain(c)? {
@@ -464,6 +468,251 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The MPICH ping-pong kept next to shmem-onesided's benchmark.
+const MPICH_PINGPONG: &str = "shmem-onesided/bench/mpich_pingpong.c";
+/// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench` run; each
+/// side's figure is its best over the rounds (the machine is noisy, see
+/// `shared/notes/peer-baselines.md`).
+const SHMEM_BENCH_ROUNDS: usize = 3;
+
+/// shmem-onesided: builds the MPICH C ping-pong, runs it and our benchmark
+/// alternately, and prints one table of both.
+fn run_shmem_bench() -> Result<(), String> {
+    let root = workspace_root();
+    let mpich = build_mpich_pingpong(&root)?;
+    let mut ours = Figures::default();
+    let mut theirs = Figures::default();
+    for round in 1..=SHMEM_BENCH_ROUNDS {
+        if let Some(bin) = &mpich {
+            let mut c = Command::new("mpiexec.hydra");
+            c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
+            let (ok, out) = run_captured(c)?;
+            if !ok {
+                return Err("the MPICH ping-pong failed".into());
+            }
+            theirs.merge(&out, "mpich");
+        }
+        let mut c = cargo();
+        c.args(["bench", "-p", "shmem-onesided", "--bench", "pingpong"]);
+        let (ok, out) = run_captured(c)?;
+        if !ok {
+            return Err("benchmarks of shmem-onesided failed".into());
+        }
+        ours.merge(&out, "");
+        println!("(round {round} of {SHMEM_BENCH_ROUNDS} done)");
+    }
+    println!(
+        "\n==== shmem-onesided vs MPICH ({SHMEM_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
+    );
+    print!("{}", shmem_table(&ours, mpich.is_some().then_some(&theirs)));
+    Ok(())
+}
+
+/// Compiles [`MPICH_PINGPONG`] with `mpicc.mpich` into the target directory;
+/// `None` (after saying what to install) when MPICH is missing.
+fn build_mpich_pingpong(root: &Path) -> Result<Option<PathBuf>, String> {
+    let missing: Vec<String> = SYSTEM_PACKAGES
+        .iter()
+        .filter(|(prog, pkg, _)| matches!(*pkg, "mpich" | "libmpich-dev") && !on_path(prog))
+        .map(|(prog, pkg, _)| format!("{prog} (package {pkg})"))
+        .collect();
+    if !missing.is_empty() {
+        println!(
+            "MPICH baseline skipped: missing {}.\nInstall it with\n  sudo apt-get install -y mpich libmpich-dev\n",
+            missing.join(", ")
+        );
+        return Ok(None);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_relative() { root.join(t) } else { t })
+        .unwrap_or_else(|| root.join("target"));
+    std::fs::create_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+    let bin = target.join("mpich_pingpong");
+    let mut c = Command::new("mpicc.mpich");
+    c.args(["-O2", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(root.join(MPICH_PINGPONG));
+    if !run_plain(c)? {
+        return Err(format!("compiling {MPICH_PINGPONG} failed"));
+    }
+    Ok(Some(bin))
+}
+
+/// Runs `cmd`, echoing its standard output line by line, and returns it too.
+fn run_captured(mut cmd: Command) -> Result<(bool, String), String> {
+    println!("\n$ {}", show(&cmd));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", show(&cmd)))?;
+    let mut all = String::new();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line.map_err(|e| format!("reading `{}`: {e}", show(&cmd)))?;
+            println!("{line}");
+            all.push_str(&line);
+            all.push('\n');
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for `{}`: {e}", show(&cmd)))?;
+    Ok((status.success(), all))
+}
+
+/// Benchmark figures keyed by (path, bytes); the best of every merge.
+#[derive(Debug, Default)]
+struct Figures {
+    /// one-way latency, µs (lower is better)
+    lat: std::collections::BTreeMap<(String, u64), f64>,
+    /// bandwidth, MB/s (higher is better)
+    bw: std::collections::BTreeMap<(String, u64), f64>,
+    /// single-thread memcpy, MB/s
+    memcpy: std::collections::BTreeMap<u64, f64>,
+    /// the bare-ring 8-byte latency of every merged run, µs: shows which
+    /// phase the (noisy) machine was in
+    ring: Vec<f64>,
+}
+
+impl Figures {
+    /// Reads `lat [path] <bytes> <usec>`, `bw [path] <bytes> <MB/s>` and
+    /// `memcpy <bytes> <MB/s>` lines; a line without a path gets `default_path`.
+    fn merge(&mut self, output: &str, default_path: &str) {
+        for line in output.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let (kind, path, bytes, value) = match w.as_slice() {
+                [k, b, v] => (*k, default_path, *b, *v),
+                [k, p, b, v] => (*k, *p, *b, *v),
+                _ => continue,
+            };
+            let (Ok(bytes), Ok(value)) = (bytes.parse::<u64>(), value.parse::<f64>()) else {
+                continue;
+            };
+            if (kind, path) == ("lat", "ring") {
+                self.ring.push(value);
+            }
+            let key = (path.to_string(), bytes);
+            match kind {
+                "lat" => {
+                    let e = self.lat.entry(key).or_insert(f64::INFINITY);
+                    *e = e.min(value);
+                }
+                "bw" => {
+                    let e = self.bw.entry(key).or_insert(0.0);
+                    *e = e.max(value);
+                }
+                "memcpy" if path == default_path => {
+                    let e = self.memcpy.entry(bytes).or_insert(0.0);
+                    *e = e.max(value);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Our paths, in table order.
+const SHMEM_PATHS: &[&str] = &["inline", "eager", "prepost", "cma"];
+
+fn size_name(b: u64) -> String {
+    if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// One Markdown table: latency rows then bandwidth rows, every tmx path, the
+/// best of them, MPICH, the ratio (> 1: tmx is better) and, for bandwidth,
+/// memcpy and the best path's share of it.
+fn shmem_table(ours: &Figures, mpich: Option<&Figures>) -> String {
+    let cell = |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
+    let mut s = String::new();
+    s.push_str("| | size |");
+    for p in SHMEM_PATHS {
+        s.push_str(&format!(" {p} |"));
+    }
+    s.push_str(" best tmx | MPICH | ratio | memcpy | best / memcpy |\n|---|---:|");
+    s.push_str(&"---:|".repeat(SHMEM_PATHS.len() + 5));
+    s.push('\n');
+    for (is_lat, unit) in [(true, "lat µs"), (false, "bw MB/s")] {
+        let (mine, theirs) = if is_lat {
+            (&ours.lat, mpich.map(|m| &m.lat))
+        } else {
+            (&ours.bw, mpich.map(|m| &m.bw))
+        };
+        let mut sizes: Vec<u64> = mine
+            .keys()
+            .filter(|(p, _)| SHMEM_PATHS.contains(&p.as_str()))
+            .map(|k| k.1)
+            .chain(theirs.into_iter().flat_map(|t| t.keys().map(|k| k.1)))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let prec = if is_lat { 2 } else { 0 };
+        for b in sizes {
+            s.push_str(&format!("| {unit} | {} |", size_name(b)));
+            let mut best: Option<(f64, &str)> = None;
+            for p in SHMEM_PATHS {
+                let v = mine.get(&(p.to_string(), b)).copied();
+                s.push_str(&format!(" {} |", cell(v, prec)));
+                if let Some(v) = v {
+                    let better = best.is_none_or(|(bv, _)| if is_lat { v < bv } else { v > bv });
+                    if better {
+                        best = Some((v, p));
+                    }
+                }
+            }
+            let m = theirs.and_then(|t| t.get(&("mpich".to_string(), b)).copied());
+            let ratio = match (best, m) {
+                (Some((v, _)), Some(m)) if v > 0.0 && m > 0.0 => {
+                    Some(if is_lat { m / v } else { v / m })
+                }
+                _ => None,
+            };
+            let best_cell = best.map_or("–".to_string(), |(v, p)| format!("{v:.prec$} ({p})"));
+            s.push_str(&format!(
+                " {best_cell} | {} | {} |",
+                cell(m, prec),
+                cell(ratio, 2)
+            ));
+            if is_lat {
+                s.push_str(" | |\n");
+            } else {
+                let mc = ours.memcpy.get(&b).copied();
+                let share = match (best, mc) {
+                    (Some((v, _)), Some(mc)) if mc > 0.0 => Some(format!("{:.0}%", 100.0 * v / mc)),
+                    _ => None,
+                };
+                s.push_str(&format!(
+                    " {} | {} |\n",
+                    cell(mc, 0),
+                    share.unwrap_or_else(|| "–".into())
+                ));
+            }
+        }
+    }
+    if !ours.ring.is_empty() {
+        let rounds: Vec<String> = ours.ring.iter().map(|r| format!("{r:.3}")).collect();
+        s.push_str(&format!(
+            "\nbare header ring (no endpoint), 8 B one-way, per round: {} µs \
+             (≈ 0.05 when the two vCPUs are placed well; higher means a slow phase)\n",
+            rounds.join(", ")
+        ));
+    }
+    s.push_str(
+        "\nratio: MPICH / tmx for latency, tmx / MPICH for bandwidth (> 1: tmx is better); \
+         best tmx = best path at that size; memcpy = single-thread, same run.\n",
+    );
+    if mpich.is_none() {
+        s.push_str("MPICH column empty: install `mpich libmpich-dev`.\n");
+    }
+    s
 }
 
 /// `cargo xtask cluster`: the launcher's multi-host tests, shown verbosely.
@@ -494,6 +743,59 @@ test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
 ";
         let n = count_tests(out);
         assert_eq!((n.passed, n.failed, n.ignored), (15, 1, 2));
+    }
+
+    #[test]
+    fn shmem_table_takes_best_of_rounds_and_computes_ratios() {
+        let mut ours = Figures::default();
+        ours.merge("# note\nlat inline 8 0.50\nlat eager 1024 1.00\nbw eager 1048576 20000.0\nmemcpy 1048576 40000.0\nlat ring 8 0.05\n", "");
+        ours.merge("lat inline 8 0.40\nbw eager 1048576 10000.0\nbw cma 1048576 8000\nmemcpy 1048576 30000\n", "");
+        let mut mpich = Figures::default();
+        mpich.merge("lat 8 0.80\nlat 1024 0.50\nbw 1048576 8000.0\n", "mpich");
+        mpich.merge("lat 8 1.20\n", "mpich");
+        assert_eq!(ours.lat[&("inline".to_string(), 8)], 0.40);
+        assert_eq!(ours.bw[&("eager".to_string(), 1 << 20)], 20000.0);
+        assert_eq!(ours.memcpy[&(1 << 20)], 40000.0);
+        assert_eq!(mpich.lat[&("mpich".to_string(), 8)], 0.80);
+        let t = shmem_table(&ours, Some(&mpich));
+        let row = |prefix: &str| {
+            t.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no row {prefix} in\n{t}"))
+                .to_string()
+        };
+        // 8 B: MPICH 0.80 / ours 0.40 = 2.00
+        assert!(
+            row("| lat µs | 8 B |").contains("| 0.40 (inline) | 0.80 | 2.00 |"),
+            "{t}"
+        );
+        // 1 KiB: 0.50 / 1.00
+        assert!(
+            row("| lat µs | 1 KiB |").contains("| 1.00 (eager) | 0.50 | 0.50 |"),
+            "{t}"
+        );
+        // 1 MiB: 20000 / 8000 = 2.50, and 50% of memcpy
+        let bw = row("| bw MB/s | 1 MiB |");
+        assert!(
+            bw.contains("| 20000 (eager) | 8000 | 2.50 | 40000 | 50% |"),
+            "{t}"
+        );
+        assert!(t.contains("per round: 0.050 µs"), "{t}");
+        assert!(shmem_table(&ours, None).contains("install `mpich libmpich-dev`"));
+        // every row has as many cells as the header
+        let cells = |l: &str| l.matches('|').count();
+        let header = t.lines().next().unwrap_or("");
+        for l in t.lines().filter(|l| l.starts_with('|')) {
+            assert_eq!(cells(l), cells(header), "{l}");
+        }
+    }
+
+    #[test]
+    fn sizes_are_named_in_binary_units() {
+        assert_eq!(size_name(1), "1 B");
+        assert_eq!(size_name(1024), "1 KiB");
+        assert_eq!(size_name(256 << 10), "256 KiB");
+        assert_eq!(size_name(4 << 20), "4 MiB");
     }
 
     #[test]
