@@ -284,16 +284,7 @@ impl Pmi {
             None => version_from_env(&get)?,
         };
         if let Some(fd) = get("PMI_FD") {
-            let fd: RawFd = fd
-                .trim()
-                .parse::<RawFd>()
-                .ok()
-                .filter(|fd| *fd >= 0)
-                .ok_or_else(|| Error::BadEnv {
-                    var: "PMI_FD".into(),
-                    value: fd.clone(),
-                    reason: "not a file descriptor number".into(),
-                })?;
+            let fd = parse_pmi_fd(&fd)?;
             let rank = env_usize(&get, "PMI_RANK", 0)?;
             let size = env_usize(&get, "PMI_SIZE", 1)?;
             let stream = take_pmi_fd(fd)?;
@@ -822,16 +813,7 @@ pub fn take_inherited_socket() -> Result<UnixStream> {
         value: String::new(),
         reason: "not set".into(),
     })?;
-    let fd = raw
-        .trim()
-        .parse::<RawFd>()
-        .ok()
-        .filter(|fd| *fd >= 0)
-        .ok_or_else(|| Error::BadEnv {
-            var: "PMI_FD".into(),
-            value: raw.clone(),
-            reason: "not a file descriptor number".into(),
-        })?;
+    let fd = parse_pmi_fd(&raw)?;
     take_pmi_fd(fd)
 }
 
@@ -864,6 +846,19 @@ fn take_pmi_fd(fd: RawFd) -> Result<UnixStream> {
     )
     .map_err(|e| Error::sys("setting FD_CLOEXEC on PMI_FD", e))?;
     Ok(UnixStream::from(owned))
+}
+
+/// `PMI_FD` as the launcher sets it: a non-negative descriptor number.
+fn parse_pmi_fd(raw: &str) -> Result<RawFd, Error> {
+    raw.trim()
+        .parse::<RawFd>()
+        .ok()
+        .filter(|fd| *fd >= 0)
+        .ok_or_else(|| Error::BadEnv {
+            var: "PMI_FD".into(),
+            value: raw.to_string(),
+            reason: "not a file descriptor number".into(),
+        })
 }
 
 #[cfg(test)]
