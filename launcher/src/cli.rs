@@ -15,7 +15,7 @@ pub const MAX_LOCAL_RANKS: usize = 4096;
 
 /// `tmrun --help`.
 pub const USAGE: &str = "\
-usage: tmrun -n N [-l|--tag-output] [--env K=V]... [--timeout SECS] PROGRAM [ARGS...]
+usage: tmrun -n N [-l|--tag-output] [--env K=V]... [--timeout SECS] [--bind-to core|none] PROGRAM [ARGS...]
        tmrun --hosts H1,H2,... -ppn K [-n N] [--launcher CMD] [--server-addr IP] ... PROGRAM [ARGS...]
 
 Starts N ranks of PROGRAM on this host with a PMI-1/PMI-2 server (PMI_FD), or
@@ -26,6 +26,7 @@ options:
   -l, --tag-output    prefix every output line with [rank]
   --env K=V           set K=V in every rank's environment (repeatable)
   --timeout SECS      end the job after SECS seconds (default: $MPIEXEC_TIMEOUT, else none)
+  --bind-to core|none pin local rank i to the i-th allowed CPU (default: none)
   --hosts LIST        hosts: NAME (started with --launcher), netns:NS (ip netns exec NS),
                       local:NAME (this machine)
   -ppn K              ranks per host (default: N spread evenly)
@@ -90,6 +91,7 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Pa
     let mut ppn: Option<usize> = None;
     let mut launcher = None;
     let mut server_addr = None;
+    let mut bind = crate::run::Bind::None;
     let mut proxy: (Option<String>, Option<usize>, Option<String>) = (None, None, None);
     let mut i = 0;
     let value = |i: &mut usize, opt: &str| -> Result<String> {
@@ -147,6 +149,12 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Pa
                     .filter(|n| (1..=MAX_LOCAL_RANKS).contains(n))
                     .ok_or_else(|| Error::Usage(format!("-ppn: {v:?} is not a rank count")))?;
                 ppn = Some(n);
+            }
+            "--bind-to" | "-bind-to" => {
+                let v = take(&mut i)?;
+                bind = crate::run::Bind::parse(&v).ok_or_else(|| {
+                    Error::Usage(format!("--bind-to: {v:?} is not `core` or `none`"))
+                })?;
             }
             "--launcher" => launcher = Some(take(&mut i)?),
             "--server-addr" => server_addr = Some(take(&mut i)?),
@@ -213,6 +221,7 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Pa
     spec.tag_output = tag;
     spec.timeout = timeout;
     spec.kill_grace = kill_grace;
+    spec.bind = bind;
     if let Some(h) = hosts {
         spec.hosts = h;
         spec.ppn = ppn;
@@ -259,6 +268,18 @@ mod tests {
         assert_eq!(s.timeout, Some(Duration::from_millis(2500)));
         assert_eq!(s.program, "prog");
         assert_eq!(s.args, args("-n 9 --env"));
+    }
+
+    #[test]
+    fn bind_to_core_none_and_bad_values() {
+        use crate::run::Bind;
+        assert_eq!(spec("-n 2 true", &|_| None).bind, Bind::None);
+        assert_eq!(spec("-n 2 --bind-to core true", &|_| None).bind, Bind::Core);
+        assert_eq!(spec("-n 2 --bind-to=none true", &|_| None).bind, Bind::None);
+        assert!(matches!(
+            parse(&args("-n 2 --bind-to socket true"), &|_| None),
+            Err(Error::Usage(_))
+        ));
     }
 
     #[test]

@@ -75,6 +75,49 @@ pub struct JobSpec {
     pub launcher: String,
     /// Address the proxies and remote ranks connect back to.
     pub server_addr: String,
+    /// Pin each local rank to one CPU (`--bind-to core`).
+    pub bind: Bind,
+}
+
+/// Process binding of local ranks (`tmrun --bind-to`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Bind {
+    /// No binding: the kernel places ranks (the default).
+    #[default]
+    None,
+    /// Local rank `i` runs only on the `i mod n`-th of the `n` CPUs `tmrun`
+    /// itself may use (as Hydra's `-bind-to core` on a machine without SMT).
+    Core,
+}
+
+impl Bind {
+    /// Parses `core` or `none`.
+    pub fn parse(s: &str) -> Option<Bind> {
+        match s {
+            "core" => Some(Bind::Core),
+            "none" => Some(Bind::None),
+            _ => None,
+        }
+    }
+}
+
+/// The CPU local rank `rank` is bound to under [`Bind::Core`]: the
+/// `rank mod n`-th CPU of this process's affinity mask.
+fn core_for(rank: usize) -> Result<nix::sched::CpuSet> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let allowed = sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(|e| Error::sys("reading the CPU affinity mask", e))?;
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    let mut set = CpuSet::new();
+    if let Some(&c) = cpus.get(rank % cpus.len().max(1)) {
+        set.set(c)
+            .map_err(|e| Error::sys("building a CPU set", e))?;
+    } else {
+        return Ok(allowed);
+    }
+    Ok(set)
 }
 
 impl JobSpec {
@@ -94,6 +137,7 @@ impl JobSpec {
             ppn: None,
             launcher: crate::remote::DEFAULT_LAUNCHER.to_string(),
             server_addr: crate::remote::DEFAULT_SERVER_ADDR.to_string(),
+            bind: Bind::None,
         }
     }
 }
@@ -782,6 +826,18 @@ fn spawn_rank(spec: &JobSpec, job_id: &str, rank: usize) -> Result<(Child, UnixS
         // rank's children too (a shell's `sleep`, an MPI progress helper...).
         .process_group(0);
     child_hygiene(&mut cmd);
+    if spec.bind == Bind::Core {
+        let set = core_for(rank)?;
+        // SAFETY: runs in the child between fork and exec; sched_setaffinity
+        // is a plain system call (async-signal-safe) on a CpuSet built in the
+        // parent and moved in; nothing is allocated or shared.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                    .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+            });
+        }
+    }
     let child = cmd.spawn().map_err(|source| Error::Spawn {
         program: spec.program.clone(),
         rank,

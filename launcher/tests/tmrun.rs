@@ -42,6 +42,44 @@ fn pmi2_kvs_exchange_four_ranks() {
     assert!(o.stdout.contains("pmi=V2"));
 }
 
+/// `--bind-to core`: each rank runs on exactly one CPU, local rank i on the
+/// i-th CPU tmrun may use (wrapping around when ranks outnumber CPUs).
+#[test]
+fn bind_to_core_pins_each_rank_to_one_cpu() {
+    let o = tmrun(&[
+        "-n",
+        "2",
+        "--bind-to",
+        "core",
+        "sh",
+        "-c",
+        "echo \"$PMI_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)\"",
+    ]);
+    assert_eq!(o.code, Some(0), "{o:#?}");
+    let allowed: Vec<usize> = {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        list.split(',')
+            .flat_map(|r| match r.split_once('-') {
+                Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect::<Vec<_>>(),
+                None => vec![r.parse().unwrap()],
+            })
+            .collect()
+    };
+    let mut lines = o.lines();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{o:#?}");
+    for (r, l) in lines.iter().enumerate() {
+        let want = allowed[r % allowed.len()];
+        assert_eq!(*l, format!("{r} {want}"), "{o:#?}");
+    }
+}
+
 #[test]
 fn environment_reaches_every_rank() {
     let o = tmrun(&[
