@@ -450,6 +450,9 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                 crates.push((*krate).to_string());
             }
         }
+        if root.join("adi/examples/osu.rs").is_file() && !crates.iter().any(|c| c == "adi") {
+            crates.push("adi".into());
+        }
     } else {
         crates.extend(args.iter().cloned());
     }
@@ -459,6 +462,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     for krate in &crates {
         if krate == "shmem-onesided" {
             run_shmem_bench()?;
+            continue;
+        }
+        if krate == "adi" {
+            run_adi_bench()?;
             continue;
         }
         let mut c = cargo();
@@ -481,7 +488,7 @@ const SHMEM_BENCH_ROUNDS: usize = 3;
 /// alternately, and prints one table of both.
 fn run_shmem_bench() -> Result<(), String> {
     let root = workspace_root();
-    let mpich = build_mpich_pingpong(&root)?;
+    let mpich = build_mpich(&root, MPICH_PINGPONG, "mpich_pingpong")?;
     let mut ours = Figures::default();
     let mut theirs = Figures::default();
     for round in 1..=SHMEM_BENCH_ROUNDS {
@@ -510,9 +517,10 @@ fn run_shmem_bench() -> Result<(), String> {
     Ok(())
 }
 
-/// Compiles [`MPICH_PINGPONG`] with `mpicc.mpich` into the target directory;
-/// `None` (after saying what to install) when MPICH is missing.
-fn build_mpich_pingpong(root: &Path) -> Result<Option<PathBuf>, String> {
+/// Compiles the C program `src` (relative to the workspace) with
+/// `mpicc.mpich` into the target directory as `name`; `None` (after saying
+/// what to install) when MPICH is missing.
+fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, String> {
     let missing: Vec<String> = SYSTEM_PACKAGES
         .iter()
         .filter(|(prog, pkg, _)| matches!(*pkg, "mpich" | "libmpich-dev") && !on_path(prog))
@@ -525,20 +533,129 @@ fn build_mpich_pingpong(root: &Path) -> Result<Option<PathBuf>, String> {
         );
         return Ok(None);
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|t| if t.is_relative() { root.join(t) } else { t })
-        .unwrap_or_else(|| root.join("target"));
+    let target = target_dir(root);
     std::fs::create_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-    let bin = target.join("mpich_pingpong");
+    let bin = target.join(name);
     let mut c = Command::new("mpicc.mpich");
-    c.args(["-O2", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(root.join(MPICH_PINGPONG));
+    c.args(["-O2", "-Wall", "-o"]).arg(&bin).arg(root.join(src));
     if !run_plain(c)? {
-        return Err(format!("compiling {MPICH_PINGPONG} failed"));
+        return Err(format!("compiling {src} failed"));
     }
     Ok(Some(bin))
+}
+
+/// `$CARGO_TARGET_DIR` (relative to the workspace) or `target`.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_relative() { root.join(t) } else { t })
+        .unwrap_or_else(|| root.join("target"))
+}
+
+/// The MPICH side of adi's OSU-style benchmark.
+const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
+/// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench adi`.
+const ADI_BENCH_ROUNDS: usize = 3;
+
+/// adi: our `osu` example under `tmrun -n 2 --bind-to core`, and the same
+/// measurements over Debian's MPICH under `mpiexec.hydra -n 2 -bind-to core`,
+/// alternately; one table with ratios for 1 B–4 MiB.
+fn run_adi_bench() -> Result<(), String> {
+    let root = workspace_root();
+    let mpich = build_mpich(&root, MPICH_OSU, "mpich_osu")?;
+    let mut c = cargo();
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "launcher",
+        "--bin",
+        "tmrun",
+        "-p",
+        "adi",
+        "--example",
+        "osu",
+    ]);
+    if !run_plain(c)? {
+        return Err("building tmrun and adi's osu example failed".into());
+    }
+    let rel = target_dir(&root).join("release");
+    let mut ours = Figures::default();
+    let mut theirs = Figures::default();
+    for round in 1..=ADI_BENCH_ROUNDS {
+        if let Some(bin) = &mpich {
+            let mut c = Command::new("mpiexec.hydra");
+            c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
+            let (ok, out) = run_captured(c)?;
+            if !ok {
+                return Err("the MPICH OSU benchmark failed".into());
+            }
+            theirs.merge(&out, "mpich");
+        }
+        let mut c = Command::new(rel.join("tmrun"));
+        c.args(["-n", "2", "--bind-to", "core"])
+            .arg(rel.join("examples").join("osu"))
+            .arg("--raw");
+        let (ok, out) = run_captured(c)?;
+        if !ok {
+            return Err("adi's osu example failed under tmrun".into());
+        }
+        ours.merge(&out, "tmx");
+        println!("(round {round} of {ADI_BENCH_ROUNDS} done)");
+    }
+    println!(
+        "\n==== adi (osu example) vs MPICH ({ADI_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
+    );
+    print!("{}", adi_table(&ours, mpich.is_some().then_some(&theirs)));
+    Ok(())
+}
+
+/// One Markdown table: per size, latency, bandwidth and bi-bandwidth of tmx
+/// and MPICH with the ratio (> 1: tmx is better).
+fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
+    let cell = |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
+    let get = |f: &Figures, kind: &str, path: &str, b: u64| {
+        let m = match kind {
+            "lat" => &f.lat,
+            "bw" => &f.bw,
+            _ => &f.bibw,
+        };
+        m.get(&(path.to_string(), b)).copied()
+    };
+    let mut sizes: Vec<u64> = ours
+        .lat
+        .keys()
+        .chain(ours.bw.keys())
+        .chain(ours.bibw.keys())
+        .map(|k| k.1)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut s = String::from(
+        "| size | lat µs tmx | lat µs MPICH | ratio | bw MB/s tmx | bw MB/s MPICH | ratio | bibw MB/s tmx | bibw MB/s MPICH | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for b in sizes {
+        s.push_str(&format!("| {} |", size_name(b)));
+        for kind in ["lat", "bw", "bibw"] {
+            let t = get(ours, kind, "tmx", b);
+            let m = mpich.and_then(|f| get(f, kind, "mpich", b));
+            let ratio = match (t, m) {
+                (Some(t), Some(m)) if t > 0.0 && m > 0.0 => {
+                    Some(if kind == "lat" { m / t } else { t / m })
+                }
+                _ => None,
+            };
+            let prec = if kind == "lat" { 2 } else { 0 };
+            s.push_str(&format!(
+                " {} | {} | {} |",
+                cell(t, prec),
+                cell(m, prec),
+                cell(ratio, 2)
+            ));
+        }
+        s.push('\n');
+    }
+    s
 }
 
 /// Runs `cmd`, echoing its standard output line by line, and returns it too.
@@ -570,6 +687,8 @@ struct Figures {
     lat: std::collections::BTreeMap<(String, u64), f64>,
     /// bandwidth, MB/s (higher is better)
     bw: std::collections::BTreeMap<(String, u64), f64>,
+    /// bi-directional bandwidth, MB/s (higher is better)
+    bibw: std::collections::BTreeMap<(String, u64), f64>,
     /// single-thread memcpy, MB/s
     memcpy: std::collections::BTreeMap<u64, f64>,
     /// the bare-ring 8-byte latency of every merged run, µs: shows which
@@ -578,7 +697,7 @@ struct Figures {
 }
 
 impl Figures {
-    /// Reads `lat [path] <bytes> <usec>`, `bw [path] <bytes> <MB/s>` and
+    /// Reads `lat [path] <bytes> <usec>`, `bw`/`bibw [path] <bytes> <MB/s>` and
     /// `memcpy <bytes> <MB/s>` lines; a line without a path gets `default_path`.
     fn merge(&mut self, output: &str, default_path: &str) {
         for line in output.lines() {
@@ -602,6 +721,10 @@ impl Figures {
                 }
                 "bw" => {
                     let e = self.bw.entry(key).or_insert(0.0);
+                    *e = e.max(value);
+                }
+                "bibw" => {
+                    let e = self.bibw.entry(key).or_insert(0.0);
                     *e = e.max(value);
                 }
                 "memcpy" if path == default_path => {

@@ -6,7 +6,8 @@
 //! - `cargo xtask ci [STEP...]` runs every check CI runs (all steps, or only the
 //!   named ones) and prints a summary with the number of tests run.
 //! - `cargo xtask bench [CRATE...]` runs the benchmarks of the crates that have
-//!   them; for shmem-onesided, side by side with Debian's MPICH in one table.
+//!   them; for shmem-onesided and adi, side by side with Debian's MPICH in one
+//!   table.
 //! - `cargo xtask cluster` runs the multi-host tests (`tmrun --hosts` over
 //!   `local:` and network-namespace hosts); they also run inside `ci`.
 //!
@@ -26,7 +27,8 @@ commands:
   ci [STEP...]      run all CI checks (or only the named steps) and print a summary
                     steps: system fmt clippy test doc loom proptest
   bench [CRATE...]  run benchmarks (all crates that have benches/, or the named ones);
-                    shmem-onesided runs beside MPICH and prints one table with ratios
+                    shmem-onesided and adi (its osu example under tmrun) run beside
+                    Debian's MPICH and print one table with ratios
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
                     (network namespaces; needs root and iproute2), verbosely
   help              this text

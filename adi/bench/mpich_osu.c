@@ -1,0 +1,145 @@
+/*
+ * OSU-style latency, bandwidth and bi-bandwidth over MPI, the MPICH
+ * baseline for adi's `examples/osu.rs` (issue #6 part 11). Same sizes
+ * (1 B .. 4 MiB, powers of two), same measurements, same raw output form:
+ *
+ *   lat  <bytes> <usec>   one-way latency = half a round trip (MPI_Send/MPI_Recv)
+ *   bw   <bytes> <MB/s>   a window of 64 MPI_Isend, MPI_Waitall, a 1-byte ack
+ *                         (as osu_bw), MB = 1e6 bytes
+ *   bibw <bytes> <MB/s>   both ranks post 64 MPI_Irecv and 64 MPI_Isend, then
+ *                         MPI_Waitall (as osu_bibw); bytes counted both ways
+ *
+ * Each figure is the median of ROUNDS timed rounds after one warm-up round.
+ * Build and run (the ranks pinned to cores 0 and 1):
+ *
+ *   mpicc.mpich -O2 -o mpich_osu mpich_osu.c
+ *   mpiexec.hydra -n 2 -bind-to core ./mpich_osu
+ *
+ * `cargo xtask bench adi` does this and prints it beside ours with ratios.
+ * An optional argument scales the iteration counts (default 1.0).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROUNDS 5
+#define WINDOW 64
+#define MAX_LEN (4 << 20)
+
+static int lat_iters(int len) {
+    if (len <= 8192) return 10000;
+    if (len <= 65536) return 1000;
+    return 100;
+}
+
+static int bw_reps(int len) {
+    if (len <= 8192) return 100;
+    if (len <= 65536) return 20;
+    return 4;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int scaled(int n, double scale) {
+    int s = (int)(n * scale);
+    return s < 1 ? 1 : s;
+}
+
+int main(int argc, char **argv) {
+    int rank, size;
+    double scale = argc > 1 ? atof(argv[1]) : 1.0;
+    if (scale <= 0) scale = 1.0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
+        if (rank == 0) fprintf(stderr, "mpich_osu: run with exactly 2 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int peer = 1 - rank;
+    char *sbuf = malloc(MAX_LEN), *rbuf = malloc(MAX_LEN);
+    if (!sbuf || !rbuf) MPI_Abort(MPI_COMM_WORLD, 2);
+    memset(sbuf, 0x5a, MAX_LEN);
+    memset(rbuf, 0, MAX_LEN);
+    MPI_Request req[2 * WINDOW];
+    MPI_Status st[2 * WINDOW];
+    char ack = 0;
+    double samples[ROUNDS];
+
+    for (int len = 1; len <= MAX_LEN; len *= 2) {
+        int n = scaled(lat_iters(len), scale);
+        for (int round = 0; round <= ROUNDS; round++) { /* round 0 warms up */
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            for (int k = 0; k < n; k++) {
+                if (rank == 0) {
+                    MPI_Send(sbuf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+                    MPI_Recv(rbuf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                } else {
+                    MPI_Recv(rbuf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    MPI_Send(sbuf, len, MPI_CHAR, peer, 1, MPI_COMM_WORLD);
+                }
+            }
+            t = MPI_Wtime() - t;
+            if (round > 0) samples[round - 1] = t * 1e6 / (2.0 * n);
+        }
+        qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
+        if (rank == 0) printf("lat %d %.3f\n", len, samples[ROUNDS / 2]);
+        fflush(stdout);
+    }
+
+    for (int len = 1; len <= MAX_LEN; len *= 2) {
+        int reps = scaled(bw_reps(len), scale);
+        for (int round = 0; round <= ROUNDS; round++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            for (int r = 0; r < reps; r++) {
+                if (rank == 0) {
+                    for (int k = 0; k < WINDOW; k++)
+                        MPI_Isend(sbuf, len, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &req[k]);
+                    MPI_Waitall(WINDOW, req, st);
+                    MPI_Recv(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                } else {
+                    for (int k = 0; k < WINDOW; k++)
+                        MPI_Irecv(rbuf, len, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &req[k]);
+                    MPI_Waitall(WINDOW, req, st);
+                    MPI_Send(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+                }
+            }
+            t = MPI_Wtime() - t;
+            if (round > 0) samples[round - 1] = (double)reps * WINDOW * len / t / 1e6;
+        }
+        qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
+        if (rank == 0) printf("bw %d %.1f\n", len, samples[ROUNDS / 2]);
+        fflush(stdout);
+    }
+
+    for (int len = 1; len <= MAX_LEN; len *= 2) {
+        int reps = scaled(bw_reps(len), scale);
+        for (int round = 0; round <= ROUNDS; round++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            for (int r = 0; r < reps; r++) {
+                for (int k = 0; k < WINDOW; k++)
+                    MPI_Irecv(rbuf, len, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &req[k]);
+                for (int k = 0; k < WINDOW; k++)
+                    MPI_Isend(sbuf, len, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &req[WINDOW + k]);
+                MPI_Waitall(2 * WINDOW, req, st);
+            }
+            t = MPI_Wtime() - t;
+            if (round > 0) samples[round - 1] = 2.0 * reps * WINDOW * len / t / 1e6;
+        }
+        qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
+        if (rank == 0) printf("bibw %d %.1f\n", len, samples[ROUNDS / 2]);
+        fflush(stdout);
+    }
+
+    free(sbuf);
+    free(rbuf);
+    MPI_Finalize();
+    return 0;
+}
