@@ -246,6 +246,8 @@ struct PNode<R> {
     /// through `Matcher::migrated`.
     small: bool,
     seq: u64,
+    /// Its list in `Matcher::plists` (valid while indexed).
+    list: u32,
     prev: u32,
     next: u32,
 }
@@ -332,7 +334,7 @@ impl<R> PSmall<R> {
 
 /// Where a queued receive is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PLoc {
+pub(crate) enum PLoc {
     /// Position in the linear form.
     Small(usize),
     /// Slab index of an indexed node.
@@ -472,10 +474,10 @@ pub struct PostedEntry<'a, R> {
 pub struct Matcher<R, M> {
     pnodes: Slab<PNode<R>>,
     unodes: Slab<UNode<M>>,
-    /// Posted lists, inline in the map. Empty ones stay (no hash-table churn
-    /// when a key is reused) and are swept once they outnumber the receives.
-    pmap: FastMap<u128, List>,
-    pempty: usize,
+    /// Posted lists. Empty ones stay (no hash-table churn when a key is
+    /// reused) and are swept once they outnumber the receives; a node names
+    /// its list, so unlinking never hashes.
+    plists: ListIndex,
     ulists: ListIndex,
     psmall: SmallVec<[PSmall<R>; SMALL]>,
     /// Sequence number → node, for receives posted in the linear form and
@@ -503,8 +505,7 @@ impl<R, M> Matcher<R, M> {
         Matcher {
             pnodes: Slab::default(),
             unodes: Slab::default(),
-            pmap: FastMap::default(),
-            pempty: 0,
+            plists: ListIndex::default(),
             ulists: ListIndex::default(),
             psmall: SmallVec::new(),
             migrated: FastMap::default(),
@@ -594,6 +595,7 @@ impl<R, M> Matcher<R, M> {
                 shape,
                 small: false,
                 seq,
+                list: NIL,
                 prev: NIL,
                 next: NIL,
             })
@@ -623,6 +625,14 @@ impl<R, M> Matcher<R, M> {
                 msg,
             });
         }
+        self.enqueue_unexpected(env, msg).map(Arrived::Queued)
+    }
+
+    /// Queues a message without looking at the posted queue. Only for
+    /// callers that already know no queued receive matches (the offload
+    /// model); [`Self::arrive`] is the MPI operation.
+    #[inline(always)]
+    pub(crate) fn enqueue_unexpected(&mut self, env: Envelope, msg: M) -> Result<MsgId, Error> {
         let seq = self.useq;
         if !self.u_indexed {
             if self.usmall.len() < SMALL {
@@ -634,7 +644,7 @@ impl<R, M> Matcher<R, M> {
                     msg,
                 });
                 self.useq += 1;
-                return Ok(Arrived::Queued(MsgId::small(seq)));
+                return Ok(MsgId::small(seq));
             }
             self.u_migrate();
         }
@@ -655,7 +665,39 @@ impl<R, M> Matcher<R, M> {
             })?;
         self.useq += 1;
         self.u_index(idx);
-        Ok(Arrived::Queued(MsgId::node(idx, gen)))
+        Ok(MsgId::node(idx, gen))
+    }
+
+    /// The queued receive at `loc` (from [`Self::find_posted`] or
+    /// [`Self::locate_posted`], with nothing removed since).
+    #[inline]
+    pub(crate) fn recv_at(&self, loc: PLoc) -> &R {
+        match loc {
+            PLoc::Small(pos) => &self.psmall[pos].recv,
+            PLoc::Node(idx) => &self.pnodes.at(idx).recv,
+        }
+    }
+
+    /// Mutable [`Self::recv_at`].
+    #[inline]
+    pub(crate) fn recv_at_mut(&mut self, loc: PLoc) -> &mut R {
+        match loc {
+            PLoc::Small(pos) => &mut self.psmall[pos].recv,
+            PLoc::Node(idx) => &mut self.pnodes.at_mut(idx).recv,
+        }
+    }
+
+    /// Every queued receive with its spec, in no particular order.
+    pub(crate) fn for_each_posted(&self, mut f: impl FnMut(MatchSpec, &R)) {
+        if self.p_indexed {
+            for (_, n) in self.pnodes.iter() {
+                f(n.spec(), &n.recv);
+            }
+        } else {
+            for p in &self.psmall {
+                f(p.spec(), &p.recv);
+            }
+        }
     }
 
     /// The receive an arriving message with this envelope would match, without
@@ -673,6 +715,7 @@ impl<R, M> Matcher<R, M> {
 
     /// `MPI_Improbe`/`MPI_Mprobe`: removes the message a receive with `spec`
     /// would take and hands it out; no receive can match it afterwards.
+    #[inline]
     pub fn improbe(&mut self, spec: &MatchSpec) -> Option<MatchedMessage<M>> {
         let loc = self.find_unexpected(spec)?;
         let (id, env, msg) = self.take_unexpected(loc);
@@ -800,7 +843,7 @@ impl<R, M> Matcher<R, M> {
 
     /// Earliest-posted receive matching `env`.
     #[inline(always)]
-    fn find_posted(&self, env: &Envelope) -> Option<PLoc> {
+    pub(crate) fn find_posted(&self, env: &Envelope) -> Option<PLoc> {
         if !self.p_indexed {
             // Fields as scalars: comparing them as a packed pair would load
             // across the caller's separate stores (a store-forwarding stall).
@@ -816,7 +859,7 @@ impl<R, M> Matcher<R, M> {
 
     /// The handle the caller holds for a queued receive.
     #[inline]
-    fn posted_id(&self, loc: PLoc) -> RecvId {
+    pub(crate) fn posted_id(&self, loc: PLoc) -> RecvId {
         match loc {
             PLoc::Small(pos) => RecvId::small(self.psmall[pos].seq),
             PLoc::Node(idx) => {
@@ -831,7 +874,7 @@ impl<R, M> Matcher<R, M> {
     }
 
     /// Where a handle's receive is, if it is still queued.
-    fn locate_posted(&self, id: RecvId) -> Option<PLoc> {
+    pub(crate) fn locate_posted(&self, id: RecvId) -> Option<PLoc> {
         if id.0 & NODE_ID == 0 {
             let seq = id.0;
             if self.p_indexed {
@@ -861,10 +904,13 @@ impl<R, M> Matcher<R, M> {
             if self.pshape[k] == 0 {
                 continue;
             }
-            let Some(l) = self.pmap.get(&key(k, env.context_id, env.source, env.tag)) else {
+            let Some(li) = self
+                .plists
+                .find(key(k, env.context_id, env.source, env.tag))
+            else {
                 continue;
             };
-            let h = l.head;
+            let h = self.plists.lists[li as usize].head;
             if h == NIL {
                 continue;
             }
@@ -962,14 +1008,8 @@ impl<R, M> Matcher<R, M> {
     #[inline(never)]
     fn p_index(&mut self, idx: u32) {
         let k = self.pnodes.at(idx).key();
-        let l = self.pmap.entry(k).or_insert(List {
-            head: NIL,
-            tail: NIL,
-            len: 0,
-        });
-        if l.len == 0 {
-            self.pempty = self.pempty.saturating_sub(1);
-        }
+        let li = self.plists.find_or_insert(k);
+        let l = &mut self.plists.lists[li as usize];
         let tail = l.tail;
         l.tail = idx;
         l.len += 1;
@@ -979,6 +1019,7 @@ impl<R, M> Matcher<R, M> {
             self.pnodes.at_mut(tail).next = idx;
         }
         let n = self.pnodes.at_mut(idx);
+        n.list = li;
         n.prev = tail;
         n.next = NIL;
     }
@@ -1000,6 +1041,7 @@ impl<R, M> Matcher<R, M> {
                 shape,
                 small: true,
                 seq,
+                list: NIL,
                 prev: NIL,
                 next: NIL,
             }) else {
@@ -1013,10 +1055,19 @@ impl<R, M> Matcher<R, M> {
 
     /// Removes a queued receive: `(its handle, spec, receive)`.
     #[inline(always)]
-    fn take_posted(&mut self, loc: PLoc) -> (RecvId, MatchSpec, R) {
+    pub(crate) fn take_posted(&mut self, loc: PLoc) -> (RecvId, MatchSpec, R) {
         match loc {
             PLoc::Small(pos) => {
-                let p = self.psmall.remove(pos);
+                // The last entry (the only one, in a ping-pong) is a pop: no
+                // shifting, no `memmove` call.
+                let p = if pos + 1 == self.psmall.len() {
+                    match self.psmall.pop() {
+                        Some(p) => p,
+                        None => unreachable!("tm-match: posted entry {pos} vanished"),
+                    }
+                } else {
+                    self.psmall.remove(pos)
+                };
                 (RecvId::small(p.seq), p.spec(), p.recv)
             }
             PLoc::Node(idx) => self.take_posted_node(idx),
@@ -1037,9 +1088,10 @@ impl<R, M> Matcher<R, M> {
         self.pshape[usize::from(node.shape)] -= 1;
         if self.pnodes.len() == 0 {
             self.p_indexed = false;
-            self.pmap.clear();
-            self.pempty = 0;
+            self.plists.clear();
             self.migrated.clear();
+        } else {
+            self.plists.maybe_sweep(self.pnodes.len());
         }
         let spec = node.spec();
         (id, spec, node.recv)
@@ -1047,36 +1099,24 @@ impl<R, M> Matcher<R, M> {
 
     #[inline(never)]
     fn unlink_posted(&mut self, idx: u32) {
-        {
-            let (k, prev, next) = {
-                let n = self.pnodes.at(idx);
-                (n.key(), n.prev, n.next)
-            };
-            if prev != NIL {
-                self.pnodes.at_mut(prev).next = next;
-            }
-            if next != NIL {
-                self.pnodes.at_mut(next).prev = prev;
-            }
-            let std::collections::hash_map::Entry::Occupied(mut e) = self.pmap.entry(k) else {
-                unreachable!("tm-match: posted node {idx} has no list")
-            };
-            let l = e.get_mut();
-            if prev == NIL {
-                l.head = next;
-            }
-            if next == NIL {
-                l.tail = prev;
-            }
-            l.len -= 1;
-            if l.len == 0 {
-                self.pempty += 1;
-            }
+        let (li, prev, next) = {
+            let n = self.pnodes.at(idx);
+            (n.list, n.prev, n.next)
+        };
+        if prev == NIL {
+            self.plists.lists[li as usize].head = next;
+        } else {
+            self.pnodes.at_mut(prev).next = next;
         }
-        let live = self.pnodes.len();
-        if self.pempty > live + 64 {
-            self.pmap.retain(|_, l| l.len > 0);
-            self.pempty = 0;
+        if next == NIL {
+            self.plists.lists[li as usize].tail = prev;
+        } else {
+            self.pnodes.at_mut(next).prev = prev;
+        }
+        let l = &mut self.plists.lists[li as usize];
+        l.len -= 1;
+        if l.len == 0 {
+            self.plists.empty += 1;
         }
     }
 
@@ -1131,7 +1171,14 @@ impl<R, M> Matcher<R, M> {
     fn take_unexpected(&mut self, loc: ULoc) -> (MsgId, Envelope, M) {
         match loc {
             ULoc::Small(pos) => {
-                let u = self.usmall.remove(pos);
+                let u = if pos + 1 == self.usmall.len() {
+                    match self.usmall.pop() {
+                        Some(u) => u,
+                        None => unreachable!("tm-match: queued message {pos} vanished"),
+                    }
+                } else {
+                    self.usmall.remove(pos)
+                };
                 (MsgId::small(u.seq), u.env(), u.msg)
             }
             ULoc::Node(idx) => self.take_unexpected_node(idx),
@@ -1142,12 +1189,17 @@ impl<R, M> Matcher<R, M> {
     fn take_unexpected_node(&mut self, idx: u32) -> (MsgId, Envelope, M) {
         let id = self.msg_id(ULoc::Node(idx));
         self.unlink_unexpected(idx);
-        let node = match self.unodes.remove(idx) {
-            Some(n) => n,
+        // Only the fields needed, not the whole node (links included).
+        let (env, small, seq) = {
+            let n = self.unodes.at(idx);
+            (n.env, n.small, n.seq)
+        };
+        let msg = match self.unodes.remove(idx) {
+            Some(n) => n.msg,
             None => unreachable!("tm-match: message node {idx} not live"),
         };
-        if node.small {
-            self.umigrated.remove(&node.seq);
+        if small {
+            self.umigrated.remove(&seq);
         }
         if self.unodes.len() == 0 {
             self.u_indexed = false;
@@ -1156,7 +1208,7 @@ impl<R, M> Matcher<R, M> {
         } else {
             self.ulists.maybe_sweep(self.unodes.len());
         }
-        (id, node.env, node.msg)
+        (id, env, msg)
     }
 
     #[inline(never)]

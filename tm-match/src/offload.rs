@@ -18,8 +18,10 @@
 //!   the engine has room (`capacity`) and can express it (e.g. no
 //!   `ANY_SOURCE` for a per-peer engine), and the caller says its buffer is
 //!   eligible. Otherwise it stays in software, and so does every later receive
-//!   that overlaps it. The check is O(1): per-key counters of software-resident
-//!   receives, the same four shapes as the matcher.
+//!   that overlaps it. The check is O(1): up to 16 software-resident
+//!   receives are a list scanned in full, beyond that per-key counters, the
+//!   same four shapes as the matcher (dropped when left unread for long and
+//!   rebuilt from the shadow on the next eligible post: amortized O(1)).
 //! - **Phase / sync (H3).** `count` is the number of engine-unexpected
 //!   messages software has fully processed, a wrapping 16-bit counter. Every
 //!   add and delete carries it, and a [`Action::Sync`] is emitted after each
@@ -96,7 +98,6 @@ use tm_proto::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
 use tracing::debug;
 
 use crate::hash::FastMap;
-use crate::matcher::{Arrived, Posted};
 use crate::{Error, Matcher, MsgId, RecvId, Shape};
 
 /// What the engine can do, and how the model drives it.
@@ -352,89 +353,291 @@ struct Pending<M> {
     from_engine: bool,
 }
 
-/// Counters of software-resident receives by overlap class, for the O(1)
-/// prefix check.
-#[derive(Debug, Clone, Default)]
-struct SwIndex {
-    counts: FastMap<(u8, u32, u32, u32), u32>,
+/// A software-resident receive's spec as scalars (`src`/`tag` are 0 where
+/// `shape` wildcards them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SwSpec {
+    ctx: u32,
+    src: u32,
+    tag: u32,
+    shape: u8,
 }
 
+impl SwSpec {
+    #[inline]
+    fn of(spec: &MatchSpec) -> Self {
+        let (src, sw) = match spec.source {
+            Source::Rank(s) => (s, 0),
+            Source::Any => (0, 2),
+        };
+        let (tag, tw) = match spec.tag {
+            Tag::Value(t) => (t, 0),
+            Tag::Any => (0, 1),
+        };
+        SwSpec {
+            ctx: spec.context_id,
+            src,
+            tag,
+            shape: sw | tw,
+        }
+    }
+
+    /// Whether some message matches both.
+    #[inline]
+    fn overlaps(&self, o: &SwSpec) -> bool {
+        let wild = self.shape | o.shape;
+        self.ctx == o.ctx
+            && (wild & 2 != 0 || self.src == o.src)
+            && (wild & 1 != 0 || self.tag == o.tag)
+    }
+}
+
+/// Software-resident receives, for the O(1) prefix check ("does an older
+/// receive that stays in software overlap this one?").
+///
+/// Up to [`SW_SMALL`] of them are a plain inline list scanned in full (no
+/// hashing, no allocation: the common case of a few receives in flight);
+/// beyond that, counters by overlap class in a hash map, the same four
+/// shapes as the matcher. Counters that drop to zero stay in the map (no
+/// insert/remove churn when a key is reused) and are swept once they
+/// outnumber the receives. The form goes back to the list when the last
+/// receive leaves.
+///
+/// The counters are only read by eligible posts. When more than
+/// `2·len + 64` updates go by without a query (e.g. a stream of small
+/// receives that are never offloaded), the counter form is dropped and only
+/// the number of receives is kept (*stale*); the next query rebuilds it from
+/// the shadow in O(len), which those updates paid for (amortized O(1)).
+#[derive(Debug, Clone, Default)]
+struct SwIndex {
+    small: smallvec::SmallVec<[SwSpec; SW_SMALL]>,
+    indexed: bool,
+    /// Receives in the counter form (indexed form only).
+    len: usize,
+    counts: FastMap<u128, u32>,
+    /// Map entries at zero.
+    zero: usize,
+    /// Updates of the counter form since the last query.
+    idle: usize,
+    /// Counter form dropped: `len` is exact, `counts` empty; the next query
+    /// must [`rebuild`](Self::rebuild) first.
+    stale: bool,
+}
+
+/// Software-resident receives [`SwIndex`] keeps as a list.
+const SW_SMALL: usize = 16;
+
 // Counter kinds.
-const E_ST: u8 = 0; // exact (s,t)
-const E_SSHAPE: u8 = 1; // (s,*) by s
-const E_TSHAPE: u8 = 2; // (*,t) by t
-const E_BYSRC: u8 = 3; // exact or (s,*), by s
-const E_BYTAG: u8 = 4; // exact or (*,t), by t
-const E_CTXSHAPE: u8 = 5; // per ctx, per shape (in the src field)
-const E_CTX: u8 = 6; // per ctx
+const E_ST: u32 = 0; // exact (s,t)
+const E_SSHAPE: u32 = 1; // (s,*) by s
+const E_TSHAPE: u32 = 2; // (*,t) by t
+const E_BYSRC: u32 = 3; // exact or (s,*), by s
+const E_BYTAG: u32 = 4; // exact or (*,t), by t
+const E_CTXSHAPE: u32 = 5; // per ctx, per shape (in the src field)
+const E_CTX: u32 = 6; // per ctx
+
+/// Packed counter key: kind, context, and two fields.
+#[inline]
+fn ckey(kind: u32, c: u32, a: u32, b: u32) -> u128 {
+    (u128::from(kind) << 96) | (u128::from(c) << 64) | (u128::from(a) << 32) | u128::from(b)
+}
 
 impl SwIndex {
-    fn keys(spec: &MatchSpec) -> smallvec::SmallVec<[(u8, u32, u32, u32); 6]> {
-        let c = spec.context_id;
-        let shape = Shape::of(spec) as u32;
-        let mut v = smallvec::SmallVec::new();
-        match (spec.source, spec.tag) {
-            (Source::Rank(s), Tag::Value(t)) => {
-                v.push((E_ST, c, s, t));
-                v.push((E_BYSRC, c, s, 0));
-                v.push((E_BYTAG, c, 0, t));
-            }
-            (Source::Rank(s), Tag::Any) => {
-                v.push((E_SSHAPE, c, s, 0));
-                v.push((E_BYSRC, c, s, 0));
-            }
-            (Source::Any, Tag::Value(t)) => {
-                v.push((E_TSHAPE, c, 0, t));
-                v.push((E_BYTAG, c, 0, t));
-            }
-            (Source::Any, Tag::Any) => {}
+    /// The counters a receive contributes to (4 or 5 of them).
+    #[inline]
+    fn keys(s: &SwSpec) -> ([u128; 5], usize) {
+        let c = s.ctx;
+        let shape = ckey(E_CTXSHAPE, c, u32::from(s.shape), 0);
+        let ctx = ckey(E_CTX, c, 0, 0);
+        match s.shape {
+            0 => (
+                [
+                    ckey(E_ST, c, s.src, s.tag),
+                    ckey(E_BYSRC, c, s.src, 0),
+                    ckey(E_BYTAG, c, 0, s.tag),
+                    shape,
+                    ctx,
+                ],
+                5,
+            ),
+            1 => (
+                [
+                    ckey(E_SSHAPE, c, s.src, 0),
+                    ckey(E_BYSRC, c, s.src, 0),
+                    shape,
+                    ctx,
+                    0,
+                ],
+                4,
+            ),
+            2 => (
+                [
+                    ckey(E_TSHAPE, c, 0, s.tag),
+                    ckey(E_BYTAG, c, 0, s.tag),
+                    shape,
+                    ctx,
+                    0,
+                ],
+                4,
+            ),
+            _ => ([shape, ctx, 0, 0, 0], 2),
         }
-        v.push((E_CTXSHAPE, c, shape, 0));
-        v.push((E_CTX, c, 0, 0));
-        v
     }
 
+    #[inline]
     fn add(&mut self, spec: &MatchSpec) {
-        for k in Self::keys(spec) {
-            *self.counts.entry(k).or_insert(0) += 1;
+        let s = SwSpec::of(spec);
+        if !self.indexed {
+            if self.small.len() < SW_SMALL {
+                self.small.push(s);
+                return;
+            }
+            self.migrate();
+        }
+        if self.stale {
+            self.len += 1;
+            return;
+        }
+        self.count_in(&s);
+        self.touched();
+    }
+
+    /// One update of the counter form: drop it if nobody has read it for
+    /// long.
+    #[inline]
+    fn touched(&mut self) {
+        self.idle += 1;
+        if self.indexed && self.idle > 2 * self.len + 64 {
+            self.counts.clear();
+            self.zero = 0;
+            self.stale = true;
         }
     }
 
-    fn remove(&mut self, spec: &MatchSpec) {
-        for k in Self::keys(spec) {
-            if let Some(n) = self.counts.get_mut(&k) {
-                *n -= 1;
-                if *n == 0 {
-                    self.counts.remove(&k);
+    /// Whether the next query needs [`Self::rebuild`].
+    #[inline]
+    fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Rebuilds from every software-resident receive (the shadow's, which
+    /// are exactly the ones added and not removed).
+    #[inline(never)]
+    fn rebuild(&mut self, all: impl IntoIterator<Item = MatchSpec>) {
+        self.small.clear();
+        self.counts.clear();
+        self.indexed = false;
+        self.len = 0;
+        self.zero = 0;
+        self.idle = 0;
+        self.stale = false;
+        for spec in all {
+            self.add(&spec);
+        }
+        self.idle = 0;
+    }
+
+    #[inline(never)]
+    fn migrate(&mut self) {
+        self.indexed = true;
+        for s in core::mem::take(&mut self.small) {
+            self.count_in(&s);
+        }
+    }
+
+    fn count_in(&mut self, s: &SwSpec) {
+        let (keys, n) = Self::keys(s);
+        for k in &keys[..n] {
+            match self.counts.entry(*k) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let c = e.get_mut();
+                    if *c == 0 {
+                        self.zero -= 1;
+                    }
+                    *c += 1;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(1);
                 }
             }
         }
+        self.len += 1;
     }
 
-    fn get(&self, k: (u8, u32, u32, u32)) -> u32 {
+    #[inline]
+    fn remove(&mut self, spec: &MatchSpec) {
+        let s = SwSpec::of(spec);
+        if !self.indexed {
+            if let Some(pos) = self.small.iter().position(|x| *x == s) {
+                self.small.swap_remove(pos);
+            }
+            return;
+        }
+        if self.stale {
+            self.len -= 1;
+            if self.len == 0 {
+                self.stale = false;
+                self.indexed = false;
+                self.idle = 0;
+            }
+            return;
+        }
+        self.count_out(&s);
+        self.touched();
+    }
+
+    #[inline(never)]
+    fn count_out(&mut self, s: &SwSpec) {
+        let (keys, n) = Self::keys(s);
+        for k in &keys[..n] {
+            if let Some(c) = self.counts.get_mut(k) {
+                *c -= 1;
+                if *c == 0 {
+                    self.zero += 1;
+                }
+            }
+        }
+        self.len -= 1;
+        if self.len == 0 {
+            self.indexed = false;
+            self.counts.clear();
+            self.zero = 0;
+            self.idle = 0;
+        } else if self.zero > 4 * self.len + 64 {
+            self.counts.retain(|_, c| *c > 0);
+            self.zero = 0;
+        }
+    }
+
+    #[inline]
+    fn get(&self, k: u128) -> u32 {
         self.counts.get(&k).copied().unwrap_or(0)
     }
 
-    /// Software-resident receives that overlap `spec` (some message matches
-    /// both).
-    fn overlapping(&self, spec: &MatchSpec) -> u32 {
-        let c = spec.context_id;
-        let shape = |s: Shape| self.get((E_CTXSHAPE, c, s as u32, 0));
-        match (spec.source, spec.tag) {
-            (Source::Rank(s), Tag::Value(t)) => {
-                self.get((E_ST, c, s, t))
-                    + self.get((E_SSHAPE, c, s, 0))
-                    + self.get((E_TSHAPE, c, 0, t))
-                    + shape(Shape::AnyAny)
-            }
-            (Source::Rank(s), Tag::Any) => {
-                self.get((E_BYSRC, c, s, 0)) + shape(Shape::AnySource) + shape(Shape::AnyAny)
-            }
-            (Source::Any, Tag::Value(t)) => {
-                self.get((E_BYTAG, c, 0, t)) + shape(Shape::AnyTag) + shape(Shape::AnyAny)
-            }
-            (Source::Any, Tag::Any) => self.get((E_CTX, c, 0, 0)),
+    /// Whether a software-resident receive overlaps `spec` (some message
+    /// matches both). Not stale: [`Self::rebuild`] first.
+    #[inline]
+    fn overlaps(&mut self, spec: &MatchSpec) -> bool {
+        let s = SwSpec::of(spec);
+        if !self.indexed {
+            return self.small.iter().any(|x| x.overlaps(&s));
         }
+        debug_assert!(!self.stale, "tm-match: stale prefix index queried");
+        self.idle = 0;
+        let c = s.ctx;
+        let shape = |k: u8| self.get(ckey(E_CTXSHAPE, c, u32::from(k), 0));
+        let n = match s.shape {
+            0 => {
+                self.get(ckey(E_ST, c, s.src, s.tag))
+                    + self.get(ckey(E_SSHAPE, c, s.src, 0))
+                    + self.get(ckey(E_TSHAPE, c, 0, s.tag))
+                    + shape(3)
+            }
+            1 => self.get(ckey(E_BYSRC, c, s.src, 0)) + shape(2) + shape(3),
+            2 => self.get(ckey(E_BYTAG, c, 0, s.tag)) + shape(1) + shape(3),
+            _ => self.get(ckey(E_CTX, c, 0, 0)),
+        };
+        n > 0
     }
 }
 
@@ -593,41 +796,36 @@ impl<R, M> Offload<R, M> {
         recv: R,
         eligible: bool,
     ) -> Result<PostOutcome<R, M>, Error> {
-        let slot = Slot {
-            recv,
-            state: HwState::Sw,
-        };
-        let id = match self.shadow.post(spec, slot)? {
-            Posted::Matched { recv, env, msg, .. } => {
-                self.stats.sw_matches += 1;
-                return Ok(PostOutcome::Matched {
-                    recv: recv.recv,
-                    env,
-                    msg,
-                });
-            }
-            Posted::Queued(id) => id,
-        };
+        // The earliest-arrived queued message it matches, if any (what
+        // `Matcher::post` does first).
+        if let Some(m) = self.shadow.improbe(&spec) {
+            self.stats.sw_matches += 1;
+            return Ok(PostOutcome::Matched {
+                recv,
+                env: m.env,
+                msg: m.msg,
+            });
+        }
         let shape_ok = match Shape::of(&spec) {
             Shape::Exact => true,
             Shape::AnyTag => self.cfg.any_tag,
             Shape::AnySource => self.cfg.any_source,
             Shape::AnyAny => self.cfg.any_source && self.cfg.any_tag,
         };
-        let entry = if eligible
-            && shape_ok
-            && self.live < self.cfg.capacity
-            && self.sw.overlapping(&spec) == 0
-        {
-            self.cfg.layout.match_bits(spec).ok()
+        let entry =
+            if eligible && shape_ok && self.live < self.cfg.capacity && !self.sw_overlaps(&spec) {
+                self.cfg.layout.match_bits(spec).ok()
+            } else {
+                None
+            };
+        let state = if entry.is_some() {
+            HwState::Engine
         } else {
-            None
+            HwState::Sw
         };
+        let id = self.shadow.enqueue_posted(spec, Slot { recv, state })?;
         match entry {
             Some(entry) => {
-                if let Some(s) = self.shadow.get_posted_mut(id) {
-                    s.state = HwState::Engine;
-                }
                 self.live += 1;
                 let count = self.count;
                 self.emit(Action::Add {
@@ -653,39 +851,50 @@ impl<R, M> Offload<R, M> {
         }
     }
 
+    /// Whether a software-resident receive overlaps `spec` (the prefix rule).
+    #[inline]
+    fn sw_overlaps(&mut self, spec: &MatchSpec) -> bool {
+        if self.sw.is_stale() {
+            let mut all = Vec::with_capacity(self.sw.len);
+            self.shadow.for_each_posted(|spec, slot| {
+                if slot.state == HwState::Sw {
+                    all.push(spec);
+                }
+            });
+            debug!(
+                receives = all.len(),
+                "tm-match offload: rebuilding the prefix index"
+            );
+            self.sw.rebuild(all);
+        }
+        self.sw.overlaps(spec)
+    }
+
     /// `MPI_Cancel` of a posted receive.
     pub fn cancel(&mut self, id: RecvId) -> CancelOutcome<R> {
-        let Some(e) = self.shadow.get_posted(id) else {
+        let Some(loc) = self.shadow.locate_posted(id) else {
             return CancelOutcome::Failed;
         };
-        match e.recv.state {
-            HwState::Sw => match self.shadow.cancel(id) {
-                Some((spec, slot)) => {
-                    self.sw.remove(&spec);
-                    CancelOutcome::Cancelled(slot.recv)
-                }
-                None => CancelOutcome::Failed,
-            },
+        match self.shadow.recv_at(loc).state {
+            HwState::Sw => {
+                let (_, spec, slot) = self.shadow.take_posted(loc);
+                self.sw.remove(&spec);
+                CancelOutcome::Cancelled(slot.recv)
+            }
             HwState::Engine => {
-                self.set_state(
-                    id,
-                    HwState::Deleting {
-                        cancel: true,
-                        for_match: false,
-                    },
-                );
+                self.shadow.recv_at_mut(loc).state = HwState::Deleting {
+                    cancel: true,
+                    for_match: false,
+                };
                 let count = self.count;
                 self.emit(Action::Delete { handle: id, count });
                 CancelOutcome::Pending
             }
             HwState::Deleting { for_match, .. } => {
-                self.set_state(
-                    id,
-                    HwState::Deleting {
-                        cancel: true,
-                        for_match,
-                    },
-                );
+                self.shadow.recv_at_mut(loc).state = HwState::Deleting {
+                    cancel: true,
+                    for_match,
+                };
                 CancelOutcome::Pending
             }
         }
@@ -716,12 +925,6 @@ impl<R, M> Offload<R, M> {
         })
     }
 
-    fn set_state(&mut self, id: RecvId, state: HwState) {
-        if let Some(s) = self.shadow.get_posted_mut(id) {
-            s.state = state;
-        }
-    }
-
     fn state(&self, id: RecvId) -> Option<HwState> {
         self.shadow.get_posted(id).map(|e| e.recv.state)
     }
@@ -742,26 +945,22 @@ impl<R, M> Offload<R, M> {
             self.stalled.push_back(p);
             return Ok(());
         }
-        let Some(rid) = self.shadow.peek_arrival(&p.env) else {
+        let Some(loc) = self.shadow.find_posted(&p.env) else {
             let Pending {
                 env,
                 msg,
                 from_engine,
             } = p;
-            match self.shadow.arrive(env, msg)? {
-                Arrived::Queued(id) => self.completions.push_back(Completion::Queued { id, env }),
-                Arrived::Matched { .. } => unreachable!("tm-match: peek and arrive disagree"),
-            }
+            let id = self.shadow.enqueue_unexpected(env, msg)?;
+            self.completions.push_back(Completion::Queued { id, env });
             if from_engine {
                 self.counted();
             }
             return Ok(());
         };
-        match self.state(rid) {
-            Some(HwState::Sw) | None => {
-                let Some((spec, slot)) = self.shadow.cancel(rid) else {
-                    unreachable!("tm-match: peeked receive vanished")
-                };
+        match self.shadow.recv_at(loc).state {
+            HwState::Sw => {
+                let (rid, spec, slot) = self.shadow.take_posted(loc);
                 self.sw.remove(&spec);
                 self.stats.sw_matches += 1;
                 let Pending {
@@ -779,32 +978,28 @@ impl<R, M> Offload<R, M> {
                     self.counted();
                 }
             }
-            Some(HwState::Engine) => {
+            HwState::Engine => {
+                let rid = self.shadow.posted_id(loc);
                 debug!(
                     ?rid,
                     "tm-match offload: message matches an engine entry, withdrawing it"
                 );
                 self.stats.withdrawals += 1;
-                self.set_state(
-                    rid,
-                    HwState::Deleting {
-                        cancel: false,
-                        for_match: true,
-                    },
-                );
+                self.shadow.recv_at_mut(loc).state = HwState::Deleting {
+                    cancel: false,
+                    for_match: true,
+                };
                 let count = self.count;
                 self.emit(Action::Delete { handle: rid, count });
                 self.parked = Some((rid, p));
             }
-            Some(HwState::Deleting { cancel, .. }) => {
+            HwState::Deleting { cancel, .. } => {
+                let rid = self.shadow.posted_id(loc);
                 self.stats.withdrawals += 1;
-                self.set_state(
-                    rid,
-                    HwState::Deleting {
-                        cancel,
-                        for_match: true,
-                    },
-                );
+                self.shadow.recv_at_mut(loc).state = HwState::Deleting {
+                    cancel,
+                    for_match: true,
+                };
                 self.parked = Some((rid, p));
             }
         }
@@ -861,18 +1056,17 @@ impl<R, M> Offload<R, M> {
             }
             EngineEvent::Matched { handle, tag, msg } => {
                 let env = self.cfg.layout.decode(tag);
-                match self.state(handle) {
-                    Some(HwState::Sw) => {
+                let loc = self.shadow.locate_posted(handle);
+                match loc.map(|loc| (loc, self.shadow.recv_at(loc).state)) {
+                    Some((_, HwState::Sw)) => {
                         return Err(Error::UnexpectedEvent {
                             event: "Matched",
                             handle,
                             state: HwState::Sw.name(),
                         })
                     }
-                    Some(state) => {
-                        let Some((_, slot)) = self.shadow.cancel(handle) else {
-                            unreachable!("tm-match: live receive vanished")
-                        };
+                    Some((loc, state)) => {
+                        let (_, _, slot) = self.shadow.take_posted(loc);
                         self.live -= 1;
                         self.stats.engine_matches += 1;
                         self.completions.push_back(Completion::Matched {
@@ -911,8 +1105,10 @@ impl<R, M> Offload<R, M> {
                 handle,
                 sync_request,
             } => {
-                let state = self.state(handle);
-                let Some(HwState::Deleting { cancel, for_match }) = state else {
+                let loc = self.shadow.locate_posted(handle);
+                let state = loc.map(|loc| self.shadow.recv_at(loc).state);
+                let (Some(loc), Some(HwState::Deleting { cancel, for_match })) = (loc, state)
+                else {
                     return Err(match state {
                         Some(s) => Error::UnexpectedEvent {
                             event: "Deleted",
@@ -925,9 +1121,7 @@ impl<R, M> Offload<R, M> {
                         },
                     });
                 };
-                let Some((_, slot)) = self.shadow.cancel(handle) else {
-                    unreachable!("tm-match: live receive vanished")
-                };
+                let (_, _, slot) = self.shadow.take_posted(loc);
                 self.live -= 1;
                 if for_match && self.parked_on(handle) {
                     let Some((_, p)) = self.parked.take() else {
@@ -966,8 +1160,9 @@ impl<R, M> Offload<R, M> {
                     }
                     return Ok(());
                 }
-                let state = self.state(handle);
-                let Some(HwState::Deleting { cancel, .. }) = state else {
+                let loc = self.shadow.locate_posted(handle);
+                let state = loc.map(|loc| self.shadow.recv_at(loc).state);
+                let (Some(loc), Some(HwState::Deleting { cancel, .. })) = (loc, state) else {
                     return Err(match state {
                         Some(s) => Error::UnexpectedEvent {
                             event: "DeleteFailed",
@@ -985,9 +1180,7 @@ impl<R, M> Offload<R, M> {
                     "tm-match offload: delete raced with an engine match"
                 );
                 self.stats.delete_races += 1;
-                let Some((spec, slot)) = self.shadow.cancel(handle) else {
-                    unreachable!("tm-match: live receive vanished")
-                };
+                let (_, spec, slot) = self.shadow.take_posted(loc);
                 self.consumed.insert(handle, (spec, slot.recv));
                 if cancel {
                     self.completions
@@ -1015,5 +1208,107 @@ impl<R, M> Offload<R, M> {
             EngineEvent::SyncRequest => self.sync(),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Some message matches both specs (brute force over the fields).
+    fn overlap(a: &MatchSpec, b: &MatchSpec) -> bool {
+        a.context_id == b.context_id
+            && match (a.source, b.source) {
+                (Source::Rank(x), Source::Rank(y)) => x == y,
+                _ => true,
+            }
+            && match (a.tag, b.tag) {
+                (Tag::Value(x), Tag::Value(y)) => x == y,
+                _ => true,
+            }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn random_spec(rng: &mut Rng) -> MatchSpec {
+        MatchSpec {
+            context_id: rng.below(2) as u32,
+            source: if rng.below(8) == 0 {
+                Source::Any
+            } else {
+                Source::Rank(rng.below(12) as u32)
+            },
+            tag: if rng.below(8) == 0 {
+                Tag::Any
+            } else {
+                Tag::Value(rng.below(12) as u32)
+            },
+        }
+    }
+
+    /// `SwIndex` against a plain list, across the switch between its list
+    /// form (≤ 16 receives) and its counter form, both ways, with counters
+    /// dropping to zero and being reused and swept, and with queries so rare
+    /// in some rounds that the counter form goes stale and is rebuilt.
+    #[test]
+    fn sw_index_matches_brute_force_across_forms() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let (mut saw_stale, mut saw_indexed) = (0, 0);
+        for round in 0..42 {
+            let mut idx = SwIndex::default();
+            let mut live: Vec<MatchSpec> = Vec::new();
+            // Grow past the list form, shrink to empty, grow again.
+            let target = [5usize, 40, 0, 17, 100, 3, 0][round % 7];
+            // Queries after every update, or only every 500th.
+            let every = if round % 3 == 2 { 500 } else { 1 };
+            for step in 0..1500 {
+                let grow = live.len() < target || (live.len() == target && rng.below(2) == 0);
+                if grow || live.is_empty() {
+                    let s = random_spec(&mut rng);
+                    idx.add(&s);
+                    live.push(s);
+                } else {
+                    let i = rng.below(live.len() as u64) as usize;
+                    let s = live.swap_remove(i);
+                    idx.remove(&s);
+                }
+                assert_eq!(idx.indexed, idx.len > 0, "form and count disagree");
+                assert!(!idx.stale || idx.indexed, "stale list form");
+                if idx.indexed {
+                    assert_eq!(idx.len, live.len());
+                    saw_indexed += 1;
+                } else {
+                    assert_eq!(idx.small.len(), live.len());
+                }
+                if step % every != 0 {
+                    continue;
+                }
+                if idx.is_stale() {
+                    saw_stale += 1;
+                    idx.rebuild(live.iter().copied());
+                }
+                for _ in 0..4 {
+                    let q = random_spec(&mut rng);
+                    let want = live.iter().any(|s| overlap(s, &q));
+                    assert_eq!(idx.overlaps(&q), want, "{q:?} against {live:?}");
+                }
+            }
+            while let Some(s) = live.pop() {
+                idx.remove(&s);
+            }
+            assert!(!idx.indexed && !idx.stale && idx.small.is_empty() && idx.counts.is_empty());
+        }
+        assert!(
+            saw_stale > 0 && saw_indexed > 0,
+            "a form was never exercised"
+        );
     }
 }

@@ -394,6 +394,23 @@ fn op(sw_path: bool) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Post-heavy traffic: the posted queue (and the software-resident part of
+/// it) grows well past the 16-entry linear forms and shrinks back, so the
+/// prefix check runs on both forms of its index and across the switches.
+fn deep_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        14 => (spec(4, 8), prop::bool::weighted(0.5)).prop_map(|(s, e)| Op::Post(s, e)),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        4 => env(4, 8).prop_map(Op::Wire),
+        3 => env(4, 8).prop_map(Op::Sw),
+        3 => (1..4usize).prop_map(Op::Exec),
+        3 => (1..4usize).prop_map(Op::Deliver),
+        3 => (1..6usize).prop_map(Op::Poll),
+        1 => (spec(4, 8), any::<bool>()).prop_map(|(s, t)| Op::Probe(s, t)),
+        1 => Just(Op::Settle),
+    ]
+}
+
 fn cfg_strategy() -> impl Strategy<Value = OffloadConfig> {
     (0..7usize, any::<bool>(), any::<bool>(), 1..5u16).prop_map(
         |(cap, any_source, any_tag, interval)| OffloadConfig {
@@ -461,6 +478,13 @@ proptest! {
     /// Plus messages that bypass the engine (shared memory, self).
     #[test]
     fn offload_with_bypass_path_matches_reference(cfg in cfg_strategy(), ops in prop::collection::vec(op(true), 1..200)) {
+        run(cfg, &ops)?;
+    }
+
+    /// Deep queues: more than 16 software-resident receives (the prefix
+    /// check's counter form), then drained (back to its list form).
+    #[test]
+    fn offload_deep_queues_match_reference(cfg in cfg_strategy(), ops in prop::collection::vec(deep_op(), 1..300)) {
         run(cfg, &ops)?;
     }
 }
@@ -861,4 +885,57 @@ fn prefix_rule_keeps_exact_receive_behind_older_any_any_in_software() {
         Op::Settle,
     ];
     run_ok(cfg, &ops);
+}
+
+/// Many software receives, then a long run of small (ineligible) receives
+/// posted and matched with no eligible post in between (the prefix index
+/// goes stale and is rebuilt from the shadow at the next eligible post):
+/// the prefix rule must still see every older software receive, and only
+/// those.
+#[test]
+fn prefix_rule_holds_after_long_runs_without_eligible_posts() {
+    let cfg = OffloadConfig::new(LAYOUT, 8);
+    let mut off: Offload<u32, u32> = Offload::new(cfg).unwrap();
+    for t in 0..100 {
+        assert!(!queued(off.post(s(0, Some(1), Some(t)), t, false).unwrap()).1);
+    }
+    // An (s,*) receive that stays, and a churn of 300 post + match pairs.
+    assert!(!queued(off.post(s(0, Some(3), None), 1000, false).unwrap()).1);
+    for i in 0..300 {
+        assert!(!queued(off.post(s(0, Some(2), Some(9)), 2000 + i, false).unwrap()).1);
+        off.arrive(e(0, 2, 9), i).unwrap();
+        let c = completions(&mut off);
+        assert!(
+            matches!(c.as_slice(), [Completion::Matched { recv, .. }] if *recv == 2000 + i),
+            "{c:?}"
+        );
+    }
+    // Overlaps an older software receive: stays in software.
+    assert!(!queued(off.post(s(0, Some(1), Some(50)), 1, true).unwrap()).1);
+    assert!(!queued(off.post(s(0, Some(3), Some(7)), 2, true).unwrap()).1);
+    // Overlaps none (the churned ones are gone): offloaded.
+    assert!(queued(off.post(s(0, Some(2), Some(9)), 3, true).unwrap()).1);
+    assert!(queued(off.post(s(0, Some(1), Some(5000)), 4, true).unwrap()).1);
+    assert!(queued(off.post(s(1, Some(1), Some(50)), 5, true).unwrap()).1);
+    // Drain the software receives, churn again, and the rule sees them gone.
+    for t in 0..100 {
+        off.arrive(e(0, 1, t), 10_000 + t).unwrap();
+    }
+    off.arrive(e(0, 3, 1), 20_000).unwrap();
+    let c = completions(&mut off);
+    assert_eq!(
+        c.iter()
+            .filter(|c| matches!(c, Completion::Matched { .. }))
+            .count(),
+        101,
+        "{c:?}"
+    );
+    for i in 0..300 {
+        let _ = off.post(s(0, Some(2), Some(8)), 3000 + i, false).unwrap();
+        off.arrive(e(0, 2, 8), i).unwrap();
+    }
+    // (1, 50) in software was posted (eligible, kept) before: it still
+    // blocks; (3, 7) too. A fresh key does not.
+    assert!(!queued(off.post(s(0, Some(1), Some(50)), 6, true).unwrap()).1);
+    assert!(queued(off.post(s(0, Some(4), Some(4)), 7, true).unwrap()).1);
 }
