@@ -607,6 +607,82 @@ fn run_adi_bench() -> Result<(), String> {
         "\n==== adi (osu example) vs MPICH ({ADI_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
     );
     print!("{}", adi_table(&ours, mpich.is_some().then_some(&theirs)));
+    run_adi_rma_bench(&root, &rel)
+}
+
+/// The MPICH side of adi's RMA benchmark.
+const MPICH_RMA: &str = "adi/bench/mpich_rma.c";
+
+/// RMA windows: `osu_rma --raw` under tmrun and `mpich_rma` under Hydra,
+/// alternately; one table (test × size) with ratios (> 1: tmx is better).
+fn run_adi_rma_bench(root: &Path, rel: &Path) -> Result<(), String> {
+    let mpich = build_mpich(root, MPICH_RMA, "mpich_rma")?;
+    let mut c = cargo();
+    c.args(["build", "--release", "-p", "adi", "--example", "osu_rma"]);
+    if !run_plain(c)? {
+        return Err("building adi's osu_rma example failed".into());
+    }
+    type Best = std::collections::BTreeMap<(String, u64), f64>;
+    let merge = |best: &mut Best, out: &str| {
+        for line in out.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let [test, bytes, value] = w.as_slice() else {
+                continue;
+            };
+            let (Ok(bytes), Ok(value)) = (bytes.parse::<u64>(), value.parse::<f64>()) else {
+                continue;
+            };
+            let bw = test.contains("_bw_");
+            let e = best.entry((test.to_string(), bytes)).or_insert(if bw {
+                0.0
+            } else {
+                f64::INFINITY
+            });
+            *e = if bw { e.max(value) } else { e.min(value) };
+        }
+    };
+    let (mut ours, mut theirs) = (Best::new(), Best::new());
+    for round in 1..=ADI_BENCH_ROUNDS {
+        if let Some(bin) = &mpich {
+            let mut c = Command::new("mpiexec.hydra");
+            c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
+            let (ok, out) = run_captured(c)?;
+            if !ok {
+                return Err("the MPICH RMA benchmark failed".into());
+            }
+            merge(&mut theirs, &out);
+        }
+        let mut c = Command::new(rel.join("tmrun"));
+        c.args(["-n", "2", "--bind-to", "core"])
+            .arg(rel.join("examples").join("osu_rma"))
+            .arg("--raw");
+        let (ok, out) = run_captured(c)?;
+        if !ok {
+            return Err("adi's osu_rma example failed under tmrun".into());
+        }
+        merge(&mut ours, &out);
+        println!("(RMA round {round} of {ADI_BENCH_ROUNDS} done)");
+    }
+    println!(
+        "\n==== adi RMA windows (osu_rma) vs MPICH ({ADI_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
+    );
+    let mut s = String::from("| test | size | tmx | MPICH | ratio |\n|---|---:|---:|---:|---:|\n");
+    for ((test, b), v) in &ours {
+        let bw = test.contains("_bw_");
+        let m = theirs.get(&(test.clone(), *b)).copied();
+        let prec = if bw { 0 } else { 2 };
+        let ratio = match m {
+            Some(m) if m > 0.0 && *v > 0.0 => format!("{:.2}", if bw { v / m } else { m / v }),
+            _ => "–".into(),
+        };
+        let unit = if bw { "MB/s" } else { "µs" };
+        s.push_str(&format!(
+            "| {test} ({unit}) | {} | {v:.prec$} | {} | {ratio} |\n",
+            size_name(*b),
+            m.map_or("–".into(), |m| format!("{m:.prec$}"))
+        ));
+    }
+    print!("{s}");
     Ok(())
 }
 
