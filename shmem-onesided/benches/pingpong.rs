@@ -6,6 +6,8 @@
 //!   64 KiB, 256 KiB, 1 MiB, 4 MiB
 //! - single-thread memcpy bandwidth at the same sizes, measured in the same
 //!   run, as the baseline the bandwidth is reported against
+//! - the endpoint's CPU cost per message with nothing to wait for (both
+//!   endpoints in one thread, a `#` line): the overhead above the ring
 //!
 //! Each configuration runs in a fresh job, one per path: `eager` (CMA off:
 //! inline <= 40 B, copied through the eager area above), `cma` (CMA
@@ -211,6 +213,49 @@ fn run_raw(rank: u32) -> Vec<String> {
     vec![format!("lat ring 8 {:.3}", samples[ROUNDS / 2])]
 }
 
+/// The endpoint's own CPU cost per message, without any waiting: both
+/// ranks' endpoints live in this one thread (attached from two threads,
+/// then moved here), and each `send` is followed at once by the matching
+/// `recv` on the other endpoint, so the message is always already in the
+/// ring. Best of 5 rounds; printed as a `#` line (not part of the table).
+fn endpoint_cost() {
+    use shmem_onesided::{CmaMode, Config};
+    let job = format!("benchcost{}", std::process::id());
+    let attach = |r: u32| {
+        let j = job.clone();
+        std::thread::spawn(move || {
+            let c = Config {
+                cma: CmaMode::Off,
+                ..Config::default()
+            };
+            Endpoint::new(Node::init(&j, r, 2, c).unwrap())
+        })
+    };
+    let (h0, h1) = (attach(0), attach(1));
+    let (mut e0, mut e1) = (h0.join().unwrap(), h1.join().unwrap());
+    for len in [8usize, 1024] {
+        let data = vec![0x5au8; len];
+        let mut buf = vec![0u8; len];
+        let n = 200_000;
+        let mut best = f64::MAX;
+        for _ in 0..ROUNDS {
+            let t = Instant::now();
+            for _ in 0..n {
+                e0.send(1, 1, 0, &data).unwrap();
+                e1.recv(spec(0), &mut buf).unwrap();
+                e1.send(0, 1, 0, &data).unwrap();
+                e0.recv(spec(1), &mut buf).unwrap();
+            }
+            best = best.min(t.elapsed().as_secs_f64() * 1e9 / (2.0 * n as f64));
+        }
+        println!(
+            "# endpoint CPU cost, {len} B: {best:.0} ns per message (send + matched recv, one thread, nothing to wait for)"
+        );
+    }
+    e0.finalize().unwrap();
+    e1.finalize().unwrap();
+}
+
 fn main() {
     if let Ok(r) = std::env::var(ROLE) {
         let lines = if std::env::var("TMX_SHMEM_BENCH_RAW").is_ok() {
@@ -225,6 +270,8 @@ fn main() {
         }
         return;
     }
+    pin(0);
+    endpoint_cost();
     let exe = std::env::current_exe().unwrap();
     for (i, (name, env)) in [
         (

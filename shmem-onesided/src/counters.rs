@@ -37,6 +37,17 @@ pub struct Counters {
     pub unexpected: u64,
     /// Largest number of unmatched headers held at once.
     pub unexpected_max: u64,
+    /// Synchronous-mode sends ([`crate::SendMode::Synchronous`]).
+    pub sync_sends: u64,
+    /// Match acknowledgements sent to synchronous senders (receiver side;
+    /// a CMA FIN that also acknowledges is not counted).
+    pub sync_acks: u64,
+    /// Sends to this rank itself (a local copy through the matcher).
+    pub self_sends: u64,
+    /// Receives that got a message longer than their buffer (truncated).
+    pub truncated: u64,
+    /// Receives cancelled before they matched.
+    pub cancelled_recvs: u64,
 }
 
 impl fmt::Display for Counters {
@@ -46,7 +57,8 @@ impl fmt::Display for Counters {
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
              preposts {} (withdrawn {}), cma sends {}, fragmented sends {}, \
              backpressure events {}, \
-             staged sends {}, index re-reads {}, received {}, unexpected {} (max held {})",
+             staged sends {}, index re-reads {}, received {}, unexpected {} (max held {}), \
+             sync sends {}, sync acks {}, self sends {}, truncated {}, cancelled receives {}",
             self.inline_sends,
             self.buffered_sends,
             self.preposted_hits,
@@ -60,7 +72,12 @@ impl fmt::Display for Counters {
             self.index_rereads,
             self.received,
             self.unexpected,
-            self.unexpected_max
+            self.unexpected_max,
+            self.sync_sends,
+            self.sync_acks,
+            self.self_sends,
+            self.truncated,
+            self.cancelled_recvs
         )
     }
 }

@@ -8,14 +8,33 @@
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
 //! | ≤ eager area − 64 B | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
-//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the blocking send waits for the FIN |
-//! | larger than the eager area, no CMA | fragments | consecutive eager fragments of ≤ ¼ of the eager area; the receiver copies each out on arrival and reassembles; the send blocks (running progress) while the eager area is full |
+//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
+//! | larger than the eager area, no CMA | fragments | consecutive eager fragments of ≤ ¼ of the eager area; the receiver copies each out on arrival and reassembles; the send request stays pending and [`Endpoint::progress`] publishes the next fragments as eager space frees |
+//! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
 //! # Completion and ordering
 //!
-//! - [`Endpoint::send`] returns when the user buffer may be reused: the data
-//!   is inline in a published slot, copied to the eager area, held in a local
-//!   queue, or (CMA) already read by the receiver.
+//! - Sends are nonblocking underneath ([`Endpoint::isend`],
+//!   [`Endpoint::isend_borrowed`]): an inline, eager or self send completes
+//!   at once (the data is in a published slot, in the eager area, in a local
+//!   queue or in a private copy); a CMA send completes at the receiver's
+//!   FIN; a fragmented send once its last fragment is published.
+//!   [`Endpoint::send`] is such a send plus [`Endpoint::wait_send`]: it
+//!   returns when the user buffer may be reused.
+//! - **Synchronous mode** ([`Endpoint::ssend`], [`SendMode::Synchronous`])
+//!   completes only once the receiver matched the message: a prepost-direct
+//!   write is matched by construction; a CMA message read at match time
+//!   answers with a FIN carrying [`FLAG_MATCHED`]; every other synchronous
+//!   message (never inline: it goes eager, with its send id in `ext[8..16]`)
+//!   carries [`FLAG_SYNC`] and the receiver sends [`KIND_ACK`] when a
+//!   receive or a matched probe takes it (a CMA message pulled aside before
+//!   its match is acknowledged the same way at the match).
+//! - **Truncation** is not an error: a receive writes
+//!   `min(msg_len, buffer length)` bytes, never more, consumes the message
+//!   and reports both lengths in its [`Status`].
+//! - Each user request (send or receive) is reported once by
+//!   [`Endpoint::take_completed`] when it completes, unless it was handed
+//!   to a waiter first.
 //! - A receive buffer that a sender may be writing into (claimed prepost) is
 //!   never handed back or freed before its DONE; dropping an endpoint with
 //!   such a request pending leaks that buffer rather than freeing it.
@@ -65,25 +84,27 @@
 //!
 //! # Blocking and liveness
 //!
-//! Every blocking call (a receive, the CMA or fragmented send,
+//! Every blocking call (a receive, a probe, a send or `wait_send` that waits,
 //! [`Endpoint::flush`], [`Endpoint::finalize`]) runs [`Endpoint::progress`],
 //! which drains all inbound rings into a local queue (so two ranks flooding
 //! each other both finish), pushes locally queued sends, and reclaims eager
-//! buffers. A rank blocked in a CMA send also pulls crossed CMA messages into
-//! private memory and returns their FINs, so ranks that rendezvous-send to
-//! each other before receiving finish too. Every
+//! buffers. A rank waiting for a CMA send's FIN ([`Endpoint::wait_send`],
+//! or polling it with [`Endpoint::test_send`]) also pulls crossed CMA
+//! messages into private memory and returns their FINs, so ranks that
+//! rendezvous-send to each other before receiving finish too. Every
 //! `TMX_SHMEM_LIVENESS_MS` it checks that the peers it waits for are alive,
 //! and returns [`Error::PeerDied`] instead of hanging.
 
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::heap::SymHeap;
+use crate::idmap::{IdMap, IdSet};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{Consumer, Header, Outbox, Sent, INLINE_MAX};
 use crate::segment::Segment;
 use core::sync::atomic::{AtomicU32, Ordering};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 use tm_match::{Completion, EngineEvent, Offload, OffloadConfig, PostOutcome, RecvId};
 use tm_proto::{Envelope, MatchSpec, Source, TagLayout};
@@ -102,8 +123,18 @@ pub const KIND_FIN: u8 = 4;
 /// fragment has [`FLAG_FIRST`] and carries the envelope. The fragments of one
 /// message are consecutive in the pair's ring.
 pub const KIND_FRAG: u8 = 5;
+/// Header kind: the receiver matched synchronous send `word` (sent for
+/// [`FLAG_SYNC`] messages, except a CMA message read at match time, whose FIN
+/// carries [`FLAG_MATCHED`] instead).
+pub const KIND_ACK: u8 = 6;
 /// Header flag: the first fragment of a fragmented message.
 pub const FLAG_FIRST: u8 = 1;
+/// Header flag: a synchronous-mode message; the receiver acknowledges its
+/// match ([`KIND_ACK`]) quoting the send id in `ext[8..16]`.
+pub const FLAG_SYNC: u8 = 4;
+/// FIN flag: the receiver read the CMA message because a receive matched it
+/// (so the FIN also acknowledges a synchronous send).
+pub const FLAG_MATCHED: u8 = 8;
 /// Header flag: the sender counted this message in the receiver's
 /// [`Phase`](crate::prepost::Phase) before publishing it (an
 /// engine-unexpected message of the prepost protocol).
@@ -121,8 +152,8 @@ const EAGER_PREFIX: u64 = 64;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
 
-/// What a completed receive matched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a completed receive matched (or what a probe found).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Status {
     /// The sender's local rank.
     pub source: u32,
@@ -130,9 +161,65 @@ pub struct Status {
     pub tag: u32,
     /// The context id.
     pub context: u32,
-    /// Bytes delivered.
+    /// Bytes delivered into the buffer: `min(msg_len, buffer length)` (for a
+    /// probe, the message length).
     pub len: usize,
+    /// Bytes the sender sent; `msg_len > len` means the message was
+    /// truncated (the receive consumed it and wrote exactly `len` bytes).
+    pub msg_len: usize,
+    /// The receive was cancelled ([`Endpoint::cancel_recv`]): no message,
+    /// nothing written, the other fields are zero.
+    pub cancelled: bool,
 }
+
+impl Status {
+    /// Whether the message was longer than the receive buffer (MPI maps it
+    /// to `MPI_ERR_TRUNCATE`).
+    pub fn truncated(&self) -> bool {
+        self.msg_len > self.len
+    }
+
+    fn cancelled() -> Self {
+        Status {
+            cancelled: true,
+            ..Status::default()
+        }
+    }
+}
+
+/// How a send completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SendMode {
+    /// Completes once the buffer may be reused (inline/eager copy, or the
+    /// receiver's FIN for CMA).
+    #[default]
+    Standard,
+    /// Completes only once the receiver has matched the message
+    /// (`MPI_Ssend`).
+    Synchronous,
+}
+
+/// A nonblocking send started by [`Endpoint::isend`] or
+/// [`Endpoint::isend_borrowed`]; complete it with [`Endpoint::wait_send`]
+/// (or watch it with [`Endpoint::test_send`] / [`Endpoint::take_completed`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a send request must be waited for"]
+pub struct SendRequest(u64);
+
+impl SendRequest {
+    /// The request's id (unique across send and receive requests of this
+    /// endpoint; what [`Endpoint::take_completed`] reports).
+    pub fn id(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A message removed from matching by [`Endpoint::improbe`] /
+/// [`Endpoint::mprobe`]; receive it with [`Endpoint::mrecv`] or
+/// [`Endpoint::imrecv`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a matched message must be received (mrecv/imrecv)"]
+pub struct Message(u64);
 
 #[derive(Debug)]
 enum Staged {
@@ -141,6 +228,71 @@ enum Staged {
     Data { hdr: Header, bytes: Vec<u8> },
     /// A header queued behind staged data (to keep order).
     Ready(Header),
+    /// A message larger than the eager area (no CMA), published fragment by
+    /// fragment as eager space frees (by [`Endpoint::progress`]); `off`
+    /// bytes are out. The data is `bytes` (a private copy of a borrowed
+    /// buffer) or else the owned buffer of send request `id`.
+    Frag {
+        id: u64,
+        tmpl: Header,
+        bytes: Option<Vec<u8>>,
+        off: usize,
+    },
+}
+
+/// A send request that has not completed, or a user request that completed
+/// and waits for [`Endpoint::wait_send`].
+#[derive(Debug)]
+struct SendReq {
+    dest: u32,
+    /// The user's buffer ([`Endpoint::isend`]), handed back by `wait_send`.
+    owned: Option<Vec<u8>>,
+    /// Waiting for the receiver's FIN (CMA: it reads our buffer until then).
+    fin: bool,
+    /// Waiting for the receiver's match acknowledgement (synchronous mode).
+    ack: bool,
+    /// Fragments not all published yet.
+    frags: bool,
+    /// Created by the user (isend): its completion goes to the feed.
+    user: bool,
+    /// Its wait failed while a live peer might still read the buffer: kept
+    /// (buffer alive) until the FIN, then dropped silently.
+    orphan: bool,
+}
+
+impl SendReq {
+    fn done(&self) -> bool {
+        !self.fin && !self.ack && !self.frags
+    }
+}
+
+/// The send requests. Dropping it leaks (never frees) an owned buffer that
+/// a receiver may still be reading by CMA (no FIN yet), so that the
+/// receiver reads the data it was promised rather than reused memory.
+#[derive(Debug, Default)]
+struct Sends(IdMap<u64, SendReq>);
+
+impl core::ops::Deref for Sends {
+    type Target = IdMap<u64, SendReq>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl core::ops::DerefMut for Sends {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Sends {
+    fn drop(&mut self) {
+        for r in self.0.values_mut().filter(|r| r.fin) {
+            if let Some(v) = r.owned.take() {
+                core::mem::forget(v);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -181,6 +333,10 @@ struct Req {
     spec: MatchSpec,
     buf: ReqBuf,
     done: Option<Result<Status>>,
+    /// Its handle in the offload model while queued there.
+    id: Option<RecvId>,
+    /// A user-visible request: its completion goes to the feed.
+    user: bool,
 }
 
 /// A receive the offload model handed to the "engine": advertised (or to be
@@ -204,8 +360,50 @@ struct EngineEntry {
 /// an owned buffer that a sender may still be writing into.
 #[derive(Debug, Default)]
 struct Requests {
-    reqs: HashMap<u64, Req>,
-    engine: HashMap<RecvId, EngineEntry>,
+    reqs: IdMap<u64, Req>,
+    engine: IdMap<RecvId, EngineEntry>,
+    /// The receive of the blocked `recv`/`try_recv` call (there is at most
+    /// one at a time), kept out of the map: the hot path of a blocking
+    /// receive then does no hashing for its request.
+    caller: Option<(u64, Req)>,
+}
+
+impl Requests {
+    fn get(&self, key: u64) -> Option<&Req> {
+        match &self.caller {
+            Some((k, r)) if *k == key => Some(r),
+            _ => self.reqs.get(&key),
+        }
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Req> {
+        match &mut self.caller {
+            Some((k, r)) if *k == key => Some(r),
+            _ => self.reqs.get_mut(&key),
+        }
+    }
+
+    fn insert(&mut self, key: u64, req: Req) {
+        if matches!(req.buf, ReqBuf::Caller) {
+            // A caller request left behind (never, normally) goes to the map.
+            if let Some((k, old)) = self.caller.replace((key, req)) {
+                self.reqs.insert(k, old);
+            }
+        } else {
+            self.reqs.insert(key, req);
+        }
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Req> {
+        match &self.caller {
+            Some((k, _)) if *k == key => self.caller.take().map(|(_, r)| r),
+            _ => self.reqs.remove(&key),
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Req> {
+        self.reqs.values().chain(self.caller.iter().map(|(_, r)| r))
+    }
 }
 
 impl Drop for Requests {
@@ -228,6 +426,14 @@ impl Drop for Requests {
 #[must_use = "a receive request must be waited for"]
 pub struct RecvRequest(u64);
 
+impl RecvRequest {
+    /// The request's id (unique across send and receive requests of this
+    /// endpoint; what [`Endpoint::take_completed`] reports).
+    pub fn id(&self) -> u64 {
+        self.0
+    }
+}
+
 /// A header that arrived before its receive. An eager payload stays in the
 /// sender's eager area (the receive copies it once, straight to the user
 /// buffer) unless the sender raises its eager-pressure flag: then progress
@@ -246,6 +452,12 @@ enum Watch {
     Pending,
 }
 
+// The ADI keeps an endpoint in a `Mutex` shared across threads.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Endpoint>();
+};
+
 /// A messaging endpoint: a [`Node`] plus rings, queues and counters.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -257,22 +469,26 @@ pub struct Endpoint {
     off: Offload<u64, Msg>,
     requests: Requests,
     /// Unexpected messages by key (the matcher keeps their order).
-    store: HashMap<u64, Unexpected>,
+    store: IdMap<u64, Unexpected>,
     next_key: u64,
+    /// Request ids (sends and receives share the sequence).
+    next_id: u64,
+    /// Send requests not yet complete, and completed user ones not waited for.
+    sends: Sends,
+    /// Completion feed: ids in completion order (some may have been waited
+    /// for since: `feed_live` says which are still to report).
+    feed: Vec<u64>,
+    feed_live: IdSet<u64>,
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
     prepost: bool,
     scratch: Vec<Header>,
     eager: SymHeap,
     in_flight: Vec<u64>,
-    fins: HashSet<u64>,
-    next_cookie: u64,
     /// Unexpected eager messages still in their sender's eager area.
     uncopied: usize,
     /// Our eager-pressure flag is raised.
     pressure: bool,
-    /// A fragmented send waits for eager space.
-    frag_waiting: bool,
     counters: Counters,
 }
 
@@ -289,6 +505,19 @@ fn envelope(h: &Header) -> Envelope {
         source: h.source,
         tag: h.tag,
     }
+}
+
+/// The fragment size for an eager area of `eager_bytes`: a quarter of it,
+/// less the flag line.
+fn frag_size(eager_bytes: u64) -> usize {
+    (eager_bytes / 4).saturating_sub(EAGER_PREFIX).max(64) as usize
+}
+
+/// The synchronous-send id a [`FLAG_SYNC`] header quotes (`ext[8..16]`).
+fn sync_id(h: &Header) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.ext[8..16]);
+    u64::from_le_bytes(b)
 }
 
 /// Frees eager blocks whose receiver raised the release flag.
@@ -423,16 +652,17 @@ impl Endpoint {
             prepost,
             layout,
             node,
-            store: HashMap::new(),
+            store: IdMap::default(),
             next_key: 0,
+            next_id: 1,
+            sends: Sends::default(),
+            feed: Vec::new(),
+            feed_live: IdSet::default(),
             scratch: Vec::new(),
             eager,
             in_flight: Vec::new(),
-            fins: HashSet::new(),
-            next_cookie: 1,
             uncopied: 0,
             pressure: false,
-            frag_waiting: false,
             counters: Counters::default(),
         }
     }
@@ -506,6 +736,20 @@ impl Endpoint {
         }
     }
 
+    /// Publishes a control header (FIN, ACK) to `dest`: straight to the
+    /// ring or its outbox, ahead of staged data (control carries no
+    /// ordering with messages).
+    fn enqueue_ctl(&mut self, dest: u32, hdr: Header) {
+        let seg = self.node.segment();
+        let p = &mut self.peers[dest as usize];
+        if p.out
+            .send_with(seg.ring(seg.rank(), dest), hdr, &mut |_| {})
+            == Sent::Queued
+        {
+            tracing::debug!(dest, kind = hdr.kind, "control header queued locally");
+        }
+    }
+
     /// Moves `dest`'s local queues into its ring, in order, as far as they go.
     fn flush_peer(&mut self, dest: u32) -> usize {
         let seg = self.node.segment();
@@ -521,8 +765,11 @@ impl Endpoint {
                 phase.count_message();
             }
         };
+        let frag = frag_size(self.node.config().eager_bytes);
+        let mut frags_done = None;
+        let mut chunks = 0;
         if p.out.flush_with(ring, &mut count) == 0 {
-            while let Some(front) = p.staged.front() {
+            'staged: while let Some(front) = p.staged.front_mut() {
                 let hdr = match front {
                     Staged::Ready(h) => *h,
                     Staged::Data { hdr, bytes } => {
@@ -531,6 +778,48 @@ impl Endpoint {
                             None => break,
                         }
                     }
+                    Staged::Frag {
+                        id,
+                        tmpl,
+                        bytes,
+                        off,
+                    } => {
+                        let data = match bytes {
+                            Some(v) => &v[..],
+                            None => self
+                                .sends
+                                .get(id)
+                                .and_then(|r| r.owned.as_deref())
+                                .unwrap_or(&[]),
+                        };
+                        while *off < data.len() {
+                            let chunk = &data[*off..data.len().min(*off + frag)];
+                            let mut h = *tmpl;
+                            h.kind = KIND_FRAG;
+                            h.flags = if *off == 0 {
+                                FLAG_FIRST | tmpl.flags
+                            } else {
+                                0
+                            };
+                            h.ext[..8].copy_from_slice(&(chunk.len() as u64).to_le_bytes());
+                            let Some(h) =
+                                eager_block(seg, &mut self.eager, &mut self.in_flight, chunk, h)
+                            else {
+                                break 'staged;
+                            };
+                            *off += chunk.len();
+                            chunks += 1;
+                            let sent = p.out.send_with(ring, h, &mut count);
+                            if *off < data.len() && sent == Sent::Queued {
+                                break 'staged;
+                            }
+                        }
+                        frags_done = Some(*id);
+                        p.staged.pop_front();
+                        // The whole message is out: stop here (the caller
+                        // finishes the request) and continue next time.
+                        break;
+                    }
                 };
                 p.staged.pop_front();
                 if p.out.send_with(ring, hdr, &mut count) == Sent::Queued {
@@ -538,7 +827,16 @@ impl Endpoint {
                 }
             }
         }
-        before - (p.out.pending() + p.staged.len())
+        let moved = (before + chunks).saturating_sub(p.out.pending() + p.staged.len());
+        if let Some(id) = frags_done {
+            tracing::debug!(dest, id, "last fragment published");
+            if let Some(r) = self.sends.get_mut(&id) {
+                r.frags = false;
+            }
+            self.check_send_done(id);
+            return moved.max(1) + self.flush_peer(dest);
+        }
+        moved
     }
 
     /// Sends held locally for `dest`.
@@ -625,62 +923,90 @@ impl Endpoint {
 
     /// Sends `data` to local rank `dest` with `(tag, context)`. Returns when
     /// `data` may be reused (see the module docs). Never drops a message:
-    /// when the ring or the eager area is full it queues locally.
+    /// when the ring or the eager area is full it queues locally. A send to
+    /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
+        let (id, done) =
+            self.start_send(dest, tag, context, None, data, SendMode::Standard, false)?;
+        if done {
+            return Ok(());
+        }
+        self.wait_send_id(id).map(|_| ())
+    }
+
+    /// Starts a send; never blocks. Returns its id and whether it is
+    /// complete. A user request is always recorded in `sends` (complete or
+    /// not); an internal one only while pending. `owned` (if any) is the
+    /// data; otherwise `borrowed` is.
+    #[allow(clippy::too_many_arguments)]
+    fn start_send(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        owned: Option<Vec<u8>>,
+        borrowed: &[u8],
+        mode: SendMode,
+        user: bool,
+    ) -> Result<(u64, bool)> {
         if dest >= self.size() {
             return Err(Error::BadPe {
                 pe: dest,
                 size: self.size(),
             });
         }
-        let me = self.rank();
-        if self.peers[dest as usize].out.pending() + self.peers[dest as usize].staged.len() > 0 {
-            self.flush_peer(dest);
-        }
-        let len = data.len() as u64;
-        if self.prepost
-            && data.len() > INLINE_MAX
-            && len >= self.node.config().prepost_min
-            && len <= u64::from(u32::MAX)
-            && self.queued_for(dest) == 0
-            && self.send_preposted(dest, tag, context, data)?
-        {
-            return Ok(());
-        }
-        let flags = self.counted_flag();
-        if data.len() <= INLINE_MAX {
-            let mut h = Header {
-                kind: KIND_INLINE,
-                flags,
-                nbytes: len as u32,
-                source: me,
-                tag,
-                context,
-                ..Header::default()
-            };
-            h.set_inline(data);
-            self.counters.inline_sends += 1;
-            tracing::trace!(dest, len, "inline send");
-            self.enqueue(dest, h);
-            return Ok(());
-        }
-        let eager_max = self.eager_max();
-        if self.cma_ok() && (len > self.node.config().cma_threshold || len > eager_max) {
-            if len > u64::from(u32::MAX) {
-                return Err(Error::MessageTooLarge {
-                    len,
-                    max: u64::from(u32::MAX),
-                });
-            }
-            return self.send_cma(dest, tag, context, data);
-        }
+        let len = owned.as_ref().map_or(borrowed.len(), Vec::len) as u64;
         if len > u64::from(u32::MAX) {
             return Err(Error::MessageTooLarge {
                 len,
                 max: u64::from(u32::MAX),
             });
         }
-        let tmpl = Header {
+        let id = self.next_id;
+        self.next_id += 1;
+        let sync = mode == SendMode::Synchronous;
+        if sync {
+            self.counters.sync_sends += 1;
+        }
+        let mut req = SendReq {
+            dest,
+            owned,
+            fin: false,
+            ack: false,
+            frags: false,
+            user,
+            orphan: false,
+        };
+        let me = self.rank();
+        if dest == me {
+            // The ack may come during the arrival itself (a posted receive
+            // matches at once): record the request first.
+            req.ack = sync;
+            let copy = req.owned.as_deref().unwrap_or(borrowed).to_vec();
+            self.sends.insert(id, req);
+            let r = self.send_self(tag, context, copy, sync.then_some(id));
+            if let Err(e) = r {
+                self.sends.remove(&id);
+                return Err(e);
+            }
+            let done = self.sends.get(&id).is_some_and(SendReq::done);
+            if done {
+                self.finish_send(id);
+                if !user {
+                    self.sends.remove(&id);
+                }
+            }
+            return Ok((id, done));
+        }
+        if self.queued_for(dest) > 0 {
+            self.flush_peer(dest);
+        }
+        let data: &[u8] = req.owned.as_deref().unwrap_or(borrowed);
+        let mut flags = self.counted_flag();
+        if sync {
+            flags |= FLAG_SYNC;
+        }
+        let mut tmpl = Header {
             kind: KIND_EAGER,
             flags,
             // <= u32::MAX, checked above
@@ -690,12 +1016,229 @@ impl Endpoint {
             context,
             ..Header::default()
         };
-        if len > eager_max {
-            return self.send_fragmented(dest, tmpl, data);
+        tmpl.ext[8..16].copy_from_slice(&id.to_le_bytes());
+        let eager_max = self.eager_max();
+        if self.prepost
+            && data.len() > INLINE_MAX
+            && len >= self.node.config().prepost_min
+            && self.queued_for(dest) == 0
+            && self.send_preposted(dest, tag, context, data)?
+        {
+            // Written into a matched receive: complete, synchronous or not.
+        } else if data.len() <= INLINE_MAX && !sync {
+            let mut h = tmpl;
+            h.kind = KIND_INLINE;
+            h.ext = [0; 32];
+            h.set_inline(data);
+            self.counters.inline_sends += 1;
+            tracing::trace!(dest, len, "inline send");
+            self.enqueue(dest, h);
+        } else if self.cma_ok() && (len > self.node.config().cma_threshold || len > eager_max) {
+            let mut h = tmpl;
+            h.kind = KIND_CMA;
+            h.word = data.as_ptr() as u64;
+            h.ext[..8].copy_from_slice(&id.to_le_bytes());
+            self.counters.cma_sends += 1;
+            tracing::debug!(dest, len, sync, "CMA rendezvous send");
+            self.enqueue(dest, h);
+            // The receiver reads the buffer (owned: kept in the request;
+            // borrowed: the caller's contract) until its FIN.
+            req.fin = true;
+            req.ack = sync;
+        } else if len <= eager_max {
+            self.counters.buffered_sends += 1;
+            self.send_eager(dest, tmpl, data);
+            req.ack = sync;
+        } else {
+            // Larger than the eager area, no CMA: fragments, published by
+            // progress as eager space frees.
+            self.counters.fragmented_sends += 1;
+            tracing::debug!(
+                dest,
+                len,
+                frag = frag_size(self.node.config().eager_bytes),
+                "fragmented send (no CMA)"
+            );
+            let bytes = if req.owned.is_some() {
+                None
+            } else {
+                Some(borrowed.to_vec())
+            };
+            self.peers[dest as usize].staged.push_back(Staged::Frag {
+                id,
+                tmpl,
+                bytes,
+                off: 0,
+            });
+            req.frags = true;
+            req.ack = sync;
+            self.sends.insert(id, req);
+            self.flush_peer(dest);
+            let done = self.sends.get(&id).is_some_and(SendReq::done);
+            if done && !user {
+                self.sends.remove(&id);
+            }
+            return Ok((id, done));
         }
-        self.counters.buffered_sends += 1;
-        self.send_eager(dest, tmpl, data);
-        Ok(())
+        let done = req.done();
+        if user || !done {
+            self.sends.insert(id, req);
+        }
+        if done {
+            self.finish_send(id);
+        }
+        Ok((id, done))
+    }
+
+    /// A send to this rank: a private copy handed to the matcher as an
+    /// arrived message (so `ANY_SOURCE` ordering and non-overtaking hold).
+    fn send_self(
+        &mut self,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+        sync: Option<u64>,
+    ) -> Result<()> {
+        let mut hdr = Header {
+            kind: KIND_EAGER,
+            nbytes: data.len() as u32,
+            source: self.rank(),
+            tag,
+            context,
+            ..Header::default()
+        };
+        if let Some(id) = sync {
+            hdr.flags |= FLAG_SYNC;
+            hdr.ext[8..16].copy_from_slice(&id.to_le_bytes());
+        }
+        self.counters.self_sends += 1;
+        tracing::trace!(len = data.len(), "self send (local copy)");
+        let key = self.next_key;
+        self.next_key += 1;
+        self.store.insert(
+            key,
+            Unexpected {
+                hdr,
+                data: Some(data),
+            },
+        );
+        self.off.arrive(envelope(&hdr), Msg::Stored(key))?;
+        self.pump(&mut [])
+    }
+
+    /// A request completed: to the feed if it is the user's, dropped if it
+    /// was orphaned.
+    fn finish_send(&mut self, id: u64) {
+        match self.sends.get(&id) {
+            Some(r) if r.orphan => {
+                self.sends.remove(&id);
+            }
+            Some(r) if r.user => self.record(id),
+            _ => {}
+        }
+    }
+
+    /// Finishes send `id` if nothing is outstanding any more.
+    fn check_send_done(&mut self, id: u64) {
+        if self.sends.get(&id).is_some_and(SendReq::done) {
+            self.finish_send(id);
+        }
+    }
+
+    /// The receiver's FIN for CMA send `id` (`matched`: it also matched it).
+    fn on_fin(&mut self, id: u64, matched: bool) {
+        let Some(r) = self.sends.get_mut(&id) else {
+            tracing::warn!(id, "FIN for an unknown send ignored");
+            return;
+        };
+        if !r.fin {
+            return;
+        }
+        r.fin = false;
+        if matched {
+            r.ack = false;
+        }
+        if r.done() {
+            self.finish_send(id);
+        }
+    }
+
+    /// The receiver matched synchronous send `id`.
+    fn on_ack(&mut self, id: u64) {
+        let Some(r) = self.sends.get_mut(&id) else {
+            tracing::warn!(id, "match acknowledgement for an unknown send ignored");
+            return;
+        };
+        if !r.ack {
+            return;
+        }
+        r.ack = false;
+        if r.done() {
+            self.finish_send(id);
+        }
+    }
+
+    /// Records a completed user request in the feed.
+    fn record(&mut self, id: u64) {
+        if self.feed_live.insert(id) {
+            self.feed.push(id);
+        }
+    }
+
+    /// A request handed to its waiter: it is not reported by the feed.
+    fn unrecord(&mut self, id: u64) {
+        if self.feed_live.remove(&id)
+            && self.feed.len() > 64
+            && self.feed.len() > 2 * self.feed_live.len()
+        {
+            let live = &self.feed_live;
+            self.feed.retain(|i| live.contains(i));
+        }
+    }
+
+    /// Blocks until send `id` completes and removes it; returns its owned
+    /// buffer. While it waits for a FIN, crossed CMA messages are pulled
+    /// aside (their FINs returned) so ranks that rendezvous-send to each
+    /// other before receiving all finish.
+    fn wait_send_id(&mut self, id: u64) -> Result<Option<Vec<u8>>> {
+        let Some(dest) = self.sends.get(&id).map(|r| r.dest) else {
+            return Err(Error::InvalidArgument("unknown send request"));
+        };
+        let r = self.block(Watch::One(dest), |ep| {
+            let (done, fin) = match ep.sends.get(&id) {
+                Some(r) => (r.done(), r.fin),
+                None => return Err(Error::InvalidArgument("unknown send request")),
+            };
+            if done {
+                return Ok((Some(()), 1));
+            }
+            let mut ev = ep.progress()?;
+            if fin {
+                ev += ep.relieve_rendezvous();
+            }
+            Ok((
+                ep.sends.get(&id).is_some_and(SendReq::done).then_some(()),
+                ev,
+            ))
+        });
+        self.unrecord(id);
+        match r {
+            Ok(()) => Ok(self.sends.remove(&id).and_then(|r| r.owned)),
+            Err(e) => {
+                // A live receiver may still read (or a staged fragment still
+                // need) the buffer: keep it until then.
+                let keep = self.sends.get(&id).is_some_and(|r| {
+                    (r.fin || r.frags) && self.node.segment().check_alive(r.dest).is_ok()
+                });
+                match self.sends.get_mut(&id) {
+                    Some(r) if keep => r.orphan = true,
+                    _ => {
+                        self.sends.remove(&id);
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Copies `data` to an eager block and publishes `tmpl` for it, or holds
@@ -726,75 +1269,6 @@ impl Endpoint {
                 });
             }
         }
-    }
-
-    /// A message larger than the eager area, without CMA: consecutive
-    /// fragments of at most a quarter of the eager area. Blocks (running
-    /// progress) while the eager area is full rather than copying the whole
-    /// message aside; the receiver copies fragments out as they arrive, so
-    /// two ranks doing this to each other both finish.
-    fn send_fragmented(&mut self, dest: u32, tmpl: Header, data: &[u8]) -> Result<()> {
-        let frag = (self.node.config().eager_bytes / 4)
-            .saturating_sub(EAGER_PREFIX)
-            .max(64) as usize;
-        self.counters.fragmented_sends += 1;
-        tracing::debug!(dest, len = data.len(), frag, "fragmented send (no CMA)");
-        for (k, chunk) in data.chunks(frag).enumerate() {
-            let mut h = tmpl;
-            h.kind = KIND_FRAG;
-            h.flags = if k == 0 { FLAG_FIRST | tmpl.flags } else { 0 };
-            h.ext[..8].copy_from_slice(&(chunk.len() as u64).to_le_bytes());
-            self.block(Watch::One(dest), |ep| {
-                let ev = ep.progress()?;
-                let seg = ep.node.segment();
-                let p = &mut ep.peers[dest as usize];
-                if !p.staged.is_empty() {
-                    return Ok((None, ev));
-                }
-                match eager_block(seg, &mut ep.eager, &mut ep.in_flight, chunk, h) {
-                    Some(h) => {
-                        ep.frag_waiting = false;
-                        ep.enqueue(dest, h);
-                        Ok((Some(()), ev))
-                    }
-                    None => {
-                        // Let receivers know we wait for space.
-                        ep.frag_waiting = true;
-                        if !ep.pressure {
-                            ep.pressure = true;
-                            ep.node.segment().set_eager_pressure(true);
-                        }
-                        Ok((None, ev))
-                    }
-                }
-            })?;
-        }
-        Ok(())
-    }
-
-    fn send_cma(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        let cookie = self.next_cookie;
-        self.next_cookie += 1;
-        let mut h = Header {
-            kind: KIND_CMA,
-            flags: self.counted_flag(),
-            nbytes: data.len() as u32,
-            source: self.rank(),
-            tag,
-            context,
-            word: data.as_ptr() as u64,
-            ..Header::default()
-        };
-        h.ext[..8].copy_from_slice(&cookie.to_le_bytes());
-        self.counters.cma_sends += 1;
-        tracing::debug!(dest, len = data.len(), "CMA rendezvous send");
-        self.enqueue(dest, h);
-        // `data` stays borrowed (and so valid at that address) until the
-        // receiver's FIN says it finished reading.
-        self.block(Watch::One(dest), |ep| {
-            let ev = ep.progress()? + ep.relieve_rendezvous();
-            Ok((ep.fins.remove(&cookie).then_some(()), ev))
-        })
     }
 
     /// Drains inbound rings, pushes queued sends and reclaims eager buffers.
@@ -829,7 +1303,11 @@ impl Endpoint {
         events += batch.len();
         for h in batch.drain(..) {
             if h.kind == KIND_FIN {
-                self.fins.insert(h.word);
+                self.on_fin(h.word, h.flags & FLAG_MATCHED != 0);
+                continue;
+            }
+            if h.kind == KIND_ACK {
+                self.on_ack(h.word);
                 continue;
             }
             let u = if h.kind == KIND_FRAG {
@@ -850,21 +1328,23 @@ impl Endpoint {
         if self.uncopied > 0 {
             events += self.relieve_pressure();
         }
-        self.counters.unexpected_max = self
-            .counters
-            .unexpected_max
-            .max(self.off.unexpected_len() as u64);
+        if events > 0 {
+            self.counters.unexpected_max = self
+                .counters
+                .unexpected_max
+                .max(self.off.unexpected_len() as u64);
+        }
         for d in 0..self.size() {
             events += self.flush_peer(d);
         }
         if !self.in_flight.is_empty() {
             events += reclaim(self.node.segment(), &mut self.eager, &mut self.in_flight);
         }
-        let staged = self
-            .peers
-            .iter()
-            .any(|p| p.staged.iter().any(|s| matches!(s, Staged::Data { .. })))
-            || self.frag_waiting;
+        let staged = self.peers.iter().any(|p| {
+            p.staged
+                .iter()
+                .any(|s| matches!(s, Staged::Data { .. } | Staged::Frag { .. }))
+        });
         if staged != self.pressure {
             self.pressure = staged;
             self.node.segment().set_eager_pressure(staged);
@@ -1058,7 +1538,7 @@ impl Endpoint {
                     Msg::Stored(k) => Some(self.take_stored(k)?),
                     Msg::Direct(_) => None,
                 };
-                let Some(req) = self.requests.reqs.get_mut(&recv) else {
+                let Some(req) = self.requests.get_mut(recv) else {
                     // The receive was abandoned (its call failed): consume
                     // the message so that its sender's eager block is
                     // released (or its CMA send gets the FIN).
@@ -1073,7 +1553,7 @@ impl Endpoint {
                         ReqBuf::Owned(v) => {
                             let mut v = core::mem::take(v);
                             let r = self.deliver(u.hdr, u.data, &mut v);
-                            if let Some(req) = self.requests.reqs.get_mut(&recv) {
+                            if let Some(req) = self.requests.get_mut(recv) {
                                 req.buf = ReqBuf::Owned(v);
                             }
                             r
@@ -1101,6 +1581,8 @@ impl Endpoint {
                                 tag: env.tag,
                                 context: env.context_id,
                                 len,
+                                msg_len: len,
+                                cancelled: false,
                             })
                         }
                     }
@@ -1108,17 +1590,33 @@ impl Endpoint {
                         Err(Error::InvalidArgument("stored message vanished"))
                     }
                 };
-                if let Some(req) = self.requests.reqs.get_mut(&recv) {
-                    req.done = Some(result);
+                if let Ok(st) = &result {
+                    if st.truncated() {
+                        self.counters.truncated += 1;
+                    }
                 }
+                self.finish_recv(recv, result);
             }
             Completion::Queued { .. } => self.counters.unexpected += 1,
             Completion::Cancelled { recv, .. } => {
-                self.requests.reqs.remove(&recv);
+                self.counters.cancelled_recvs += 1;
+                self.finish_recv(recv, Ok(Status::cancelled()));
             }
             Completion::CancelFailed { .. } => {}
         }
         Ok(())
+    }
+
+    /// Marks receive `key` complete (to the feed if it is the user's).
+    fn finish_recv(&mut self, key: u64, result: Result<Status>) {
+        let Some(req) = self.requests.get_mut(key) else {
+            return;
+        };
+        req.done = Some(result);
+        req.id = None;
+        if req.user {
+            self.record(key);
+        }
     }
 
     /// Takes a queued unexpected message out of the store.
@@ -1237,7 +1735,9 @@ impl Endpoint {
         mut step: impl FnMut(&mut Self) -> Result<(Option<T>, usize)>,
     ) -> Result<T> {
         let interval = self.node.config().liveness_interval;
-        let mut last = Instant::now();
+        // Read the clock only once idle (a blocking call that completes
+        // within a few spins, as in a ping-pong, never does).
+        let mut last: Option<Instant> = None;
         let mut idle = 0u32;
         loop {
             let (done, events) = step(self)?;
@@ -1254,8 +1754,15 @@ impl Endpoint {
             } else {
                 std::thread::yield_now();
             }
-            if idle % 64 == 0 && last.elapsed() >= interval {
-                last = Instant::now();
+            if idle % 64 != 0 {
+                continue;
+            }
+            let Some(since) = last else {
+                last = Some(Instant::now());
+                continue;
+            };
+            if since.elapsed() >= interval {
+                last = Some(Instant::now());
                 if let Err(e) = self.check_watch(watch) {
                     // Deliver what the peer managed to send before dying:
                     // drain until nothing moves any more.
@@ -1278,7 +1785,7 @@ impl Endpoint {
     /// preposted.
     pub fn try_recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
         self.check_source(spec)?;
-        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, buf)?;
+        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, false, buf)?;
         let r = match id {
             Some(_) => self.progress_for(buf).map(|_| ()),
             None => Ok(()),
@@ -1290,7 +1797,7 @@ impl Endpoint {
         if let Some(id) = id {
             let _ = self.off.cancel(id);
         }
-        self.requests.reqs.remove(&key);
+        self.requests.remove(key);
         r?;
         Ok(None)
     }
@@ -1298,8 +1805,10 @@ impl Endpoint {
     /// Receives the oldest message matching `spec` (MPI rules; wildcards
     /// allowed) into `buf`, blocking until one arrives. Fails with
     /// [`Error::PeerDied`] if the peer it waits for (any peer, for
-    /// `ANY_SOURCE`) dies first, and with [`Error::Truncated`] (after
-    /// consuming the message) if `buf` is too small.
+    /// `ANY_SOURCE`) dies first. A message longer than `buf` is not an
+    /// error: exactly `buf.len()` bytes are written, the message is
+    /// consumed, and the status says `msg_len > len` ([`Status::truncated`]).
+    /// `spec.source` may be this rank (self-sends).
     ///
     /// With the prepost protocol on, an exact-source receive that finds no
     /// message is advertised to its sender, which may write the message
@@ -1307,7 +1816,7 @@ impl Endpoint {
     pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
         let watch = self.check_source(spec)?;
         let addr = buf.as_mut_ptr() as u64;
-        let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, buf)?;
+        let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, false, buf)?;
         if let Some(done) = self.take_done(key) {
             return done;
         }
@@ -1316,6 +1825,10 @@ impl Endpoint {
         };
         let r = self.block(watch, |ep| {
             let ev = ep.progress_for(buf)?;
+            // A receive completes only through an event of this pass.
+            if ev == 0 {
+                return Ok((None, 0));
+            }
             Ok((ep.take_done(key), ev))
         });
         match r {
@@ -1334,7 +1847,7 @@ impl Endpoint {
     pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
         self.check_source(spec)?;
         let addr = buf.as_mut_ptr() as u64;
-        let (key, _) = self.post(spec, ReqBuf::Owned(buf), addr, true, &mut [])?;
+        let (key, _) = self.post(spec, ReqBuf::Owned(buf), addr, true, true, &mut [])?;
         Ok(RecvRequest(key))
     }
 
@@ -1346,11 +1859,13 @@ impl Endpoint {
         Ok(self.is_done(req.0))
     }
 
-    /// Blocks until `req` completes; returns its status and buffer. On an
-    /// error (truncation, a dead peer) the buffer is dropped.
+    /// Blocks until `req` completes; returns its status and buffer (a
+    /// truncated message fills it and says so in the status; a cancelled
+    /// receive returns it untouched with `status.cancelled`). On an error
+    /// (a dead peer) the buffer is dropped.
     pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
         let key = req.0;
-        let spec = match self.requests.reqs.get(&key) {
+        let spec = match self.requests.get(key) {
             Some(r) => r.spec,
             None => return Err(Error::InvalidArgument("unknown receive request")),
         };
@@ -1360,15 +1875,19 @@ impl Endpoint {
                 return Ok((Some(()), 1));
             }
             let ev = ep.progress_for(&mut [])?;
+            if ev == 0 {
+                return Ok((None, 0));
+            }
             Ok((ep.is_done(key).then_some(()), ev))
         });
+        self.unrecord(key);
         if let Err(e) = r {
             if let Some(id) = self.recv_id(key) {
                 self.abandon(key, id, &mut []);
             }
             return Err(e);
         }
-        let Some(req) = self.requests.reqs.remove(&key) else {
+        let Some(req) = self.requests.remove(key) else {
             return Err(Error::InvalidArgument("unknown receive request"));
         };
         let buf = match req.buf {
@@ -1382,29 +1901,356 @@ impl Endpoint {
         }
     }
 
+    /// Starts a nonblocking send of `data` (owned by the endpoint until
+    /// [`Endpoint::wait_send`] hands it back). Never blocks: an inline or
+    /// eager message is published (or staged locally when the ring or the
+    /// eager area is full) and the request completes at once; a CMA send
+    /// stays pending until the receiver's FIN; a message larger than the
+    /// eager area without CMA is published fragment by fragment by
+    /// [`Endpoint::progress`]. Later sends to the same peer never overtake
+    /// it. `dest` may be this rank (a local copy through the matcher).
+    ///
+    /// [`SendMode::Synchronous`] completes only once the receiver matched
+    /// the message.
+    pub fn isend(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+        mode: SendMode,
+    ) -> Result<SendRequest> {
+        let (id, _) = self.start_send(dest, tag, context, Some(data), &[], mode, true)?;
+        Ok(SendRequest(id))
+    }
+
+    /// [`Endpoint::isend`] of a borrowed buffer. The receiver may read
+    /// `data` in place (CMA) until the request is complete: the caller must
+    /// keep it alive and unchanged until then. (If it does not, the
+    /// receiver reads whatever is there or fails its read; this process
+    /// never touches `data` after this call returns: a fragmented send
+    /// without CMA works from a private copy.)
+    pub fn isend_borrowed(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> Result<SendRequest> {
+        let (id, _) = self.start_send(dest, tag, context, None, data, mode, true)?;
+        Ok(SendRequest(id))
+    }
+
+    /// Whether send `req` has completed (runs one progress pass if not).
+    /// While it waits for a CMA FIN, the pass also pulls crossed CMA
+    /// messages aside as [`Endpoint::wait_send`] does, so upper layers that
+    /// poll in their own wait loops do not deadlock on rendezvous sends
+    /// crossing each other.
+    pub fn test_send(&mut self, req: &SendRequest) -> Result<bool> {
+        match self.sends.get(&req.0) {
+            None => Err(Error::InvalidArgument("unknown send request")),
+            Some(r) if r.done() => Ok(true),
+            Some(r) => {
+                let fin = r.fin;
+                self.progress()?;
+                if fin && !self.sends.get(&req.0).is_some_and(SendReq::done) {
+                    self.relieve_rendezvous();
+                }
+                Ok(self.sends.get(&req.0).is_some_and(SendReq::done))
+            }
+        }
+    }
+
+    /// Blocks until send `req` completes; returns the owned buffer of an
+    /// [`Endpoint::isend`] (`None` for [`Endpoint::isend_borrowed`]). Fails
+    /// with [`Error::PeerDied`] if the receiver dies first (an owned buffer
+    /// a live receiver may still read is then kept until its FIN).
+    pub fn wait_send(&mut self, req: SendRequest) -> Result<Option<Vec<u8>>> {
+        self.wait_send_id(req.0)
+    }
+
+    /// A synchronous-mode blocking send (`MPI_Ssend`): returns once the
+    /// receiver has matched the message (a prepost-direct write is matched
+    /// by construction; a CMA read at match time answers with a FIN that
+    /// says so; otherwise the receiver acknowledges the match).
+    pub fn ssend(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
+        let (id, done) =
+            self.start_send(dest, tag, context, None, data, SendMode::Synchronous, false)?;
+        if done {
+            return Ok(());
+        }
+        self.wait_send_id(id).map(|_| ())
+    }
+
+    /// `MPI_Cancel` of a send: always `Ok(false)` (not cancelled; MPI
+    /// allows an implementation to refuse), the request completes normally.
+    pub fn cancel_send(&mut self, req: &SendRequest) -> Result<bool> {
+        if self.sends.contains_key(&req.0) {
+            Ok(false)
+        } else {
+            Err(Error::InvalidArgument("unknown send request"))
+        }
+    }
+
+    /// Appends to `out` the ids of the send and receive requests (from
+    /// [`Endpoint::isend`], [`Endpoint::isend_borrowed`], [`Endpoint::irecv`],
+    /// [`Endpoint::imrecv`]) completed since the last call, each exactly
+    /// once, in completion order, including those that completed at once.
+    /// A request handed to [`Endpoint::wait`] / [`Endpoint::wait_send`]
+    /// before it was reported is not reported. Ids accumulate until taken.
+    pub fn take_completed(&mut self, out: &mut Vec<u64>) {
+        let live = &mut self.feed_live;
+        out.extend(self.feed.drain(..).filter(|id| live.remove(id)));
+    }
+
+    /// Whether request `id` has completed (no progress). An id that is no
+    /// longer held (already waited for) answers `true`; one never issued,
+    /// `false`.
+    pub fn is_complete(&self, id: u64) -> bool {
+        if let Some(r) = self.sends.get(&id) {
+            return r.done();
+        }
+        if let Some(r) = self.requests.get(id) {
+            return r.done.is_some();
+        }
+        id != 0 && id < self.next_id
+    }
+
+    /// Non-blocking liveness check for upper layers that run their own wait
+    /// loops: [`Error::PeerDied`] if `peer` died (or exited without
+    /// finalizing); with `None`, any peer a pending request of ours waits
+    /// for (a send's receiver, an exact-source receive's sender, every peer
+    /// for a pending `ANY_SOURCE` receive, a peer with sends queued
+    /// locally).
+    pub fn check_alive(&mut self, peer: Option<u32>) -> Result<()> {
+        let seg = self.node.segment();
+        if let Some(p) = peer {
+            if p >= self.size() {
+                return Err(Error::BadPe {
+                    pe: p,
+                    size: self.size(),
+                });
+            }
+            return seg.check_alive(p);
+        }
+        let me = self.rank();
+        let mut any = false;
+        let mut watched = vec![false; self.size() as usize];
+        for r in self.sends.values().filter(|r| !r.done()) {
+            watched[r.dest as usize] = true;
+        }
+        for r in self.requests.values().filter(|r| r.done.is_none()) {
+            match r.spec.source {
+                Source::Rank(s) => {
+                    if let Some(w) = watched.get_mut(s as usize) {
+                        *w = true;
+                    }
+                }
+                Source::Any => any = true,
+            }
+        }
+        for (pe, w) in watched.iter().enumerate() {
+            let pe = pe as u32;
+            if pe != me && (any || *w || self.queued_for(pe) > 0) {
+                seg.check_alive(pe)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The status of the oldest queued message matching `spec`, if any (no
+    /// progress).
+    fn peek(&self, spec: &MatchSpec) -> Option<Status> {
+        let p = self.off.probe(spec)?;
+        let msg_len = match p.msg {
+            Msg::Stored(k) => self.store.get(k)?.hdr.nbytes as usize,
+            Msg::Direct(w) => (w & 0xffff_ffff) as usize,
+        };
+        Some(Status {
+            source: p.env.source,
+            tag: p.env.tag,
+            context: p.env.context_id,
+            len: msg_len,
+            msg_len,
+            cancelled: false,
+        })
+    }
+
+    /// `MPI_Iprobe`: the status of the oldest arrived message matching
+    /// `spec` (it stays queued), after one progress pass. `len` and
+    /// `msg_len` are the message's length.
+    pub fn iprobe(&mut self, spec: MatchSpec) -> Result<Option<Status>> {
+        self.check_source(spec)?;
+        self.progress()?;
+        Ok(self.peek(&spec))
+    }
+
+    /// `MPI_Probe`: blocks until a message matching `spec` has arrived;
+    /// it stays queued. Fails with [`Error::PeerDied`] like a receive.
+    pub fn probe(&mut self, spec: MatchSpec) -> Result<Status> {
+        let watch = self.check_source(spec)?;
+        self.block(watch, |ep| {
+            if let Some(st) = ep.peek(&spec) {
+                return Ok((Some(st), 1));
+            }
+            let ev = ep.progress()?;
+            Ok((ep.peek(&spec), ev))
+        })
+    }
+
+    /// `MPI_Improbe`: after one progress pass, removes the oldest arrived
+    /// message matching `spec` from matching (no receive can take it any
+    /// more) and binds it to the returned handle; receive it with
+    /// [`Endpoint::mrecv`] or [`Endpoint::imrecv`]. A synchronous sender
+    /// learns of the match now.
+    pub fn improbe(&mut self, spec: MatchSpec) -> Result<Option<(Message, Status)>> {
+        self.check_source(spec)?;
+        self.progress()?;
+        self.take_probed(&spec)
+    }
+
+    fn take_probed(&mut self, spec: &MatchSpec) -> Result<Option<(Message, Status)>> {
+        let Some(m) = self.off.improbe(spec) else {
+            return Ok(None);
+        };
+        let Msg::Stored(key) = m.msg else {
+            return Err(Error::InvalidArgument(
+                "matcher returned a message written into a receive",
+            ));
+        };
+        let Some(u) = self.store.get_mut(&key) else {
+            return Err(Error::InvalidArgument(
+                "matcher returned a message the endpoint does not hold",
+            ));
+        };
+        let h = u.hdr;
+        let copied = u.data.is_some();
+        if h.flags & FLAG_SYNC != 0 && (h.kind != KIND_CMA || copied) {
+            // Acknowledge now, and not again at mrecv. (An uncopied CMA
+            // message is acknowledged by its FIN at mrecv.)
+            u.hdr.flags &= !FLAG_SYNC;
+            self.matched_sync(&h, copied);
+        }
+        let msg_len = h.nbytes as usize;
+        let st = Status {
+            source: m.env.source,
+            tag: m.env.tag,
+            context: m.env.context_id,
+            len: msg_len,
+            msg_len,
+            cancelled: false,
+        };
+        Ok(Some((Message(key), st)))
+    }
+
+    /// `MPI_Mprobe`: blocks until [`Endpoint::improbe`] finds a message.
+    pub fn mprobe(&mut self, spec: MatchSpec) -> Result<(Message, Status)> {
+        let watch = self.check_source(spec)?;
+        self.block(watch, |ep| {
+            if let Some(m) = ep.take_probed(&spec)? {
+                return Ok((Some(m), 1));
+            }
+            let ev = ep.progress()?;
+            Ok((ep.take_probed(&spec)?, ev))
+        })
+    }
+
+    /// `MPI_Mrecv`: receives a message taken by a matched probe into `buf`
+    /// (`min(msg_len, buf.len())` bytes; see [`Status::truncated`]).
+    pub fn mrecv(&mut self, msg: Message, buf: &mut [u8]) -> Result<Status> {
+        let u = self.take_stored(msg.0)?;
+        let st = self.deliver(u.hdr, u.data, buf)?;
+        if st.truncated() {
+            self.counters.truncated += 1;
+        }
+        Ok(st)
+    }
+
+    /// `MPI_Imrecv`: [`Endpoint::mrecv`] into an owned buffer. The message
+    /// has arrived, so the request completes at once (it is in the feed);
+    /// [`Endpoint::wait`] hands the buffer back.
+    pub fn imrecv(&mut self, msg: Message, mut buf: Vec<u8>) -> Result<RecvRequest> {
+        let u = self.take_stored(msg.0)?;
+        let spec = MatchSpec {
+            context_id: u.hdr.context,
+            source: Source::Rank(u.hdr.source),
+            tag: tm_proto::Tag::Value(u.hdr.tag),
+        };
+        let result = self.deliver(u.hdr, u.data, &mut buf);
+        if let Ok(st) = &result {
+            if st.truncated() {
+                self.counters.truncated += 1;
+            }
+        }
+        let key = self.next_id;
+        self.next_id += 1;
+        self.requests.insert(
+            key,
+            Req {
+                spec,
+                buf: ReqBuf::Owned(buf),
+                done: Some(result),
+                id: None,
+                user: true,
+            },
+        );
+        self.record(key);
+        Ok(RecvRequest(key))
+    }
+
+    /// Cancels a receive that has not matched (`MPI_Cancel`). `Ok(true)`:
+    /// removed; the request completes with `status.cancelled` (and
+    /// [`Endpoint::wait`] hands the buffer back). `Ok(false)`: already
+    /// matched, or preposted and claimed by a sender that is writing into it
+    /// (it completes normally).
+    pub fn cancel_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        let Some(r) = self.requests.get(req.0) else {
+            return Err(Error::InvalidArgument("unknown receive request"));
+        };
+        let Some(id) = r.id.filter(|_| r.done.is_none()) else {
+            return Ok(false);
+        };
+        match self.off.cancel(id) {
+            tm_match::CancelOutcome::Cancelled(key) => {
+                self.counters.cancelled_recvs += 1;
+                self.finish_recv(key, Ok(Status::cancelled()));
+                tracing::debug!(key, "receive cancelled");
+                Ok(true)
+            }
+            tm_match::CancelOutcome::Pending => {
+                // Withdraw the prepost; the answer comes as a completion.
+                self.pump(&mut [])?;
+                let cancelled = matches!(
+                    self.requests.get(req.0),
+                    Some(Req {
+                        done: Some(Ok(Status {
+                            cancelled: true,
+                            ..
+                        })),
+                        ..
+                    })
+                );
+                tracing::debug!(key = req.0, cancelled, "cancel of a preposted receive");
+                Ok(cancelled)
+            }
+            tm_match::CancelOutcome::Failed => Ok(false),
+        }
+    }
+
     fn is_done(&self, key: u64) -> bool {
-        self.requests
-            .reqs
-            .get(&key)
-            .is_some_and(|r| r.done.is_some())
+        self.requests.get(key).is_some_and(|r| r.done.is_some())
     }
 
     /// The completed result of the blocked call's request `key`, removing it.
     fn take_done(&mut self, key: u64) -> Option<Result<Status>> {
-        if !self.is_done(key) {
-            return None;
-        }
-        self.requests.reqs.remove(&key).and_then(|r| r.done)
+        self.requests.get(key)?.done.as_ref()?;
+        self.requests.remove(key).and_then(|r| r.done)
     }
 
-    /// The engine handle of a still-posted request (linear in the posted
-    /// queue; used on error paths only).
+    /// The offload model's handle of a still-queued request.
     fn recv_id(&self, key: u64) -> Option<RecvId> {
-        self.off
-            .posted()
-            .into_iter()
-            .find(|(_, _, &k, _)| k == key)
-            .map(|(id, ..)| id)
+        self.requests.get(key).and_then(|r| r.id)
     }
 
     /// Gives up on request `key` after an error: cancels it (withdrawing its
@@ -1433,7 +2279,7 @@ impl Endpoint {
                 Err(_) => break,
             }
         }
-        if let Some(r) = self.requests.reqs.remove(&key) {
+        if let Some(r) = self.requests.remove(key) {
             if let ReqBuf::Owned(v) = r.buf {
                 let claimed = self.requests.engine.values().any(|e| e.key == key);
                 if claimed {
@@ -1467,10 +2313,11 @@ impl Endpoint {
         rbuf: ReqBuf,
         addr: u64,
         may_prepost: bool,
+        user: bool,
         buf: &mut [u8],
     ) -> Result<(u64, Option<RecvId>)> {
-        let key = self.next_key;
-        self.next_key += 1;
+        let key = self.next_id;
+        self.next_id += 1;
         let capacity = match &rbuf {
             ReqBuf::Owned(v) => v.len(),
             ReqBuf::Caller => buf.len(),
@@ -1484,7 +2331,8 @@ impl Endpoint {
         // capacity, tag layout).
         let eligible = match spec.source {
             Source::Rank(src)
-                if self.prepost
+                if src != me
+                    && self.prepost
                     && may_prepost
                     && capacity > INLINE_MAX
                     && capacity as u64 >= self.node.config().prepost_min =>
@@ -1495,15 +2343,25 @@ impl Endpoint {
             }
             _ => false,
         };
-        self.requests.reqs.insert(
+        // The model hands out nothing before `post` returns (a match at once
+        // comes back as the outcome), so the request is recorded after it,
+        // with its handle.
+        let outcome = self.off.post(spec, key, eligible)?;
+        let id = match &outcome {
+            PostOutcome::Queued { id, .. } => Some(*id),
+            PostOutcome::Matched { .. } => None,
+        };
+        self.requests.insert(
             key,
             Req {
                 spec,
                 buf: rbuf,
                 done: None,
+                id,
+                user,
             },
         );
-        match self.off.post(spec, key, eligible)? {
+        match outcome {
             PostOutcome::Matched { msg, env, .. } => {
                 self.complete(
                     Completion::Matched {
@@ -1539,93 +2397,123 @@ impl Endpoint {
         }
     }
 
+    /// Delivers a matched message into `buf`: `min(msg_len, buf.len())`
+    /// bytes, never more (truncation is reported in the status, not as an
+    /// error). Consumes the message either way (eager block released, CMA
+    /// FIN sent, synchronous sender acknowledged).
     fn deliver(&mut self, h: Header, data: Option<Vec<u8>>, buf: &mut [u8]) -> Result<Status> {
-        let len = h.nbytes as usize;
+        let msg_len = h.nbytes as usize;
+        let n = msg_len.min(buf.len());
         let st = Status {
             source: h.source,
             tag: h.tag,
             context: h.context,
-            len,
+            len: n,
+            msg_len,
+            cancelled: false,
         };
-        let truncated = Error::Truncated {
-            len: len as u64,
-            capacity: buf.len() as u64,
-        };
+        if n < msg_len {
+            tracing::debug!(
+                source = h.source,
+                msg_len,
+                capacity = buf.len(),
+                "message truncated to the receive buffer"
+            );
+        }
         self.counters.received += 1;
-        match h.kind {
+        let dst = &mut buf[..n];
+        let r = match h.kind {
             KIND_INLINE => {
-                let (bytes, n) = h.inline_payload();
-                if n != len {
-                    return Err(Error::BadHeader {
+                let (bytes, len) = h.inline_payload();
+                if len != msg_len {
+                    Err(Error::BadHeader {
                         source_pe: h.source,
                         reason: "inline length differs from message length",
-                    });
-                }
-                let dst = buf.get_mut(..n).ok_or(truncated)?;
-                dst.copy_from_slice(&bytes[..n]);
-            }
-            KIND_EAGER | KIND_FRAG => match data {
-                Some(v) => {
-                    let dst = buf.get_mut(..len).ok_or(truncated)?;
-                    dst.copy_from_slice(v.get(..len).ok_or(Error::BadHeader {
-                        source_pe: h.source,
-                        reason: "eager copy shorter than the header says",
-                    })?);
-                }
-                None if h.kind == KIND_FRAG => {
-                    return Err(Error::BadHeader {
-                        source_pe: h.source,
-                        reason: "incomplete fragmented message",
                     })
+                } else {
+                    dst.copy_from_slice(&bytes[..n]);
+                    Ok(())
                 }
-                None => {
-                    let fits = len <= buf.len();
-                    let n = len.min(buf.len());
-                    self.get_eager(&h, &mut buf[..n])?;
-                    if !fits {
-                        return Err(truncated);
-                    }
-                }
-            },
-            KIND_CMA => match data {
-                // Pulled while we were blocked in a CMA send; FIN already sent.
-                Some(v) => {
-                    let dst = buf.get_mut(..len).ok_or(truncated)?;
-                    dst.copy_from_slice(v.get(..len).ok_or(Error::BadHeader {
-                        source_pe: h.source,
-                        reason: "CMA copy shorter than the header says",
-                    })?);
-                }
-                None => {
-                    let res = match buf.get_mut(..len) {
-                        Some(dst) => self.node.cma_read(h.source, h.word, dst),
-                        None => Err(truncated),
-                    };
-                    self.send_fin(&h);
-                    res?;
-                }
-            },
-            _ => {
-                return Err(Error::BadHeader {
-                    source_pe: h.source,
-                    reason: "unknown header kind",
-                })
             }
-        }
-        Ok(st)
+            KIND_EAGER | KIND_FRAG | KIND_CMA if data.is_some() => {
+                // Copied out already (eager pressure, a fragmented message,
+                // a CMA message pulled while we were blocked, a self-send).
+                match data.as_ref().and_then(|v| v.get(..n)) {
+                    Some(v) => {
+                        dst.copy_from_slice(v);
+                        Ok(())
+                    }
+                    None => Err(Error::BadHeader {
+                        source_pe: h.source,
+                        reason: "copied payload shorter than the header says",
+                    }),
+                }
+            }
+            KIND_FRAG => Err(Error::BadHeader {
+                source_pe: h.source,
+                reason: "incomplete fragmented message",
+            }),
+            KIND_EAGER => self.get_eager(&h, dst),
+            KIND_CMA => {
+                let res = if n > 0 {
+                    self.node.cma_read(h.source, h.word, dst)
+                } else {
+                    Ok(())
+                };
+                self.send_fin(&h, true);
+                res
+            }
+            _ => Err(Error::BadHeader {
+                source_pe: h.source,
+                reason: "unknown header kind",
+            }),
+        };
+        self.matched_sync(&h, data.is_some());
+        r.map(|()| st)
     }
 
     /// Tells a CMA sender that we finished reading its buffer.
-    fn send_fin(&mut self, h: &Header) {
+    /// `matched`: the FIN is sent because a receive matched the message
+    /// (not because it was pulled aside), so it also acknowledges a
+    /// synchronous send ([`FLAG_MATCHED`]).
+    fn send_fin(&mut self, h: &Header, matched: bool) {
         let mut c = [0u8; 8];
         c.copy_from_slice(&h.ext[..8]);
+        let flags = if matched && h.flags & FLAG_SYNC != 0 {
+            FLAG_MATCHED
+        } else {
+            0
+        };
         let fin = Header {
             kind: KIND_FIN,
+            flags,
             source: self.rank(),
             word: u64::from_le_bytes(c),
             ..Header::default()
         };
-        self.enqueue(h.source, fin);
+        self.enqueue_ctl(h.source, fin);
+    }
+
+    /// A message with [`FLAG_SYNC`] was matched (received, or taken by a
+    /// matched probe): tells its sender, unless the CMA FIN just did.
+    fn matched_sync(&mut self, h: &Header, copied: bool) {
+        if h.flags & FLAG_SYNC == 0 || (h.kind == KIND_CMA && !copied) {
+            return;
+        }
+        let id = sync_id(h);
+        if h.source == self.rank() {
+            self.on_ack(id);
+            return;
+        }
+        self.counters.sync_acks += 1;
+        let ack = Header {
+            kind: KIND_ACK,
+            source: self.rank(),
+            word: id,
+            ..Header::default()
+        };
+        tracing::debug!(dest = h.source, "synchronous message matched: ack");
+        self.enqueue_ctl(h.source, ack);
     }
 
     /// While blocked in a CMA send: pulls every unexpected CMA message into
@@ -1652,7 +2540,7 @@ impl Endpoint {
             pulled.push(h);
         }
         for h in &pulled {
-            self.send_fin(h);
+            self.send_fin(h, false);
         }
         let pulled = pulled.len();
         if pulled > 0 {

@@ -120,7 +120,9 @@ pub enum Error {
         /// Largest message the available paths carry.
         max: u64,
     },
-    /// The receive buffer is smaller than the matched message.
+    /// The receive buffer is smaller than the matched message. (Not
+    /// returned by the [`crate::Endpoint`] receives since they report
+    /// truncation in [`crate::Status`]; kept for callers that map it.)
     #[error("message truncated: {len} bytes arrived for a {capacity}-byte buffer")]
     Truncated {
         /// Message length.

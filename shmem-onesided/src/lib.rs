@@ -48,6 +48,8 @@ pub mod config;
 mod counters;
 mod error;
 pub mod heap;
+#[cfg(not(tmx_shmem_loom))]
+mod idmap;
 pub mod prepost;
 pub mod ring;
 
@@ -62,7 +64,8 @@ pub use config::{CmaMode, Config};
 pub use counters::Counters;
 #[cfg(not(tmx_shmem_loom))]
 pub use endpoint::{
-    Endpoint, RecvRequest, Status, FLAG_COUNTED, KIND_CMA, KIND_EAGER, KIND_FIN, KIND_INLINE,
+    Endpoint, Message, RecvRequest, SendMode, SendRequest, Status, FLAG_COUNTED, FLAG_MATCHED,
+    FLAG_SYNC, KIND_ACK, KIND_CMA, KIND_EAGER, KIND_FIN, KIND_INLINE,
 };
 pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]

@@ -229,9 +229,12 @@ fn spec(source: u32, tag: u32) -> MatchSpec {
     }
 }
 
+/// Every path between two ranks, with a 2-slot ring and a small eager area
+/// so that sends queue locally: order per tag, fragments, truncation.
 #[test]
-fn self_send_all_paths_in_order() {
-    let j = job("self");
+fn all_paths_in_order_with_backpressure() {
+    use std::sync::{Arc, Barrier};
+    let j = job("paths");
     let c = Config {
         ring_slots: 2,
         // Not a multiple of 64: the largest eager message is still 8128 B.
@@ -239,61 +242,101 @@ fn self_send_all_paths_in_order() {
         cma: CmaMode::Off,
         ..cfg()
     };
+    let bar = Arc::new(Barrier::new(2));
+    let sizes = [0usize, 1, 8, 40, 41, 1000, 5000, 8128];
+    let big: Vec<u8> = (0..20_000u32).map(|k| (k % 253) as u8).collect();
+    let out = ranks(&j, 2, c, move |r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        if r == 0 {
+            for (i, &s) in sizes.iter().enumerate() {
+                let data: Vec<u8> = (0..s).map(|k| (k + i) as u8).collect();
+                ep.send(1, i as u32 % 2, 3, &data).unwrap();
+            }
+            assert!(ep.queued() > 0, "a 2-slot ring must queue");
+            bar.wait();
+            // Larger than the eager area without CMA: fragments.
+            ep.send(1, 5, 3, &big).unwrap();
+            ep.send(1, 9, 3, &[1; 100]).unwrap();
+        } else {
+            bar.wait();
+            // Tag 1 first: matching skips the tag-0 messages but keeps order per tag.
+            let mut buf = vec![0u8; 9000];
+            for (i, &s) in sizes.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+                let st = ep.recv(spec(0, 1), &mut buf).unwrap();
+                assert_eq!((st.source, st.tag, st.len, st.msg_len), (0, 1, s, s));
+                assert!(buf[..s]
+                    .iter()
+                    .enumerate()
+                    .all(|(k, b)| *b == (k + i) as u8));
+            }
+            for (i, &s) in sizes.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+                let st = ep.recv(spec(0, 0), &mut buf).unwrap();
+                assert_eq!(st.len, s);
+                assert!(buf[..s]
+                    .iter()
+                    .enumerate()
+                    .all(|(k, b)| *b == (k + i) as u8));
+            }
+            let mut bigbuf = vec![0u8; 20_000];
+            let st = ep.recv(spec(0, 5), &mut bigbuf).unwrap();
+            assert_eq!((st.len, &bigbuf[..]), (20_000, &big[..]));
+            // Truncation is not an error: exactly the buffer is written, the
+            // status says how long the message was, and it is consumed.
+            let mut t = [7u8; 14];
+            let st = ep.recv(spec(0, 9), &mut t[..10]).unwrap();
+            assert_eq!((st.len, st.msg_len, st.truncated()), (10, 100, true));
+            assert_eq!(t, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 7, 7, 7, 7]);
+            assert_eq!(ep.try_recv(spec(0, 9), &mut buf).unwrap(), None);
+        }
+        ep.finalize().unwrap()
+    });
+    let (c0, c1) = (out[0], out[1]);
+    assert_eq!(
+        (c0.inline_sends, c0.buffered_sends, c0.fragmented_sends),
+        (4, 5, 1),
+        "{c0}"
+    );
+    assert_eq!((c1.received, c1.truncated), (10, 1), "{c1}");
+    assert!(c0.backpressure_events > 0 && c0.index_rereads > 0, "{c0}");
+    assert!(c0.to_string().contains("backpressure events"));
+}
+
+/// Sends to this rank itself, every size and path, blocking and not: a local
+/// copy through the matcher, in order, each complete at once.
+#[test]
+fn self_send_all_sizes_in_order() {
+    let j = job("self");
+    let c = Config {
+        eager_bytes: 8200,
+        ..cfg()
+    };
     ranks(&j, 1, c, |_r, n| {
         let mut ep = Endpoint::new(n.unwrap());
-        let sizes = [0usize, 1, 8, 40, 41, 1000, 5000, 8128];
+        let sizes = [0usize, 1, 40, 41, 8128, 20_000, 100_000];
         for (i, &s) in sizes.iter().enumerate() {
             let data: Vec<u8> = (0..s).map(|k| (k + i) as u8).collect();
-            ep.send(0, i as u32 % 2, 3, &data).unwrap();
+            if i % 2 == 0 {
+                ep.send(0, 4, 3, &data).unwrap();
+            } else {
+                let r = ep
+                    .isend(0, 4, 3, data, shmem_onesided::SendMode::Standard)
+                    .unwrap();
+                assert!(ep.is_complete(r.id()));
+                assert_eq!(ep.wait_send(r).unwrap().map(|v| v.len()), Some(s));
+            }
         }
-        assert!(ep.queued() > 0, "a 2-slot ring must queue");
-        // Tag 1 first: matching skips the tag-0 messages but keeps order per tag.
-        let mut buf = vec![0u8; 9000];
-        for (i, &s) in sizes.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
-            let st = ep.recv(spec(0, 1), &mut buf).unwrap();
-            assert_eq!((st.source, st.tag, st.len), (0, 1, s));
+        assert_eq!(ep.queued(), 0);
+        let mut buf = vec![0u8; 100_000];
+        for (i, &s) in sizes.iter().enumerate() {
+            let st = ep.recv(spec(0, 4), &mut buf).unwrap();
+            assert_eq!((st.source, st.tag, st.len, st.msg_len), (0, 4, s, s));
             assert!(buf[..s]
                 .iter()
                 .enumerate()
                 .all(|(k, b)| *b == (k + i) as u8));
         }
-        for (i, &s) in sizes.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
-            let st = ep.recv(spec(0, 0), &mut buf).unwrap();
-            assert_eq!(st.len, s);
-            assert!(buf[..s]
-                .iter()
-                .enumerate()
-                .all(|(k, b)| *b == (k + i) as u8));
-        }
-        // Larger than the eager area without CMA: fragments (the blocked send
-        // drains its own ring and relieves its own eager pressure).
-        let big: Vec<u8> = (0..20_000u32).map(|k| (k % 253) as u8).collect();
-        ep.send(0, 5, 3, &big).unwrap();
-        let mut bigbuf = vec![0u8; 20_000];
-        let st = ep.recv(spec(0, 5), &mut bigbuf).unwrap();
-        assert_eq!((st.len, &bigbuf[..]), (20_000, &big[..]));
-        // Truncation is reported (and consumes the message).
-        ep.send(0, 9, 3, &[1; 100]).unwrap();
-        assert!(matches!(
-            ep.recv(spec(0, 9), &mut [0u8; 10]),
-            Err(Error::Truncated {
-                len: 100,
-                capacity: 10
-            })
-        ));
-        assert_eq!(ep.try_recv(spec(0, 9), &mut buf).unwrap(), None);
         let c = ep.finalize().unwrap();
-        assert_eq!(
-            (
-                c.inline_sends,
-                c.buffered_sends,
-                c.fragmented_sends,
-                c.received
-            ),
-            (4, 5, 1, 10)
-        );
-        assert!(c.backpressure_events > 0 && c.index_rereads > 0, "{c}");
-        assert!(c.to_string().contains("backpressure events"));
+        assert_eq!((c.self_sends, c.received, c.inline_sends), (7, 7, 0), "{c}");
     });
 }
 
@@ -395,29 +438,39 @@ mod model {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
-        /// Self-sends through a 2-slot ring and an 8 KiB eager area, then
-        /// receives in a random order of (possibly wildcard) tags: every
-        /// receive gets exactly the oldest matching message, as MPI says,
-        /// whatever was queued locally or relieved under eager pressure.
+        /// Rank 1 sends through a 2-slot ring and an 8 KiB eager area while
+        /// rank 0 receives in a random order of (possibly wildcard) tags:
+        /// every receive gets exactly the oldest matching message, as MPI
+        /// says, whatever was queued locally or relieved under eager
+        /// pressure.
         #[test]
         fn matches_like_the_reference(
             sends in proptest::collection::vec((0u32..3, 0usize..LENS.len()), 1..40),
             recvs in proptest::collection::vec(proptest::option::of(0u32..3), 1..60),
         ) {
             let c = Config { ring_slots: 2, eager_bytes: 8192, cma: CmaMode::Off, ..cfg() };
-            let node = Node::init(&job("model"), 0, 1, c).unwrap();
-            let mut ep = Endpoint::new(node);
+            let j = job("model");
             let mut reference: Vec<(u32, Vec<u8>)> = Vec::new();
             for (i, (tag, l)) in sends.iter().enumerate() {
                 let data: Vec<u8> = (0..LENS[*l]).map(|k| (k * 7 + i) as u8).collect();
-                ep.send(0, *tag, 3, &data).unwrap();
                 reference.push((*tag, data));
             }
+            let sender = {
+                let (j, c, msgs) = (j.clone(), c.clone(), reference.clone());
+                std::thread::spawn(move || {
+                    let mut ep = Endpoint::new(Node::init(&j, 1, 2, c).unwrap());
+                    for (tag, data) in msgs {
+                        ep.send(0, tag, 3, &data).unwrap();
+                    }
+                    ep.finalize().unwrap()
+                })
+            };
+            let mut ep = Endpoint::new(Node::init(&j, 0, 2, c).unwrap());
             let mut buf = vec![0u8; 4096];
             for want in recvs {
                 let spec = MatchSpec {
                     context_id: 3,
-                    source: Source::Rank(0),
+                    source: Source::Rank(1),
                     tag: want.map_or(Tag::Any, Tag::Value),
                 };
                 match reference.iter().position(|(t, _)| want.is_none_or(|w| w == *t)) {
@@ -437,6 +490,8 @@ mod model {
             }
             let c = ep.finalize().unwrap();
             prop_assert_eq!(c.received as usize, sends.len());
+            let c1 = sender.join().unwrap();
+            prop_assert_eq!(c1.inline_sends + c1.buffered_sends, sends.len() as u64);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! overrun, and checks (and cleans) `/dev/shm/tmx-<jobid>-*` whatever happens.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
-use shmem_onesided::{CmaStatus, Config, Endpoint, Error, Node, SymAddr};
+use shmem_onesided::{CmaStatus, Config, Endpoint, Error, Node, SendMode, SymAddr};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -212,6 +212,20 @@ fn child_killed() {
             Err(e @ Error::PeerDied { .. }) => println!("first wait: {e}"),
             other => panic!("expected PeerDied, got {other:?}"),
         }
+        // The non-blocking liveness check and a nonblocking send's wait
+        // report the death too; a receive from it can still be cancelled.
+        assert!(matches!(
+            ep.check_alive(Some(0)),
+            Err(Error::PeerDied { rank: 0, .. })
+        ));
+        let r = ep.irecv(exact(0, 7777), vec![0; 8]).unwrap();
+        assert!(matches!(ep.check_alive(None), Err(Error::PeerDied { .. })));
+        let s = ep
+            .isend(0, 1, 1, pattern(1, BIG), SendMode::Standard)
+            .unwrap();
+        assert!(matches!(ep.wait_send(s), Err(Error::PeerDied { .. })));
+        assert!(ep.cancel_recv(&r).unwrap());
+        assert!(ep.wait(r).unwrap().0.cancelled);
         for t in 0..1000u32 {
             match ep.recv(exact(0, t), &mut buf) {
                 Ok(st) => assert!(st.len == 500 && buf == pattern(u64::from(t), 500)),
@@ -289,8 +303,185 @@ fn child_stream() {
     );
 }
 
+/// Larger than the default 8 MiB eager area: CMA, or fragments without it.
+const BIG: usize = 12 << 20;
+
+fn cma_on(ep: &Endpoint) -> bool {
+    matches!(ep.node().cma_status(), CmaStatus::Available)
+}
+
+/// Large isends both ways before either receives, a small-message barrier,
+/// then the waits (`TMX_TEST_WAIT_FIRST=1`: wait for the sends before
+/// receiving).
+fn child_crossing() {
+    let mut ep = init();
+    let me = ep.rank();
+    let peer = 1 - me;
+    let wait_first = std::env::var("TMX_TEST_WAIT_FIRST").is_ok_and(|v| v == "1");
+    let s1 = ep
+        .isend(peer, 1, 1, pattern(u64::from(me), BIG), SendMode::Standard)
+        .unwrap();
+    let second = pattern(u64::from(me) + 10, BIG);
+    let s2 = ep
+        .isend_borrowed(peer, 2, 1, &second, SendMode::Standard)
+        .unwrap();
+    if cma_on(&ep) {
+        // Complete only at the FIN, which only our progress reads. (A
+        // fragmented send may already be out if the peer drained fast.)
+        assert!(!ep.is_complete(s1.id()) && !ep.is_complete(s2.id()));
+    }
+    ep.send(peer, 3, 1, &[me as u8; 8]).unwrap();
+    let mut b = [0u8; 8];
+    ep.recv(exact(peer, 3), &mut b).unwrap();
+    assert_eq!(b, [peer as u8; 8]);
+    let mut got2 = vec![0u8; BIG];
+    let got1 = if wait_first {
+        assert!(ep.wait_send(s1).unwrap().unwrap() == pattern(u64::from(me), BIG));
+        assert_eq!(ep.wait_send(s2).unwrap(), None);
+        let mut g = vec![0u8; BIG];
+        ep.recv(exact(peer, 1), &mut g).unwrap();
+        ep.recv(exact(peer, 2), &mut got2).unwrap();
+        g
+    } else {
+        let r1 = ep.irecv(exact(peer, 1), vec![0u8; BIG]).unwrap();
+        ep.recv(exact(peer, 2), &mut got2).unwrap();
+        assert!(ep.wait_send(s1).unwrap().is_some());
+        assert_eq!(ep.wait_send(s2).unwrap(), None);
+        ep.wait(r1).unwrap().1
+    };
+    assert!(got1 == pattern(u64::from(peer), BIG), "first large message");
+    assert!(
+        got2 == pattern(u64::from(peer) + 10, BIG),
+        "second large message"
+    );
+    let cma = cma_on(&ep);
+    let c = ep.finalize().unwrap();
+    println!(
+        "cma={cma} cma_sends={} fragmented={}",
+        c.cma_sends, c.fragmented_sends
+    );
+}
+
+/// Synchronous sends: rank 0's `ssend` must not complete while rank 1 has
+/// the message (it probed it and said so) but has not received it.
+fn child_ssend() {
+    let mut ep = init();
+    let me = ep.rank();
+    let sizes = [0usize, 8, 1000, 100_000, BIG];
+    for (i, &len) in sizes.iter().enumerate() {
+        let i = i as u32;
+        if me == 0 {
+            let data = pattern(u64::from(i), len);
+            let r = ep
+                .isend_borrowed(1, i, 1, &data, SendMode::Synchronous)
+                .unwrap();
+            let mut tok = [0u8; 4];
+            // Progress (fragments need it) until rank 1 saw it arrive.
+            while ep.try_recv(exact(1, 100 + i), &mut tok).unwrap().is_none() {
+                assert!(!ep.test_send(&r).unwrap(), "ssend of {len} B done early");
+            }
+            for _ in 0..200 {
+                assert!(
+                    !ep.test_send(&r).unwrap(),
+                    "ssend of {len} B done unmatched"
+                );
+            }
+            ep.send(1, 200 + i, 1, b"go").unwrap();
+            assert_eq!(ep.wait_send(r).unwrap(), None);
+        } else {
+            let st = ep.probe(exact(0, i)).unwrap();
+            assert_eq!(st.msg_len, len);
+            ep.send(0, 100 + i, 1, b"seen").unwrap();
+            let mut go = [0u8; 2];
+            ep.recv(exact(0, 200 + i), &mut go).unwrap();
+            let mut v = vec![0u8; len];
+            let st = ep.recv(exact(0, i), &mut v).unwrap();
+            assert_eq!(st.len, len);
+            assert!(v == pattern(u64::from(i), len), "payload of {len} B");
+        }
+    }
+    // Blocking ssend against a receive posted first.
+    if me == 0 {
+        let mut tok = [0u8; 1];
+        ep.recv(exact(1, 300), &mut tok).unwrap();
+        ep.ssend(1, 301, 1, &pattern(301, 5000)).unwrap();
+    } else {
+        let r = ep.irecv(exact(0, 301), vec![0; 5000]).unwrap();
+        ep.send(0, 300, 1, b"r").unwrap();
+        let (_, v) = ep.wait(r).unwrap();
+        assert!(v == pattern(301, 5000));
+    }
+    let cma = cma_on(&ep);
+    let c = ep.finalize().unwrap();
+    println!("cma={cma} counters: {c}");
+}
+
+/// Truncation over processes on every path, with guard bytes, then matched
+/// probes, probes, and a cancelled receive whose message arrives later.
+fn child_trunc_probe_cancel() {
+    let mut ep = init();
+    let me = ep.rank();
+    const SIZES: [usize; 5] = [30, 1000, 100_000, BIG, 0];
+    if me == 0 {
+        for (k, &len) in SIZES.iter().enumerate() {
+            ep.send(1, k as u32, 1, &pattern(k as u64, len)).unwrap();
+            ep.send(1, 100 + k as u32, 1, b"next").unwrap();
+        }
+        ep.send(1, 50, 1, &pattern(50, 100)).unwrap();
+        ep.send(1, 51, 1, &pattern(51, 2000)).unwrap();
+        ep.send(1, 50, 1, &pattern(52, 30)).unwrap();
+        // Tag 7 only once rank 1 has cancelled its receive.
+        let mut t = [0u8; 1];
+        ep.recv(exact(1, 60), &mut t).unwrap();
+        ep.send(1, 7, 1, &pattern(7, 3000)).unwrap();
+    } else {
+        for (k, &len) in SIZES.iter().enumerate() {
+            let cap = len / 3;
+            let mut buf = vec![0xeeu8; cap + 64];
+            let st = ep.recv(exact(0, k as u32), &mut buf[..cap]).unwrap();
+            assert_eq!((st.len, st.msg_len), (cap, len), "size {len}");
+            assert!(buf[..cap] == pattern(k as u64, len)[..cap], "size {len}");
+            assert!(
+                buf[cap..].iter().all(|&b| b == 0xee),
+                "wrote past, size {len}"
+            );
+            let mut n = [0u8; 4];
+            ep.recv(exact(0, 100 + k as u32), &mut n).unwrap();
+            assert_eq!(&n, b"next", "the truncated message was consumed");
+        }
+        let st = ep.probe(exact(0, 50)).unwrap();
+        assert_eq!(st.msg_len, 100);
+        let (m, st) = ep.mprobe(exact(0, 50)).unwrap();
+        assert_eq!(st.msg_len, 100);
+        let mut c = [0u8; 30];
+        let st = ep.recv(exact(0, 50), &mut c).unwrap();
+        assert_eq!((st.len, &c[..]), (30, &pattern(52, 30)[..]));
+        let mut a = [0u8; 100];
+        ep.mrecv(m, &mut a).unwrap();
+        assert!(a[..] == pattern(50, 100)[..]);
+        let (m, _) = ep.mprobe(exact(0, 51)).unwrap();
+        let r = ep.imrecv(m, vec![0; 2000]).unwrap();
+        assert!(ep.wait(r).unwrap().1 == pattern(51, 2000));
+        // Cancel (preposted when the protocol is on), then the message.
+        let r = ep.irecv(exact(0, 7), vec![1; 4096]).unwrap();
+        assert!(ep.cancel_recv(&r).unwrap());
+        let (st, v) = ep.wait(r).unwrap();
+        assert!(st.cancelled && v.iter().all(|&b| b == 1));
+        ep.send(0, 60, 1, b"c").unwrap();
+        let mut v = vec![0u8; 4096];
+        let st = ep.recv(exact(0, 7), &mut v).unwrap();
+        assert_eq!(st.len, 3000);
+        assert!(v[..3000] == pattern(7, 3000)[..]);
+    }
+    let c = ep.finalize().unwrap();
+    println!("counters: {c}");
+}
+
 fn run_child(role: &str) {
     match role {
+        "crossing" => child_crossing(),
+        "ssend" => child_ssend(),
+        "trunc" => child_trunc_probe_cancel(),
         "stream" => child_stream(),
         "pingpong" => child_pingpong(),
         "many_to_one" => child_many_to_one(),
@@ -552,6 +743,53 @@ fn sigkill_mid_transfer_is_reported() {
     assert!(job.leftovers().is_empty());
 }
 
+fn isend_crossing(cma: &str, wait_first: &str) {
+    let mut job = Job::start(
+        "crossing",
+        2,
+        &[("TMX_SHMEM_CMA", cma), ("TMX_TEST_WAIT_FIRST", wait_first)],
+    );
+    let out = all_ok(&mut job, Duration::from_secs(90));
+    for o in &out {
+        if o.contains("cma=true") {
+            assert!(o.contains("cma_sends=2 "), "{o}");
+        } else {
+            assert!(o.contains("fragmented=2"), "{o}");
+        }
+    }
+}
+
+fn isend_large_both_ways_then_barrier_then_wait() {
+    isend_crossing("auto", "0");
+    isend_crossing("auto", "1");
+}
+
+fn isend_fragments_both_ways_then_barrier_then_wait() {
+    isend_crossing("off", "0");
+    isend_crossing("off", "1");
+}
+
+fn ssend_completes_only_when_matched() {
+    for cma in ["auto", "off"] {
+        let mut job = Job::start("ssend", 2, &[("TMX_SHMEM_CMA", cma)]);
+        let out = all_ok(&mut job, Duration::from_secs(90));
+        assert!(out[0].contains("sync sends 6,"), "{}", out[0]);
+    }
+}
+
+fn truncation_probe_cancel() {
+    for prepost_min in ["8M", "41"] {
+        let mut job = Job::start("trunc", 2, &[("TMX_SHMEM_PREPOST_MIN", prepost_min)]);
+        let out = all_ok(&mut job, Duration::from_secs(90));
+        assert!(
+            // Every size but the empty one is truncated.
+            out[1].contains("truncated 4,") && out[1].contains("cancelled receives 1"),
+            "{}",
+            out[1]
+        );
+    }
+}
+
 fn main() -> ExitCode {
     if let Ok(role) = std::env::var(ROLE) {
         run_child(&role);
@@ -572,6 +810,19 @@ fn main() -> ExitCode {
             "sigkill_mid_transfer_is_reported",
             sigkill_mid_transfer_is_reported,
         ),
+        (
+            "isend_large_both_ways_then_barrier_then_wait",
+            isend_large_both_ways_then_barrier_then_wait,
+        ),
+        (
+            "isend_fragments_both_ways_then_barrier_then_wait",
+            isend_fragments_both_ways_then_barrier_then_wait,
+        ),
+        (
+            "ssend_completes_only_when_matched",
+            ssend_completes_only_when_matched,
+        ),
+        ("truncation_probe_cancel", truncation_probe_cancel),
     ];
     let args: Vec<String> = std::env::args().skip(1).collect();
     // libtest semantics: `--ignored` runs only ignored tests, and none of these
