@@ -19,9 +19,32 @@
 //! | `InvalidLayout` | [`ErrorClass::Intern`] | the device's tag layout configuration is inconsistent |
 //!
 //! Context-id *exhaustion* when creating a communicator is not a codec error;
-//! the composition reports it itself (MPICH uses `MPI_ERR_OTHER`, "too many
-//! communicators"). Mappings of the errors of `tm-match`, `shmem-onesided`,
-//! `rma-epoch` and `launcher` come with the composition.
+//! the composition reports it itself ([`Error::ContextExhausted`],
+//! `MPI_ERR_OTHER`, as MPICH's "too many communicators").
+//!
+//! # Mapping of `shmem_onesided` errors
+//!
+//! [`shmem_onesided::Error`] converts into [`Error::Transport`] with the
+//! class chosen by [`shmem_class`]:
+//!
+//! | `shmem_onesided::Error` | class | why |
+//! |---|---|---|
+//! | `InvalidArgument` | [`ErrorClass::Arg`] | an argument the ADI passed through |
+//! | `BadPe` | [`ErrorClass::Rank`] | a rank outside the node |
+//! | `HeapExhausted` | [`ErrorClass::NoMem`] | out of symmetric-heap memory |
+//! | `MessageTooLarge` | [`ErrorClass::Count`] | the message is longer than a header can describe (4 GiB − 1) |
+//! | `Truncated` | [`ErrorClass::Truncate`] | (the endpoint reports truncation in the status; kept for completeness) |
+//! | `OutOfBounds`, `Match` | [`ErrorClass::Intern`] | the ADI sized a heap access or drove the matcher wrongly: a bug |
+//! | `PeerDied`, `AttachTimeout`, `SegmentExists`, `RankTaken`, `LayoutMismatch`, `InvalidJobId`, `Config`, `Os`, `CmaUnavailable`, `CmaShort`, `PrepostWriteFailed`, `BadHeader` | [`ErrorClass::Other`] | the environment, a peer or the system failed: not an argument of the call |
+//!
+//! `launcher::Error` (PMI) converts into [`Error::Launcher`], class
+//! [`ErrorClass::Other`]. Bad user input found by the ADI itself has its own
+//! variants: [`Error::InvalidRank`] (`MPI_ERR_RANK`), [`Error::InvalidRoot`]
+//! (`MPI_ERR_ROOT`), [`Error::InvalidTag`] (`MPI_ERR_TAG`),
+//! [`Error::NegativeCount`] (`MPI_ERR_COUNT`), [`Error::BufferOutOfBounds`]
+//! (`MPI_ERR_BUFFER`), [`Error::BsendBufferFull`] (`MPI_ERR_BUFFER`),
+//! [`Error::InvalidRequest`] (`MPI_ERR_REQUEST`); a truncated receive is
+//! [`Error::RecvTruncated`] (`MPI_ERR_TRUNCATE`).
 
 use crate::request::Status;
 
@@ -409,6 +432,215 @@ pub enum Error {
     /// A wire codec error (envelope out of range, malformed message).
     #[error(transparent)]
     Proto(#[from] tm_proto::Error),
+    /// A rank argument outside the communicator (and not `PROC_NULL`, or
+    /// `ANY_SOURCE` where a receive allows it).
+    #[error("rank {rank} is not in a communicator of size {size}")]
+    InvalidRank {
+        /// The rank given.
+        rank: i32,
+        /// The communicator's size.
+        size: i32,
+    },
+    /// A root argument outside the communicator.
+    #[error("root {root} is not in a communicator of size {size}")]
+    InvalidRoot {
+        /// The root given.
+        root: i32,
+        /// The communicator's size.
+        size: i32,
+    },
+    /// A tag outside `0..=TAG_UB` (or `ANY_TAG` where a receive allows it).
+    #[error("tag {tag} is outside 0..={ub} (MPI_TAG_UB)")]
+    InvalidTag {
+        /// The tag given.
+        tag: i32,
+        /// `MPI_TAG_UB`.
+        ub: i32,
+    },
+    /// A receive matched a message longer than its buffer
+    /// (`MPI_ERR_TRUNCATE`). The first `status.count` bytes (the buffer's
+    /// size) were delivered, nothing past the buffer was written, and the
+    /// message was consumed.
+    #[error("message of {msg_len} bytes from rank {} (tag {}) truncated to the {}-byte buffer", status.source, status.tag, status.count)]
+    RecvTruncated {
+        /// What was delivered: source, tag, and the bytes written.
+        status: Status,
+        /// Length of the message that was sent.
+        msg_len: usize,
+    },
+    /// A buffered send found no room in the attached buffer (a full buffer
+    /// is an error, never a block), or no buffer is attached.
+    #[error("buffered send needs {need} bytes of the attached buffer, {free} are free (attached: {attached})")]
+    BsendBufferFull {
+        /// Bytes the message needs (data plus `BSEND_OVERHEAD`).
+        need: usize,
+        /// Largest free region.
+        free: usize,
+        /// Size of the attached buffer (0: none attached).
+        attached: usize,
+    },
+    /// An operation on a request that is null, already freed, or not of the
+    /// kind the call needs.
+    #[error("invalid request: {what}")]
+    InvalidRequest {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The device is not initialized (no `adi::init`) or already finalized.
+    #[error("the device is {what}")]
+    NotInitialized {
+        /// `"not initialized"` or `"finalized"`.
+        what: &'static str,
+    },
+    /// A peer is on another node and no inter-node transport exists yet
+    /// (`verbs-tm` comes in a later release).
+    #[error("rank {rank} is on node {node} but this rank is on node {my_node}: no inter-node transport is available yet (verbs-tm); run every rank on one host")]
+    NoInterNodeTransport {
+        /// The remote rank (in `MPI_COMM_WORLD`).
+        rank: u32,
+        /// Its node.
+        node: usize,
+        /// This rank's node.
+        my_node: usize,
+    },
+    /// The intra-node transport failed; `class` is chosen by
+    /// [`shmem_class`], `detail` is its message.
+    #[error("shmem transport: {detail}")]
+    Transport {
+        /// The MPI class of the transport error.
+        class: ErrorClass,
+        /// The transport's error message.
+        detail: String,
+    },
+    /// The launcher's PMI client failed (init, key exchange, barrier,
+    /// finalize).
+    #[error("launcher (PMI): {detail}")]
+    Launcher {
+        /// The launcher's error message.
+        detail: String,
+    },
+    /// No context id is free on every member of the parent communicator
+    /// (MPICH: "too many communicators").
+    #[error("no free context id left ({max} communicators at most)")]
+    ContextExhausted {
+        /// How many communicators the context-id space holds.
+        max: usize,
+    },
+    /// A reduction operation that is not defined for the element type (a
+    /// bitwise operation on floating-point data).
+    #[error("reduction {op} is not defined for {ty}")]
+    InvalidOp {
+        /// The operation.
+        op: &'static str,
+        /// The element type.
+        ty: &'static str,
+    },
+    /// An RMA synchronization or window error from the epoch engine
+    /// (`rma_epoch::Error`): an operation outside an epoch, unlock without
+    /// lock, a call while another is in progress, ... Its class is chosen
+    /// by [`rma_class`].
+    #[error("RMA: {0}")]
+    Rma(rma_epoch::Error),
+    /// An RMA access past the end of the target's window
+    /// (`MPI_ERR_RMA_RANGE`).
+    #[error("RMA access of {len} bytes at displacement {disp} is outside rank {target}'s window of {size} bytes")]
+    RmaRange {
+        /// The target rank.
+        target: i32,
+        /// The displacement (bytes).
+        disp: u64,
+        /// The access length (bytes).
+        len: usize,
+        /// The target window's size (bytes).
+        size: u64,
+    },
+    /// A `TMX_ADI_*` environment variable is malformed.
+    #[error("environment variable {var}={value:?} is invalid: {reason}")]
+    Config {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        reason: &'static str,
+    },
+}
+
+impl From<shmem_onesided::Error> for Error {
+    fn from(e: shmem_onesided::Error) -> Self {
+        Error::Transport {
+            class: shmem_class(&e),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl From<rma_epoch::Error> for Error {
+    fn from(e: rma_epoch::Error) -> Self {
+        Error::Rma(e)
+    }
+}
+
+/// The MPI error class of an `rma_epoch` error: epoch misuse is
+/// `MPI_ERR_RMA_SYNC`, a bad rank `MPI_ERR_RANK`, an invalid accumulate
+/// `MPI_ERR_OP`, an unknown window `MPI_ERR_WIN`, a bad `TMX_RMA_*`
+/// setting or a malformed packet `MPI_ERR_OTHER`/`MPI_ERR_INTERN`.
+pub fn rma_class(e: &rma_epoch::Error) -> ErrorClass {
+    use rma_epoch::Error as R;
+    match e {
+        R::NoEpoch { .. }
+        | R::WrongEpoch { .. }
+        | R::WrongExposure { .. }
+        | R::AlreadyLocked { .. }
+        | R::NotLocked { .. }
+        | R::NotInGroup { .. }
+        | R::CallInProgress { .. }
+        | R::FreeInEpoch { .. } => ErrorClass::RmaSync,
+        R::RankOutOfRange { .. } => ErrorClass::Rank,
+        R::InvalidAccumulate { .. } => ErrorClass::Op,
+        R::TooLarge { .. } => ErrorClass::Count,
+        R::NoSuchWindow(_) => ErrorClass::Win,
+        R::Packet { .. } => ErrorClass::Intern,
+        _ => ErrorClass::Other,
+    }
+}
+
+impl From<launcher::Error> for Error {
+    fn from(e: launcher::Error) -> Self {
+        Error::Launcher {
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// The MPI error class of a `shmem_onesided` error; the table in the
+/// [module documentation](self) gives the reasons.
+pub fn shmem_class(e: &shmem_onesided::Error) -> ErrorClass {
+    use shmem_onesided::Error as S;
+    match e {
+        S::InvalidArgument(_) => ErrorClass::Arg,
+        S::BadPe { .. } => ErrorClass::Rank,
+        S::HeapExhausted { .. } => ErrorClass::NoMem,
+        S::MessageTooLarge { .. } => ErrorClass::Count,
+        S::Truncated { .. } => ErrorClass::Truncate,
+        S::OutOfBounds { .. } => ErrorClass::Intern,
+        S::Match(_) => ErrorClass::Intern,
+        S::Config { .. }
+        | S::InvalidJobId { .. }
+        | S::Os { .. }
+        | S::SegmentExists { .. }
+        | S::AttachTimeout { .. }
+        | S::LayoutMismatch { .. }
+        | S::RankTaken { .. }
+        | S::PeerDied { .. }
+        | S::CmaUnavailable { .. }
+        | S::CmaShort { .. }
+        | S::PrepostWriteFailed { .. }
+        | S::BadHeader { .. } => ErrorClass::Other,
+        // Non-exhaustive: a variant added later is "known error not in this
+        // list" until mapped here.
+        _ => ErrorClass::Other,
+    }
 }
 
 impl Error {
@@ -427,6 +659,21 @@ impl Error {
             Error::AtIndex { source, .. } => source.class(),
             Error::InStatus { .. } => ErrorClass::InStatus,
             Error::Proto(e) => proto_class(e),
+            Error::InvalidRank { .. } => ErrorClass::Rank,
+            Error::InvalidRoot { .. } => ErrorClass::Root,
+            Error::InvalidTag { .. } => ErrorClass::Tag,
+            Error::RecvTruncated { .. } => ErrorClass::Truncate,
+            Error::BsendBufferFull { .. } => ErrorClass::Buffer,
+            Error::InvalidRequest { .. } => ErrorClass::Request,
+            Error::NotInitialized { .. }
+            | Error::NoInterNodeTransport { .. }
+            | Error::Launcher { .. }
+            | Error::ContextExhausted { .. }
+            | Error::Config { .. } => ErrorClass::Other,
+            Error::Transport { class, .. } => *class,
+            Error::InvalidOp { .. } => ErrorClass::Op,
+            Error::Rma(e) => rma_class(e),
+            Error::RmaRange { .. } => ErrorClass::RmaRange,
         }
     }
 }

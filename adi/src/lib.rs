@@ -4,9 +4,30 @@
 //! (`../shared/seeds/mpich-second-generation-adi.txt`): contiguous fast paths,
 //! datatype paths built on them, requests owned by the upper layer.
 //!
-//! **Status.** This release holds the parts that stand on their own; the
-//! composition with matching, transports and the launcher (init/finalize,
-//! point-to-point protocols, communicators) comes later and plugs into them:
+//! **What it does.** [`init`] bootstraps through the launcher's PMI client
+//! (`tmrun`, Hydra, Slurm, or a singleton) and returns `MPI_COMM_WORLD` as a
+//! [`Comm`]; the [`device`] chooses a transport per peer (self → local copy,
+//! same node → `shmem-onesided`, other node → an error until verbs-tm
+//! exists) and progresses requests; matching and protocols are the
+//! transport endpoint's. On top: blocking, nonblocking, synchronous, ready
+//! and buffered sends, probes and matched probes, cancel, persistent
+//! requests, datatype sends, communicators ([`Comm::dup`], [`Comm::split`])
+//! and minimal collectives.
+//!
+//! ```
+//! // Without a launcher this is a singleton (rank 0 of 1): talk to itself.
+//! let world = adi::init()?;
+//! let me = world.rank();
+//! let mut r = world.irecv(vec![0u8; 16], adi::Source::Any, adi::Tag::Any)?;
+//! world.send(b"hello", me, 7)?;
+//! let st = world.wait(&mut r)?;
+//! assert_eq!((st.source, st.tag, st.count), (me, 7, 5));
+//! assert_eq!(&r.take_buffer().unwrap()[..5], b"hello");
+//! adi::finalize()?;
+//! # Ok::<(), adi::Error>(())
+//! ```
+//!
+//! The building blocks stand on their own:
 //!
 //! - [`datatype`]: [`Datatype`] constructors (contiguous, vector, hvector,
 //!   indexed, hindexed, struct, resized, nested), bounds, commit, a flattened
@@ -16,9 +37,14 @@
 //!   completion hand-off, [`Status`], the [`Progress`] hook, and
 //!   test/wait/waitall/waitany/waitsome/testall/testany/testsome.
 //! - [`error`]: [`ErrorClass`] (MPI-3 classes with MPICH's values) and
-//!   [`Error`], with the `tm_proto` error mapping.
-//! - [`wtime`]/[`wtick`] and the transport-independent attributes in
-//!   [`attr`] ([`attr::TAG_UB`], ...).
+//!   [`Error`], with the `tm_proto`, `shmem_onesided` and launcher mappings.
+//! - [`wtime`]/[`wtick`] and the attributes in [`attr`] ([`attr::TAG_UB`],
+//!   ...).
+//! - [`mod@win`]: RMA windows ([`Win`]: create/allocate/free, put/get/
+//!   accumulate/get_accumulate/fetch_and_op/compare_and_swap and their
+//!   request forms, every synchronization call) driven by one
+//!   `rma_epoch::Engine` per process inside the device's progress, and
+//!   shared-memory windows ([`SharedWin`]).
 //!
 //! ```
 //! use adi::{BasicType, Datatype, request, Status, YieldProgress};
@@ -45,11 +71,21 @@
 #![warn(missing_docs)]
 
 pub mod attr;
+mod coll;
+pub mod comm;
 pub mod datatype;
+pub mod device;
 pub mod error;
+mod init;
 pub mod request;
 mod sync;
 mod time;
+pub mod win;
+
+pub use coll::{ReduceOp, Reducible};
+pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
+pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
+pub use init::{abort, finalize, init, is_initialized};
 
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
@@ -58,3 +94,19 @@ pub use request::{
     Progress, Request, Status, YieldProgress,
 };
 pub use time::{wtick, wtime};
+pub use win::{AccOp, ElemType, LockType, SharedRegion, SharedWin, Win};
+
+// Communicators and requests may move between and be shared by threads
+// (the device is thread-safe): checked at compile time.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Comm>();
+    send_sync::<Request>();
+    send_sync::<Persistent>();
+    send_sync::<Message>();
+};
+
+// The README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -154,6 +154,10 @@ impl Progress for YieldProgress {
 
 const COMPLETE: usize = 1;
 const FREED: usize = 2;
+/// Published with `COMPLETE` when a detailed error waits in `Slot::detail`.
+const DETAIL: usize = 4;
+/// Published with `COMPLETE` when a buffer waits in `Slot::data`.
+const DATA: usize = 8;
 
 /// The state shared by a request's two halves.
 #[derive(Debug)]
@@ -166,6 +170,9 @@ struct Slot {
     cancelled: AtomicBool,
     /// The detailed error of a failed operation, if the completer gave one.
     detail: Mutex<Option<Error>>,
+    /// The buffer the operation owned (an `isend`/`irecv` of a `Vec`),
+    /// handed back with the completion.
+    data: Mutex<Option<Vec<u8>>>,
 }
 
 impl Slot {
@@ -178,7 +185,24 @@ impl Slot {
             error: AtomicI32::new(ErrorClass::Success.code()),
             cancelled: AtomicBool::new(false),
             detail: Mutex::new(None),
+            data: Mutex::new(None),
         }
+    }
+
+    fn set_data(&self, data: Vec<u8>) {
+        let mut guard = match self.data.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *guard = Some(data);
+    }
+
+    fn take_data(&self) -> Option<Vec<u8>> {
+        let mut guard = match self.data.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        guard.take()
     }
 
     fn set_detail(&self, detail: Option<Error>) {
@@ -199,16 +223,23 @@ impl Slot {
 
     /// Writes the status, then publishes completion with `publish`
     /// (`Release` except in the loom negative control).
-    fn publish(&self, status: Status, detail: Option<Error>, publish: Ordering) {
+    fn publish(&self, status: Status, detail: Option<Error>, has_data: bool, publish: Ordering) {
+        let mut flags = COMPLETE;
         if detail.is_some() {
             self.set_detail(detail);
+            flags |= DETAIL;
+        }
+        if has_data {
+            flags |= DATA;
         }
         self.source.store(status.source, Ordering::Relaxed);
         self.tag.store(status.tag, Ordering::Relaxed);
         self.count.store(status.count, Ordering::Relaxed);
         self.error.store(status.error.code(), Ordering::Relaxed);
         self.cancelled.store(status.cancelled, Ordering::Relaxed);
-        let before = self.state.fetch_or(COMPLETE, publish);
+        // The flags say which of the mutex-guarded fields a reader must
+        // take, so that completions without them cost no lock.
+        let before = self.state.fetch_or(flags, publish);
         if before & FREED != 0 && !status.error.is_success() {
             // MPI: the error of a freed request has nowhere to go.
             tracing::debug!(error = %status.error, "freed request completed with an error");
@@ -239,6 +270,8 @@ pub fn request() -> (Request, Completer) {
     (
         Request {
             slot: Some(Arc::clone(&slot)),
+            op: None,
+            buffer: None,
         },
         Completer { slot: Some(slot) },
     )
@@ -253,12 +286,20 @@ pub fn request() -> (Request, Completer) {
 #[derive(Debug, Default)]
 pub struct Request {
     slot: Option<Arc<Slot>>,
+    /// The device operation behind it (for cancel), if any.
+    op: Option<u64>,
+    /// The buffer handed back by a completed operation that owned one.
+    buffer: Option<Vec<u8>>,
 }
 
 impl Request {
     /// `MPI_REQUEST_NULL`.
     pub const fn null() -> Request {
-        Request { slot: None }
+        Request {
+            slot: None,
+            op: None,
+            buffer: None,
+        }
     }
 
     /// A request that is already complete with `status` (for operations that
@@ -297,9 +338,18 @@ impl Request {
         if !slot.is_complete() {
             return None;
         }
+        let state = slot.state.load(Ordering::Acquire);
         let status = slot.read_status();
-        let detail = slot.take_detail();
+        let detail = if state & DETAIL != 0 {
+            slot.take_detail()
+        } else {
+            None
+        };
+        if state & DATA != 0 {
+            self.buffer = slot.take_data();
+        }
         self.slot = None;
+        self.op = None;
         Some(if status.error.is_success() {
             Ok(status)
         } else {
@@ -317,11 +367,18 @@ impl Request {
         if !slot.is_complete() {
             return None;
         }
+        let state = slot.state.load(Ordering::Acquire);
         let status = slot.read_status();
-        if let Some(detail) = slot.take_detail() {
-            tracing::debug!(%detail, "request of a set failed");
+        if state & DETAIL != 0 {
+            if let Some(detail) = slot.take_detail() {
+                tracing::debug!(%detail, "request of a set failed");
+            }
+        }
+        if state & DATA != 0 {
+            self.buffer = slot.take_data();
         }
         self.slot = None;
+        self.op = None;
         Some(status)
     }
 
@@ -358,6 +415,35 @@ impl Request {
     /// `MPI_Request_free`: gives up the handle; the operation still completes
     /// and its resources are released when it does. Same as dropping.
     pub fn free(self) {}
+
+    /// The buffer an operation that owned one hands back once the request
+    /// has completed (after a wait or successful test): the `Vec` given to a
+    /// nonblocking send, or the filled `Vec` of a nonblocking receive (also
+    /// after a truncation error: it then holds the bytes that fit). `None`
+    /// before completion, for operations on borrowed buffers, and once taken.
+    pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        self.buffer.take()
+    }
+
+    /// The buffer handed back by the completed operation, without taking it.
+    pub fn buffer(&self) -> Option<&[u8]> {
+        self.buffer.as_deref()
+    }
+
+    /// Ties the request to a device operation (for cancel).
+    pub(crate) fn with_op(mut self, op: u64) -> Request {
+        self.op = Some(op);
+        self
+    }
+
+    /// The device operation behind an active request.
+    pub(crate) fn op(&self) -> Option<u64> {
+        if self.slot.is_some() {
+            self.op
+        } else {
+            None
+        }
+    }
 }
 
 impl Drop for Request {
@@ -382,7 +468,7 @@ impl Completer {
     /// [`ErrorClass::Success`]; use [`fail`](Self::fail) for errors).
     pub fn complete(mut self, status: Status) {
         if let Some(slot) = self.slot.take() {
-            slot.publish(status, None, Ordering::Release);
+            slot.publish(status, None, false, Ordering::Release);
         }
     }
 
@@ -396,7 +482,28 @@ impl Completer {
                 error: error.class(),
                 ..status
             };
-            slot.publish(status, Some(error), Ordering::Release);
+            slot.publish(status, Some(error), false, Ordering::Release);
+        }
+    }
+
+    /// Completes the request with `status` and hands `buffer` back to it
+    /// ([`Request::take_buffer`]).
+    pub fn complete_with_buffer(mut self, status: Status, buffer: Vec<u8>) {
+        if let Some(slot) = self.slot.take() {
+            slot.set_data(buffer);
+            slot.publish(status, None, true, Ordering::Release);
+        }
+    }
+
+    /// Like [`fail`](Self::fail), and hands `buffer` back to the request.
+    pub fn fail_with_buffer(mut self, status: Status, error: Error, buffer: Vec<u8>) {
+        if let Some(slot) = self.slot.take() {
+            slot.set_data(buffer);
+            let status = Status {
+                error: error.class(),
+                ..status
+            };
+            slot.publish(status, Some(error), true, Ordering::Release);
         }
     }
 
@@ -415,7 +522,7 @@ impl Completer {
     #[doc(hidden)]
     pub fn complete_relaxed_for_loom(mut self, status: Status) {
         if let Some(slot) = self.slot.take() {
-            slot.publish(status, None, Ordering::Relaxed);
+            slot.publish(status, None, false, Ordering::Relaxed);
         }
     }
 }
@@ -428,7 +535,7 @@ impl Drop for Completer {
                 error: ErrorClass::Intern,
                 ..Status::EMPTY
             };
-            slot.publish(status, Some(Error::Abandoned), Ordering::Release);
+            slot.publish(status, Some(Error::Abandoned), false, Ordering::Release);
         }
     }
 }

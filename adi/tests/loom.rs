@@ -5,7 +5,9 @@
 //!
 //! - A completer in another thread publishes a status; the waiter, which
 //!   checks completion before every progress call, reads exactly that status.
-//! - The detailed error travels with the status.
+//! - The detailed error travels with the status; a buffer handed back
+//!   with the completion (`complete_with_buffer`) is there once the wait
+//!   returns.
 //! - Free before complete: the user's drop and the device's completion race;
 //!   the operation's resources are released exactly once, nothing leaks
 //!   (loom's `Arc` reports leaks), and the completer sees the free.
@@ -36,6 +38,19 @@ fn completion_publishes_the_status() {
         let got = req.wait(&mut yield_progress()).unwrap();
         assert_eq!(got, ST);
         assert!(req.is_null());
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn completion_hands_the_buffer_back() {
+    loom::model(|| {
+        let (mut req, completer) = request();
+        let t = thread::spawn(move || completer.complete_with_buffer(ST, vec![1, 2, 3]));
+        assert_eq!(req.take_buffer(), None);
+        let got = req.wait(&mut yield_progress()).unwrap();
+        assert_eq!(got, ST);
+        assert_eq!(req.take_buffer(), Some(vec![1, 2, 3]));
         t.join().unwrap();
     });
 }

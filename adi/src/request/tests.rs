@@ -339,3 +339,39 @@ fn handles_cross_threads() {
     send_sync::<Datatype>();
     send_sync::<Status>();
 }
+
+#[test]
+fn buffers_come_back_with_the_completion() {
+    let (mut req, done) = request();
+    assert_eq!(req.take_buffer(), None, "nothing before completion");
+    done.complete_with_buffer(Status::new(1, 2, 3), vec![9, 8, 7]);
+    assert_eq!(req.buffer(), None, "not yet taken by a wait/test");
+    let st = req.wait(&mut YieldProgress).unwrap();
+    assert_eq!(st.count, 3);
+    assert_eq!(req.buffer(), Some(&[9u8, 8, 7][..]));
+    assert_eq!(req.take_buffer(), Some(vec![9, 8, 7]));
+    assert_eq!(req.take_buffer(), None, "taken once");
+
+    // A failure hands the buffer back too (a truncated receive's prefix).
+    let (mut req, done) = request();
+    done.fail_with_buffer(
+        Status::new(0, 1, 2),
+        Error::Truncated { need: 4, have: 2 },
+        vec![1, 2],
+    );
+    assert_eq!(
+        req.wait(&mut YieldProgress).unwrap_err().class(),
+        ErrorClass::Truncate
+    );
+    assert_eq!(req.take_buffer(), Some(vec![1, 2]));
+
+    // Set operations hand buffers back as well.
+    let (a, da) = request();
+    let (b, db) = request();
+    da.complete_with_buffer(Status::new(0, 0, 1), vec![1]);
+    db.complete(Status::new(0, 0, 0));
+    let mut reqs = [a, b];
+    waitall(&mut reqs, &mut YieldProgress).unwrap();
+    assert_eq!(reqs[0].take_buffer(), Some(vec![1]));
+    assert_eq!(reqs[1].take_buffer(), None);
+}

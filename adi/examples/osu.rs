@@ -1,0 +1,290 @@
+//! OSU-style point-to-point benchmark over the ADI, for two ranks:
+//!
+//! - **latency**: half the round trip of a blocking ping-pong
+//!   (`send`/`recv`), as `osu_latency`;
+//! - **bw**: rank 0 starts a window of 64 nonblocking sends (`isend`), rank
+//!   1 a window of 64 nonblocking receives (`irecv`); both `waitall`, then
+//!   rank 1 returns a 1-byte ack. Bytes moved / time, as `osu_bw`;
+//! - **bibw**: both ranks send and receive a window of 64 at once, as
+//!   `osu_bibw`.
+//!
+//! Sizes 1 B .. 4 MiB (powers of two). MB/s are 10^6 bytes per second, as
+//! OSU prints them.
+//!
+//! ```text
+//! cargo build --release -p launcher -p adi --examples --bin tmrun
+//! target/release/tmrun -n 2 target/release/examples/osu            # table
+//! target/release/tmrun -n 2 target/release/examples/osu --csv      # CSV
+//! mpiexec.hydra -n 2 target/release/examples/osu                   # under Hydra
+//! ```
+//!
+//! Each figure is the median of 5 timed rounds after one warm-up round,
+//! with the iteration counts of `adi/bench/mpich_osu.c` (the MPICH
+//! baseline): latency 10 000 / 1 000 / 100 round trips (≤ 8 KiB / ≤ 64 KiB /
+//! larger), bandwidth 100 / 20 / 4 windows. The ack is 1 byte.
+//!
+//! Options: `--csv` (rows `test,bytes,value,unit`), `--raw` (lines
+//! `lat|bw|bibw <bytes> <value>`, the form `mpich_osu` prints),
+//! `--max-size BYTES` (default 4194304), `--quick` (1/50 of the iterations,
+//! for smoke tests), `--tests latency,bw,bibw` (a subset).
+use adi::{Comm, Error, Request};
+use std::process::ExitCode;
+
+const WINDOW: usize = 64;
+
+#[derive(Debug, Clone)]
+struct Opts {
+    csv: bool,
+    raw: bool,
+    max_size: usize,
+    quick: bool,
+    tests: Vec<String>,
+}
+
+fn parse_opts() -> Result<Opts, String> {
+    let mut o = Opts {
+        csv: false,
+        raw: false,
+        max_size: 4 << 20,
+        quick: false,
+        tests: vec!["latency".into(), "bw".into(), "bibw".into()],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--csv" => o.csv = true,
+            "--raw" => o.raw = true,
+            "--quick" => o.quick = true,
+            "--max-size" => {
+                let v = args.next().ok_or("--max-size needs a value")?;
+                o.max_size = v.parse().map_err(|_| format!("bad --max-size {v:?}"))?;
+            }
+            "--tests" => {
+                let v = args.next().ok_or("--tests needs a value")?;
+                o.tests = v.split(',').map(str::to_string).collect();
+            }
+            "-h" | "--help" => return Err(
+                "usage: osu [--csv | --raw] [--quick] [--max-size BYTES] [--tests latency,bw,bibw]"
+                    .into(),
+            ),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+fn sizes(max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = 1;
+    while s <= max {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+/// Iterations per timed round, as `adi/bench/mpich_osu.c` (the MPICH
+/// baseline) counts them, so the two print comparable figures.
+fn lat_iters(len: usize) -> usize {
+    if len <= 8192 {
+        10_000
+    } else if len <= 65536 {
+        1_000
+    } else {
+        100
+    }
+}
+
+fn bw_reps(len: usize) -> usize {
+    if len <= 8192 {
+        100
+    } else if len <= 65536 {
+        20
+    } else {
+        4
+    }
+}
+
+/// Timed rounds per size after one warm-up round; the median is reported.
+const ROUNDS: usize = 5;
+
+fn scaled(n: usize, o: &Opts) -> usize {
+    if o.quick {
+        (n / 50).max(1)
+    } else {
+        n
+    }
+}
+
+/// Runs `round` (which returns the figure of one timed round) once to warm
+/// up and [`ROUNDS`] times more; returns the median figure.
+fn median_of(world: &Comm, mut round: impl FnMut() -> Result<f64, Error>) -> Result<f64, Error> {
+    let mut samples = Vec::with_capacity(ROUNDS);
+    for r in 0..=ROUNDS {
+        world.barrier()?;
+        let v = round()?;
+        if r > 0 {
+            samples.push(v);
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[ROUNDS / 2])
+}
+
+fn latency(world: &Comm, len: usize, o: &Opts) -> Result<f64, Error> {
+    let n = scaled(lat_iters(len), o);
+    let me = world.rank();
+    let sbuf = vec![0x5au8; len];
+    let mut rbuf = vec![0u8; len];
+    median_of(world, || {
+        let t0 = adi::wtime();
+        for _ in 0..n {
+            if me == 0 {
+                world.send(&sbuf, 1, 1)?;
+                world.recv(&mut rbuf, 1, 1)?;
+            } else {
+                world.recv(&mut rbuf, 0, 1)?;
+                world.send(&sbuf, 0, 1)?;
+            }
+        }
+        Ok((adi::wtime() - t0) * 1e6 / (2.0 * n as f64))
+    })
+}
+
+fn take_back(reqs: &mut [Request], pool: &mut Vec<Vec<u8>>) {
+    for r in reqs.iter_mut() {
+        if let Some(b) = r.take_buffer() {
+            pool.push(b);
+        }
+    }
+}
+
+fn bandwidth(world: &Comm, len: usize, o: &Opts, bi: bool) -> Result<f64, Error> {
+    let reps = scaled(bw_reps(len), o);
+    let me = world.rank();
+    let peer = 1 - me;
+    let mut spool: Vec<Vec<u8>> = (0..WINDOW).map(|_| vec![0x5au8; len]).collect();
+    let mut rpool: Vec<Vec<u8>> = (0..WINDOW).map(|_| vec![0u8; len]).collect();
+    let mut ack = [0u8; 1];
+    let sender = me == 0 || bi;
+    let receiver = me == 1 || bi;
+    let mut reqs: Vec<Request> = Vec::with_capacity(2 * WINDOW);
+    median_of(world, || {
+        let t0 = adi::wtime();
+        for _ in 0..reps {
+            reqs.clear();
+            if receiver {
+                for _ in 0..WINDOW {
+                    let b = rpool.pop().unwrap_or_else(|| vec![0u8; len]);
+                    reqs.push(world.irecv(b, peer, 2)?);
+                }
+            }
+            if sender {
+                for _ in 0..WINDOW {
+                    let b = spool.pop().unwrap_or_else(|| vec![0x5au8; len]);
+                    reqs.push(world.isend(b, peer, 2)?);
+                }
+            }
+            world.waitall(&mut reqs)?;
+            let split = if receiver { WINDOW } else { 0 };
+            take_back(&mut reqs[..split], &mut rpool);
+            take_back(&mut reqs[split..], &mut spool);
+            if bi {
+                continue;
+            }
+            if me == 0 {
+                world.recv(&mut ack, 1, 3)?;
+            } else {
+                world.send(&ack, 0, 3)?;
+            }
+        }
+        let dt = adi::wtime() - t0;
+        let bytes = (len * WINDOW * reps) as f64 * if bi { 2.0 } else { 1.0 };
+        Ok(bytes / dt / 1e6)
+    })
+}
+
+fn run(o: &Opts) -> Result<(), Error> {
+    let world = adi::init()?;
+    if world.size() != 2 {
+        if world.rank() == 0 {
+            eprintln!(
+                "osu: needs exactly 2 ranks (tmrun -n 2), got {}",
+                world.size()
+            );
+        }
+        adi::finalize()?;
+        std::process::exit(2);
+    }
+    let me = world.rank();
+    if me == 0 {
+        if o.csv {
+            println!("test,bytes,value,unit");
+        } else if !o.raw {
+            println!("# tmx adi OSU-style benchmark, 2 ranks, window {WINDOW}");
+        }
+    }
+    for test in &o.tests {
+        if me == 0 && !o.csv && !o.raw {
+            let unit = if test == "latency" {
+                "latency (us)"
+            } else {
+                "bandwidth (MB/s)"
+            };
+            println!("# {test}\n{:<12}{:>18}", "# size", unit);
+        }
+        for len in sizes(o.max_size) {
+            let (v, unit) = match test.as_str() {
+                "latency" => (latency(&world, len, o)?, "us"),
+                "bw" => (bandwidth(&world, len, o, false)?, "MB/s"),
+                "bibw" => (bandwidth(&world, len, o, true)?, "MB/s"),
+                other => {
+                    if me == 0 {
+                        eprintln!("osu: unknown test {other:?}");
+                    }
+                    break;
+                }
+            };
+            if me == 0 {
+                if o.csv {
+                    println!("{test},{len},{v:.3},{unit}");
+                } else if o.raw {
+                    let key = if test == "latency" {
+                        "lat"
+                    } else {
+                        test.as_str()
+                    };
+                    let prec = if test == "latency" { 3 } else { 1 };
+                    println!("{key} {len} {v:.prec$}");
+                } else {
+                    println!("{len:<12}{v:>18.2}");
+                }
+            }
+        }
+    }
+    world.barrier()?;
+    adi::finalize()
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TMX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let o = match parse_opts() {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("osu: {e} ({})", e.class());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1502 @@
+//! The device: transport choice, the operation table and the progress engine.
+//!
+//! "Thin" in the sense of issue #6: this module holds no matching and no
+//! transport logic. Matching, protocols (inline / eager / rendezvous) and
+//! self-sends live in `shmem_onesided::Endpoint` (which matches through
+//! `tm-match`); the device chooses a transport per peer ([`choose_route`]),
+//! starts operations on it, and turns the endpoint's completion feed
+//! (`Endpoint::take_completed`) into completed [`Request`]s.
+//!
+//! # Locks (paper §6.3: per-structure locks, no global lock around waits)
+//!
+//! - `core` (`Mutex<Option<Core>>`): the endpoint and the table of
+//!   outstanding operations. Held only for *non-blocking* endpoint calls
+//!   (start an operation, one progress pass, take completions, cancel,
+//!   probe). Every wait loop runs outside it: a waiter calls
+//!   `Device::check`, which takes the lock for one pass and releases it.
+//! - each request's own state (see [`mod@crate::request`]): completers run
+//!   *after* `core` is released, so unpacking a datatype receive never
+//!   holds up other threads.
+//! - `bsend` (the attached buffer), `contexts` (free context ids),
+//!   `staging` (a pool of receive staging buffers), `pmi`: each its own
+//!   lock. Order when nested: `bsend` → `core`; nothing else nests.
+//!
+//! A blocking `Device::check` returns as soon as any request completes,
+//! whether this thread completed it or another one did (a completion epoch
+//! counter), and otherwise after a bounded number of idle passes (spurious
+//! returns are allowed by the [`Progress`] contract; waits loop).
+
+use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
+use crate::request::{request, Completer, Progress, Request, Status};
+use crate::{Datatype, Error, PlanLimits};
+use launcher::{NodeLayout, Pmi};
+use shmem_onesided::{
+    Endpoint, Message as EpMessage, RecvRequest, SendMode, SendRequest, Status as EpStatus,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tm_proto::MatchSpec;
+
+/// Environment variable: print the ADI and transport counters on stderr at
+/// finalize (`1`/`true`/`yes`/`on`; default off).
+pub const ENV_COUNTERS: &str = "TMX_ADI_COUNTERS";
+
+/// `MPI_BSEND_OVERHEAD`: bytes of the attached buffer that each buffered
+/// send uses beyond its data. The device keeps its bookkeeping outside the
+/// buffer, but reserves this much per message so that a buffer sized by
+/// the MPI rule (`sum of (size + MPI_BSEND_OVERHEAD)`) behaves as in other
+/// MPI implementations (MPICH's value is 96 on 64-bit; ours is 64).
+pub const BSEND_OVERHEAD: usize = 64;
+
+/// How long a blocking `Device::check` may go without checking that the
+/// peers it waits for are alive.
+const LIVENESS_EVERY: Duration = Duration::from_millis(200);
+/// Environment variable: idle passes a blocking `Device::check` spins
+/// (busy-polls) before it starts yielding the processor between passes
+/// (default [`DEFAULT_SPIN`]; `0` yields at once, which suits more threads
+/// than cores but costs latency).
+pub const ENV_SPIN: &str = "TMX_ADI_SPIN";
+/// Default of [`ENV_SPIN`] when the node has at least as many CPUs as
+/// local ranks (otherwise the default is 0). Busy-polling is what gives
+/// MPICH-like latency between processes on different cores; yielding after
+/// 64 passes made a 1-byte ping-pong about 5x slower on a loaded 2-core
+/// machine.
+pub const DEFAULT_SPIN: u32 = 4096;
+/// Idle passes of a blocking check, after its spinning ones, before it
+/// returns (a spurious return; waits loop).
+const YIELD_PASSES: u32 = 256;
+/// Staging buffers kept for reuse, and the largest one kept.
+const STAGING_KEEP: usize = 8;
+const STAGING_MAX: usize = 64 << 20;
+
+/// How this rank reaches a peer: the one place that chooses a transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The peer is this rank: a local copy, made by the endpoint through the
+    /// same matcher as every other message (so `ANY_SOURCE` ordering and
+    /// non-overtaking hold for self-messages too).
+    SelfCopy {
+        /// This rank's index on the node.
+        local: u32,
+    },
+    /// Same node: `shmem-onesided`.
+    Shmem {
+        /// The peer's index on the node.
+        local: u32,
+    },
+    /// Another node. No transport yet (verbs-tm comes in a later issue):
+    /// init fails with [`Error::NoInterNodeTransport`].
+    Remote {
+        /// The peer's node.
+        node: usize,
+    },
+}
+
+/// The transport for world rank `peer`, given the node layout. Adding the
+/// inter-node transport changes this function (and `Device::local_of`,
+/// which dispatches on its result) and nothing else.
+pub fn choose_route(layout: &NodeLayout, peer: usize) -> Route {
+    let local_of = |r: usize| {
+        let me = layout.node_of(r);
+        (0..r).filter(|q| layout.node_of(*q) == me).count() as u32
+    };
+    if peer == layout.rank() {
+        Route::SelfCopy {
+            local: local_of(peer),
+        }
+    } else if layout.is_local(peer) {
+        Route::Shmem {
+            local: local_of(peer),
+        }
+    } else {
+        Route::Remote {
+            node: layout.node_of(peer).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// Every peer's route; fails on the first peer no transport reaches.
+pub fn routes(layout: &NodeLayout, size: usize) -> Result<Vec<Route>, Error> {
+    let mut v = Vec::with_capacity(size);
+    for peer in 0..size {
+        let r = choose_route(layout, peer);
+        if let Route::Remote { node } = r {
+            return Err(Error::NoInterNodeTransport {
+                rank: peer as u32,
+                node,
+                my_node: layout.my_node(),
+            });
+        }
+        v.push(r);
+    }
+    Ok(v)
+}
+
+/// A communicator's group: communicator rank → world rank and back.
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) world: Vec<u32>,
+    /// World rank → communicator rank (`-1`: not a member).
+    pub(crate) of_world: Vec<i32>,
+}
+
+impl Group {
+    pub(crate) fn new(world: Vec<u32>, world_size: usize) -> Group {
+        let mut of_world = vec![-1; world_size];
+        for (i, w) in world.iter().enumerate() {
+            if let Some(slot) = of_world.get_mut(*w as usize) {
+                *slot = i as i32;
+            }
+        }
+        Group { world, of_world }
+    }
+
+    fn comm_rank_of(&self, world: u32) -> i32 {
+        self.of_world.get(world as usize).copied().unwrap_or(-1)
+    }
+}
+
+/// Protocol counters of the ADI (the transport keeps its own:
+/// `shmem_onesided::Counters`). Printed at finalize with
+/// `TMX_ADI_COUNTERS=1`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counters {
+    /// Sends to this rank itself (local copy through the matcher).
+    pub self_sends: u64,
+    /// Sends to another rank of the node (shmem-onesided).
+    pub shmem_sends: u64,
+    /// Synchronous sends (`ssend`, `issend`).
+    pub sync_sends: u64,
+    /// Ready sends (`rsend`).
+    pub ready_sends: u64,
+    /// Buffered sends (`bsend`).
+    pub buffered_sends: u64,
+    /// Buffered sends refused because the attached buffer was full.
+    pub bsend_full: u64,
+    /// Operations on `MPI_PROC_NULL`.
+    pub proc_null_ops: u64,
+    /// Receives started (blocking or not).
+    pub recvs: u64,
+    /// Blocking receives satisfied at once from the unexpected queue
+    /// (delivered straight into the user buffer).
+    pub recv_fast_hits: u64,
+    /// Receives that matched a longer message (`MPI_ERR_TRUNCATE`).
+    pub truncations: u64,
+    /// Datatype sends that packed (non-contiguous data).
+    pub packed_sends: u64,
+    /// Datatype receives that unpacked.
+    pub unpacked_recvs: u64,
+    /// Probes (`probe`, `iprobe`, `mprobe`, `improbe`) that found a message.
+    pub probes_matched: u64,
+    /// Cancels the transport accepted.
+    pub cancelled: u64,
+}
+
+impl fmt::Display for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "self_sends={} shmem_sends={} sync_sends={} ready_sends={} buffered_sends={} \
+             bsend_full={} proc_null_ops={} recvs={} recv_fast_hits={} truncations={} \
+             packed_sends={} unpacked_recvs={} probes_matched={} cancelled={}",
+            self.self_sends,
+            self.shmem_sends,
+            self.sync_sends,
+            self.ready_sends,
+            self.buffered_sends,
+            self.bsend_full,
+            self.proc_null_ops,
+            self.recvs,
+            self.recv_fast_hits,
+            self.truncations,
+            self.packed_sends,
+            self.unpacked_recvs,
+            self.probes_matched,
+            self.cancelled
+        )
+    }
+}
+
+macro_rules! atomic_counters {
+    ($($f:ident),*) => {
+        #[derive(Debug, Default)]
+        struct AtomicCounters { $($f: AtomicU64,)* }
+        impl AtomicCounters {
+            fn snapshot(&self) -> Counters {
+                Counters { $($f: self.$f.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+atomic_counters!(
+    self_sends,
+    shmem_sends,
+    sync_sends,
+    ready_sends,
+    buffered_sends,
+    bsend_full,
+    proc_null_ops,
+    recvs,
+    recv_fast_hits,
+    truncations,
+    packed_sends,
+    unpacked_recvs,
+    probes_matched,
+    cancelled
+);
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Where a receive's data goes once the endpoint delivers it.
+#[derive(Debug)]
+pub(crate) enum RecvInto {
+    /// The endpoint's buffer is the user's: hand it back as is.
+    Owned,
+    /// The endpoint filled a staging buffer with the packed stream: unpack
+    /// it into `user` (the operation holds its own clone of the datatype).
+    Typed {
+        user: Vec<u8>,
+        datatype: Datatype,
+        count: i64,
+    },
+}
+
+#[derive(Debug)]
+enum OpKind {
+    Send {
+        sreq: SendRequest,
+        len: usize,
+        /// Region of the attached buffer (buffered sends).
+        bsend: Option<usize>,
+        cancelled: bool,
+    },
+    Recv {
+        rreq: RecvRequest,
+        into: RecvInto,
+        group: Arc<Group>,
+    },
+}
+
+#[derive(Debug)]
+struct Op {
+    kind: OpKind,
+    completer: Completer,
+}
+
+/// An operation taken out of the table, finished outside the lock.
+#[derive(Debug)]
+enum Finished {
+    Send {
+        completer: Completer,
+        result: Result<Option<Vec<u8>>, Error>,
+        len: usize,
+        bsend: Option<usize>,
+        cancelled: bool,
+    },
+    Recv {
+        completer: Completer,
+        result: Result<(EpStatus, Vec<u8>), Error>,
+        into: RecvInto,
+        group: Arc<Group>,
+    },
+}
+
+/// Hasher of the operation table: the keys are the endpoint's request ids
+/// (unique counters made by this process, never chosen by a peer), so a
+/// Fibonacci multiply is enough and much cheaper than SipHash.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type OpTable = HashMap<u64, Op, BuildHasherDefault<IdHasher>>;
+
+#[derive(Debug)]
+struct Core {
+    ep: Endpoint,
+    ops: OpTable,
+    ids: Vec<u64>,
+}
+
+/// The attached buffer of buffered sends: first-fit regions of one `Vec`.
+#[derive(Debug, Default)]
+struct BsendPool {
+    buf: Option<Vec<u8>>,
+    /// start → length of every region in use.
+    used: BTreeMap<usize, usize>,
+}
+
+impl BsendPool {
+    fn reserve(&mut self, need: usize) -> Result<usize, Error> {
+        let cap = self.buf.as_ref().map_or(0, Vec::len);
+        let mut at = 0usize;
+        let mut largest = 0usize;
+        for (&start, &len) in &self.used {
+            let gap = start.saturating_sub(at);
+            if gap >= need {
+                self.used.insert(at, need);
+                return Ok(at);
+            }
+            largest = largest.max(gap);
+            at = start + len;
+        }
+        let tail = cap.saturating_sub(at);
+        if tail >= need && self.buf.is_some() {
+            self.used.insert(at, need);
+            return Ok(at);
+        }
+        Err(Error::BsendBufferFull {
+            need,
+            free: largest.max(tail),
+            attached: cap,
+        })
+    }
+}
+
+/// Free context-id pairs: pair `k` is p2p context `2k` and collective
+/// context `2k + 1`. Bit set = free on this rank.
+#[derive(Debug)]
+pub(crate) struct ContextPool {
+    pub(crate) free: Vec<u64>,
+}
+
+impl ContextPool {
+    fn new(pairs: usize) -> ContextPool {
+        let words = pairs.div_ceil(64);
+        let mut free = vec![u64::MAX; words];
+        if pairs % 64 != 0 {
+            if let Some(last) = free.last_mut() {
+                *last = (1u64 << (pairs % 64)) - 1;
+            }
+        }
+        // Pair 0 is MPI_COMM_WORLD's.
+        if let Some(first) = free.first_mut() {
+            *first &= !1;
+        }
+        ContextPool { free }
+    }
+
+    pub(crate) fn pairs(&self) -> usize {
+        self.free.len() * 64
+    }
+
+    pub(crate) fn take(&mut self, k: usize) {
+        if let Some(w) = self.free.get_mut(k / 64) {
+            *w &= !(1u64 << (k % 64));
+        }
+    }
+
+    pub(crate) fn release(&mut self, k: usize) {
+        if let Some(w) = self.free.get_mut(k / 64) {
+            *w |= 1u64 << (k % 64);
+        }
+    }
+}
+
+/// The device of one process.
+#[derive(Debug)]
+pub(crate) struct Device {
+    core: Mutex<Option<Core>>,
+    epoch: AtomicU64,
+    pub(crate) world_rank: u32,
+    pub(crate) world_size: u32,
+    routes: Vec<Route>,
+    /// Node index → world rank.
+    local_to_world: Vec<u32>,
+    counters: AtomicCounters,
+    bsend: Mutex<BsendPool>,
+    pub(crate) contexts: Mutex<ContextPool>,
+    /// Serializes communicator creation on this process (see `Comm::dup`).
+    pub(crate) comm_create: Mutex<()>,
+    pmi: Mutex<Option<Pmi>>,
+    staging: Mutex<Vec<Vec<u8>>>,
+    pub(crate) node_name: String,
+    pub(crate) appnum: i64,
+    pub(crate) limits: PlanLimits,
+    print_counters: bool,
+    spin: u32,
+    start: Instant,
+    last_alive_ms: AtomicU64,
+    /// RMA: the process's `rma_epoch::Engine` and its windows, behind their
+    /// own lock (see [`crate::win`]). Lock order: `rma` → `core`.
+    pub(crate) rma: crate::win::Rma,
+}
+
+/// Data of a send: moved into the endpoint, or read in place.
+pub(crate) enum SendData<'a> {
+    Owned(Vec<u8>),
+    Borrowed(&'a [u8]),
+}
+
+impl SendData<'_> {
+    fn len(&self) -> usize {
+        match self {
+            SendData::Owned(v) => v.len(),
+            SendData::Borrowed(s) => s.len(),
+        }
+    }
+}
+
+/// The send modes the device starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Standard,
+    Synchronous,
+    Ready,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        // A panic in another thread while it held the lock: the data is
+        // plain bookkeeping that every path leaves consistent between calls.
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+pub(crate) fn parse_flag(var: &'static str, value: Option<String>) -> Result<bool, Error> {
+    match value.as_deref().map(str::trim) {
+        None | Some("") => Ok(false),
+        Some(v) => match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(Error::Config {
+                var,
+                value: v.to_string(),
+                reason: "expected 1/0, true/false, yes/no or on/off",
+            }),
+        },
+    }
+}
+
+pub(crate) fn parse_count(
+    var: &'static str,
+    value: Option<String>,
+    default: u32,
+) -> Result<u32, Error> {
+    match value.as_deref().map(str::trim) {
+        None | Some("") => Ok(default),
+        Some(v) => v.parse::<u32>().map_err(|_| Error::Config {
+            var,
+            value: v.to_string(),
+            reason: "expected a non-negative integer below 2^32",
+        }),
+    }
+}
+
+impl Device {
+    pub(crate) fn new(
+        pmi: Pmi,
+        ep: Endpoint,
+        routes: Vec<Route>,
+        local_to_world: Vec<u32>,
+        node_name: String,
+    ) -> Result<Device, Error> {
+        let print_counters = parse_flag(ENV_COUNTERS, std::env::var(ENV_COUNTERS).ok())?;
+        // Oversubscribed node (more local ranks than CPUs): busy-polling only
+        // steals the CPU from the peer we wait for, so yield at once.
+        // The node's online CPUs, not this process's affinity mask: under
+        // `tmrun --bind-to core` / `mpiexec -bind-to core` every rank sees one
+        // CPU, yet the ranks sit on different CPUs and spinning is right.
+        let cpus = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+            .ok()
+            .flatten()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+        let default_spin = if local_to_world.len() > cpus {
+            0
+        } else {
+            DEFAULT_SPIN
+        };
+        let spin = parse_count(ENV_SPIN, std::env::var(ENV_SPIN).ok(), default_spin)?;
+        tracing::info!(spin, cpus, local = local_to_world.len(), "wait policy");
+        let pairs = (tm_proto::TagLayout::DEFAULT.max_context_id() as usize).div_ceil(2);
+        Ok(Device {
+            world_rank: pmi.rank() as u32,
+            world_size: pmi.size() as u32,
+            appnum: pmi.appnum(),
+            core: Mutex::new(Some(Core {
+                ep,
+                ops: OpTable::default(),
+                ids: Vec::new(),
+            })),
+            epoch: AtomicU64::new(0),
+            routes,
+            local_to_world,
+            counters: AtomicCounters::default(),
+            bsend: Mutex::new(BsendPool::default()),
+            contexts: Mutex::new(ContextPool::new(pairs)),
+            comm_create: Mutex::new(()),
+            pmi: Mutex::new(Some(pmi)),
+            staging: Mutex::new(Vec::new()),
+            node_name,
+            limits: PlanLimits::DEFAULT,
+            print_counters,
+            spin,
+            start: Instant::now(),
+            last_alive_ms: AtomicU64::new(0),
+            rma: crate::win::Rma::from_env()?,
+        })
+    }
+
+    /// The ADI counters so far.
+    pub(crate) fn counters(&self) -> Counters {
+        self.counters.snapshot()
+    }
+
+    /// Runs `f` on the core under its lock.
+    fn with_core<T>(&self, f: impl FnOnce(&mut Core) -> Result<T, Error>) -> Result<T, Error> {
+        let mut g = lock(&self.core);
+        match g.as_mut() {
+            Some(core) => f(core),
+            None => Err(Error::NotInitialized { what: "finalized" }),
+        }
+    }
+
+    /// Runs `f` on the transport's node (symmetric heap) under the core
+    /// lock: shared-memory windows (`crate::win::SharedWin`).
+    pub(crate) fn with_node<T>(
+        &self,
+        f: impl FnOnce(&mut shmem_onesided::Node) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.with_core(|core| f(core.ep.node_mut()))
+    }
+
+    /// The endpoint's rank (node index) of world rank `world`.
+    pub(crate) fn local_of(&self, world: u32) -> Result<u32, Error> {
+        match self.routes.get(world as usize) {
+            Some(Route::SelfCopy { local }) | Some(Route::Shmem { local }) => Ok(*local),
+            Some(Route::Remote { node }) => Err(Error::NoInterNodeTransport {
+                rank: world,
+                node: *node,
+                my_node: 0,
+            }),
+            None => Err(Error::InvalidRank {
+                rank: world as i32,
+                size: self.world_size as i32,
+            }),
+        }
+    }
+
+    fn count_route(&self, world: u32) {
+        if world == self.world_rank {
+            bump(&self.counters.self_sends);
+        } else {
+            bump(&self.counters.shmem_sends);
+        }
+    }
+
+    pub(crate) fn note_packed(&self) {
+        bump(&self.counters.packed_sends);
+    }
+
+    pub(crate) fn note_proc_null(&self) {
+        bump(&self.counters.proc_null_ops);
+    }
+
+    /// Converts an endpoint status into an MPI status for `group`.
+    fn status_of(&self, st: &EpStatus, group: &Group) -> Status {
+        let world = self
+            .local_to_world
+            .get(st.source as usize)
+            .copied()
+            .unwrap_or(u32::MAX);
+        Status::new(group.comm_rank_of(world), st.tag as i32, st.len)
+    }
+
+    // ------------------------------------------------------------ sends
+
+    /// Starts a send of `data` to world rank `dest`. The returned request
+    /// completes when the endpoint says the send is complete (for a
+    /// synchronous send: once the receiver matched it).
+    pub(crate) fn start_send(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: SendData<'_>,
+        mode: Mode,
+        bsend: Option<usize>,
+    ) -> Result<Request, Error> {
+        let local = self.local_of(dest)?;
+        let len = data.len();
+        let ep_mode = match mode {
+            Mode::Synchronous => SendMode::Synchronous,
+            // A ready send may be sent as a standard one (MPI allows it):
+            // the endpoint has no cheaper path for "receive known posted".
+            Mode::Standard | Mode::Ready => SendMode::Standard,
+        };
+        let (req, completer) = request();
+        let id = self.with_core(|core| {
+            let sreq = match data {
+                SendData::Owned(v) => core.ep.isend(local, tag, context, v, ep_mode)?,
+                SendData::Borrowed(s) => core.ep.isend_borrowed(local, tag, context, s, ep_mode)?,
+            };
+            let id = sreq.id();
+            core.ops.insert(
+                id,
+                Op {
+                    kind: OpKind::Send {
+                        sreq,
+                        len,
+                        bsend,
+                        cancelled: false,
+                    },
+                    completer,
+                },
+            );
+            Ok(id)
+        })?;
+        self.count_route(dest);
+        match mode {
+            Mode::Synchronous => bump(&self.counters.sync_sends),
+            Mode::Ready => bump(&self.counters.ready_sends),
+            Mode::Standard => {}
+        }
+        tracing::debug!(dest, tag, context, len, ?mode, id, "send started");
+        Ok(req.with_op(id))
+    }
+
+    /// A buffered send: copies `data` into the attached buffer and sends it
+    /// from there; returns at once. A full buffer is
+    /// [`Error::BsendBufferFull`].
+    pub(crate) fn bsend(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let need = data.len() + BSEND_OVERHEAD;
+        let mut pool = lock(&self.bsend);
+        let start = match pool.reserve(need) {
+            Ok(s) => s,
+            Err(e) => {
+                bump(&self.counters.bsend_full);
+                tracing::debug!(need, "buffered send refused: attached buffer full");
+                return Err(e);
+            }
+        };
+        let region = match pool.buf.as_mut() {
+            Some(b) => &mut b[start..start + data.len()],
+            None => {
+                return Err(Error::InvalidArgument {
+                    what: "no buffer attached",
+                })
+            }
+        };
+        region.copy_from_slice(data);
+        let from_pool = match pool.buf.as_ref() {
+            Some(b) => &b[start..start + data.len()],
+            None => {
+                return Err(Error::InvalidArgument {
+                    what: "no buffer attached",
+                })
+            }
+        };
+        // The region stays reserved (and the attached Vec is never resized
+        // while attached) until the send completes, so the endpoint may read
+        // it in place.
+        match self.start_send(
+            dest,
+            tag,
+            context,
+            SendData::Borrowed(from_pool),
+            Mode::Standard,
+            Some(start),
+        ) {
+            Ok(req) => {
+                bump(&self.counters.buffered_sends);
+                req.free();
+                Ok(())
+            }
+            Err(e) => {
+                pool.used.remove(&start);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn attach(&self, buf: Vec<u8>) -> Result<(), Error> {
+        let mut pool = lock(&self.bsend);
+        if pool.buf.is_some() {
+            return Err(Error::InvalidArgument {
+                what: "a buffer is already attached",
+            });
+        }
+        pool.buf = Some(buf);
+        Ok(())
+    }
+
+    /// Waits until every buffered send has completed, then hands the buffer
+    /// back.
+    pub(crate) fn detach(&self) -> Result<Vec<u8>, Error> {
+        loop {
+            {
+                let mut pool = lock(&self.bsend);
+                if pool.used.is_empty() {
+                    return pool.buf.take().ok_or(Error::InvalidArgument {
+                        what: "no buffer attached",
+                    });
+                }
+            }
+            self.check(true)?;
+        }
+    }
+
+    // --------------------------------------------------------- receives
+
+    /// Takes a staging buffer of exactly `len` bytes (reused when possible).
+    pub(crate) fn staging(&self, len: usize) -> Vec<u8> {
+        let mut pool = lock(&self.staging);
+        if let Some(i) = pool.iter().position(|v| v.capacity() >= len) {
+            let mut v = pool.swap_remove(i);
+            if v.len() >= len {
+                v.truncate(len);
+            } else {
+                v.resize(len, 0);
+            }
+            return v;
+        }
+        drop(pool);
+        vec![0u8; len]
+    }
+
+    pub(crate) fn give_back_staging(&self, v: Vec<u8>) {
+        if v.capacity() > STAGING_MAX {
+            return;
+        }
+        let mut pool = lock(&self.staging);
+        if pool.len() < STAGING_KEEP {
+            pool.push(v);
+        }
+    }
+
+    /// Starts a receive into `buf` (owned by the operation until it
+    /// completes).
+    pub(crate) fn start_recv(
+        &self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        into: RecvInto,
+        group: Arc<Group>,
+    ) -> Result<Request, Error> {
+        let (req, completer) = request();
+        let id = self.with_core(|core| {
+            let rreq = core.ep.irecv(spec, buf)?;
+            let id = rreq.id();
+            core.ops.insert(
+                id,
+                Op {
+                    kind: OpKind::Recv { rreq, into, group },
+                    completer,
+                },
+            );
+            Ok(id)
+        })?;
+        bump(&self.counters.recvs);
+        Ok(req.with_op(id))
+    }
+
+    /// Starts a receive of matched message `msg` into `buf`.
+    pub(crate) fn start_mrecv(
+        &self,
+        msg: EpMessage,
+        buf: Vec<u8>,
+        into: RecvInto,
+        group: Arc<Group>,
+    ) -> Result<Request, Error> {
+        let (req, completer) = request();
+        let id = self.with_core(|core| {
+            let rreq = core.ep.imrecv(msg, buf)?;
+            let id = rreq.id();
+            core.ops.insert(
+                id,
+                Op {
+                    kind: OpKind::Recv { rreq, into, group },
+                    completer,
+                },
+            );
+            Ok(id)
+        })?;
+        bump(&self.counters.recvs);
+        Ok(req.with_op(id))
+    }
+
+    /// A blocking receive into a borrowed buffer, delivered straight into
+    /// `buf` (no staging copy): each pass takes the core lock for one
+    /// non-blocking `try_recv` (which runs a progress pass and matches the
+    /// oldest waiting message, or a CMA/eager message straight into `buf`)
+    /// plus the completion feed of the other operations, then releases it
+    /// and relaxes. The receive is not *posted* between passes, which MPI
+    /// allows: a later-posted receive of the same thread cannot exist (this
+    /// call blocks it), and the order between receives of different threads
+    /// is undefined. Peer liveness is checked every [`LIVENESS_EVERY`] (the
+    /// source, or every peer for `ANY_SOURCE`).
+    pub(crate) fn recv_into(
+        &self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+        group: &Arc<Group>,
+    ) -> Result<Status, Error> {
+        bump(&self.counters.recvs);
+        let mut idle = 0u32;
+        loop {
+            let mut finished = Vec::new();
+            let got = self.with_core(|core| {
+                let r = core.ep.try_recv(spec, buf);
+                Self::harvest(core, &mut finished);
+                Ok(r)
+            })?;
+            self.complete_all(finished);
+            // Passive-target RMA progress also runs in blocking receives;
+            // applying RMA packets counts as activity (keeps spinning).
+            let rma_active = crate::win::progress(self)?.packets > 0;
+            if let Some(st) = got? {
+                if idle == 0 {
+                    bump(&self.counters.recv_fast_hits);
+                }
+                return self.recv_result(&st, group);
+            }
+            idle = if rma_active { 1 } else { idle.wrapping_add(1) };
+            if idle % 64 == 0 {
+                if let Err(e) = self.source_alive(spec.source) {
+                    // Deliver what the peer sent before it died, if it matches.
+                    for _ in 0..64 {
+                        if let Some(st) =
+                            self.with_core(|core| Ok(core.ep.try_recv(spec, buf)?))?
+                        {
+                            return self.recv_result(&st, group);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+            if idle < self.spin {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Liveness of the peer(s) a blocking receive waits for, at most every
+    /// [`LIVENESS_EVERY`].
+    fn source_alive(&self, source: tm_proto::Source) -> Result<(), Error> {
+        let now = self.start.elapsed().as_millis() as u64;
+        let last = self.last_alive_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < LIVENESS_EVERY.as_millis() as u64 {
+            return Ok(());
+        }
+        self.last_alive_ms.store(now, Ordering::Relaxed);
+        let me = self.local_of(self.world_rank)?;
+        let n = self.local_to_world.len() as u32;
+        self.with_core(|core| {
+            match source {
+                tm_proto::Source::Rank(p) => {
+                    if p != me {
+                        core.ep.check_alive(Some(p))?;
+                    }
+                }
+                tm_proto::Source::Any => {
+                    for p in (0..n).filter(|p| *p != me) {
+                        core.ep.check_alive(Some(p))?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The MPI result of a completed endpoint receive: truncation is an
+    /// error carrying the status of what was delivered.
+    fn recv_result(&self, st: &EpStatus, group: &Group) -> Result<Status, Error> {
+        let status = self.status_of(st, group);
+        if st.msg_len > st.len {
+            bump(&self.counters.truncations);
+            return Err(Error::RecvTruncated {
+                status,
+                msg_len: st.msg_len,
+            });
+        }
+        Ok(status)
+    }
+
+    // ------------------------------------------------------------ probes
+
+    pub(crate) fn iprobe(&self, spec: MatchSpec, group: &Group) -> Result<Option<Status>, Error> {
+        let st = self.with_core(|core| Ok(core.ep.iprobe(spec)?))?;
+        Ok(st.map(|st| {
+            bump(&self.counters.probes_matched);
+            let mut s = self.status_of(&st, group);
+            s.count = st.msg_len;
+            s
+        }))
+    }
+
+    pub(crate) fn improbe(
+        &self,
+        spec: MatchSpec,
+        group: &Group,
+    ) -> Result<Option<(EpMessage, Status)>, Error> {
+        let m = self.with_core(|core| Ok(core.ep.improbe(spec)?))?;
+        Ok(m.map(|(msg, st)| {
+            bump(&self.counters.probes_matched);
+            let mut s = self.status_of(&st, group);
+            s.count = st.msg_len;
+            (msg, s)
+        }))
+    }
+
+    // ----------------------------------------------------------- cancel
+
+    /// `MPI_Cancel`: `Ok(true)` if the transport removed the operation (the
+    /// request then completes with `cancelled`), `Ok(false)` if it could not
+    /// (already matched, or a send the transport will not cancel): the
+    /// operation then completes normally.
+    pub(crate) fn cancel(&self, req: &Request) -> Result<bool, Error> {
+        let Some(id) = req.op() else {
+            if req.is_null() {
+                return Err(Error::InvalidRequest {
+                    what: "cancel of a null request",
+                });
+            }
+            // Complete already (PROC_NULL, or finished): nothing to cancel.
+            return Ok(false);
+        };
+        let ok = self.with_core(|core| {
+            let Core { ep, ops, .. } = core;
+            match ops.get_mut(&id) {
+                None => Ok(false),
+                Some(Op {
+                    kind: OpKind::Recv { rreq, .. },
+                    ..
+                }) => Ok(ep.cancel_recv(rreq)?),
+                Some(Op {
+                    kind:
+                        OpKind::Send {
+                            sreq, cancelled, ..
+                        },
+                    ..
+                }) => {
+                    let ok = ep.cancel_send(sreq)?;
+                    *cancelled |= ok;
+                    Ok(ok)
+                }
+            }
+        })?;
+        if ok {
+            bump(&self.counters.cancelled);
+        }
+        tracing::debug!(id, ok, "cancel");
+        Ok(ok)
+    }
+
+    // ---------------------------------------------------------- progress
+
+    /// One progress pass under the lock; completes what finished outside it.
+    /// Returns how many requests it completed.
+    fn poll(&self) -> Result<usize, Error> {
+        let mut finished = Vec::new();
+        let progressed = self.with_core(|core| {
+            let r = core.ep.progress();
+            Self::harvest(core, &mut finished);
+            Ok(r)
+        })?;
+        let mut n = self.complete_all(finished);
+        progressed?;
+        // MAKE_RMA_PROGRESS: drain RMA packets and engine actions.
+        let m = crate::win::progress(self)?.completed;
+        if m > 0 {
+            self.epoch.fetch_add(1, Ordering::Release);
+            n += m;
+        }
+        Ok(n)
+    }
+
+    /// Under one core lock: the oldest message matching `spec` (probed for
+    /// its length, then received whole into `buf`, which grows as needed
+    /// and is reused across calls), with its sender's world rank and
+    /// length. Used by RMA progress for the packets of a window's RMA
+    /// context.
+    pub(crate) fn try_take(
+        &self,
+        spec: MatchSpec,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<(u32, usize)>, Error> {
+        let got = self.with_core(|core| {
+            let Some(st) = core.ep.iprobe(spec)? else {
+                return Ok(None);
+            };
+            let exact = MatchSpec {
+                source: tm_proto::Source::Rank(st.source),
+                ..spec
+            };
+            if buf.len() < st.msg_len {
+                buf.resize(st.msg_len, 0);
+            }
+            let into = buf.get_mut(..st.msg_len).unwrap_or(&mut []);
+            match core.ep.try_recv(exact, into)? {
+                Some(r) => Ok(Some((r.source, r.len))),
+                None => Ok(None),
+            }
+        })?;
+        Ok(got.map(|(local, len)| {
+            let world = self
+                .local_to_world
+                .get(local as usize)
+                .copied()
+                .unwrap_or(u32::MAX);
+            (world, len)
+        }))
+    }
+
+    /// Takes the endpoint's completion feed and finishes those operations'
+    /// endpoint side (under the lock).
+    fn harvest(core: &mut Core, finished: &mut Vec<Finished>) {
+        let mut ids = std::mem::take(&mut core.ids);
+        ids.clear();
+        core.ep.take_completed(&mut ids);
+        for id in &ids {
+            if let Some(op) = core.ops.remove(id) {
+                finished.push(Self::finish_locked(&mut core.ep, op));
+            }
+        }
+        core.ids = ids;
+    }
+
+    /// Completes harvested operations (outside the lock) and bumps the
+    /// completion epoch; returns how many.
+    fn complete_all(&self, finished: Vec<Finished>) -> usize {
+        let n = finished.len();
+        for f in finished {
+            self.complete(f);
+        }
+        if n > 0 {
+            self.epoch.fetch_add(1, Ordering::Release);
+        }
+        n
+    }
+
+    fn finish_locked(ep: &mut Endpoint, op: Op) -> Finished {
+        match op.kind {
+            OpKind::Send {
+                sreq,
+                len,
+                bsend,
+                cancelled,
+            } => Finished::Send {
+                completer: op.completer,
+                result: ep.wait_send(sreq).map_err(Error::from),
+                len,
+                bsend,
+                cancelled,
+            },
+            OpKind::Recv { rreq, into, group } => Finished::Recv {
+                completer: op.completer,
+                result: ep.wait(rreq).map_err(Error::from),
+                into,
+                group,
+            },
+        }
+    }
+
+    /// Completes a finished operation's request (outside the core lock).
+    fn complete(&self, f: Finished) {
+        match f {
+            Finished::Send {
+                completer,
+                result,
+                len,
+                bsend,
+                cancelled,
+            } => {
+                if let Some(start) = bsend {
+                    lock(&self.bsend).used.remove(&start);
+                }
+                let status = if cancelled {
+                    Status::cancelled()
+                } else {
+                    Status::new(ANY_SOURCE, ANY_TAG, len)
+                };
+                match result {
+                    Ok(Some(buf)) => completer.complete_with_buffer(status, buf),
+                    Ok(None) => completer.complete(status),
+                    Err(e) => completer.fail(Status::EMPTY, e),
+                }
+            }
+            Finished::Recv {
+                completer,
+                result,
+                into,
+                group,
+            } => match result {
+                Err(e) => completer.fail(Status::EMPTY, e),
+                Ok((st, buf)) => self.complete_recv(completer, &st, buf, into, &group),
+            },
+        }
+    }
+
+    fn complete_recv(
+        &self,
+        completer: Completer,
+        st: &EpStatus,
+        buf: Vec<u8>,
+        into: RecvInto,
+        group: &Group,
+    ) {
+        if st.cancelled {
+            let user = match into {
+                RecvInto::Owned => buf,
+                RecvInto::Typed { user, .. } => {
+                    self.give_back_staging(buf);
+                    user
+                }
+            };
+            completer.complete_with_buffer(Status::cancelled(), user);
+            return;
+        }
+        let res = self.recv_result(st, group);
+        match into {
+            RecvInto::Owned => match res {
+                Ok(s) => completer.complete_with_buffer(s, buf),
+                Err(Error::RecvTruncated { status, msg_len }) => completer.fail_with_buffer(
+                    status,
+                    Error::RecvTruncated { status, msg_len },
+                    buf,
+                ),
+                Err(e) => completer.fail_with_buffer(Status::EMPTY, e, buf),
+            },
+            RecvInto::Typed {
+                mut user,
+                datatype,
+                count,
+            } => {
+                bump(&self.counters.unpacked_recvs);
+                let n = st.len.min(buf.len());
+                let unpacked = datatype.unpack_part(&buf[..n], &mut user, count, 0);
+                self.give_back_staging(buf);
+                match (unpacked, res) {
+                    (Err(e), r) => {
+                        let status = r.unwrap_or(Status::EMPTY);
+                        completer.fail_with_buffer(status, e, user);
+                    }
+                    (Ok(_), Ok(s)) => completer.complete_with_buffer(s, user),
+                    (Ok(_), Err(Error::RecvTruncated { status, msg_len })) => completer
+                        .fail_with_buffer(status, Error::RecvTruncated { status, msg_len }, user),
+                    (Ok(_), Err(e)) => completer.fail_with_buffer(Status::EMPTY, e, user),
+                }
+            }
+        }
+    }
+
+    /// Checks, at most every [`LIVENESS_EVERY`], that the peers we wait
+    /// for are alive.
+    fn liveness(&self) -> Result<(), Error> {
+        let now = self.start.elapsed().as_millis() as u64;
+        let last = self.last_alive_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < LIVENESS_EVERY.as_millis() as u64 {
+            return Ok(());
+        }
+        self.last_alive_ms.store(now, Ordering::Relaxed);
+        self.with_core(|core| Ok(core.ep.check_alive(None)?))
+    }
+
+    /// The completion epoch: bumped after every pass that completed
+    /// requests.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// `MPID_DeviceCheck(blocking)`: one progress pass; if `blocking` and
+    /// nothing completed, keeps polling (outside the lock between passes)
+    /// until a request completes here or in another thread, or a bounded
+    /// number of idle passes have gone by.
+    pub(crate) fn check(&self, blocking: bool) -> Result<(), Error> {
+        let mut seen = self.epoch();
+        self.check_since(blocking, &mut seen)
+    }
+
+    /// [`check`](Self::check) that also returns at once if the epoch moved
+    /// past `*seen` (a completion by any thread since the caller last
+    /// looked); updates `*seen`.
+    pub(crate) fn check_since(&self, blocking: bool, seen: &mut u64) -> Result<(), Error> {
+        let mut idle = 0u32;
+        loop {
+            let done = self.poll()?;
+            let now = self.epoch();
+            if done > 0 || !blocking || now != *seen {
+                *seen = now;
+                return Ok(());
+            }
+            idle += 1;
+            if idle >= self.spin.saturating_add(YIELD_PASSES) {
+                return Ok(());
+            }
+            self.relax(idle)?;
+        }
+    }
+
+    /// The idle policy between progress passes of a blocking call: spin for
+    /// the first `TMX_ADI_SPIN` passes, then yield; check peer liveness
+    /// now and then.
+    pub(crate) fn relax(&self, idle: u32) -> Result<(), Error> {
+        if idle % 64 == 0 {
+            self.liveness()?;
+        }
+        if idle < self.spin {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Waits for one request with this device's progress.
+    pub(crate) fn wait(&self, req: &mut Request) -> Result<Status, Error> {
+        req.wait(&mut DeviceProgress::new(self))
+    }
+
+    /// Number of send operations (also freed ones and buffered sends)
+    /// still in the table.
+    fn outstanding_sends(&self) -> Result<usize, Error> {
+        self.with_core(|core| {
+            Ok(core
+                .ops
+                .values()
+                .filter(|op| matches!(op.kind, OpKind::Send { .. }))
+                .count())
+        })
+    }
+
+    /// Cancels every receive still posted (an MPI program must not finalize
+    /// with pending receives; this keeps finalize from hanging on one) and
+    /// returns how many there were.
+    fn cancel_pending_recvs(&self) -> Result<usize, Error> {
+        self.with_core(|core| {
+            let Core { ep, ops, .. } = core;
+            let mut n = 0;
+            for op in ops.values() {
+                if let OpKind::Recv { rreq, .. } = &op.kind {
+                    n += 1;
+                    ep.cancel_recv(rreq)?;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    // ------------------------------------------------------------- PMI
+
+    pub(crate) fn with_pmi<T>(
+        &self,
+        f: impl FnOnce(&mut Pmi) -> Result<T, launcher::Error>,
+    ) -> Result<T, Error> {
+        let mut g = lock(&self.pmi);
+        match g.as_mut() {
+            Some(p) => Ok(f(p)?),
+            None => Err(Error::NotInitialized { what: "finalized" }),
+        }
+    }
+
+    /// Aborts the job through the launcher (the exit code reaches it), or
+    /// exits this process if there is no PMI connection any more.
+    pub(crate) fn abort(&self, code: i32, message: &str) -> ! {
+        let pmi = lock(&self.pmi).take();
+        match pmi {
+            Some(p) => p.abort(code, message),
+            None => {
+                eprintln!(
+                    "tmx: rank {} aborting with code {code}: {message}",
+                    self.world_rank
+                );
+                std::process::exit(code)
+            }
+        }
+    }
+
+    /// `MPID_End`: completes every outstanding send (including freed
+    /// requests and buffered sends), cancels receives still posted (with a
+    /// warning: that is an erroneous program, but finalize must not hang on
+    /// it), then a PMI barrier, then closes the endpoint and the PMI
+    /// connection. Prints the counters if asked.
+    pub(crate) fn finalize(&self) -> Result<(), Error> {
+        while self.outstanding_sends()? > 0 {
+            self.check(true)?;
+        }
+        // A send completes once its data is safe (copied); its header may
+        // still wait inside the endpoint for ring space. Push every such
+        // header into its ring before the PMI barrier, or a receiver still
+        // receiving waits forever for it.
+        while self.with_core(|core| Ok(core.ep.queued()))? > 0 {
+            self.check(true)?;
+        }
+        let pending = self.cancel_pending_recvs()?;
+        if pending > 0 {
+            tracing::warn!(pending, "finalize with receives still posted: cancelled");
+            self.check(false)?;
+        }
+        self.with_pmi(|p| p.barrier())?;
+        let core = lock(&self.core).take();
+        let shmem = match core {
+            Some(core) => Some(core.ep.finalize()?),
+            None => None,
+        };
+        if self.print_counters {
+            eprintln!(
+                "adi counters (rank {}): {}",
+                self.world_rank,
+                self.counters()
+            );
+            if let Some(c) = shmem {
+                eprintln!("shmem counters (rank {}): {c}", self.world_rank);
+            }
+        }
+        let pmi = lock(&self.pmi).take();
+        if let Some(p) = pmi {
+            p.finalize()?;
+        }
+        tracing::info!(rank = self.world_rank, "adi finalized");
+        Ok(())
+    }
+}
+
+/// The [`Progress`] hook of a device: `Device::check_since`. It
+/// remembers the completion epoch from its creation (which precedes the
+/// wait's first look at its requests) and from each return, so a blocking
+/// call returns at once when another thread completed something since the
+/// waiter last looked: no completion can slip between a wait's check of
+/// its request and its blocking progress call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeviceProgress<'a> {
+    dev: &'a Device,
+    seen: u64,
+}
+
+impl<'a> DeviceProgress<'a> {
+    pub(crate) fn new(dev: &'a Device) -> Self {
+        DeviceProgress {
+            dev,
+            seen: dev.epoch(),
+        }
+    }
+}
+
+impl Progress for DeviceProgress<'_> {
+    fn progress(&mut self, blocking: bool) -> Result<(), Error> {
+        self.dev.check_since(blocking, &mut self.seen)
+    }
+}
+
+/// The status of an operation on `MPI_PROC_NULL`.
+pub(crate) const PROC_NULL_STATUS: Status = Status::new(PROC_NULL, ANY_TAG, 0);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_follow_the_layout() {
+        let layout = NodeLayout::from_mapping("(vector,(0,2,2))", 2, 4).unwrap();
+        // Ranks 0,1 on node 0; 2,3 on node 1; this is rank 2.
+        assert_eq!(choose_route(&layout, 2), Route::SelfCopy { local: 0 });
+        assert_eq!(choose_route(&layout, 3), Route::Shmem { local: 1 });
+        assert_eq!(choose_route(&layout, 0), Route::Remote { node: 0 });
+        let err = routes(&layout, 4).unwrap_err();
+        assert_eq!(
+            err,
+            Error::NoInterNodeTransport {
+                rank: 0,
+                node: 0,
+                my_node: 1
+            }
+        );
+        assert_eq!(err.class(), crate::ErrorClass::Other);
+        assert!(err.to_string().contains("verbs-tm"));
+        let single = NodeLayout::single_node(1, 3);
+        assert_eq!(
+            routes(&single, 3).unwrap(),
+            vec![
+                Route::Shmem { local: 0 },
+                Route::SelfCopy { local: 1 },
+                Route::Shmem { local: 2 }
+            ]
+        );
+    }
+
+    #[test]
+    fn bsend_pool_is_first_fit_and_full_is_an_error() {
+        let mut p = BsendPool::default();
+        assert!(matches!(
+            p.reserve(64),
+            Err(Error::BsendBufferFull { attached: 0, .. })
+        ));
+        p.buf = Some(vec![0; 256]);
+        assert_eq!(p.reserve(64).unwrap(), 0);
+        assert_eq!(p.reserve(128).unwrap(), 64);
+        let e = p.reserve(128).unwrap_err();
+        assert_eq!(
+            e,
+            Error::BsendBufferFull {
+                need: 128,
+                free: 64,
+                attached: 256
+            }
+        );
+        assert_eq!(e.class(), crate::ErrorClass::Buffer);
+        p.used.remove(&0);
+        assert_eq!(p.reserve(64).unwrap(), 0);
+        p.used.remove(&64);
+        assert_eq!(p.reserve(128).unwrap(), 64);
+    }
+
+    #[test]
+    fn context_pool_reserves_world_and_releases() {
+        let mut c = ContextPool::new(100);
+        assert_eq!(c.free.len(), 2);
+        assert_eq!(c.free[0] & 1, 0, "pair 0 is the world's");
+        assert_eq!(c.free[1], (1u64 << 36) - 1);
+        c.take(5);
+        assert_eq!(c.free[0] & (1 << 5), 0);
+        c.release(5);
+        assert_ne!(c.free[0] & (1 << 5), 0);
+    }
+
+    #[test]
+    fn counters_flag_parses_strictly() {
+        assert!(!parse_flag(ENV_COUNTERS, None).unwrap());
+        assert!(parse_flag(ENV_COUNTERS, Some("1".into())).unwrap());
+        assert!(parse_flag(ENV_COUNTERS, Some("On".into())).unwrap());
+        assert!(!parse_flag(ENV_COUNTERS, Some("0".into())).unwrap());
+        let e = parse_flag(ENV_COUNTERS, Some("maybe".into())).unwrap_err();
+        assert_eq!(e.class(), crate::ErrorClass::Other);
+        assert_eq!(parse_count(ENV_SPIN, None, 7).unwrap(), 7);
+        assert_eq!(parse_count(ENV_SPIN, Some(" 0 ".into()), 7).unwrap(), 0);
+        assert!(matches!(
+            parse_count(ENV_SPIN, Some("-1".into()), 7),
+            Err(Error::Config { var: ENV_SPIN, .. })
+        ));
+    }
+}

@@ -1,0 +1,173 @@
+//! `MPID_Init` / `MPID_End`: bootstrap through the launcher's PMI client.
+//!
+//! [`init`]:
+//!
+//! 1. `launcher::Pmi::init()`: rank, size and node layout from `tmrun`,
+//!    Hydra (`PMI_FD`, `PMI_PORT`) or Slurm; a singleton (rank 0 of 1)
+//!    without any PMI environment.
+//! 2. Transport choice per peer ([`crate::device::routes`]): this rank →
+//!    local copy, same node → `shmem-onesided`, another node → an error for
+//!    now ([`Error::NoInterNodeTransport`]), before any shared memory is
+//!    touched.
+//! 3. Address exchange: every rank publishes `adi-<rank>` = `<host>,<pid>`
+//!    in the PMI key-value space, and after a PMI barrier checks that every
+//!    peer the layout puts on its node reports the same host name (a wrong
+//!    `PMI_process_mapping` would otherwise attach ranks of different hosts
+//!    to "the same" segment and hang).
+//! 4. `shmem_onesided::Node::init(job_id, local_rank, local_size,
+//!    Config::from_env()?)` and an `Endpoint` over it (the node segment's
+//!    attach is the intra-node address exchange: ring and heap offsets are
+//!    symmetric).
+//!
+//! [`finalize`] completes every outstanding send (including freed requests
+//! and buffered sends), cancels receives still posted (an erroneous program,
+//! logged as a warning, so finalize cannot hang on one), meets the other
+//! ranks in a PMI barrier, closes the endpoint (printing counters with
+//! `TMX_ADI_COUNTERS=1`) and
+//! says goodbye to the PMI server.
+
+use crate::comm::{Comm, CommInner};
+use crate::device::{routes, Device, Group};
+use crate::Error;
+use launcher::Pmi;
+use shmem_onesided::{Config, Endpoint, Node};
+use std::sync::{Arc, Mutex};
+
+static DEVICE: Mutex<Option<Arc<Device>>> = Mutex::new(None);
+static INITIALIZED: Mutex<bool> = Mutex::new(false);
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// `MPI_Init`: bootstraps this process and returns `MPI_COMM_WORLD`.
+///
+/// May be called once per process; a second call (also after
+/// [`finalize`]) is [`Error::InvalidArgument`], as in MPI.
+pub fn init() -> Result<Comm, Error> {
+    {
+        let mut done = match INITIALIZED.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if *done {
+            return Err(Error::InvalidArgument {
+                what: "adi::init called twice",
+            });
+        }
+        *done = true;
+    }
+    let mut pmi = Pmi::init()?;
+    let rank = pmi.rank();
+    let size = pmi.size();
+    let layout = pmi.layout().clone();
+    let routes = match routes(&layout, size) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!(error = %e, "no transport for some peer");
+            let _ = pmi.finalize();
+            return Err(e);
+        }
+    };
+    let host = host_name();
+    pmi.put(
+        &format!("adi-{rank}"),
+        &format!("{host},{}", std::process::id()),
+    )?;
+    pmi.barrier()?;
+    let local_ranks = layout.local_ranks();
+    for &peer in &local_ranks {
+        if peer == rank {
+            continue;
+        }
+        let card = pmi.get(&format!("adi-{peer}"))?;
+        let peer_host = card.split(',').next().unwrap_or("");
+        if peer_host != host {
+            return Err(Error::Launcher {
+                detail: format!(
+                    "the process mapping puts rank {peer} on this node, but it runs on host \
+                     {peer_host:?} (this is {host:?})"
+                ),
+            });
+        }
+    }
+    let local_rank = layout.local_rank() as u32;
+    let local_size = local_ranks.len() as u32;
+    let job_id = pmi.job_id().to_string();
+    tracing::info!(
+        rank,
+        size,
+        local_rank,
+        local_size,
+        job_id = %job_id,
+        "adi init: every peer on this node (shmem-onesided)"
+    );
+    let node = Node::init(&job_id, local_rank, local_size, Config::from_env()?)?;
+    let ep = Endpoint::new(node);
+    let local_to_world = local_ranks.iter().map(|r| *r as u32).collect();
+    let dev = Arc::new(Device::new(pmi, ep, routes, local_to_world, host)?);
+    {
+        let mut g = match DEVICE.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *g = Some(Arc::clone(&dev));
+    }
+    let group = Arc::new(Group::new((0..size as u32).collect(), size));
+    Ok(Comm {
+        inner: Arc::new(CommInner {
+            dev,
+            ctx: 0,
+            coll: 1,
+            pair: None,
+            rank: rank as i32,
+            group,
+        }),
+    })
+}
+
+fn device() -> Result<Arc<Device>, Error> {
+    let g = match DEVICE.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    g.clone().ok_or(Error::NotInitialized {
+        what: "not initialized",
+    })
+}
+
+/// `MPI_Finalize`. Communicator handles still alive afterwards fail with
+/// [`Error::NotInitialized`].
+pub fn finalize() -> Result<(), Error> {
+    let dev = {
+        let mut g = match DEVICE.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.take().ok_or(Error::NotInitialized {
+            what: "not initialized",
+        })?
+    };
+    dev.finalize()
+}
+
+/// `MPI_Initialized`-style query: whether the device is up.
+pub fn is_initialized() -> bool {
+    device().is_ok()
+}
+
+/// `MPI_Abort` without a communicator: tears the job down with `code` (the
+/// launcher exits with it); exits this process directly if the device is
+/// not up.
+pub fn abort(code: i32, message: &str) -> ! {
+    match device() {
+        Ok(dev) => dev.abort(code, message),
+        Err(_) => {
+            eprintln!("tmx: aborting with code {code}: {message}");
+            std::process::exit(code)
+        }
+    }
+}

@@ -1,0 +1,1241 @@
+//! RMA windows (`MPI_Win`): one-sided communication driven by
+//! [`rma_epoch::Engine`].
+//!
+//! # How it works
+//!
+//! - **One engine per process.** The device owns one `rma_epoch::Engine`
+//!   (behind its own lock) holding every window of this process.
+//!   The engine is sans-IO: user calls go in (`fence`, `put`, `lock`, ...),
+//!   actions come out (packets to send, barriers to start, read results,
+//!   completions of pending calls).
+//! - **A private communicator per window.** Window creation duplicates the
+//!   user's communicator ([`Comm::dup`], as MPICH does). Its point-to-point
+//!   context id is *reserved for RMA packets* of this window (tag 0, any
+//!   size: `tm_proto::rma` packets, a 32-byte header plus payload); its
+//!   collective context carries the window's barriers (tags `0x100 +
+//!   round`) and the creation-time exchange of window sizes. A packet is
+//!   mapped to its local window by the context it arrived on (the wire
+//!   header's window id is rewritten to the local one, so windows created
+//!   on different communicators never have to agree on engine ids).
+//! - **MAKE_RMA_PROGRESS.** Every progress pass of the device (every
+//!   wait, test, blocking receive and `device_check`) also runs
+//!   MAKE_RMA_PROGRESS: it drains the RMA contexts (target-side packets are
+//!   applied to the window memory right there, under the RMA lock), drains
+//!   the engine's actions (packets go out through the same endpoint as
+//!   point-to-point messages), and steps the windows' nonblocking
+//!   barriers. A barrier asked for by the engine is a dissemination
+//!   barrier of nonblocking sends and receives stepped by progress: no
+//!   blocking call ever runs inside progress.
+//! - **Atomicity.** Every target-side access (put, accumulate, the read of
+//!   a get, fetch-and-op, compare-and-swap) happens inside one
+//!   `Engine::handle_packet` under the RMA lock, and the owner's local
+//!   accesses ([`Win::with_local`]) take the same lock: accumulates are
+//!   atomic per element (per operation, in fact) with respect to every
+//!   other RMA access, as MPI requires. The lock's acquire/release are the
+//!   memory barriers around every process synchronization.
+//!
+//! # Transport paths
+//!
+//! **Every target, including this rank and same-node ranks, is reached by
+//! active messages through the engine** (the shmem endpoint carries them).
+//! Direct load/store on a shared segment is not implemented: window memory
+//! is an ordinary `Vec<u8>` owned by the window (adi has no `unsafe`).
+//! Remote (inter-node) targets will use verbs-tm: the seam is
+//! [`crate::device::choose_route`] (a remote peer is refused at init today)
+//! plus the packet formats, which are already `tm_proto::rma`'s.
+//!
+//! # Misuse
+//!
+//! Ops outside an epoch, unlock without lock, ... are
+//! [`Error::Rma`] (`MPI_ERR_RMA_SYNC`); a target outside the communicator
+//! is [`Error::InvalidRank`]; an access past the end of the target's window
+//! is [`Error::RmaRange`] (`MPI_ERR_RMA_RANGE`), checked at the origin
+//! against the sizes exchanged at creation.
+
+use crate::attr::{ANY_TAG, PROC_NULL};
+use crate::comm::Comm;
+use crate::device::{Device, Group, Mode, RecvInto, SendData};
+use crate::request::{request, Completer, Request, Status};
+use crate::Error;
+use rma_epoch::{Action, CallStatus, Engine, GlobalConfig, Posted, WinId, WindowConfig};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use rma_epoch::assert;
+pub use rma_epoch::{AccOp, ElemType};
+
+/// Tag of RMA packets on a window's RMA context.
+const TAG_RMA: u32 = 0;
+/// First tag of the window barrier's rounds (collective context).
+const TAG_WIN_BARRIER: u32 = 0x100;
+/// Largest receive buffer kept between progress passes.
+const SCRATCH_KEEP: usize = 16 << 20;
+/// Most packets one progress pass takes from one window.
+const PACKETS_PER_PASS: usize = 64;
+
+/// The kind of a passive-target lock (`MPI_LOCK_SHARED`,
+/// `MPI_LOCK_EXCLUSIVE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockType {
+    /// `MPI_LOCK_SHARED`.
+    Shared,
+    /// `MPI_LOCK_EXCLUSIVE`.
+    Exclusive,
+}
+
+/// The RMA state of a device: the engine and the windows' memory.
+#[derive(Debug)]
+pub(crate) struct Rma {
+    state: Mutex<RmaState>,
+    /// Live windows: progress does not even take the lock when there are
+    /// none.
+    live: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct RmaState {
+    engine: Engine,
+    wins: HashMap<WinId, Slot>,
+    /// Scratch list of window ids (reused by progress).
+    ids: Vec<WinId>,
+    /// Receive buffer of incoming packets, reused (a fresh buffer per
+    /// MiB-sized packet costs hundreds of page faults).
+    scratch: Vec<u8>,
+}
+
+/// One window's device-side state.
+#[derive(Debug)]
+struct Slot {
+    mem: Vec<u8>,
+    /// RMA context (the window communicator's point-to-point context).
+    ctx: u32,
+    /// Barrier context (its collective context).
+    coll: u32,
+    rank: u32,
+    group: Arc<Group>,
+    /// Reads waiting for their data: token → (completer, target rank).
+    results: HashMap<u64, (Completer, i32)>,
+    barriers_wanted: u32,
+    barrier: Option<IBarrier>,
+}
+
+/// A nonblocking dissemination barrier, stepped by progress.
+#[derive(Debug)]
+struct IBarrier {
+    dist: u32,
+    round: u32,
+    reqs: Option<(Request, Request)>,
+}
+
+struct Mems<'a>(&'a mut HashMap<WinId, Slot>);
+
+impl rma_epoch::WindowMemory for Mems<'_> {
+    fn window_mut(&mut self, win: WinId) -> Option<&mut [u8]> {
+        self.0.get_mut(&win).map(|s| s.mem.as_mut_slice())
+    }
+}
+
+fn lock(m: &Mutex<RmaState>) -> MutexGuard<'_, RmaState> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+impl Rma {
+    /// The engine with the global pool sizes of `TMX_RMA_*_GLOBAL_POOL_SIZE`.
+    pub(crate) fn from_env() -> Result<Rma, Error> {
+        let cfg = GlobalConfig::from_lookup(env)?;
+        Ok(Rma {
+            state: Mutex::new(RmaState {
+                engine: Engine::new(cfg),
+                wins: HashMap::new(),
+                ids: Vec::new(),
+                scratch: Vec::new(),
+            }),
+            live: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// What one RMA progress pass did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Progressed {
+    /// Reads delivered and pending calls completed.
+    pub(crate) completed: usize,
+    /// Packets received and applied.
+    pub(crate) packets: usize,
+}
+
+/// MAKE_RMA_PROGRESS: one pass over every window (incoming packets, engine
+/// actions, barriers). Never blocks: if another thread is inside the RMA
+/// state, this pass skips it.
+pub(crate) fn progress(dev: &Device) -> Result<Progressed, Error> {
+    if dev.rma.live.load(Ordering::Acquire) == 0 {
+        return Ok(Progressed::default());
+    }
+    let mut g = match dev.rma.state.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::WouldBlock) => return Ok(Progressed::default()),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+    };
+    let st = &mut *g;
+    let mut done = 0;
+    let mut packets = 0;
+    let mut ids = std::mem::take(&mut st.ids);
+    ids.clear();
+    ids.extend(st.wins.keys().copied());
+    let r = (|| {
+        for &win in &ids {
+            packets += receive_packets(dev, st, win)?;
+        }
+        for _ in 0..8 {
+            done += drain_actions(dev, st)?;
+            let mut barriers = 0;
+            for &win in &ids {
+                if step_barrier(dev, st, win)? {
+                    st.engine.handle_barrier_complete(win)?;
+                    barriers += 1;
+                }
+            }
+            if barriers == 0 {
+                break;
+            }
+        }
+        done += drain_actions(dev, st)?;
+        Ok::<(), Error>(())
+    })();
+    st.ids = ids;
+    r.map(|()| Progressed {
+        completed: done,
+        packets,
+    })
+}
+
+fn receive_packets(dev: &Device, st: &mut RmaState, win: WinId) -> Result<usize, Error> {
+    let Some(slot) = st.wins.get(&win) else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    let spec = tm_proto::MatchSpec {
+        context_id: slot.ctx,
+        source: tm_proto::Source::Any,
+        tag: tm_proto::Tag::Value(TAG_RMA),
+    };
+    let group = Arc::clone(&slot.group);
+    let mut scratch = std::mem::take(&mut st.scratch);
+    let r = (|| {
+        for _ in 0..PACKETS_PER_PASS {
+            let Some((world, len)) = dev.try_take(spec, &mut scratch)? else {
+                break;
+            };
+            let from = group.of_world.get(world as usize).copied().unwrap_or(-1);
+            let Some(bytes) = scratch.get_mut(..len).filter(|b| b.len() >= 8 && from >= 0) else {
+                tracing::warn!(world, len, "stray RMA packet dropped");
+                continue;
+            };
+            // The header's window id is the sender's engine id: use ours.
+            bytes[4..8].copy_from_slice(&win.to_be_bytes());
+            tracing::trace!(win, from, len, "RMA packet");
+            st.engine
+                .handle_packet(from as u32, bytes, &mut Mems(&mut st.wins))?;
+            n += 1;
+        }
+        Ok::<(), Error>(())
+    })();
+    if scratch.capacity() > SCRATCH_KEEP {
+        scratch = Vec::new();
+    }
+    st.scratch = scratch;
+    r.map(|()| n)
+}
+
+fn drain_actions(dev: &Device, st: &mut RmaState) -> Result<usize, Error> {
+    let mut done = 0;
+    while let Some(a) = st.engine.poll_action() {
+        match a {
+            Action::Send { to, bytes } => {
+                let Some(slot) = st.wins.get(&engine_win_of_send(&bytes)) else {
+                    tracing::warn!(to, "RMA packet of an unknown window not sent");
+                    continue;
+                };
+                let world =
+                    slot.group
+                        .world
+                        .get(to as usize)
+                        .copied()
+                        .ok_or(Error::InvalidRank {
+                            rank: to as i32,
+                            size: slot.group.world.len() as i32,
+                        })?;
+                let req = dev.start_send(
+                    world,
+                    TAG_RMA,
+                    slot.ctx,
+                    SendData::Owned(bytes),
+                    Mode::Standard,
+                    None,
+                )?;
+                req.free();
+            }
+            Action::Barrier { win } => {
+                if let Some(slot) = st.wins.get_mut(&win) {
+                    slot.barriers_wanted += 1;
+                    tracing::debug!(win, "window barrier requested");
+                }
+            }
+            Action::Result { win, token, data } => {
+                if let Some((c, src)) = st
+                    .wins
+                    .get_mut(&win)
+                    .and_then(|s| s.results.remove(&token.0))
+                {
+                    c.complete_with_buffer(Status::new(src, ANY_TAG, data.len()), data);
+                    done += 1;
+                }
+            }
+            Action::Completed { win, call } => {
+                tracing::debug!(win, ?call, "RMA call completed");
+                done += 1;
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// The window id in an outgoing packet's header (bytes 4..8).
+fn engine_win_of_send(bytes: &[u8]) -> WinId {
+    match bytes.get(4..8) {
+        Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]),
+        _ => u32::MAX,
+    }
+}
+
+/// Steps the window's barrier; `true` when one just completed.
+fn step_barrier(dev: &Device, st: &mut RmaState, win: WinId) -> Result<bool, Error> {
+    let Some(slot) = st.wins.get_mut(&win) else {
+        return Ok(false);
+    };
+    if slot.barrier.is_none() && slot.barriers_wanted > 0 {
+        slot.barriers_wanted -= 1;
+        slot.barrier = Some(IBarrier {
+            dist: 1,
+            round: 0,
+            reqs: None,
+        });
+    }
+    let n = slot.group.world.len() as u32;
+    let me = slot.rank;
+    let Some(b) = slot.barrier.as_mut() else {
+        return Ok(false);
+    };
+    loop {
+        match &b.reqs {
+            None => {
+                if b.dist >= n {
+                    slot.barrier = None;
+                    tracing::debug!(win, "window barrier complete");
+                    return Ok(true);
+                }
+                let to = (me + b.dist) % n;
+                let from = (me + n - b.dist % n) % n;
+                let tag = TAG_WIN_BARRIER + b.round;
+                let world_to = slot.group.world.get(to as usize).copied().unwrap_or(0);
+                let world_from = slot.group.world.get(from as usize).copied().unwrap_or(0);
+                let spec = tm_proto::MatchSpec {
+                    context_id: slot.coll,
+                    source: tm_proto::Source::Rank(dev.local_of(world_from)?),
+                    tag: tm_proto::Tag::Value(tag),
+                };
+                let r =
+                    dev.start_recv(spec, Vec::new(), RecvInto::Owned, Arc::clone(&slot.group))?;
+                let s = dev.start_send(
+                    world_to,
+                    tag,
+                    slot.coll,
+                    SendData::Owned(Vec::new()),
+                    Mode::Standard,
+                    None,
+                )?;
+                b.reqs = Some((s, r));
+            }
+            Some((s, r)) => {
+                if s.is_complete() && r.is_complete() {
+                    b.reqs = None;
+                    b.dist = b.dist.saturating_mul(2);
+                    b.round += 1;
+                } else {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+}
+
+/// An RMA window (`MPI_Win`).
+///
+/// Created collectively by [`Win::create`] (memory given by the caller and
+/// handed back by [`Win::free`]) or [`Win::allocate`]. Displacements are in
+/// bytes (a displacement unit of 1). All calls take `&self`; the engine
+/// allows one call in progress per window at a time (another thread's call
+/// meanwhile is [`Error::Rma`] with `CallInProgress`).
+#[derive(Debug)]
+pub struct Win {
+    comm: Comm,
+    id: WinId,
+    sizes: Arc<[u64]>,
+    freed: bool,
+}
+
+impl Win {
+    /// `MPI_Win_create`: exposes `mem` (owned by the window until
+    /// [`Win::free`] returns it). Collective over `comm`.
+    pub fn create(comm: &Comm, mem: Vec<u8>) -> Result<Win, Error> {
+        let wcomm = comm.dup()?;
+        let n = wcomm.size() as usize;
+        let me = wcomm.rank();
+        let mine = (mem.len() as u64).to_le_bytes();
+        let mut all = vec![0u8; 8 * n];
+        wcomm.gather(&mine, &mut all, 0)?;
+        wcomm.bcast(&mut all, 0)?;
+        let sizes: Arc<[u64]> = all
+            .chunks_exact(8)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(c);
+                u64::from_le_bytes(b)
+            })
+            .collect();
+        let cfg = WindowConfig::from_lookup(n as u32, me as u32, mem.len() as u64, env)?;
+        let dev = wcomm.dev();
+        let id = {
+            let mut g = lock(&dev.rma.state);
+            let id = g.engine.create_window(cfg)?;
+            g.wins.insert(
+                id,
+                Slot {
+                    mem,
+                    ctx: wcomm.inner.ctx,
+                    coll: wcomm.inner.coll,
+                    rank: me as u32,
+                    group: Arc::clone(&wcomm.inner.group),
+                    results: HashMap::new(),
+                    barriers_wanted: 0,
+                    barrier: None,
+                },
+            );
+            dev.rma.live.fetch_add(1, Ordering::AcqRel);
+            id
+        };
+        tracing::info!(
+            win = id,
+            ctx = wcomm.inner.ctx,
+            size = sizes.get(me as usize).copied().unwrap_or(0),
+            "window created"
+        );
+        Ok(Win {
+            comm: wcomm,
+            id,
+            sizes,
+            freed: false,
+        })
+    }
+
+    /// `MPI_Win_allocate`: a window of `size` zeroed bytes owned by the
+    /// window. Collective over `comm`.
+    pub fn allocate(comm: &Comm, size: usize) -> Result<Win, Error> {
+        Win::create(comm, vec![0u8; size])
+    }
+
+    /// `MPI_Win_free`: collective; every rank must have closed its epochs.
+    /// Waits until no rank still accesses this one (a barrier over the
+    /// window's communicator, then the engine's free: locks released,
+    /// acknowledgements in), and hands the memory back.
+    pub fn free(mut self) -> Result<Vec<u8>, Error> {
+        self.comm.barrier()?;
+        self.sync_call(|e, w| e.free_window(w))?;
+        self.freed = true;
+        Ok(self.remove().unwrap_or_default())
+    }
+
+    fn remove(&self) -> Option<Vec<u8>> {
+        let dev = self.comm.dev();
+        let mut g = lock(&dev.rma.state);
+        let s = g.wins.remove(&self.id)?;
+        dev.rma.live.fetch_sub(1, Ordering::AcqRel);
+        Some(s.mem)
+    }
+
+    /// This rank in the window's group.
+    pub fn rank(&self) -> i32 {
+        self.comm.rank()
+    }
+
+    /// Ranks in the window's group.
+    pub fn size(&self) -> i32 {
+        self.comm.size()
+    }
+
+    /// Bytes of `rank`'s window (exchanged at creation); `None` for a rank
+    /// outside the group.
+    pub fn target_size(&self, rank: i32) -> Option<u64> {
+        usize::try_from(rank)
+            .ok()
+            .and_then(|r| self.sizes.get(r).copied())
+    }
+
+    /// The window's private communicator (a duplicate of the one it was
+    /// created on; `MPI_Win_get_group` is its group).
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    /// Local access to this rank's window memory, under the RMA lock (so it
+    /// is atomic with respect to every RMA operation applied here). MPI's
+    /// rules on conflicting local and remote accesses still apply: use it
+    /// between epochs, or inside an epoch on bytes nobody else accesses.
+    pub fn with_local<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T, Error> {
+        let mut g = lock(&self.comm.dev().rma.state);
+        let slot = g
+            .wins
+            .get_mut(&self.id)
+            .ok_or(Error::Rma(rma_epoch::Error::NoSuchWindow(self.id)))?;
+        Ok(f(&mut slot.mem))
+    }
+
+    /// A copy of this rank's window memory.
+    pub fn local_copy(&self) -> Result<Vec<u8>, Error> {
+        self.with_local(|m| m.to_vec())
+    }
+
+    // ------------------------------------------------------ plumbing
+
+    /// Waits (driving progress) until the window has no pending call.
+    fn wait_idle(&self) -> Result<(), Error> {
+        let dev = self.comm.dev();
+        let mut idle = 0u32;
+        loop {
+            if lock(&dev.rma.state).engine.blocked(self.id).is_none() {
+                return Ok(());
+            }
+            dev.check(false)?;
+            idle = idle.wrapping_add(1);
+            dev.relax(idle)?;
+        }
+    }
+
+    /// Runs a synchronization call on the engine and waits for it.
+    fn sync_call(
+        &self,
+        f: impl FnOnce(&mut Engine, WinId) -> Result<CallStatus, rma_epoch::Error>,
+    ) -> Result<(), Error> {
+        let dev = self.comm.dev();
+        let st = {
+            let mut g = lock(&dev.rma.state);
+            f(&mut g.engine, self.id)?
+        };
+        dev.check(false)?;
+        if st == CallStatus::Pending {
+            self.wait_idle()?;
+        }
+        Ok(())
+    }
+
+    /// Posts an operation; for a read, returns the request its data
+    /// completes.
+    fn post_op(
+        &self,
+        read_from: Option<i32>,
+        f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
+    ) -> Result<Option<Request>, Error> {
+        let dev = self.comm.dev();
+        let (posted, req) = {
+            let mut g = lock(&dev.rma.state);
+            let p = f(&mut g.engine, self.id)?;
+            let req = match read_from {
+                Some(src) => {
+                    let (r, c) = request();
+                    if let Some(s) = g.wins.get_mut(&self.id) {
+                        s.results.insert(p.token.0, (c, src));
+                    }
+                    Some(r)
+                }
+                None => None,
+            };
+            (p, req)
+        };
+        dev.check(false)?;
+        if posted.status == CallStatus::Pending {
+            self.wait_idle()?;
+        }
+        Ok(req)
+    }
+
+    /// The engine rank of `rank` (`PROC_NULL` maps to the engine's).
+    fn target(&self, rank: i32) -> Result<u32, Error> {
+        if rank == PROC_NULL {
+            return Ok(rma_epoch::PROC_NULL);
+        }
+        if (0..self.size()).contains(&rank) {
+            Ok(rank as u32)
+        } else {
+            Err(Error::InvalidRank {
+                rank,
+                size: self.size(),
+            })
+        }
+    }
+
+    /// Checks `disp..disp+len` against the target's window.
+    fn check_range(&self, rank: i32, disp: u64, len: usize) -> Result<u32, Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL || len == 0 {
+            return Ok(t);
+        }
+        let size = self.sizes.get(t as usize).copied().unwrap_or(0);
+        let end = disp.checked_add(len as u64);
+        if end.is_none_or(|e| e > size) {
+            return Err(Error::RmaRange {
+                target: rank,
+                disp,
+                len,
+                size,
+            });
+        }
+        Ok(t)
+    }
+
+    // ----------------------------------------------- synchronization
+
+    /// `MPI_Win_fence(assert)` ([`assert::NOPRECEDE`],
+    /// [`assert::NOSUCCEED`], ...).
+    pub fn fence(&self, assert: u32) -> Result<(), Error> {
+        self.sync_call(|e, w| e.fence(w, assert))
+    }
+
+    fn group(&self, group: &[i32]) -> Result<Vec<u32>, Error> {
+        let mut g = group
+            .iter()
+            .map(|r| match self.target(*r)? {
+                rma_epoch::PROC_NULL => Err(Error::InvalidRank {
+                    rank: *r,
+                    size: self.size(),
+                }),
+                t => Ok(t),
+            })
+            .collect::<Result<Vec<u32>, Error>>()?;
+        g.sort_unstable();
+        g.dedup();
+        Ok(g)
+    }
+
+    /// `MPI_Win_start`: an access epoch to the ranks of `group`.
+    pub fn start(&self, group: &[i32], assert: u32) -> Result<(), Error> {
+        let g = self.group(group)?;
+        self.sync_call(|e, w| e.start(w, &g, assert))
+    }
+
+    /// `MPI_Win_complete`.
+    pub fn complete(&self) -> Result<(), Error> {
+        self.sync_call(|e, w| e.complete(w))
+    }
+
+    /// `MPI_Win_post`: an exposure epoch to the ranks of `group`.
+    pub fn post(&self, group: &[i32], assert: u32) -> Result<(), Error> {
+        let g = self.group(group)?;
+        self.sync_call(|e, w| e.post(w, &g, assert))
+    }
+
+    /// `MPI_Win_wait`.
+    pub fn wait(&self) -> Result<(), Error> {
+        self.sync_call(|e, w| e.wait(w))
+    }
+
+    /// `MPI_Win_test`: `true` if the exposure epoch ended (as `wait`).
+    pub fn test(&self) -> Result<bool, Error> {
+        let dev = self.comm.dev();
+        dev.check(false)?;
+        let done = lock(&dev.rma.state).engine.test(self.id)?;
+        if done {
+            dev.check(false)?;
+        }
+        Ok(done)
+    }
+
+    /// `MPI_Win_lock(lock_type, rank, assert)`.
+    pub fn lock(&self, lock_type: LockType, rank: i32, assert: u32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        let ex = lock_type == LockType::Exclusive;
+        self.sync_call(|e, w| e.lock(w, ex, t, assert))
+    }
+
+    /// `MPI_Win_unlock(rank)`: returns once every operation to `rank` is
+    /// complete at the target and the lock is released.
+    pub fn unlock(&self, rank: i32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        self.sync_call(|e, w| e.unlock(w, t))
+    }
+
+    /// `MPI_Win_lock_all(assert)`: a shared lock on every rank.
+    pub fn lock_all(&self, assert: u32) -> Result<(), Error> {
+        self.sync_call(|e, w| e.lock_all(w, assert))
+    }
+
+    /// `MPI_Win_unlock_all`.
+    pub fn unlock_all(&self) -> Result<(), Error> {
+        self.sync_call(|e, w| e.unlock_all(w))
+    }
+
+    /// `MPI_Win_flush(rank)`: operations to `rank` are complete there.
+    pub fn flush(&self, rank: i32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        self.sync_call(|e, w| e.flush(w, t))
+    }
+
+    /// `MPI_Win_flush_local(rank)`: operations to `rank` are complete here
+    /// (origin buffers reusable, reads delivered).
+    pub fn flush_local(&self, rank: i32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        self.sync_call(|e, w| e.flush_local(w, t))
+    }
+
+    /// `MPI_Win_flush_all`.
+    pub fn flush_all(&self) -> Result<(), Error> {
+        self.sync_call(|e, w| e.flush_all(w))
+    }
+
+    /// `MPI_Win_flush_local_all`.
+    pub fn flush_local_all(&self) -> Result<(), Error> {
+        self.sync_call(|e, w| e.flush_local_all(w))
+    }
+
+    /// `MPI_Win_sync`: a full memory barrier. Local and RMA accesses to
+    /// this rank's memory are all made under the RMA lock, so this only
+    /// orders the caller's other memory accesses, and runs one progress
+    /// pass.
+    pub fn sync(&self) -> Result<(), Error> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.comm.dev().check(false)
+    }
+
+    // ---------------------------------------------------- operations
+
+    /// `MPI_Put` of `data` at byte displacement `disp` of `target`. The
+    /// data is copied at once (the origin buffer is free on return); it is
+    /// complete at the target at the closing synchronization.
+    pub fn put(&self, target: i32, disp: u64, data: &[u8]) -> Result<(), Error> {
+        let t = self.check_range(target, disp, data.len())?;
+        self.post_op(None, |e, w| e.put(w, t, disp, data))?;
+        Ok(())
+    }
+
+    /// `MPI_Put` with datatypes: `origin_count` elements of `origin_type`
+    /// read from `origin`, written as `target_count` elements of
+    /// `target_type` starting at byte displacement `disp` of `target`
+    /// (both committed; their sizes must match). The origin is packed
+    /// once; each contiguous block of the target layout becomes one put
+    /// (so a fine-grained target type costs one op per block).
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_typed(
+        &self,
+        target: i32,
+        disp: u64,
+        origin: &[u8],
+        origin_type: &crate::Datatype,
+        origin_count: i64,
+        target_type: &crate::Datatype,
+        target_count: i64,
+    ) -> Result<(), Error> {
+        let total = origin_type.pack_size(origin_count)?;
+        if target_type.pack_size(target_count)? != total {
+            return Err(Error::InvalidArgument {
+                what: "put_typed: origin and target describe different numbers of bytes",
+            });
+        }
+        let t = self.target(target)?;
+        if t == rma_epoch::PROC_NULL || total == 0 {
+            return Ok(());
+        }
+        let mut packed = vec![0u8; total];
+        origin_type.pack_part(origin, origin_count, 0, &mut packed)?;
+        let size = self.sizes.get(t as usize).copied().unwrap_or(0);
+        let avail = size.checked_sub(disp).ok_or(Error::RmaRange {
+            target,
+            disp,
+            len: total,
+            size,
+        })?;
+        let avail = usize::try_from(avail).unwrap_or(usize::MAX);
+        let segs: Vec<(usize, usize)> = target_type
+            .segments(avail, target_count, 0, total)
+            .map_err(|_| Error::RmaRange {
+                target,
+                disp,
+                len: total,
+                size,
+            })?
+            .collect();
+        let mut off = 0;
+        for (start, len) in segs {
+            let piece = packed.get(off..off + len).ok_or(Error::Truncated {
+                need: off + len,
+                have: total,
+            })?;
+            self.put(target, disp + start as u64, piece)?;
+            off += len;
+        }
+        Ok(())
+    }
+
+    /// `MPI_Rput`: as [`Win::put`]; the request is locally complete at once
+    /// (the data was copied), remote completion is by flush or unlock.
+    pub fn rput(&self, target: i32, disp: u64, data: &[u8]) -> Result<Request, Error> {
+        self.put(target, disp, data)?;
+        Ok(Request::completed(Status::new(target, ANY_TAG, data.len())))
+    }
+
+    /// `MPI_Get`/`MPI_Rget` of `len` bytes at `disp` of `target`: the
+    /// request completes with the data as its buffer
+    /// ([`Request::take_buffer`]), at the latest at the closing
+    /// synchronization (or a `flush_local`).
+    pub fn get(&self, target: i32, disp: u64, len: usize) -> Result<Request, Error> {
+        let t = self.check_range(target, disp, len)?;
+        self.read(target, |e, w| e.get(w, t, disp, len))
+    }
+
+    /// `MPI_Rget`: the same as [`Win::get`] (both return a request).
+    pub fn rget(&self, target: i32, disp: u64, len: usize) -> Result<Request, Error> {
+        self.get(target, disp, len)
+    }
+
+    fn read(
+        &self,
+        target: i32,
+        f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
+    ) -> Result<Request, Error> {
+        let r = self.post_op(Some(target), f)?;
+        r.ok_or(Error::Abandoned)
+    }
+
+    /// `MPI_Accumulate`: `target[disp..] = target[disp..] op data` element
+    /// by element (`data` holds whole elements of `elem`), atomically per
+    /// element.
+    pub fn accumulate(
+        &self,
+        target: i32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+    ) -> Result<(), Error> {
+        let t = self.check_range(target, disp, data.len())?;
+        self.post_op(None, |e, w| e.accumulate(w, t, disp, data, elem, op))?;
+        Ok(())
+    }
+
+    /// `MPI_Raccumulate`: as [`Win::accumulate`], with a request that is
+    /// locally complete at once.
+    pub fn raccumulate(
+        &self,
+        target: i32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+    ) -> Result<Request, Error> {
+        self.accumulate(target, disp, data, elem, op)?;
+        Ok(Request::completed(Status::new(target, ANY_TAG, data.len())))
+    }
+
+    /// `MPI_Get_accumulate` (and `MPI_Rget_accumulate`): accumulates
+    /// `data` and returns the old contents as the request's buffer.
+    /// [`AccOp::NoOp`] makes it an atomic read.
+    pub fn get_accumulate(
+        &self,
+        target: i32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+    ) -> Result<Request, Error> {
+        let t = self.check_range(target, disp, data.len())?;
+        self.read(target, |e, w| e.get_accumulate(w, t, disp, data, elem, op))
+    }
+
+    /// `MPI_Fetch_and_op` on one element: `data` is one `elem`; the old
+    /// value is the request's buffer.
+    pub fn fetch_and_op(
+        &self,
+        target: i32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+    ) -> Result<Request, Error> {
+        let t = self.check_range(target, disp, data.len())?;
+        self.read(target, |e, w| e.fetch_and_op(w, t, disp, data, elem, op))
+    }
+
+    /// `MPI_Compare_and_swap` on one element: stores `origin` if the
+    /// target equals `compare`; the old value is the request's buffer.
+    pub fn compare_and_swap(
+        &self,
+        target: i32,
+        disp: u64,
+        origin: &[u8],
+        compare: &[u8],
+        elem: ElemType,
+    ) -> Result<Request, Error> {
+        let t = self.check_range(target, disp, origin.len())?;
+        self.read(target, |e, w| {
+            e.compare_and_swap(w, t, disp, origin, compare, elem)
+        })
+    }
+
+    /// Waits for a request of this window's operations (`MPI_Wait` with
+    /// this device's progress).
+    pub fn wait_request(&self, req: &mut Request) -> Result<Status, Error> {
+        self.comm.wait(req)
+    }
+
+    /// The engine's counters of this window (ops issued, locks, packets,
+    /// target-side applications, ...).
+    pub fn counters(&self) -> Result<rma_epoch::Counters, Error> {
+        let g = lock(&self.comm.dev().rma.state);
+        Ok(g.engine.counters(self.id)?.clone())
+    }
+}
+
+impl Drop for Win {
+    /// Dropping a window that was not freed forgets its memory locally
+    /// (with a warning): `MPI_Win_free` is collective, so only
+    /// [`Win::free`] can end a window properly.
+    fn drop(&mut self) {
+        if !self.freed && self.remove().is_some() {
+            tracing::warn!(win = self.id, "window dropped without Win::free");
+        }
+    }
+}
+
+// Compile-time check: windows may be shared between threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Win>();
+};
+
+/// One rank's segment of a [`SharedWin`], as `MPI_Win_shared_query`
+/// reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedRegion {
+    /// The rank whose segment this is.
+    pub rank: i32,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its node index (the shmem PE whose symmetric heap holds it).
+    pub pe: u32,
+    /// Its offset in that PE's symmetric heap.
+    pub offset: u64,
+}
+
+/// A shared-memory window (`MPI_Win_allocate_shared` +
+/// `MPI_Win_shared_query`): every rank's segment lives in its own
+/// symmetric heap of the node segment (`shmem_onesided::Node::malloc`;
+/// size limit `TMX_SHMEM_HEAP_BYTES` per rank), and every rank of the
+/// communicator reads and writes any segment directly, by load/store, with
+/// no message and no target involvement.
+///
+/// adi has no `unsafe`, so the access is through the transport's safe
+/// copy and atomic API ([`SharedWin::write`], [`SharedWin::read`],
+/// [`SharedWin::fetch_add_u64`], [`SharedWin::compare_exchange_u64`], ...)
+/// rather than a raw pointer; bounds are checked against the segment.
+///
+/// **Limits (honest):** the segments are not contiguous across ranks (MPI's
+/// default `alloc_shared_noncontig = false` layout is not provided); the
+/// RMA operations and epochs of [`Win`] (put/get/accumulate through the
+/// engine, fence/PSCW/lock) are not available on a shared window: use
+/// load/store plus [`SharedWin::sync`] and [`SharedWin::barrier`] (the
+/// usual MPI-3 shared-memory pattern), and the 64-bit atomics for
+/// read-modify-write.
+#[derive(Debug)]
+pub struct SharedWin {
+    comm: Comm,
+    regions: Vec<SharedRegion>,
+    freed: bool,
+}
+
+impl Win {
+    /// `MPI_Win_allocate_shared`: see [`SharedWin`]. Collective over
+    /// `comm`, whose ranks must all be on this node (they are: there is no
+    /// inter-node transport yet).
+    pub fn allocate_shared(comm: &Comm, size: usize) -> Result<SharedWin, Error> {
+        SharedWin::allocate(comm, size)
+    }
+}
+
+impl SharedWin {
+    /// `MPI_Win_allocate_shared` of `size` zeroed bytes on this rank.
+    pub fn allocate(comm: &Comm, size: usize) -> Result<SharedWin, Error> {
+        let wcomm = comm.dup()?;
+        let dev = wcomm.dev();
+        let me_world = wcomm
+            .world_rank_of(wcomm.rank())
+            .ok_or(Error::InvalidRank {
+                rank: wcomm.rank(),
+                size: wcomm.size(),
+            })?;
+        let pe = dev.local_of(me_world)?;
+        // A zero-size segment still gets an address (one byte, unused).
+        let addr = dev.with_node(|node| {
+            let a = node.malloc(size.max(1) as u64)?;
+            node.put(pe, a, &vec![0u8; size])?;
+            Ok(a)
+        })?;
+        let mine = [pe as u64, addr.0, size as u64];
+        let mine: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let n = wcomm.size() as usize;
+        let mut all = vec![0u8; 24 * n];
+        wcomm.gather(&mine, &mut all, 0)?;
+        wcomm.bcast(&mut all, 0)?;
+        let word = |c: &[u8]| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            u64::from_le_bytes(b)
+        };
+        let regions = all
+            .chunks_exact(24)
+            .enumerate()
+            .map(|(r, c)| SharedRegion {
+                rank: r as i32,
+                pe: word(&c[0..8]) as u32,
+                offset: word(&c[8..16]),
+                size: word(&c[16..24]),
+            })
+            .collect();
+        tracing::info!(size, pe, offset = addr.0, "shared window allocated");
+        Ok(SharedWin {
+            comm: wcomm,
+            regions,
+            freed: false,
+        })
+    }
+
+    /// `MPI_Win_shared_query(rank)`: where `rank`'s segment is and how big.
+    pub fn shared_query(&self, rank: i32) -> Result<SharedRegion, Error> {
+        usize::try_from(rank)
+            .ok()
+            .and_then(|r| self.regions.get(r).copied())
+            .ok_or(Error::InvalidRank {
+                rank,
+                size: self.comm.size(),
+            })
+    }
+
+    /// This rank in the window's group.
+    pub fn rank(&self) -> i32 {
+        self.comm.rank()
+    }
+
+    /// Ranks in the window's group.
+    pub fn size(&self) -> i32 {
+        self.comm.size()
+    }
+
+    fn range(&self, rank: i32, offset: u64, len: usize) -> Result<SharedRegion, Error> {
+        let r = self.shared_query(rank)?;
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= r.size => Ok(r),
+            _ => Err(Error::RmaRange {
+                target: rank,
+                disp: offset,
+                len,
+                size: r.size,
+            }),
+        }
+    }
+
+    /// Stores `data` at `offset` of `rank`'s segment (complete on return).
+    pub fn write(&self, rank: i32, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let r = self.range(rank, offset, data.len())?;
+        let at = shmem_onesided::SymAddr(r.offset + offset);
+        self.comm
+            .dev()
+            .with_node(|node| Ok(node.put(r.pe, at, data)?))
+    }
+
+    /// Loads `buf.len()` bytes at `offset` of `rank`'s segment.
+    pub fn read(&self, rank: i32, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let r = self.range(rank, offset, buf.len())?;
+        let at = shmem_onesided::SymAddr(r.offset + offset);
+        self.comm
+            .dev()
+            .with_node(|node| Ok(node.get(r.pe, at, buf)?))
+    }
+
+    fn atomic<T>(
+        &self,
+        rank: i32,
+        offset: u64,
+        f: impl FnOnce(&std::sync::atomic::AtomicU64) -> T,
+    ) -> Result<T, Error> {
+        let r = self.range(rank, offset, 8)?;
+        let at = shmem_onesided::SymAddr(r.offset + offset);
+        self.comm
+            .dev()
+            .with_node(|node| Ok(f(node.atomic_u64(r.pe, at)?)))
+    }
+
+    /// Atomic load of the `u64` at `offset` (8-byte aligned) of `rank`'s
+    /// segment.
+    pub fn load_u64(&self, rank: i32, offset: u64) -> Result<u64, Error> {
+        self.atomic(rank, offset, |a| a.load(Ordering::SeqCst))
+    }
+
+    /// Atomic store.
+    pub fn store_u64(&self, rank: i32, offset: u64, v: u64) -> Result<(), Error> {
+        self.atomic(rank, offset, |a| a.store(v, Ordering::SeqCst))
+    }
+
+    /// Atomic fetch-and-add (wrapping); returns the old value.
+    pub fn fetch_add_u64(&self, rank: i32, offset: u64, v: u64) -> Result<u64, Error> {
+        self.atomic(rank, offset, |a| a.fetch_add(v, Ordering::SeqCst))
+    }
+
+    /// Atomic compare-and-swap: `Ok(Ok(old))` if it stored `new`,
+    /// `Ok(Err(actual))` if the value was not `current`.
+    pub fn compare_exchange_u64(
+        &self,
+        rank: i32,
+        offset: u64,
+        current: u64,
+        new: u64,
+    ) -> Result<Result<u64, u64>, Error> {
+        self.atomic(rank, offset, |a| {
+            a.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst)
+        })
+    }
+
+    /// `MPI_Win_sync`: a full memory barrier between this process's
+    /// earlier and later accesses to the window.
+    pub fn sync(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// `MPI_Win_sync`, `MPI_Barrier`, `MPI_Win_sync`: after it, every
+    /// rank's stores before the barrier are visible to every rank's loads.
+    pub fn barrier(&self) -> Result<(), Error> {
+        self.sync();
+        self.comm.barrier()?;
+        self.sync();
+        Ok(())
+    }
+
+    /// `MPI_Win_free`: a barrier (no rank accesses the segments any more),
+    /// then this rank's segment goes back to its heap.
+    pub fn free(mut self) -> Result<(), Error> {
+        self.comm.barrier()?;
+        self.freed = true;
+        self.release()
+    }
+
+    fn release(&self) -> Result<(), Error> {
+        let me = self.shared_query(self.rank())?;
+        self.comm
+            .dev()
+            .with_node(|node| Ok(node.free(shmem_onesided::SymAddr(me.offset))?))
+    }
+}
+
+impl Drop for SharedWin {
+    /// A shared window dropped without [`SharedWin::free`] keeps its
+    /// segment (other ranks may still access it): a leak, with a warning.
+    fn drop(&mut self) {
+        if !self.freed {
+            tracing::warn!("shared window dropped without SharedWin::free: segment leaked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorClass;
+
+    #[test]
+    fn window_id_is_read_from_the_header() {
+        let h = tm_proto::rma::RmaHeader::new(tm_proto::rma::RmaKind::Put, 0x0102_0304);
+        assert_eq!(engine_win_of_send(&h.to_bytes()), 0x0102_0304);
+        assert_eq!(engine_win_of_send(&[1, 2, 3]), u32::MAX);
+    }
+
+    #[test]
+    fn rma_errors_map_to_mpi_classes() {
+        use rma_epoch::{AccessState, Error as R};
+        let cases = [
+            (
+                R::NoEpoch {
+                    win: 0,
+                    state: AccessState::Unset,
+                },
+                ErrorClass::RmaSync,
+            ),
+            (R::NotLocked { win: 0, target: 1 }, ErrorClass::RmaSync),
+            (
+                R::RankOutOfRange {
+                    win: 0,
+                    rank: 9,
+                    comm_size: 2,
+                },
+                ErrorClass::Rank,
+            ),
+            (
+                R::InvalidAccumulate {
+                    op: AccOp::Band,
+                    elem: ElemType::F64,
+                    len: 8,
+                },
+                ErrorClass::Op,
+            ),
+            (R::NoSuchWindow(3), ErrorClass::Win),
+        ];
+        for (e, class) in cases {
+            let e: Error = e.into();
+            assert_eq!(e.class(), class, "{e}");
+        }
+        let r = Error::RmaRange {
+            target: 1,
+            disp: 8,
+            len: 16,
+            size: 16,
+        };
+        assert_eq!(r.class(), ErrorClass::RmaRange);
+        assert!(r.to_string().contains("window of 16 bytes"));
+    }
+
+    #[test]
+    fn engine_config_comes_from_the_environment_lookup() {
+        // Malformed TMX_RMA_* values are typed errors (Other), not panics.
+        let e = WindowConfig::from_lookup(2, 0, 8, |k| {
+            (k == "TMX_RMA_SLOTS").then(|| "many".to_string())
+        })
+        .map_err(Error::from)
+        .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Other);
+    }
+}

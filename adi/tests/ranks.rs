@@ -1,0 +1,913 @@
+//! Multi-rank tests of the ADI: real processes under the real launcher.
+//!
+//! The test binary launches itself as the ranks through the launcher's
+//! library (`launcher::run::run_job`, what `tmrun` runs), with the scenario
+//! in `TMX_ADI_TEST_ROLE`. Each rank runs `adi::init()`, the scenario's
+//! assertions, and `adi::finalize()`; a failed assertion makes the rank exit
+//! non-zero, which the launcher reports and the parent turns into a failed
+//! test. `run_job` kills the job on the first failure or after the timeout,
+//! and removes the job's `/dev/shm` objects whatever happens.
+#![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
+
+use adi::{
+    attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED},
+    BasicType, Comm, Datatype, Error, ErrorClass, ReduceOp, Request, Source, Tag,
+};
+use launcher::run::{run_job, JobSpec};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "TMX_ADI_TEST_ROLE";
+
+fn pattern(seed: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((seed.wrapping_mul(31) + i * 7) % 251) as u8)
+        .collect()
+}
+
+// ------------------------------------------------------------ rank roles
+
+/// Blocking send/recv over every protocol size, both directions, payload
+/// and status checked; zero-byte messages; the status of ANY_SOURCE/ANY_TAG.
+fn role_pingpong(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let sizes = [0usize, 1, 40, 41, 64, 4096, 65_536, 1 << 20, 9 << 20];
+    let mut buf = vec![0u8; 9 << 20];
+    for (k, &len) in sizes.iter().enumerate() {
+        let tag = k as i32;
+        if me == 0 {
+            w.send(&pattern(k, len), peer, tag).unwrap();
+            let st = w.recv(&mut buf[..len], Source::Any, Tag::Any).unwrap();
+            assert_eq!((st.source, st.tag, st.count), (peer, tag, len));
+            assert!(
+                buf[..len] == pattern(k + 100, len)[..],
+                "reply of {len} bytes"
+            );
+        } else {
+            let st = w.recv(&mut buf[..len], peer, tag).unwrap();
+            assert_eq!((st.source, st.tag, st.count), (peer, tag, len));
+            assert!(buf[..len] == pattern(k, len)[..], "payload of {len} bytes");
+            w.send(&pattern(k + 100, len), peer, tag).unwrap();
+        }
+    }
+}
+
+/// Self-sends (small and rendezvous-sized), PROC_NULL everywhere.
+fn role_self_and_proc_null(w: &Comm) {
+    let me = w.rank();
+    for len in [0usize, 5, 100_000, 3 << 20] {
+        let mut r = w.irecv(vec![0u8; len], me, 9).unwrap();
+        w.send(&pattern(len, len), me, 9).unwrap();
+        let st = w.wait(&mut r).unwrap();
+        assert_eq!((st.source, st.tag, st.count), (me, 9, len));
+        assert_eq!(r.take_buffer().unwrap(), pattern(len, len));
+    }
+    // Blocking self-send of an eager size before the receive is posted.
+    w.send(b"early", me, 10).unwrap();
+    let mut b = [0u8; 8];
+    let st = w.recv(&mut b, ANY_SOURCE, ANY_TAG).unwrap();
+    assert_eq!((st.source, st.tag, &b[..st.count]), (me, 10, &b"early"[..]));
+    // PROC_NULL: sends vanish, receives complete at once with no data.
+    w.send(b"x", PROC_NULL, 1).unwrap();
+    w.ssend(b"x", PROC_NULL, 1).unwrap();
+    w.bsend(b"x", PROC_NULL, 1).unwrap();
+    let st = w.recv(&mut b, PROC_NULL, 1).unwrap();
+    assert_eq!((st.source, st.tag, st.count), (PROC_NULL, ANY_TAG, 0));
+    let mut r = w.irecv(vec![7u8; 4], PROC_NULL, ANY_TAG).unwrap();
+    assert_eq!(w.wait(&mut r).unwrap().source, PROC_NULL);
+    assert_eq!(r.take_buffer().unwrap(), vec![7u8; 4]);
+    let mut s = w.isend(vec![1, 2], PROC_NULL, 0).unwrap();
+    w.wait(&mut s).unwrap();
+    assert_eq!(w.iprobe(PROC_NULL, 0).unwrap().unwrap().source, PROC_NULL);
+    let m = w.mprobe(PROC_NULL, 0).unwrap();
+    assert!(m.is_no_proc());
+    assert_eq!(w.mrecv(m, &mut b).unwrap().count, 0);
+}
+
+/// Truncation: the first buf.len() bytes arrive, nothing past the buffer is
+/// written, MPI_ERR_TRUNCATE with the status of what was delivered; the
+/// message is consumed (the next receive gets the next message).
+fn role_truncation(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let sizes = [30usize, 1000, 200_000, 2 << 20];
+    if me == 0 {
+        for (k, &len) in sizes.iter().enumerate() {
+            w.send(&pattern(k, len), peer, 1).unwrap();
+            w.send(b"next", peer, 2).unwrap();
+        }
+        for (k, &len) in sizes.iter().enumerate() {
+            w.send(&pattern(k, len), peer, 3).unwrap();
+        }
+    } else {
+        for (k, &len) in sizes.iter().enumerate() {
+            let cap = len / 2;
+            let mut buf = vec![0xEEu8; len];
+            let e = w.recv(&mut buf[..cap], peer, 1).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Truncate);
+            match e {
+                Error::RecvTruncated { status, msg_len } => {
+                    assert_eq!((status.source, status.tag, status.count), (peer, 1, cap));
+                    assert_eq!(msg_len, len);
+                }
+                other => panic!("expected RecvTruncated, got {other:?}"),
+            }
+            assert!(buf[..cap] == pattern(k, len)[..cap], "delivered prefix");
+            assert!(
+                buf[cap..].iter().all(|b| *b == 0xEE),
+                "nothing past the buffer"
+            );
+            let mut nb = [0u8; 4];
+            let st = w.recv(&mut nb, peer, ANY_TAG).unwrap();
+            assert_eq!((st.tag, &nb), (2, b"next"));
+        }
+        // Nonblocking: the error comes from wait; the buffer comes back.
+        for (k, &len) in sizes.iter().enumerate() {
+            let cap = len / 3;
+            let mut r = w.irecv(vec![0u8; cap], peer, 3).unwrap();
+            let e = w.wait(&mut r).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Truncate);
+            let got = r.take_buffer().unwrap();
+            assert_eq!(got.len(), cap);
+            assert!(got[..] == pattern(k, len)[..cap]);
+        }
+    }
+}
+
+/// Nonblocking sends and receives with waitall/waitany/testsome, and
+/// requests freed before completion (the operation still completes).
+fn role_nonblocking(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let n = 40;
+    let len_of = |i: usize| [0usize, 8, 300, 70_000, 1 << 20][i % 5];
+    let mut reqs: Vec<Request> = (0..n)
+        .map(|i| w.irecv(vec![0u8; len_of(i)], peer, i as i32).unwrap())
+        .collect();
+    let sends: Vec<Request> = (0..n)
+        .map(|i| {
+            w.isend(pattern(i + me as usize, len_of(i)), peer, i as i32)
+                .unwrap()
+        })
+        .collect();
+    // waitany until half are done, then testsome, then waitall.
+    let mut seen = vec![false; n];
+    for _ in 0..n / 2 {
+        let (i, st) = w.waitany(&mut reqs).unwrap().unwrap();
+        assert!(!seen[i]);
+        seen[i] = true;
+        assert_eq!((st.source, st.tag, st.count), (peer, i as i32, len_of(i)));
+        assert_eq!(
+            reqs[i].take_buffer().unwrap(),
+            pattern(i + peer as usize, len_of(i))
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.iter().filter(|s| **s).count() < n && Instant::now() < deadline {
+        if let Some(done) = w.testsome(&mut reqs).unwrap() {
+            for (i, st) in done {
+                assert!(!seen[i]);
+                seen[i] = true;
+                assert_eq!(st.count, len_of(i));
+                assert_eq!(
+                    reqs[i].take_buffer().unwrap(),
+                    pattern(i + peer as usize, len_of(i))
+                );
+            }
+        }
+    }
+    assert!(seen.iter().all(|s| *s), "every receive completed");
+    let mut sends = sends;
+    let st = w.waitall(&mut sends).unwrap();
+    assert_eq!(st.len(), n);
+    // Free before completion: drop the requests; the messages still arrive.
+    for i in 0..4 {
+        drop(w.isend(pattern(i, 100_000), peer, 500 + i as i32).unwrap());
+    }
+    let mut b = vec![0u8; 100_000];
+    for i in 0..4 {
+        let st = w.recv(&mut b, peer, 500 + i).unwrap();
+        assert_eq!(st.count, 100_000);
+        assert!(b == pattern(i as usize, 100_000));
+    }
+    // A receive freed before completion still consumes its message.
+    if me == 1 {
+        drop(w.irecv(vec![0u8; 16], peer, 600).unwrap());
+        w.send(b"after-free", peer, 601).unwrap();
+    } else {
+        let mut ack = [0u8; 10];
+        w.recv(&mut ack, peer, 601).unwrap();
+        w.send(b"to-freed", peer, 600).unwrap();
+    }
+    w.barrier().unwrap();
+    if me == 1 {
+        // The freed receive took tag 600: nothing with that tag is left.
+        let mut none = true;
+        for _ in 0..100 {
+            if w.iprobe(peer, 600).unwrap().is_some() {
+                none = false;
+            }
+        }
+        assert!(none, "the freed receive consumed its message");
+    }
+}
+
+/// ssend completes only after the receiver matched; rsend; bsend with a
+/// full buffer as an error; detach waits for buffered sends.
+fn role_send_modes(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    if me == 0 {
+        for len in [4usize, 1 << 20] {
+            let mut s = w.issend(pattern(len, len), peer, 5).unwrap();
+            // Rank 1 matches tag 5 only after our "go": until then the
+            // synchronous send cannot complete, however much we progress.
+            for _ in 0..200 {
+                assert!(
+                    w.test(&mut s).unwrap().is_none(),
+                    "ssend completed before the match"
+                );
+            }
+            w.send(b"go", peer, 6).unwrap();
+            w.wait(&mut s).unwrap();
+        }
+        w.ssend(b"blocking ssend", peer, 7).unwrap();
+        w.rsend(b"ready", peer, 8).unwrap();
+        // Buffered sends.
+        let e = w.bsend(b"no buffer", peer, 9).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Buffer);
+        w.attach_buffer(vec![0u8; 3 * (1000 + adi::BSEND_OVERHEAD)])
+            .unwrap();
+        for i in 0..3u8 {
+            w.bsend(&[i; 1000], peer, 9).unwrap();
+        }
+        let full = w.bsend(&[9u8; 1000], peer, 9).unwrap_err();
+        assert!(matches!(full, Error::BsendBufferFull { .. }), "{full:?}");
+        assert_eq!(full.class(), ErrorClass::Buffer);
+        let back = w.detach_buffer().unwrap();
+        assert_eq!(back.len(), 3 * (1000 + adi::BSEND_OVERHEAD));
+        // A large buffered message (rendezvous-sized) from the buffer.
+        w.attach_buffer(vec![0u8; (2 << 20) + adi::BSEND_OVERHEAD])
+            .unwrap();
+        w.bsend(&pattern(3, 2 << 20), peer, 10).unwrap();
+        w.detach_buffer().unwrap();
+    } else {
+        let mut b = vec![0u8; 1 << 20];
+        for len in [4usize, 1 << 20] {
+            let mut go = [0u8; 2];
+            w.recv(&mut go, peer, 6).unwrap();
+            let st = w.recv(&mut b, peer, 5).unwrap();
+            assert_eq!(st.count, len);
+            assert!(b[..len] == pattern(len, len)[..]);
+        }
+        let st = w.recv(&mut b, peer, 7).unwrap();
+        assert_eq!(&b[..st.count], b"blocking ssend");
+        let st = w.recv(&mut b, peer, 8).unwrap();
+        assert_eq!(&b[..st.count], b"ready");
+        for i in 0..3u8 {
+            let st = w.recv(&mut b, peer, 9).unwrap();
+            assert_eq!(st.count, 1000);
+            assert!(b[..1000].iter().all(|x| *x == i));
+        }
+        let mut big = vec![0u8; 2 << 20];
+        w.recv(&mut big, peer, 10).unwrap();
+        assert!(big == pattern(3, 2 << 20));
+    }
+}
+
+/// probe/iprobe leave the message queued; mprobe/improbe bind it; cancel of
+/// an unmatched receive.
+fn role_probe_cancel(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    if me == 0 {
+        w.send(&pattern(1, 77), peer, 1).unwrap();
+        w.send(&pattern(2, 300_000), peer, 2).unwrap();
+        w.send(&pattern(3, 12), peer, 3).unwrap();
+        w.send(&pattern(4, 12), peer, 3).unwrap();
+        let mut ack = [0u8; 1];
+        w.recv(&mut ack, peer, 99).unwrap();
+    } else {
+        let st = w.probe(peer, 1).unwrap();
+        assert_eq!((st.source, st.tag, st.count), (peer, 1, 77));
+        // Still queued: iprobe sees it again, recv gets it.
+        assert_eq!(w.iprobe(ANY_SOURCE, 1).unwrap().unwrap().count, 77);
+        let mut b = vec![0u8; st.count];
+        w.recv(&mut b, peer, 1).unwrap();
+        assert_eq!(b, pattern(1, 77));
+        // mprobe removes it from matching: a receive for tag 2 would not see it.
+        let m = w.mprobe(ANY_SOURCE, 2).unwrap();
+        assert_eq!(m.status().count, 300_000);
+        assert!(w.iprobe(peer, 2).unwrap().is_none());
+        let mut big = vec![0u8; 300_000];
+        let st = w.mrecv(m, &mut big).unwrap();
+        assert_eq!((st.source, st.count), (peer, 300_000));
+        assert!(big == pattern(2, 300_000));
+        // improbe + imrecv, in arrival order.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut m1 = None;
+        while m1.is_none() && Instant::now() < deadline {
+            m1 = w.improbe(peer, 3).unwrap();
+        }
+        let m1 = m1.unwrap();
+        let m2 = w.mprobe(peer, 3).unwrap();
+        let mut r2 = w.imrecv(m2, vec![0u8; 12]).unwrap();
+        let mut r1 = w.imrecv(m1, vec![0u8; 12]).unwrap();
+        w.wait(&mut r2).unwrap();
+        w.wait(&mut r1).unwrap();
+        assert_eq!(r1.take_buffer().unwrap(), pattern(3, 12));
+        assert_eq!(r2.take_buffer().unwrap(), pattern(4, 12));
+        // Cancel an unmatched receive: it completes as cancelled with its buffer.
+        let mut r = w.irecv(vec![5u8; 8], peer, 1234).unwrap();
+        assert!(w.cancel(&r).unwrap());
+        let st = w.wait(&mut r).unwrap();
+        assert!(st.cancelled);
+        assert_eq!(r.take_buffer().unwrap(), vec![5u8; 8]);
+        // Cancel of a null request is an error.
+        let e = w.cancel(&Request::null()).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Request);
+        w.send(&[1], peer, 99).unwrap();
+    }
+}
+
+/// Datatype sends and receives: vector → contiguous, contiguous → vector,
+/// a struct; an irecv whose datatype the user drops before completion;
+/// large (pipelined-plan) data.
+fn role_datatypes(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let i32t = Datatype::basic(BasicType::I32);
+    let vec_t = Datatype::vector(4, 1, 2, &i32t).unwrap();
+    vec_t.commit().unwrap();
+    let src: Vec<u8> = (0..28).collect();
+    // Large vector: 50 000 blocks of 8 bytes, stride 16 (400 000 packed bytes > 256 KiB).
+    let big_t = Datatype::vector(50_000, 2, 4, &i32t).unwrap();
+    big_t.commit().unwrap();
+    let big_src = pattern(7, 800_000);
+    if me == 0 {
+        w.send_typed(&src, 1, &vec_t, peer, 1).unwrap();
+        w.send(&pattern(2, 16), peer, 2).unwrap();
+        w.send(&pattern(3, 16), peer, 3).unwrap();
+        let mut r = w.isend_typed(&big_src, 1, &big_t, peer, 4).unwrap();
+        w.wait(&mut r).unwrap();
+        w.send_typed(&src, 0, &vec_t, peer, 5).unwrap();
+    } else {
+        let mut packed = [0u8; 16];
+        let st = w.recv(&mut packed, peer, 1).unwrap();
+        assert_eq!(st.count, 16);
+        assert_eq!(st.count_of(&i32t), Some(4));
+        assert_eq!(
+            packed,
+            [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27]
+        );
+        // Contiguous in, vector out: holes stay untouched.
+        let mut dst = vec![0xAAu8; 28];
+        let st = w.recv_typed(&mut dst, 1, &vec_t, peer, 2).unwrap();
+        assert_eq!(st.count, 16);
+        let p = pattern(2, 16);
+        for blk in 0..4 {
+            assert_eq!(dst[blk * 8..blk * 8 + 4], p[blk * 4..blk * 4 + 4]);
+            if blk < 3 {
+                assert!(dst[blk * 8 + 4..blk * 8 + 8].iter().all(|b| *b == 0xAA));
+            }
+        }
+        // Nonblocking typed receive; the user's datatype handle is dropped first.
+        let t2 = Datatype::vector(4, 1, 2, &i32t).unwrap();
+        t2.commit().unwrap();
+        let mut r = w.irecv_typed(vec![0xBBu8; 28], 1, &t2, peer, 3).unwrap();
+        drop(t2);
+        w.wait(&mut r).unwrap();
+        let got = r.take_buffer().unwrap();
+        assert_eq!(got[4..8], [0xBB; 4]);
+        assert_eq!(got[8..12], pattern(3, 16)[4..8]);
+        // Large: receive into a vector layout again and compare the covered bytes.
+        let mut out = vec![0u8; 800_000];
+        let st = w.recv_typed(&mut out, 1, &big_t, peer, 4).unwrap();
+        assert_eq!(st.count, 400_000);
+        for blk in 0..50_000 {
+            let o = blk * 16;
+            assert_eq!(out[o..o + 8], big_src[o..o + 8], "block {blk}");
+            assert!(out[o + 8..o + 16].iter().all(|b| *b == 0));
+        }
+        let st = w.recv_typed(&mut out, 0, &vec_t, peer, 5).unwrap();
+        assert_eq!(st.count, 0);
+    }
+}
+
+/// Persistent requests: wildcards kept across starts, startall, buffer reuse.
+fn role_persistent(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    if me == 0 {
+        let mut s = w.send_init(vec![0u8; 64], peer, 3).unwrap();
+        for round in 0..5u8 {
+            s.buffer_mut().unwrap().fill(round);
+            s.start().unwrap();
+            assert!(s.start().is_err(), "start of an active request");
+            s.wait().unwrap();
+        }
+        let mut pair = vec![
+            w.send_init(vec![1u8; 10], peer, 4).unwrap(),
+            w.ssend_init(vec![2u8; 10], peer, 5).unwrap(),
+        ];
+        adi::startall(&mut pair).unwrap();
+        for p in &mut pair {
+            p.wait().unwrap();
+        }
+    } else {
+        let mut r = w.recv_init(vec![0u8; 64], Source::Any, Tag::Any).unwrap();
+        for round in 0..5u8 {
+            r.start().unwrap();
+            let st = r.wait().unwrap();
+            assert_eq!((st.source, st.tag, st.count), (peer, 3, 64));
+            assert!(r.buffer().unwrap().iter().all(|b| *b == round));
+        }
+        let mut b = [0u8; 10];
+        assert_eq!(w.recv(&mut b, peer, 4).unwrap().count, 10);
+        assert_eq!(b, [1u8; 10]);
+        assert_eq!(w.recv(&mut b, peer, 5).unwrap().count, 10);
+        assert_eq!(b, [2u8; 10]);
+    }
+}
+
+/// Bad input gives typed errors with the right MPI classes, and the device
+/// keeps working afterwards.
+fn role_bad_input(w: &Comm) {
+    let n = w.size();
+    let class = |r: Result<(), Error>| r.unwrap_err().class();
+    assert_eq!(class(w.send(b"x", n, 0)), ErrorClass::Rank);
+    assert_eq!(class(w.send(b"x", -5, 0)), ErrorClass::Rank);
+    assert_eq!(class(w.send(b"x", 0, TAG_UB + 1)), ErrorClass::Tag);
+    assert_eq!(class(w.send(b"x", 0, -3)), ErrorClass::Tag);
+    assert_eq!(
+        w.recv(&mut [0u8; 1], n + 1, 0).unwrap_err().class(),
+        ErrorClass::Rank
+    );
+    assert_eq!(
+        w.irecv(vec![], 0, TAG_UB + 1).unwrap_err().class(),
+        ErrorClass::Tag
+    );
+    let i32t = Datatype::basic(BasicType::I32);
+    assert_eq!(
+        class(w.send_typed(&[0u8; 8], -1, &i32t, 0, 0)),
+        ErrorClass::Count
+    );
+    assert_eq!(
+        class(w.send_typed(&[0u8; 8], 3, &i32t, 0, 0)),
+        ErrorClass::Buffer
+    );
+    let uncommitted = Datatype::vector(2, 1, 2, &i32t).unwrap();
+    assert_eq!(
+        class(w.send_typed(&[0u8; 16], 1, &uncommitted, 0, 0)),
+        ErrorClass::Type
+    );
+    assert_eq!(
+        w.recv_typed(&mut [0u8; 4], 2, &i32t, 0, 0)
+            .unwrap_err()
+            .class(),
+        ErrorClass::Buffer
+    );
+    assert_eq!(
+        class(w.bcast(&mut [0u8; 1], n).map(|_| ())),
+        ErrorClass::Root
+    );
+    assert_eq!(w.split(-7, 0).unwrap_err().class(), ErrorClass::Arg);
+    let mut f = [0f64; 1];
+    assert_eq!(
+        w.allreduce(&[1.0f64], &mut f, ReduceOp::BitXor)
+            .unwrap_err()
+            .class(),
+        ErrorClass::Op
+    );
+    // Still works.
+    let me = w.rank();
+    w.send(b"ok", me, 1).unwrap();
+    let mut b = [0u8; 2];
+    w.recv(&mut b, me, 1).unwrap();
+    assert_eq!(&b, b"ok");
+    let a = w.attributes();
+    assert_eq!(a.tag_ub, TAG_UB);
+    assert!(!a.wtime_is_global);
+    assert!(!w.processor_name().is_empty());
+}
+
+/// dup and split with separate contexts, collectives on them.
+fn role_comms(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let d = w.dup().unwrap();
+    assert_ne!(d.context_id(), w.context_id());
+    assert_eq!((d.rank(), d.size()), (me, n));
+    // Context separation: the same (source, tag) on two communicators.
+    let to = (me + 1) % n;
+    let from = (me + n - 1) % n;
+    let mut s1 = d.isend(b"dup".to_vec(), to, 1).unwrap();
+    let mut s2 = w.isend(b"world".to_vec(), to, 1).unwrap();
+    let mut b = [0u8; 8];
+    let st = w.recv(&mut b, from, 1).unwrap();
+    assert_eq!(&b[..st.count], b"world");
+    let st = d.recv(&mut b, ANY_SOURCE, ANY_TAG).unwrap();
+    assert_eq!(&b[..st.count], b"dup");
+    w.wait(&mut s1).unwrap();
+    w.wait(&mut s2).unwrap();
+    // Split into even/odd ranks, ordered by descending rank.
+    let half = w.split(me % 2, -me).unwrap().unwrap();
+    let members: Vec<i32> = (0..n).filter(|r| r % 2 == me % 2).rev().collect();
+    assert_eq!(half.size() as usize, members.len());
+    assert_eq!(members[half.rank() as usize], me);
+    assert_eq!(half.world_rank_of(half.rank()), Some(me as u32));
+    // Undefined color.
+    let none = w.split(if me == 0 { UNDEFINED } else { 1 }, 0).unwrap();
+    assert_eq!(none.is_none(), me == 0);
+    // Collectives.
+    half.barrier().unwrap();
+    w.barrier().unwrap();
+    let mut v = if me == 1 {
+        pattern(5, 5000)
+    } else {
+        vec![0u8; 5000]
+    };
+    w.bcast(&mut v, 1).unwrap();
+    assert_eq!(v, pattern(5, 5000));
+    let mut sum = [0i64; 2];
+    w.reduce(&[me as i64, 1], &mut sum, ReduceOp::Sum, n - 1)
+        .unwrap();
+    if me == n - 1 {
+        assert_eq!(sum, [(n * (n - 1) / 2) as i64, n as i64]);
+    }
+    let mut mx = [0.0f64];
+    half.allreduce(&[me as f64], &mut mx, ReduceOp::Max)
+        .unwrap();
+    assert_eq!(mx[0], members[0] as f64);
+    let mut all = vec![0u8; 4 * n as usize];
+    w.gather(&(me as u32).to_le_bytes(), &mut all, 0).unwrap();
+    if me == 0 {
+        for r in 0..n as usize {
+            assert_eq!(all[r * 4..r * 4 + 4], (r as u32).to_le_bytes());
+        }
+    }
+    // Many dups: context ids are recycled when communicators are dropped.
+    for _ in 0..50 {
+        let c = d.dup().unwrap();
+        c.barrier().unwrap();
+    }
+}
+
+/// Several threads use the device at once: each pair of threads ping-pongs
+/// on its own tag (waits run outside the endpoint lock).
+fn role_threads(w: &Comm) {
+    let peer = 1 - w.rank();
+    let me = w.rank();
+    let handles: Vec<_> = (0..3)
+        .map(|t| {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                let mut b = vec![0u8; 70_000];
+                for i in 0..100usize {
+                    let len = [1usize, 100, 70_000][i % 3];
+                    if me == 0 {
+                        w.send(&pattern(t * 1000 + i, len), peer, t as i32).unwrap();
+                        let st = w.recv(&mut b, peer, t as i32).unwrap();
+                        assert_eq!(st.count, len);
+                        assert!(b[..len] == pattern(t * 1000 + i + 1, len)[..]);
+                    } else {
+                        let st = w.recv(&mut b, peer, t as i32).unwrap();
+                        assert_eq!(st.count, len);
+                        assert!(b[..len] == pattern(t * 1000 + i, len)[..]);
+                        w.send(&pattern(t * 1000 + i + 1, len), peer, t as i32)
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// Rank 1 aborts with code 7: the launcher must exit with 7.
+fn role_abort(w: &Comm) {
+    if w.rank() == 1 {
+        w.abort(7, "test abort");
+    }
+    // Rank 0 blocks until the launcher tears the job down.
+    let mut b = [0u8; 1];
+    let _ = w.recv(&mut b, 1, 0);
+}
+
+type Role = (&'static str, fn(&Comm));
+
+/// Finalize with a receive still posted (an erroneous program) must not
+/// hang: the device cancels it and finalizes.
+fn role_finalize_with_pending_recv(w: &Comm) {
+    let peer = (w.rank() + 1) % w.size();
+    let r = w.irecv(vec![0u8; 8], peer, 77).unwrap();
+    std::mem::forget(r);
+    // A freed one too.
+    drop(w.irecv(vec![0u8; 8], peer, 78).unwrap());
+    w.barrier().unwrap();
+}
+
+/// Every other rank sends 150 messages of mixed sizes (inline, eager,
+/// rendezvous) to rank 0, which receives them all with ANY_SOURCE/ANY_TAG
+/// (blocking and nonblocking alternately): per sender, messages arrive in
+/// send order (non-overtaking), each payload intact.
+fn role_many_to_one(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let per = 150usize;
+    let len_of = |i: usize| [3usize, 60, 5000, 200_000][i % 4];
+    if me != 0 {
+        for i in 0..per {
+            let seed = me as usize * 10_000 + i;
+            w.send(&pattern(seed, len_of(i)), 0, i as i32).unwrap();
+        }
+        return;
+    }
+    let mut next = vec![0usize; n as usize];
+    let mut buf = vec![0u8; 200_000];
+    for k in 0..per * (n as usize - 1) {
+        let st = if k % 2 == 0 {
+            w.recv(&mut buf, ANY_SOURCE, ANY_TAG).unwrap()
+        } else {
+            let mut r = w.irecv(vec![0u8; 200_000], Source::Any, Tag::Any).unwrap();
+            let st = w.wait(&mut r).unwrap();
+            let b = r.take_buffer().unwrap();
+            buf[..st.count].copy_from_slice(&b[..st.count]);
+            st
+        };
+        let src = st.source as usize;
+        let i = next[src];
+        assert_eq!(st.tag, i as i32, "message {i} from {src} overtaken");
+        assert_eq!(st.count, len_of(i));
+        assert!(
+            buf[..st.count] == pattern(src * 10_000 + i, len_of(i))[..],
+            "payload {i} from {src}"
+        );
+        next[src] += 1;
+    }
+    assert!(next[1..].iter().all(|c| *c == per));
+}
+
+/// init twice is an error; after finalize every call is NotInitialized.
+fn role_lifecycle(w: &Comm) {
+    assert!(adi::is_initialized());
+    let again = adi::init().unwrap_err();
+    assert_eq!(again.class(), ErrorClass::Arg);
+    w.barrier().unwrap();
+    let d = w.dup().unwrap();
+    adi::finalize().unwrap();
+    assert!(!adi::is_initialized());
+    let e = w.send(b"x", 0, 0).unwrap_err();
+    assert!(matches!(e, Error::NotInitialized { .. }), "{e:?}");
+    assert_eq!(e.class(), ErrorClass::Other);
+    assert!(d.irecv(vec![0u8; 1], 0, 0).is_err());
+    assert!(adi::finalize().is_err(), "finalize twice");
+    drop(d);
+}
+
+fn roles() -> Vec<Role> {
+    vec![
+        ("pingpong", role_pingpong),
+        ("self_and_proc_null", role_self_and_proc_null),
+        ("truncation", role_truncation),
+        ("nonblocking", role_nonblocking),
+        ("send_modes", role_send_modes),
+        ("probe_cancel", role_probe_cancel),
+        ("datatypes", role_datatypes),
+        ("persistent", role_persistent),
+        ("bad_input", role_bad_input),
+        ("comms", role_comms),
+        ("threads", role_threads),
+        ("abort", role_abort),
+        ("lifecycle", role_lifecycle),
+        ("many_to_one", role_many_to_one),
+        (
+            "finalize_with_pending_recv",
+            role_finalize_with_pending_recv,
+        ),
+    ]
+}
+
+fn run_rank(role: &str) -> ExitCode {
+    let Some((_, f)) = roles().into_iter().find(|(n, _)| *n == role) else {
+        eprintln!("unknown role {role}");
+        return ExitCode::from(3);
+    };
+    let w = adi::init().unwrap();
+    f(&w);
+    if adi::is_initialized() {
+        adi::finalize().unwrap();
+    }
+    ExitCode::SUCCESS
+}
+
+// ------------------------------------------------------------- parent
+
+/// Runs `role` on `n` ranks; returns the launcher's exit status.
+fn launch(role: &str, n: usize, extra_env: &[(&str, &str)]) -> i32 {
+    let exe = std::env::current_exe().unwrap();
+    let mut spec = JobSpec::new(n, exe.to_string_lossy().to_string(), vec![]);
+    spec.env.push((ROLE.to_string(), role.to_string()));
+    for (k, v) in extra_env {
+        spec.env.push((k.to_string(), v.to_string()));
+    }
+    spec.timeout = Some(Duration::from_secs(120));
+    spec.kill_grace = Duration::from_millis(500);
+    let report = run_job(&spec).unwrap();
+    if let Some(f) = &report.failure {
+        eprintln!("  job {role} (-n {n}): {f}");
+    }
+    report.exit_code
+}
+
+/// Runs `role` on `n` ranks under MPICH's Hydra (`mpiexec.hydra`, PMI-1
+/// over `PMI_FD`); `None` if Hydra is not installed (the caller skips,
+/// unless `TMX_REQUIRE_SYSTEM_PACKAGES` is set).
+fn launch_hydra(role: &str, n: usize) -> Option<i32> {
+    let exe = std::env::current_exe().unwrap();
+    // Our own job id, so that the job's /dev/shm objects can be removed
+    // whatever happens (Hydra knows nothing about them).
+    let job_id = format!("adihydra{}{}", std::process::id(), role.len() * 100 + n);
+    let mut child = match std::process::Command::new("mpiexec.hydra")
+        .args(["-n", &n.to_string(), "-genv", ROLE, role])
+        .args(["-genv", "TMX_JOB_ID", &job_id])
+        .arg(&exe)
+        // Hydra ends the job itself after this many seconds.
+        .env("MPIEXEC_TIMEOUT", "120")
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => panic!("starting mpiexec.hydra: {e}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code().unwrap_or(128);
+        }
+        if Instant::now() > deadline {
+            // Only the launcher we started; Hydra's own timeout should have
+            // fired long before.
+            let _ = child.kill();
+            let _ = child.wait();
+            break 124;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let left = launcher::job::cleanup_shm(&job_id);
+    if !left.is_empty() {
+        eprintln!("  removed leftover shared memory of {role}: {left:?}");
+    }
+    Some(code)
+}
+
+/// (test name, role, ranks, extra environment, expected launcher exit status)
+type Case = (
+    String,
+    &'static str,
+    usize,
+    &'static [(&'static str, &'static str)],
+    i32,
+);
+
+fn main() -> ExitCode {
+    if let Ok(role) = std::env::var(ROLE) {
+        return run_rank(&role);
+    }
+    // (test name, role, ranks, env, expected launcher exit status)
+    let no_cma: &[(&str, &str)] = &[("TMX_SHMEM_CMA", "off")];
+    let tests: Vec<Case> = vec![
+        ("pingpong".into(), "pingpong", 2, &[], 0),
+        ("pingpong_without_cma".into(), "pingpong", 2, no_cma, 0),
+        (
+            "self_and_proc_null_1_rank".into(),
+            "self_and_proc_null",
+            1,
+            &[],
+            0,
+        ),
+        (
+            "self_and_proc_null_2_ranks".into(),
+            "self_and_proc_null",
+            2,
+            &[],
+            0,
+        ),
+        ("truncation".into(), "truncation", 2, &[], 0),
+        ("truncation_without_cma".into(), "truncation", 2, no_cma, 0),
+        ("nonblocking".into(), "nonblocking", 2, &[], 0),
+        ("send_modes".into(), "send_modes", 2, &[], 0),
+        ("send_modes_without_cma".into(), "send_modes", 2, no_cma, 0),
+        ("probe_cancel".into(), "probe_cancel", 2, &[], 0),
+        ("datatypes".into(), "datatypes", 2, &[], 0),
+        ("persistent".into(), "persistent", 2, &[], 0),
+        ("bad_input".into(), "bad_input", 2, &[], 0),
+        ("comms_4_ranks".into(), "comms", 4, &[], 0),
+        ("comms_3_ranks".into(), "comms", 3, &[], 0),
+        ("threads".into(), "threads", 2, &[], 0),
+        ("lifecycle".into(), "lifecycle", 2, &[], 0),
+        (
+            "many_to_one_any_source_4_ranks".into(),
+            "many_to_one",
+            4,
+            &[],
+            0,
+        ),
+        (
+            "many_to_one_any_source_without_cma".into(),
+            "many_to_one",
+            3,
+            no_cma,
+            0,
+        ),
+        (
+            "finalize_with_pending_recv".into(),
+            "finalize_with_pending_recv",
+            2,
+            &[],
+            0,
+        ),
+        (
+            "abort_exit_code_reaches_launcher".into(),
+            "abort",
+            2,
+            &[],
+            7,
+        ),
+    ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // libtest semantics: `--ignored` runs only ignored tests; none is.
+    let only_ignored = args.iter().any(|a| a == "--ignored");
+    if args.iter().any(|a| a == "--list") {
+        for (name, ..) in &tests {
+            println!("{name}: test");
+        }
+        println!("pingpong_under_hydra: test\ncomms_under_hydra: test\nabort_exit_code_reaches_hydra: test");
+        return ExitCode::SUCCESS;
+    }
+    let filter: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    println!("\nrunning {} tests", tests.len() + 3);
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, role, n, env, want) in &tests {
+        if only_ignored || (!filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())))
+        {
+            filtered += 1;
+            continue;
+        }
+        let t = Instant::now();
+        let got = launch(role, *n, env);
+        let ok = got == *want;
+        println!(
+            "test {name} ... {} ({:.1?}){}",
+            if ok { "ok" } else { "FAILED" },
+            t.elapsed(),
+            if ok {
+                String::new()
+            } else {
+                format!(": launcher exit status {got}, expected {want}")
+            }
+        );
+        if ok {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    // Interoperability: the same ranks under MPICH's Hydra.
+    let require = std::env::var_os("TMX_REQUIRE_SYSTEM_PACKAGES").is_some();
+    for (name, role, n, want) in [
+        ("pingpong_under_hydra", "pingpong", 2, 0),
+        ("comms_under_hydra", "comms", 3, 0),
+        ("abort_exit_code_reaches_hydra", "abort", 2, 7),
+    ] {
+        if only_ignored || (!filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())))
+        {
+            filtered += 1;
+            continue;
+        }
+        let t = Instant::now();
+        match launch_hydra(role, n) {
+            None if !require => {
+                println!("test {name} ... ok (skipped: mpiexec.hydra not installed; apt-get install mpich)");
+                passed += 1;
+            }
+            None => {
+                println!("test {name} ... FAILED: mpiexec.hydra not installed and TMX_REQUIRE_SYSTEM_PACKAGES is set");
+                failed += 1;
+            }
+            Some(code) if code == want => {
+                println!("test {name} ... ok ({:.1?})", t.elapsed());
+                passed += 1;
+            }
+            Some(code) => {
+                println!(
+                    "test {name} ... FAILED: mpiexec.hydra exit status {code}, expected {want}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out\n",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,770 @@
+//! Multi-rank tests of RMA windows: real processes under the real launcher.
+//!
+//! Same approach as `tests/ranks.rs`: the test binary launches itself as the
+//! ranks through `launcher::run::run_job`, with the scenario in
+//! `TMX_ADI_TEST_ROLE`; a failed assertion makes a rank exit non-zero and
+//! the test fail. Scenario numbers refer to
+//! `../shared/notes/rma-implementation-notes.md` section (c).
+#![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
+
+use adi::attr::PROC_NULL;
+use adi::win::assert::{NOPRECEDE, NOSUCCEED};
+use adi::{AccOp, BasicType, Comm, Datatype, ElemType, Error, ErrorClass, LockType, Win};
+use launcher::run::{run_job, JobSpec};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "TMX_ADI_TEST_ROLE";
+
+fn i64s(b: &[u8]) -> Vec<i64> {
+    b.chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes_of(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+/// The data of a completed read (waits for it first).
+fn data(win: &Win, r: &mut adi::Request) -> Vec<u8> {
+    win.wait_request(r).unwrap();
+    r.take_buffer().unwrap()
+}
+
+fn one(v: i64) -> [u8; 8] {
+    v.to_ne_bytes()
+}
+
+/// (1, 2) Fence epochs: puts to every rank, gets from the neighbour,
+/// accumulates from everyone; results checked after the closing fence.
+fn role_fence(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let win = Win::allocate(w, 8 * n as usize).unwrap();
+    assert_eq!(win.target_size((me + 1) % n), Some(8 * n as u64));
+    win.fence(NOPRECEDE).unwrap();
+    for t in 0..n {
+        win.put(t, 8 * me as u64, &one(100 + me as i64)).unwrap();
+    }
+    win.fence(0).unwrap();
+    let expect: Vec<i64> = (0..n as i64).map(|r| 100 + r).collect();
+    assert_eq!(i64s(&win.local_copy().unwrap()), expect);
+    // Get: the neighbour's whole window.
+    let nb = (me + 1) % n;
+    let mut g = win.get(nb, 0, 8 * n as usize).unwrap();
+    win.fence(0).unwrap();
+    assert!(g.is_complete(), "get complete at the closing fence");
+    assert_eq!(i64s(&data(&win, &mut g)), expect);
+    // Accumulate SUM from everyone into slot 0 of every rank.
+    for t in 0..n {
+        win.accumulate(t, 0, &one(me as i64 + 1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+    }
+    win.fence(NOSUCCEED).unwrap();
+    let got = i64s(&win.local_copy().unwrap());
+    assert_eq!(got[0], 100 + (1..=n as i64).sum::<i64>());
+    let mem = win.free().unwrap();
+    assert_eq!(mem.len(), 8 * n as usize);
+    assert_eq!(i64s(&mem)[1..], expect[1..]);
+}
+
+/// Every reduction on several element types: ranks 1.. accumulate into
+/// rank 0's window (one slot per op), checked against a local fold.
+fn role_acc_ops(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let ops = [
+        AccOp::Sum,
+        AccOp::Prod,
+        AccOp::Min,
+        AccOp::Max,
+        AccOp::Band,
+        AccOp::Bor,
+        AccOp::Bxor,
+        AccOp::Land,
+        AccOp::Lor,
+        AccOp::Lxor,
+        AccOp::Replace,
+        AccOp::NoOp,
+    ];
+    let init: i64 = 6;
+    let val = |r: i32| -> i64 { [5i64, 3, 12, 0, 9][r as usize % 5] };
+    let fold = |op: AccOp, a: i64, b: i64| -> i64 {
+        match op {
+            AccOp::Sum => a + b,
+            AccOp::Prod => a * b,
+            AccOp::Min => a.min(b),
+            AccOp::Max => a.max(b),
+            AccOp::Band => a & b,
+            AccOp::Bor => a | b,
+            AccOp::Bxor => a ^ b,
+            AccOp::Land => ((a != 0) && (b != 0)) as i64,
+            AccOp::Lor => ((a != 0) || (b != 0)) as i64,
+            AccOp::Lxor => ((a != 0) != (b != 0)) as i64,
+            AccOp::Replace => b,
+            _ => a,
+        }
+    };
+    let k = ops.len();
+    // i64 slots, then i32 slots, then f64 slots.
+    let win = Win::allocate(w, k * 8 + k * 4 + 3 * 8).unwrap();
+    win.with_local(|m| {
+        for i in 0..k {
+            m[i * 8..i * 8 + 8].copy_from_slice(&init.to_ne_bytes());
+            m[k * 8 + i * 4..k * 8 + i * 4 + 4].copy_from_slice(&(init as i32).to_ne_bytes());
+        }
+        for j in 0..3 {
+            let o = k * 12 + j * 8;
+            m[o..o + 8].copy_from_slice(&1.5f64.to_ne_bytes());
+        }
+    })
+    .unwrap();
+    win.fence(0).unwrap();
+    if me != 0 {
+        for (i, op) in ops.iter().enumerate() {
+            // Replace from one rank only (otherwise the winner is undefined).
+            if *op == AccOp::Replace && me != 1 {
+                continue;
+            }
+            win.accumulate(0, (i * 8) as u64, &one(val(me)), ElemType::I64, *op)
+                .unwrap();
+            let v32 = (val(me) as i32).to_ne_bytes();
+            win.accumulate(0, (k * 8 + i * 4) as u64, &v32, ElemType::I32, *op)
+                .unwrap();
+        }
+        let f = (me as f64 + 0.25).to_ne_bytes();
+        let base = (k * 12) as u64;
+        win.accumulate(0, base, &f, ElemType::F64, AccOp::Sum)
+            .unwrap();
+        win.accumulate(0, base + 8, &f, ElemType::F64, AccOp::Max)
+            .unwrap();
+        win.accumulate(0, base + 16, &f, ElemType::F64, AccOp::Min)
+            .unwrap();
+        // Bitwise reductions are not defined on floats.
+        let e = win
+            .accumulate(0, base, &f, ElemType::F64, AccOp::Band)
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Op, "{e:?}");
+    }
+    win.fence(0).unwrap();
+    if me == 0 {
+        let m = win.local_copy().unwrap();
+        for (i, op) in ops.iter().enumerate() {
+            let want = if *op == AccOp::Replace {
+                val(1)
+            } else {
+                (1..n).fold(init, |a, r| fold(*op, a, val(r)))
+            };
+            let got = i64::from_ne_bytes(m[i * 8..i * 8 + 8].try_into().unwrap());
+            assert_eq!(got, want, "i64 {op:?}");
+            let o = k * 8 + i * 4;
+            let got32 = i32::from_ne_bytes(m[o..o + 4].try_into().unwrap());
+            assert_eq!(got32 as i64, want, "i32 {op:?}");
+        }
+        let f = |j: usize| {
+            f64::from_ne_bytes(m[k * 12 + j * 8..k * 12 + j * 8 + 8].try_into().unwrap())
+        };
+        let vals: Vec<f64> = (1..n).map(|r| r as f64 + 0.25).collect();
+        assert_eq!(f(0), 1.5 + vals.iter().sum::<f64>());
+        assert_eq!(f(1), vals.iter().cloned().fold(1.5, f64::max));
+        assert_eq!(f(2), vals.iter().cloned().fold(1.5, f64::min));
+    }
+    // Get-accumulate returns the old value; NO_OP is an atomic read.
+    win.fence(0).unwrap();
+    let mut r = if me == 1 {
+        Some(
+            win.get_accumulate(0, 0, &one(1000), ElemType::I64, AccOp::Sum)
+                .unwrap(),
+        )
+    } else {
+        None
+    };
+    win.fence(0).unwrap();
+    if let Some(r) = r.as_mut() {
+        let old = i64s(&data(&win, r))[0];
+        assert_eq!(old, (1..n).fold(init, |a, r| a + val(r)));
+        let mut r2 = win
+            .get_accumulate(0, 0, &one(0), ElemType::I64, AccOp::NoOp)
+            .unwrap();
+        win.fence(0).unwrap();
+        assert_eq!(i64s(&data(&win, &mut r2))[0], old + 1000);
+    } else {
+        win.fence(0).unwrap();
+    }
+    win.fence(NOSUCCEED).unwrap();
+    win.free().unwrap();
+}
+
+/// (6) PSCW: rank 0 exposes to everyone else, who write their slot; also
+/// the test() path of the target.
+fn role_pscw(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let win = Win::create(w, vec![0u8; 8 * n as usize]).unwrap();
+    for round in 0..3i64 {
+        if me == 0 {
+            let others: Vec<i32> = (1..n).collect();
+            win.post(&others, 0).unwrap();
+            if round % 2 == 0 {
+                win.wait().unwrap();
+            } else {
+                while !win.test().unwrap() {}
+            }
+            let got = i64s(&win.local_copy().unwrap());
+            for r in 1..n {
+                assert_eq!(got[r as usize], 10 * round + r as i64, "round {round}");
+            }
+        } else {
+            win.start(&[0], 0).unwrap();
+            win.put(0, 8 * me as u64, &one(10 * round + me as i64))
+                .unwrap();
+            // A target outside the access group is an error.
+            if n > 2 {
+                let other = if me == 1 { 2 } else { 1 };
+                let e = win.put(other, 0, &one(1)).unwrap_err();
+                assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+            }
+            win.complete().unwrap();
+        }
+    }
+    win.free().unwrap();
+}
+
+/// (12) Shared and exclusive locks under contention, exact final array:
+/// every rank (the target itself included) does exclusive epochs (+1 on
+/// slot 0, its rank into its slot) and shared epochs (atomic +1 on slot 1).
+fn role_lock_contention(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let iters = 20;
+    let win = Win::allocate(w, 8 * (n as usize + 2)).unwrap();
+    for i in 0..iters {
+        if i % 2 == 0 {
+            win.lock(LockType::Exclusive, 0, 0).unwrap();
+            win.accumulate(0, 0, &one(1), ElemType::I64, AccOp::Sum)
+                .unwrap();
+            win.put(0, 8 * (2 + me as u64), &one(me as i64 + 1))
+                .unwrap();
+            win.unlock(0).unwrap();
+        } else {
+            win.lock(LockType::Shared, 0, 0).unwrap();
+            win.accumulate(0, 8, &one(1), ElemType::I64, AccOp::Sum)
+                .unwrap();
+            win.unlock(0).unwrap();
+        }
+    }
+    // Locking twice is an error; unlock without lock too.
+    win.lock(LockType::Shared, 0, 0).unwrap();
+    let e = win.lock(LockType::Shared, 0, 0).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    win.unlock(0).unwrap();
+    let e = win.unlock(0).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    w.barrier().unwrap();
+    if me == 0 {
+        let got = i64s(&win.local_copy().unwrap());
+        let mut want = vec![(iters / 2) as i64 * n as i64, (iters / 2) as i64 * n as i64];
+        want.extend((0..n as i64).map(|r| r + 1));
+        assert_eq!(got, want);
+    }
+    win.free().unwrap();
+}
+
+/// (14) A fetch-and-add counter under exclusive locks: the values handed
+/// out are exactly 0..iters*n, each once.
+fn role_fetch_add_counter(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let iters = 25;
+    let win = Win::allocate(w, 8).unwrap();
+    let mut mine = Vec::new();
+    for _ in 0..iters {
+        win.lock(LockType::Exclusive, 0, 0).unwrap();
+        let mut r = win
+            .fetch_and_op(0, 0, &one(1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        win.unlock(0).unwrap();
+        assert!(r.is_complete(), "fetch_and_op result at unlock");
+        mine.push(i64s(&data(&win, &mut r))[0]);
+    }
+    let mut all = vec![0u8; 8 * iters * n as usize];
+    w.gather(&bytes_of(&mine), &mut all, 0).unwrap();
+    if me == 0 {
+        let mut v = i64s(&all);
+        v.sort_unstable();
+        assert_eq!(v, (0..(iters as i64 * n as i64)).collect::<Vec<_>>());
+        assert_eq!(i64s(&win.local_copy().unwrap())[0], iters as i64 * n as i64);
+    }
+    win.free().unwrap();
+}
+
+/// (22/23) Flush makes a put visible at the target before unlock: rank 0
+/// puts to rank 1 under lock_all, flushes, tells rank 2, which reads it
+/// with its own lock.
+fn role_flush_visibility(w: &Comm) {
+    let me = w.rank();
+    let win = Win::allocate(w, 64).unwrap();
+    match me {
+        0 => {
+            win.lock_all(0).unwrap();
+            win.put(1, 8, &one(4242)).unwrap();
+            win.flush(1).unwrap();
+            w.send(b"go", 2, 5).unwrap();
+            win.put(1, 16, &one(7)).unwrap();
+            win.flush_all().unwrap();
+            win.unlock_all().unwrap();
+            w.send(b"go", 2, 6).unwrap();
+        }
+        2 => {
+            let mut b = [0u8; 2];
+            w.recv(&mut b, 0, 5).unwrap();
+            win.lock(LockType::Shared, 1, 0).unwrap();
+            let mut g = win.get(1, 8, 8).unwrap();
+            win.unlock(1).unwrap();
+            assert_eq!(i64s(&data(&win, &mut g))[0], 4242);
+            w.recv(&mut b, 0, 6).unwrap();
+            win.lock(LockType::Shared, 1, 0).unwrap();
+            let mut g = win.get(1, 16, 8).unwrap();
+            win.flush_local(1).unwrap();
+            assert!(g.is_complete(), "get complete at flush_local");
+            win.unlock(1).unwrap();
+            assert_eq!(i64s(&data(&win, &mut g))[0], 7);
+        }
+        _ => {}
+    }
+    w.barrier().unwrap();
+    win.free().unwrap();
+}
+
+/// (24) CAS and fetch-and-op contention: a CAS spin lock on rank 0 guards a
+/// non-atomic get/put increment; the final count is exact.
+fn role_cas_mutex(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let iters = 10;
+    let win = Win::allocate(w, 16).unwrap();
+    win.lock_all(0).unwrap();
+    for _ in 0..iters {
+        loop {
+            let mut r = win
+                .compare_and_swap(0, 0, &one(me as i64 + 1), &one(0), ElemType::I64)
+                .unwrap();
+            win.flush(0).unwrap();
+            if i64s(&data(&win, &mut r))[0] == 0 {
+                break;
+            }
+        }
+        let mut g = win.get(0, 8, 8).unwrap();
+        win.flush(0).unwrap();
+        let c = i64s(&data(&win, &mut g))[0];
+        win.put(0, 8, &one(c + 1)).unwrap();
+        win.flush(0).unwrap();
+        let mut rel = win
+            .fetch_and_op(0, 0, &one(0), ElemType::I64, AccOp::Replace)
+            .unwrap();
+        win.flush(0).unwrap();
+        assert_eq!(i64s(&data(&win, &mut rel))[0], me as i64 + 1);
+    }
+    win.unlock_all().unwrap();
+    w.barrier().unwrap();
+    if me == 0 {
+        assert_eq!(i64s(&win.local_copy().unwrap()), vec![0, iters * n as i64]);
+    }
+    win.free().unwrap();
+}
+
+/// (25) lock_all with request-based rput/rget: requests complete, data
+/// checked after unlock_all.
+fn role_lock_all_requests(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let win = Win::allocate(w, 8 * n as usize).unwrap();
+    win.with_local(|m| m.copy_from_slice(&bytes_of(&vec![-(me as i64); n as usize])))
+        .unwrap();
+    w.barrier().unwrap();
+    win.lock_all(0).unwrap();
+    let mut gets = Vec::new();
+    for t in 0..n {
+        // The read comes before our put to the same target: old contents.
+        gets.push(win.rget(t, 8 * me as u64, 8).unwrap());
+        let mut p = win.rput(t, 8 * me as u64, &one(1000 + me as i64)).unwrap();
+        win.wait_request(&mut p).unwrap();
+    }
+    for (t, g) in gets.iter_mut().enumerate() {
+        let st = win.wait_request(g).unwrap();
+        assert_eq!((st.source, st.count), (t as i32, 8));
+        let v = i64s(&g.take_buffer().unwrap())[0];
+        assert!(
+            v == -(t as i64) || v == 1000 + me as i64,
+            "rget from {t}: {v}"
+        );
+    }
+    win.flush_all().unwrap();
+    win.unlock_all().unwrap();
+    w.barrier().unwrap();
+    let expect: Vec<i64> = (0..n as i64).map(|r| 1000 + r).collect();
+    assert_eq!(i64s(&win.local_copy().unwrap()), expect);
+    win.free().unwrap();
+}
+
+/// (21) PROC_NULL and zero-size operations are no-ops; misuse is typed.
+fn role_noops_and_errors(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let win = Win::allocate(w, 32).unwrap();
+    // Outside any epoch.
+    let e = win.put((me + 1) % n, 0, &one(1)).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    assert!(matches!(e, Error::Rma(_)));
+    let e = win.unlock((me + 1) % n).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    win.fence(0).unwrap();
+    // PROC_NULL: nothing happens; a read completes empty.
+    win.put(PROC_NULL, 0, &one(9)).unwrap();
+    win.accumulate(PROC_NULL, 0, &one(9), ElemType::I64, AccOp::Sum)
+        .unwrap();
+    let mut g = win.get(PROC_NULL, 0, 8).unwrap();
+    let st = win.wait_request(&mut g).unwrap();
+    assert_eq!(st.count, 0);
+    assert!(g.take_buffer().unwrap().is_empty());
+    // Zero-size ops.
+    win.put((me + 1) % n, 0, &[]).unwrap();
+    let mut g = win.get((me + 1) % n, 0, 0).unwrap();
+    assert_eq!(win.wait_request(&mut g).unwrap().count, 0);
+    // Bad target, out of range, bad accumulate.
+    let e = win.put(n, 0, &one(1)).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Rank, "{e:?}");
+    let e = win.put((me + 1) % n, 28, &one(1)).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    let e = win.get((me + 1) % n, u64::MAX, 8).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    let e = win
+        .accumulate((me + 1) % n, 0, &[1, 2, 3], ElemType::I64, AccOp::Sum)
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Op, "{e:?}");
+    let e = win
+        .fetch_and_op((me + 1) % n, 0, &[0u8; 16], ElemType::I64, AccOp::Sum)
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Op, "{e:?}");
+    // PSCW call in a fence epoch.
+    let e = win.complete().unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    win.fence(0).unwrap();
+    assert_eq!(
+        win.local_copy().unwrap(),
+        vec![0u8; 32],
+        "no-ops wrote nothing"
+    );
+    win.free().unwrap();
+}
+
+/// Two windows on different communicators (engine ids differ between
+/// ranks) do not mix their packets.
+fn role_two_windows(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    // Only even ranks create the first window.
+    let sub = w.split(me % 2, me).unwrap().unwrap();
+    let a = if me % 2 == 0 {
+        Some(Win::allocate(&sub, 8).unwrap())
+    } else {
+        None
+    };
+    let b = Win::allocate(w, 8 * n as usize).unwrap();
+    b.fence(0).unwrap();
+    b.put((me + 1) % n, 8 * me as u64, &one(me as i64 + 50))
+        .unwrap();
+    b.fence(0).unwrap();
+    let prev = (me + n - 1) % n;
+    assert_eq!(
+        i64s(&b.local_copy().unwrap())[prev as usize],
+        prev as i64 + 50
+    );
+    if let Some(a) = a {
+        a.fence(0).unwrap();
+        a.accumulate(0, 0, &one(1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        a.fence(0).unwrap();
+        if sub.rank() == 0 {
+            assert_eq!(i64s(&a.local_copy().unwrap())[0], sub.size() as i64);
+        }
+        a.free().unwrap();
+    }
+    b.free().unwrap();
+}
+
+/// allocate_shared + shared_query: direct stores into a neighbour's
+/// segment, loads of every segment, an atomic counter on rank 0, bounds.
+fn role_shared(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let iters = 100u64;
+    let size = 64 + 8 * me as usize;
+    let sw = Win::allocate_shared(w, size).unwrap();
+    for r in 0..n {
+        let q = sw.shared_query(r).unwrap();
+        assert_eq!((q.rank, q.size), (r, 64 + 8 * r as u64));
+    }
+    assert_eq!(sw.shared_query(n).unwrap_err().class(), ErrorClass::Rank);
+    // Write our rank into slot `me` of every segment (slot 0 is the counter).
+    for r in 0..n {
+        sw.write(r, 8 * (1 + me as u64), &one(me as i64 + 1))
+            .unwrap();
+    }
+    for _ in 0..iters {
+        sw.fetch_add_u64(0, 0, 1).unwrap();
+    }
+    sw.barrier().unwrap();
+    for r in 0..n {
+        let mut b = vec![0u8; 8 * (1 + n as usize)];
+        sw.read(r, 0, &mut b).unwrap();
+        let v = i64s(&b);
+        let want: Vec<i64> = (0..n as i64).map(|k| k + 1).collect();
+        assert_eq!(v[1..], want[..], "segment of {r}");
+    }
+    assert_eq!(sw.load_u64(0, 0).unwrap(), iters * n as u64);
+    // CAS: exactly one rank wins.
+    sw.barrier().unwrap();
+    let won = sw
+        .compare_exchange_u64(0, 0, iters * n as u64, 7)
+        .unwrap()
+        .is_ok();
+    let mut wins = vec![0u8; n as usize];
+    w.gather(&[won as u8], &mut wins, 0).unwrap();
+    if me == 0 {
+        assert_eq!(wins.iter().map(|b| *b as u32).sum::<u32>(), 1);
+    }
+    // Bounds.
+    let e = sw
+        .write((me + 1) % n, 60 + 8 * ((me + 1) % n) as u64, &[0u8; 8])
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    sw.free().unwrap();
+}
+
+/// (4) A derived-datatype put under fence: a contiguous origin scattered
+/// into a strided target layout (vector of 3 blocks of 2 i64, stride 4);
+/// the gaps stay untouched.
+fn role_typed_put(w: &Comm) {
+    let me = w.rank();
+    let win = Win::create(w, bytes_of(&[-1i64; 16])).unwrap();
+    let i64t = Datatype::basic(BasicType::I64);
+    i64t.commit().unwrap();
+    let vec_t = Datatype::vector(3, 2, 4, &i64t).unwrap();
+    vec_t.commit().unwrap();
+    win.fence(0).unwrap();
+    if me == 0 {
+        let src = bytes_of(&[1, 2, 3, 4, 5, 6]);
+        win.put_typed(1, 16, &src, &i64t, 6, &vec_t, 1).unwrap();
+        // Sizes that differ are an error; a layout past the window too.
+        let e = win.put_typed(1, 0, &src, &i64t, 5, &vec_t, 1).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+        let e = win.put_typed(1, 96, &src, &i64t, 6, &vec_t, 1).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    }
+    win.fence(0).unwrap();
+    if me == 1 {
+        let v = i64s(&win.local_copy().unwrap());
+        let mut want = vec![-1i64; 16];
+        for (k, x) in [(2, 1), (3, 2), (6, 3), (7, 4), (10, 5), (11, 6)] {
+            want[k] = x;
+        }
+        assert_eq!(v, want);
+    }
+    let mem = win.free().unwrap();
+    assert_eq!(mem.len(), 128);
+}
+
+/// Two threads per rank, each driving its own window (fence epochs and
+/// lock epochs) at the same time: progress from either thread serves both.
+fn role_threads(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let wins = [
+        Win::allocate(w, 8 * n as usize).unwrap(),
+        Win::allocate(w, 8 * n as usize).unwrap(),
+    ];
+    std::thread::scope(|s| {
+        for (k, win) in wins.iter().enumerate() {
+            s.spawn(move || {
+                for round in 0..20i64 {
+                    let v = 1000 * k as i64 + 10 * round + me as i64;
+                    if k == 0 {
+                        win.fence(0).unwrap();
+                        win.put((me + 1) % n, 8 * me as u64, &one(v)).unwrap();
+                        win.fence(0).unwrap();
+                    } else {
+                        let t = (me + 1) % n;
+                        win.lock(LockType::Exclusive, t, 0).unwrap();
+                        win.put(t, 8 * me as u64, &one(v)).unwrap();
+                        win.unlock(t).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    w.barrier().unwrap();
+    let prev = (me + n - 1) % n;
+    for (k, win) in wins.into_iter().enumerate() {
+        let got = i64s(&win.local_copy().unwrap())[prev as usize];
+        assert_eq!(got, 1000 * k as i64 + 190 + prev as i64, "window {k}");
+        win.free().unwrap();
+    }
+}
+
+/// Large operations (MiB-sized packets: the endpoint's buffered and
+/// fragmented paths): put, get and accumulate under fence and lock.
+fn role_large(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let len = 3 << 20;
+    let pat = |seed: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| ((i * 7 + seed * 13) % 251) as u8)
+            .collect()
+    };
+    let win = Win::allocate(w, len + 8).unwrap();
+    let peer = (me + 1) % n;
+    win.fence(0).unwrap();
+    win.put(peer, 3, &pat(me as usize)).unwrap();
+    win.fence(0).unwrap();
+    let prev = (me + n - 1) % n;
+    assert!(win
+        .with_local(|m| m[3..3 + len] == pat(prev as usize)[..])
+        .unwrap());
+    let mut g = win.get(peer, 3, len).unwrap();
+    win.fence(0).unwrap();
+    assert!(data(&win, &mut g) == pat(me as usize), "large get");
+    // Accumulate of 2^18 i32 ones, under an exclusive lock.
+    let ones: Vec<u8> = (0..(1 << 18)).flat_map(|_| 1i32.to_ne_bytes()).collect();
+    win.fence(NOSUCCEED).unwrap();
+    win.with_local(|m| m.fill(0)).unwrap();
+    w.barrier().unwrap();
+    win.lock(LockType::Exclusive, peer, 0).unwrap();
+    win.accumulate(peer, 0, &ones, ElemType::I32, AccOp::Sum)
+        .unwrap();
+    win.unlock(peer).unwrap();
+    w.barrier().unwrap();
+    let ok = win
+        .with_local(|m| {
+            m[..1 << 20]
+                .chunks_exact(4)
+                .all(|c| i32::from_ne_bytes(c.try_into().unwrap()) == 1)
+        })
+        .unwrap();
+    assert!(ok, "large accumulate");
+    win.free().unwrap();
+}
+
+type Role = (&'static str, fn(&Comm));
+
+fn roles() -> Vec<Role> {
+    vec![
+        ("fence", role_fence),
+        ("acc_ops", role_acc_ops),
+        ("pscw", role_pscw),
+        ("lock_contention", role_lock_contention),
+        ("fetch_add_counter", role_fetch_add_counter),
+        ("flush_visibility", role_flush_visibility),
+        ("cas_mutex", role_cas_mutex),
+        ("lock_all_requests", role_lock_all_requests),
+        ("noops_and_errors", role_noops_and_errors),
+        ("two_windows", role_two_windows),
+        ("shared", role_shared),
+        ("typed_put", role_typed_put),
+        ("threads", role_threads),
+        ("large", role_large),
+    ]
+}
+
+fn run_rank(role: &str) -> ExitCode {
+    let Some((_, f)) = roles().into_iter().find(|(n, _)| *n == role) else {
+        eprintln!("unknown role {role}");
+        return ExitCode::from(3);
+    };
+    let w = adi::init().unwrap();
+    f(&w);
+    adi::finalize().unwrap();
+    ExitCode::SUCCESS
+}
+
+fn launch(role: &str, n: usize, env: &[(&str, &str)]) -> i32 {
+    let exe = std::env::current_exe().unwrap();
+    let mut spec = JobSpec::new(n, exe.to_string_lossy().to_string(), vec![]);
+    spec.env.push((ROLE.to_string(), role.to_string()));
+    for (k, v) in env {
+        spec.env.push((k.to_string(), v.to_string()));
+    }
+    spec.timeout = Some(Duration::from_secs(120));
+    spec.kill_grace = Duration::from_millis(500);
+    let report = run_job(&spec).unwrap();
+    if let Some(f) = &report.failure {
+        eprintln!("  job {role} (-n {n}): {f}");
+    }
+    report.exit_code
+}
+
+fn main() -> ExitCode {
+    if let Ok(role) = std::env::var(ROLE) {
+        return run_rank(&role);
+    }
+    let tests: Vec<(&str, &str, usize)> = vec![
+        ("fence_2_ranks", "fence", 2),
+        ("fence_4_ranks", "fence", 4),
+        ("acc_ops_4_ranks", "acc_ops", 4),
+        ("pscw_3_ranks", "pscw", 3),
+        ("lock_contention_3_ranks", "lock_contention", 3),
+        ("fetch_add_counter_3_ranks", "fetch_add_counter", 3),
+        ("flush_visibility_3_ranks", "flush_visibility", 3),
+        ("cas_mutex_3_ranks", "cas_mutex", 3),
+        ("lock_all_requests_3_ranks", "lock_all_requests", 3),
+        ("noops_and_errors_2_ranks", "noops_and_errors", 2),
+        ("noops_and_errors_1_rank", "noops_and_errors", 1),
+        ("two_windows_4_ranks", "two_windows", 4),
+        ("allocate_shared_3_ranks", "shared", 3),
+        ("allocate_shared_1_rank", "shared", 1),
+        ("typed_put_2_ranks", "typed_put", 2),
+        ("threads_two_windows_3_ranks", "threads", 3),
+        ("large_ops_2_ranks", "large", 2),
+        ("large_ops_small_eager_area_cma", "large", 2),
+        ("large_ops_fragmented_without_cma", "large", 2),
+    ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let only_ignored = args.iter().any(|a| a == "--ignored");
+    if args.iter().any(|a| a == "--list") {
+        for (name, ..) in &tests {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let filter: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    println!("\nrunning {} tests", tests.len());
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, role, n) in &tests {
+        if only_ignored || (!filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())))
+        {
+            filtered += 1;
+            continue;
+        }
+        let t = Instant::now();
+        // Packets larger than the eager area: CMA rendezvous, or (CMA off)
+        // fragments through the ring.
+        let env: &[(&str, &str)] = if name.contains("small_eager") {
+            &[("TMX_SHMEM_EAGER_BYTES", "256K")]
+        } else if name.contains("fragmented") {
+            &[("TMX_SHMEM_EAGER_BYTES", "256K"), ("TMX_SHMEM_CMA", "off")]
+        } else {
+            &[]
+        };
+        let got = launch(role, *n, env);
+        let ok = got == 0;
+        println!(
+            "test {name} ... {} ({:.1?})",
+            if ok { "ok" } else { "FAILED" },
+            t.elapsed()
+        );
+        if ok {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out\n",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
