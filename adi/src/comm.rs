@@ -254,11 +254,7 @@ impl Comm {
             self.dev().note_proc_null();
             return Ok(());
         };
-        let mut req =
-            self.dev()
-                .start_send(world, tag, ctx, SendData::Borrowed(buf), mode, None)?;
-        // `buf` stays borrowed until the request completes.
-        self.dev().wait(&mut req).map(|_| ())
+        self.dev().send_blocking(world, tag, ctx, buf, mode)
     }
 
     fn isend_mode(&self, buf: Vec<u8>, dest: i32, tag: i32, mode: Mode) -> Result<Request, Error> {

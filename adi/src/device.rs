@@ -339,6 +339,26 @@ struct Core {
     ids: Vec<u64>,
 }
 
+thread_local! {
+    /// This thread's spare list of harvested operations: every progress pass
+    /// that completes something harvests into a list, and reusing one per
+    /// thread spares a heap allocation and free per pass.
+    static SCRATCH: std::cell::Cell<Vec<Finished>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Takes this thread's spare harvest list (empty; a fresh one if in use).
+fn take_scratch() -> Vec<Finished> {
+    SCRATCH.with(std::cell::Cell::take)
+}
+
+/// Gives an emptied harvest list back for the thread's next pass.
+fn give_scratch(mut v: Vec<Finished>) {
+    v.clear();
+    if v.capacity() <= 4096 {
+        SCRATCH.with(|c| c.set(v));
+    }
+}
+
 /// The attached buffer of buffered sends: first-fit regions of one `Vec`.
 #[derive(Debug, Default)]
 struct BsendPool {
@@ -679,6 +699,70 @@ impl Device {
         Ok(req.with_op(id))
     }
 
+    /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
+    /// `MPI_Ssend`, `MPI_Rsend`). When the endpoint completes the send at
+    /// once (inline, eager or self: the data is already copied), the send
+    /// is finished under the same lock, with no request, no operation-table
+    /// entry and no progress pass; otherwise (CMA, synchronous, staged) it
+    /// waits on a request as [`Device::start_send`] makes it.
+    pub(crate) fn send_blocking(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: Mode,
+    ) -> Result<(), Error> {
+        let local = self.local_of(dest)?;
+        let len = data.len();
+        let ep_mode = match mode {
+            Mode::Synchronous => SendMode::Synchronous,
+            Mode::Standard | Mode::Ready => SendMode::Standard,
+        };
+        let pending = self.with_core(|core| {
+            let sreq = core.ep.isend_borrowed(local, tag, context, data, ep_mode)?;
+            let id = sreq.id();
+            if core.ep.is_complete(id) {
+                core.ep.wait_send(sreq)?;
+                return Ok(None);
+            }
+            let (req, completer) = request();
+            core.ops.insert(
+                id,
+                Op {
+                    kind: OpKind::Send {
+                        sreq,
+                        len,
+                        bsend: None,
+                        cancelled: false,
+                    },
+                    completer,
+                },
+            );
+            Ok(Some(req.with_op(id)))
+        })?;
+        self.count_route(dest);
+        match mode {
+            Mode::Synchronous => bump(&self.counters.sync_sends),
+            Mode::Ready => bump(&self.counters.ready_sends),
+            Mode::Standard => {}
+        }
+        tracing::debug!(
+            dest,
+            tag,
+            context,
+            len,
+            ?mode,
+            at_once = pending.is_none(),
+            "blocking send"
+        );
+        match pending {
+            None => Ok(()),
+            // `data` stays borrowed until the request completes.
+            Some(mut req) => self.wait(&mut req).map(|_| ()),
+        }
+    }
+
     /// A buffered send: copies `data` into the attached buffer and sends it
     /// from there; returns at once. A full buffer is
     /// [`Error::BsendBufferFull`].
@@ -864,7 +948,7 @@ impl Device {
         bump(&self.counters.recvs);
         let mut idle = 0u32;
         loop {
-            let mut finished = Vec::new();
+            let mut finished = take_scratch();
             let got = self.with_core(|core| {
                 let r = core.ep.try_recv(spec, buf);
                 Self::harvest(core, &mut finished);
@@ -1019,7 +1103,7 @@ impl Device {
     /// One progress pass under the lock; completes what finished outside it.
     /// Returns how many requests it completed.
     fn poll(&self) -> Result<usize, Error> {
-        let mut finished = Vec::new();
+        let mut finished = take_scratch();
         let progressed = self.with_core(|core| {
             let r = core.ep.progress();
             Self::harvest(core, &mut finished);
@@ -1089,14 +1173,15 @@ impl Device {
 
     /// Completes harvested operations (outside the lock) and bumps the
     /// completion epoch; returns how many.
-    fn complete_all(&self, finished: Vec<Finished>) -> usize {
+    fn complete_all(&self, mut finished: Vec<Finished>) -> usize {
         let n = finished.len();
-        for f in finished {
+        for f in finished.drain(..) {
             self.complete(f);
         }
         if n > 0 {
             self.epoch.fetch_add(1, Ordering::Release);
         }
+        give_scratch(finished);
         n
     }
 

@@ -630,25 +630,28 @@ fn strip_index(v: Vec<(usize, Status)>) -> Vec<Status> {
 /// become null. If any failed, [`Error::InStatus`] carries every status,
 /// each with its own class.
 ///
-/// A progress error ends the wait early and is returned; requests already
-/// completed by then are null and their statuses are lost (MPI reports them
-/// as `MPI_ERR_PENDING`/done in that case).
+/// A progress error ends the wait early and is returned; the requests whose
+/// statuses were already taken (those before the first one still
+/// incomplete, in order) are null and their statuses are lost (MPI reports
+/// them as `MPI_ERR_PENDING`/done in that case); later ones stay active.
 pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec<Status>, Error> {
     let mut out: Vec<Option<Status>> = vec![None; reqs.len()];
-    loop {
-        let mut left = 0;
-        for (r, slot) in reqs.iter_mut().zip(out.iter_mut()) {
-            if slot.is_none() {
-                *slot = r.take_status();
-                if slot.is_none() {
-                    left += 1;
-                }
-            }
-        }
-        if left == 0 {
+    // Every request must complete, so each pass takes the statuses from the
+    // first request not yet taken up to the first one still incomplete and
+    // stops there: requests mostly complete in order, and rescanning the
+    // whole list after every progress pass made a window of n requests
+    // cost O(n^2). Requests past the stop are taken on a later pass.
+    let mut first = 0;
+    while first < reqs.len() {
+        let (Some(r), Some(slot)) = (reqs.get_mut(first), out.get_mut(first)) else {
             break;
+        };
+        *slot = r.take_status();
+        if slot.is_some() {
+            first += 1;
+        } else {
+            progress.progress(true)?;
         }
-        progress.progress(true)?;
     }
     let statuses = out
         .into_iter()

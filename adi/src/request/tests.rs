@@ -186,6 +186,34 @@ fn waitall_in_any_completion_order() {
 }
 
 #[test]
+fn waitall_progress_error_keeps_requests_not_yet_taken() {
+    // Request 0 completed, 1 pending, 2 completed: the wait takes 0, stops
+    // at 1 and progresses; the progress error ends it. 0 is null (its
+    // status taken), 1 and 2 stay active and can still be waited for.
+    let (r0, c0) = request();
+    let (r1, c1) = request();
+    let (r2, c2) = request();
+    c0.complete(Status::new(0, 0, 0));
+    c2.complete(Status::new(2, 2, 2));
+    let mut reqs = vec![r0, r1, r2];
+    let mut failing =
+        |_: bool| -> Result<(), Error> { Err(Error::InvalidArgument { what: "boom" }) };
+    assert!(matches!(
+        waitall(&mut reqs, &mut failing),
+        Err(Error::InvalidArgument { what: "boom" })
+    ));
+    assert!(reqs[0].is_null());
+    assert!(!reqs[1].is_null() && !reqs[1].is_complete());
+    assert!(!reqs[2].is_null() && reqs[2].is_complete());
+    c1.complete(Status::new(1, 1, 1));
+    let st = waitall(&mut reqs, &mut never()).unwrap();
+    assert_eq!(
+        st,
+        vec![Status::EMPTY, Status::new(1, 1, 1), Status::new(2, 2, 2)]
+    );
+}
+
+#[test]
 fn waitall_reports_errors_in_status() {
     let (r0, c0) = request();
     let (r1, c1) = request();
