@@ -8,7 +8,7 @@
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
 //! | ≤ eager area − 64 B | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
-//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
+//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally; CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
 //! | larger than the eager area, no CMA | fragments | consecutive eager fragments of ≤ ¼ of the eager area; the receiver copies each out on arrival and reassembles; the send request stays pending and [`Endpoint::progress`] publishes the next fragments as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
@@ -149,6 +149,10 @@ const PHASE_WINDOW: u64 = 1 << 15;
 
 /// Bytes before the data in an eager block (the release flag's cache line).
 const EAGER_PREFIX: u64 = 64;
+/// Smallest message that goes by CMA rendezvous instead of being copied
+/// aside when the eager area is full (or sends to that peer are already
+/// held locally): below it the extra copy is cheaper than the FIN round trip.
+const STAGE_TO_CMA_MIN: u64 = 32 << 10;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
 
@@ -1045,9 +1049,52 @@ impl Endpoint {
             // borrowed: the caller's contract) until its FIN.
             req.fin = true;
             req.ack = sync;
+        } else if len <= eager_max
+            && !(self.cma_ok()
+                && len >= STAGE_TO_CMA_MIN
+                && !self.peers[dest as usize].staged.is_empty())
+        {
+            let staged = if self.cma_ok() && len >= STAGE_TO_CMA_MIN {
+                // A large message that finds the eager area full would be
+                // copied aside (a fresh allocation, page faults, a second
+                // copy later): hand it over by pointer instead.
+                let seg = self.node.segment();
+                match eager_block(seg, &mut self.eager, &mut self.in_flight, data, tmpl) {
+                    Some(h) => {
+                        self.counters.buffered_sends += 1;
+                        tracing::trace!(dest, len, "buffered (eager) send");
+                        self.enqueue(dest, h);
+                        false
+                    }
+                    None => true,
+                }
+            } else {
+                self.counters.buffered_sends += 1;
+                self.send_eager(dest, tmpl, data);
+                false
+            };
+            if staged {
+                let mut h = tmpl;
+                h.kind = KIND_CMA;
+                h.word = data.as_ptr() as u64;
+                h.ext[..8].copy_from_slice(&id.to_le_bytes());
+                self.counters.cma_sends += 1;
+                tracing::debug!(dest, len, sync, "eager area full: CMA rendezvous send");
+                self.enqueue(dest, h);
+                req.fin = true;
+            }
+            req.ack = sync;
         } else if len <= eager_max {
-            self.counters.buffered_sends += 1;
-            self.send_eager(dest, tmpl, data);
+            // The peer's queue holds staged sends (keep order) and CMA can
+            // take this one by pointer.
+            let mut h = tmpl;
+            h.kind = KIND_CMA;
+            h.word = data.as_ptr() as u64;
+            h.ext[..8].copy_from_slice(&id.to_le_bytes());
+            self.counters.cma_sends += 1;
+            tracing::debug!(dest, len, sync, "sends queued: CMA rendezvous send");
+            self.enqueue(dest, h);
+            req.fin = true;
             req.ack = sync;
         } else {
             // Larger than the eager area, no CMA: fragments, published by

@@ -150,6 +150,49 @@ fn isend_fragments_both_ways_then_barrier_then_wait() {
     crossing(no_cma(), true);
 }
 
+/// A window of large `isend`s that overflows the eager area: the first go
+/// buffered, the rest by CMA rendezvous (never copied aside), in order, and
+/// every byte arrives.
+#[test]
+fn eager_area_overflow_goes_by_cma_not_staging() {
+    const N: u32 = 16;
+    const LEN: usize = 96 << 10;
+    let bar = Arc::new(Barrier::new(2));
+    let out = ranks("overflow", 2, cfg(), move |me, mut ep| {
+        if !cma(&ep) {
+            return None;
+        }
+        if me == 0 {
+            let reqs: Vec<SendRequest> = (0..N)
+                .map(|k| {
+                    ep.isend(1, 9, 4, pattern(k, LEN), SendMode::Standard)
+                        .unwrap()
+                })
+                .collect();
+            bar.wait();
+            for (k, r) in reqs.into_iter().enumerate() {
+                assert!(ep.wait_send(r).unwrap().unwrap() == pattern(k as u32, LEN));
+            }
+        } else {
+            // Receive only once every send has been started.
+            bar.wait();
+            for k in 0..N {
+                let mut b = vec![0u8; LEN];
+                let st = ep.recv(spec(Some(0), Some(9)), &mut b).unwrap();
+                assert_eq!(st.len, LEN);
+                assert!(b == pattern(k, LEN), "message {k} out of order or corrupt");
+            }
+        }
+        Some(ep.finalize().unwrap())
+    });
+    if let Some(c) = &out[0] {
+        // 1 MiB eager area: some fit, the others go by pointer.
+        assert!(c.buffered_sends > 0 && c.cma_sends > 0, "{c}");
+        assert_eq!(c.buffered_sends + c.cma_sends, u64::from(N), "{c}");
+        assert_eq!(c.staged_sends, 0, "{c}");
+    }
+}
+
 /// A fragmented `isend` without CMA returns at once with the request
 /// pending; `progress` publishes the rest while the receiver drains.
 #[test]
