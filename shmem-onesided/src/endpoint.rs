@@ -1038,63 +1038,32 @@ impl Endpoint {
             tracing::trace!(dest, len, "inline send");
             self.enqueue(dest, h);
         } else if self.cma_ok() && (len > self.node.config().cma_threshold || len > eager_max) {
-            let mut h = tmpl;
-            h.kind = KIND_CMA;
-            h.word = data.as_ptr() as u64;
-            h.ext[..8].copy_from_slice(&id.to_le_bytes());
-            self.counters.cma_sends += 1;
-            tracing::debug!(dest, len, sync, "CMA rendezvous send");
-            self.enqueue(dest, h);
+            self.publish_cma(dest, tmpl, data, id, "CMA rendezvous send");
             // The receiver reads the buffer (owned: kept in the request;
             // borrowed: the caller's contract) until its FIN.
             req.fin = true;
             req.ack = sync;
-        } else if len <= eager_max
-            && !(self.cma_ok()
-                && len >= STAGE_TO_CMA_MIN
-                && !self.peers[dest as usize].staged.is_empty())
-        {
-            let staged = if self.cma_ok() && len >= STAGE_TO_CMA_MIN {
-                // A large message that finds the eager area full would be
-                // copied aside (a fresh allocation, page faults, a second
-                // copy later): hand it over by pointer instead.
-                let seg = self.node.segment();
-                match eager_block(seg, &mut self.eager, &mut self.in_flight, data, tmpl) {
-                    Some(h) => {
-                        self.counters.buffered_sends += 1;
-                        tracing::trace!(dest, len, "buffered (eager) send");
-                        self.enqueue(dest, h);
-                        false
-                    }
-                    None => true,
-                }
+        } else if len <= eager_max {
+            let by_pointer = if self.cma_ok() && len >= STAGE_TO_CMA_MIN {
+                // A large message that finds the eager area full (or sends
+                // to that peer held locally) would be copied aside: hand it
+                // over by pointer instead.
+                !self.peers[dest as usize].staged.is_empty() || !self.try_eager(dest, tmpl, data)
             } else {
                 self.counters.buffered_sends += 1;
                 self.send_eager(dest, tmpl, data);
                 false
             };
-            if staged {
-                let mut h = tmpl;
-                h.kind = KIND_CMA;
-                h.word = data.as_ptr() as u64;
-                h.ext[..8].copy_from_slice(&id.to_le_bytes());
-                self.counters.cma_sends += 1;
-                tracing::debug!(dest, len, sync, "eager area full: CMA rendezvous send");
-                self.enqueue(dest, h);
+            if by_pointer {
+                self.publish_cma(
+                    dest,
+                    tmpl,
+                    data,
+                    id,
+                    "eager area full or sends queued: CMA rendezvous send",
+                );
                 req.fin = true;
             }
-            req.ack = sync;
-        } else if len <= eager_max {
-            // The peer's queue holds staged sends (keep order) and CMA can
-            // take this one by pointer.
-            let mut h = tmpl;
-            h.kind = KIND_CMA;
-            h.word = data.as_ptr() as u64;
-            h.ext[..8].copy_from_slice(&id.to_le_bytes());
-            self.counters.cma_sends += 1;
-            tracing::debug!(dest, len, sync, "sends queued: CMA rendezvous send");
-            self.enqueue(dest, h);
-            req.fin = true;
             req.ack = sync;
         } else {
             // Larger than the eager area, no CMA: fragments, published by
@@ -1285,6 +1254,38 @@ impl Endpoint {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Publishes a CMA rendezvous header for `data` (send `id`): the
+    /// receiver reads it in place and answers with a FIN.
+    fn publish_cma(&mut self, dest: u32, tmpl: Header, data: &[u8], id: u64, why: &'static str) {
+        let mut h = tmpl;
+        h.kind = KIND_CMA;
+        h.word = data.as_ptr() as u64;
+        h.ext[..8].copy_from_slice(&id.to_le_bytes());
+        self.counters.cma_sends += 1;
+        tracing::debug!(
+            dest,
+            len = data.len(),
+            sync = tmpl.flags & FLAG_SYNC != 0,
+            "{why}"
+        );
+        self.enqueue(dest, h);
+    }
+
+    /// Copies `data` to an eager block and publishes `tmpl` for it if the
+    /// eager area has room now; `false` (nothing done) if it has not.
+    fn try_eager(&mut self, dest: u32, tmpl: Header, data: &[u8]) -> bool {
+        let seg = self.node.segment();
+        match eager_block(seg, &mut self.eager, &mut self.in_flight, data, tmpl) {
+            Some(h) => {
+                self.counters.buffered_sends += 1;
+                tracing::trace!(dest, len = data.len(), "buffered (eager) send");
+                self.enqueue(dest, h);
+                true
+            }
+            None => false,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Hash maps keyed by the endpoint's dense integer ids (request ids, store
-//! keys, tm-match handles), with a one-multiply hasher instead of SipHash.
+//! keys, tm-match handles), with tm-match's one-multiply hasher instead of
+//! SipHash.
 //!
 //! The keys are process-private counters, never chosen by a peer, so the
 //! DoS resistance of SipHash buys nothing here; its cost showed up as about
@@ -7,44 +8,11 @@
 //! so that every key bit reaches the top bits hashbrown takes its control
 //! bytes from.
 
-use core::hash::{BuildHasherDefault, Hasher};
+use core::hash::BuildHasherDefault;
 use std::collections::{HashMap, HashSet};
 
-const K0: u64 = 0x243f_6a88_85a3_08d3;
-const K1: u64 = 0x1319_8a2e_0370_7344;
-
-/// The hasher state.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher {
-    h: u64,
-}
-
-impl Hasher for IdHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.h
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut buf = [0u8; 8];
-            buf[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(buf));
-        }
-    }
-
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        let p = u128::from(self.h ^ v ^ K0).wrapping_mul(u128::from(K1));
-        self.h = (p as u64) ^ ((p >> 64) as u64);
-    }
-
-    #[inline]
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-}
+/// tm-match's folded-multiply hasher (the same mixing its matcher uses).
+pub(crate) use tm_match::hash::FoldHasher as IdHasher;
 
 /// A `HashMap` with [`IdHasher`].
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;

@@ -19,9 +19,12 @@ fn fold_mul(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
-/// The hasher state.
+/// The hasher state: a folded 64×64→128 multiply per word. Meant for
+/// process-private integer keys (ids, packed envelopes), not for keys an
+/// adversary chooses (no DoS resistance). Also used by shmem-onesided's
+/// request maps.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct FoldHasher {
+pub struct FoldHasher {
     h: u64,
 }
 
@@ -43,6 +46,11 @@ impl Hasher for FoldHasher {
     #[inline]
     fn write_u64(&mut self, v: u64) {
         self.h = fold_mul(self.h ^ v ^ K0, K1);
+    }
+
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
     }
 
     #[inline]

@@ -53,7 +53,7 @@
 #![warn(missing_docs)]
 
 mod error;
-mod hash;
+pub mod hash;
 pub mod matcher;
 pub mod offload;
 pub mod reference;
