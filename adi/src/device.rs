@@ -887,21 +887,7 @@ impl Device {
         into: RecvInto,
         group: Arc<Group>,
     ) -> Result<Request, Error> {
-        let (req, completer) = request();
-        let id = self.with_core(|core| {
-            let rreq = core.ep.irecv(spec, buf)?;
-            let id = rreq.id();
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Recv { rreq, into, group },
-                    completer,
-                },
-            );
-            Ok(id)
-        })?;
-        bump(&self.counters.recvs);
-        Ok(req.with_op(id))
+        self.track_recv(into, group, |ep| ep.irecv(spec, buf))
     }
 
     /// Starts a receive of matched message `msg` into `buf`.
@@ -912,9 +898,21 @@ impl Device {
         into: RecvInto,
         group: Arc<Group>,
     ) -> Result<Request, Error> {
+        self.track_recv(into, group, |ep| ep.imrecv(msg, buf))
+    }
+
+    /// Starts an endpoint receive with `start` under the core lock and
+    /// records it in the operation table; the returned request completes
+    /// when the endpoint reports it.
+    fn track_recv(
+        &self,
+        into: RecvInto,
+        group: Arc<Group>,
+        start: impl FnOnce(&mut Endpoint) -> shmem_onesided::Result<RecvRequest>,
+    ) -> Result<Request, Error> {
         let (req, completer) = request();
         let id = self.with_core(|core| {
-            let rreq = core.ep.imrecv(msg, buf)?;
+            let rreq = start(&mut core.ep)?;
             let id = rreq.id();
             core.ops.insert(
                 id,
