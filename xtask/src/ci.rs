@@ -493,12 +493,7 @@ fn run_shmem_bench() -> Result<(), String> {
     let mut theirs = Figures::default();
     for round in 1..=SHMEM_BENCH_ROUNDS {
         if let Some(bin) = &mpich {
-            let mut c = Command::new("mpiexec.hydra");
-            c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
-            let (ok, out) = run_captured(c)?;
-            if !ok {
-                return Err("the MPICH ping-pong failed".into());
-            }
+            let out = run_mpich_pair(bin, "MPICH ping-pong")?;
             theirs.merge(&out, "mpich");
         }
         let mut c = cargo();
@@ -584,22 +579,10 @@ fn run_adi_bench() -> Result<(), String> {
     let mut theirs = Figures::default();
     for round in 1..=ADI_BENCH_ROUNDS {
         if let Some(bin) = &mpich {
-            let mut c = Command::new("mpiexec.hydra");
-            c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
-            let (ok, out) = run_captured(c)?;
-            if !ok {
-                return Err("the MPICH OSU benchmark failed".into());
-            }
+            let out = run_mpich_pair(bin, "MPICH OSU benchmark")?;
             theirs.merge(&out, "mpich");
         }
-        let mut c = Command::new(rel.join("tmrun"));
-        c.args(["-n", "2", "--bind-to", "core"])
-            .arg(rel.join("examples").join("osu"))
-            .arg("--raw");
-        let (ok, out) = run_captured(c)?;
-        if !ok {
-            return Err("adi's osu example failed under tmrun".into());
-        }
+        let out = run_tmrun_pair(&rel, "osu")?;
         ours.merge(&out, "tmx");
         println!("(round {round} of {ADI_BENCH_ROUNDS} done)");
     }
@@ -644,22 +627,10 @@ fn run_adi_rma_bench(root: &Path, rel: &Path) -> Result<(), String> {
     let (mut ours, mut theirs) = (Best::new(), Best::new());
     for round in 1..=ADI_BENCH_ROUNDS {
         if let Some(bin) = &mpich {
-            let mut c = Command::new("mpiexec.hydra");
-            c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
-            let (ok, out) = run_captured(c)?;
-            if !ok {
-                return Err("the MPICH RMA benchmark failed".into());
-            }
+            let out = run_mpich_pair(bin, "MPICH RMA benchmark")?;
             merge(&mut theirs, &out);
         }
-        let mut c = Command::new(rel.join("tmrun"));
-        c.args(["-n", "2", "--bind-to", "core"])
-            .arg(rel.join("examples").join("osu_rma"))
-            .arg("--raw");
-        let (ok, out) = run_captured(c)?;
-        if !ok {
-            return Err("adi's osu_rma example failed under tmrun".into());
-        }
+        let out = run_tmrun_pair(rel, "osu_rma")?;
         merge(&mut ours, &out);
         println!("(RMA round {round} of {ADI_BENCH_ROUNDS} done)");
     }
@@ -732,6 +703,34 @@ fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
         s.push('\n');
     }
     s
+}
+
+/// Runs the MPICH program `bin` on 2 ranks pinned to cores under Hydra and
+/// returns its output; `what` names it in the error.
+fn run_mpich_pair(bin: &Path, what: &str) -> Result<String, String> {
+    let mut c = Command::new("mpiexec.hydra");
+    c.args(["-n", "2", "-bind-to", "core"]).arg(bin);
+    let (ok, out) = run_captured(c)?;
+    if ok {
+        Ok(out)
+    } else {
+        Err(format!("the {what} failed"))
+    }
+}
+
+/// Runs adi's `example --raw` on 2 ranks pinned to cores under tmrun (both
+/// in the release dir `rel`) and returns its output.
+fn run_tmrun_pair(rel: &Path, example: &str) -> Result<String, String> {
+    let mut c = Command::new(rel.join("tmrun"));
+    c.args(["-n", "2", "--bind-to", "core"])
+        .arg(rel.join("examples").join(example))
+        .arg("--raw");
+    let (ok, out) = run_captured(c)?;
+    if ok {
+        Ok(out)
+    } else {
+        Err(format!("adi's {example} example failed under tmrun"))
+    }
 }
 
 /// Runs `cmd`, echoing its standard output line by line, and returns it too.
