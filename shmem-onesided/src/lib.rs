@@ -13,6 +13,8 @@
 //! - [`prepost`]: the prepost ring, its claim/withdraw race and the phase
 //!   counters that make a prepost trustworthy (the MP_Lite "gap").
 //! - [`heap`]: the deterministic symmetric-heap allocator.
+//! - [`winsync`]: the shared-memory synchronization of RMA windows (ticket
+//!   reader-writer lock, fence counters, PSCW counters).
 //! - [`Segment`]: creation, attach protocol, layout, liveness.
 //! - [`Node`]: the one-sided API and its completion semantics.
 //! - [`Endpoint`]: tagged two-sided messaging (inline, buffered, CMA and
@@ -52,6 +54,7 @@ pub mod heap;
 mod idmap;
 pub mod prepost;
 pub mod ring;
+pub mod winsync;
 
 #[cfg(not(tmx_shmem_loom))]
 mod endpoint;
@@ -69,6 +72,6 @@ pub use endpoint::{
 };
 pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
-pub use node::{CmaStatus, Node, SymAddr};
+pub use node::{CmaStatus, Node, NodeView, SymAddr};
 #[cfg(not(tmx_shmem_loom))]
 pub use segment::{segment_name, Layout, Segment};

@@ -25,10 +25,12 @@ use crate::error::{Error, Result};
 use crate::heap::SymHeap;
 use crate::segment::Segment;
 use core::sync::atomic::{fence, AtomicU64, Ordering};
+use memmap2::MmapRaw;
 use nix::errno::Errno;
 use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 use std::io::{IoSlice, IoSliceMut};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// An address in the symmetric heap: an offset valid on every PE.
@@ -58,6 +60,7 @@ pub struct Node {
     cfg: Config,
     heap: SymHeap,
     cma: CmaStatus,
+    view: NodeView,
     /// Kept alive (and at a fixed address) for peers' CMA probes.
     _probe: Box<u64>,
 }
@@ -94,11 +97,13 @@ impl Node {
         } else {
             tracing::info!("CMA single copy available");
         }
+        let view = NodeView::new(&seg, &cfg, &cma);
         Ok(Node {
             heap: SymHeap::new(cfg.heap_bytes),
             seg,
             cfg,
             cma,
+            view,
             _probe: probe,
         })
     }
@@ -150,68 +155,26 @@ impl Node {
         self.heap.free(addr.0)
     }
 
-    fn check_pe(&self, pe: u32) -> Result<()> {
-        if pe >= self.size() {
-            return Err(Error::BadPe {
-                pe,
-                size: self.size(),
-            });
-        }
-        Ok(())
-    }
-
-    fn heap_range(&self, pe: u32, addr: SymAddr, len: usize) -> Result<*mut u8> {
-        self.check_pe(pe)?;
-        let limit = self.cfg.heap_bytes;
-        let oob = Error::OutOfBounds {
-            pe,
-            offset: addr.0,
-            len: len as u64,
-            limit,
-        };
-        match addr.0.checked_add(len as u64) {
-            Some(end) if end <= limit => {}
-            _ => return Err(oob),
-        }
-        // SAFETY: addr + len <= heap_bytes was checked, so the pointer stays
-        // inside pe's heap, which is inside the mapping.
-        Ok(unsafe { self.seg.heap_ptr(pe).add(addr.0 as usize) })
+    /// A cloneable, thread-safe handle to the symmetric heaps and the
+    /// local processes ([`NodeView`]), usable without holding the `Node`.
+    pub fn view(&self) -> NodeView {
+        self.view.clone()
     }
 
     /// Copies `src` into `pe`'s symmetric memory at `dst`. Complete on return.
     pub fn put(&self, pe: u32, dst: SymAddr, src: &[u8]) -> Result<()> {
-        let p = self.heap_range(pe, dst, src.len())?;
-        // SAFETY: `p..p+len` is inside the shared mapping (checked) and cannot
-        // overlap `src`, a Rust slice that borrows private memory or another
-        // part of the mapping through a shared reference that this call does
-        // not write. Concurrent access by other processes to the same bytes is
-        // the program's business, as in OpenSHMEM; we only move bytes.
-        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
-        Ok(())
+        self.view.put(pe, dst, src)
     }
 
     /// Copies `dst.len()` bytes from `pe`'s symmetric memory at `src`.
     pub fn get(&self, pe: u32, src: SymAddr, dst: &mut [u8]) -> Result<()> {
-        let p = self.heap_range(pe, src, dst.len())?;
-        // SAFETY: as in `put`, with the roles swapped; `dst` is an exclusive
-        // Rust slice, so it does not overlap the shared source range.
-        unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        self.view.get(pe, src, dst)
     }
 
     /// A 64-bit atomic in `pe`'s symmetric memory (`addr` 8-byte aligned),
     /// for signals, counters and locks.
     pub fn atomic_u64(&self, pe: u32, addr: SymAddr) -> Result<&AtomicU64> {
-        if addr.0 % 8 != 0 {
-            return Err(Error::InvalidArgument(
-                "atomic address must be 8-byte aligned",
-            ));
-        }
-        let p = self.heap_range(pe, addr, 8)?;
-        // SAFETY: in bounds (checked), 8-byte aligned (heap offsets are page
-        // aligned plus an aligned addr), valid for any bit pattern, and alive
-        // as long as `self` (the mapping).
-        Ok(unsafe { AtomicU64::from_ptr(p.cast()) })
+        self.view.atomic_u64(pe, addr)
     }
 
     /// Puts `src` at `dst` on `pe`, then stores `value` to the signal word
@@ -275,9 +238,150 @@ impl Node {
         fence(Ordering::SeqCst);
     }
 
+    /// Single copy: writes `src` to virtual address `remote_addr` of `pe`'s
+    /// process (`process_vm_writev`). Complete on return.
+    pub fn cma_write(&self, pe: u32, remote_addr: u64, src: &[u8]) -> Result<()> {
+        self.view.cma_write(pe, remote_addr, src)
+    }
+
+    /// Single copy: reads `dst.len()` bytes from virtual address
+    /// `remote_addr` of `pe`'s process (`process_vm_readv`).
+    pub fn cma_read(&self, pe: u32, remote_addr: u64, dst: &mut [u8]) -> Result<()> {
+        self.view.cma_read(pe, remote_addr, dst)
+    }
+
+    /// Marks this PE finalized in the segment (peers see it in liveness
+    /// reports) and detaches.
+    pub fn finalize(self) {
+        self.seg.mark_finalized();
+    }
+}
+
+/// A cloneable, thread-safe handle to the node segment's symmetric heaps
+/// and to the local processes (for CMA), from [`Node::view`].
+///
+/// It keeps the mapping alive by itself, so a holder (an RMA window, say)
+/// can copy and use atomics without borrowing the [`Node`] or taking the
+/// lock its owner keeps the `Node` under. Same completion semantics as
+/// [`Node::put`]/[`Node::get`]/[`Node::cma_write`]/[`Node::cma_read`].
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    map: Arc<MmapRaw>,
+    /// Offset of each PE's symmetric heap in the mapping.
+    heaps: Arc<[u64]>,
+    /// Each PE's pid (registered before the attach barrier).
+    pids: Arc<[u32]>,
+    heap_bytes: u64,
+    rank: u32,
+    cma: CmaStatus,
+}
+
+impl NodeView {
+    fn new(seg: &Segment, cfg: &Config, cma: &CmaStatus) -> Self {
+        NodeView {
+            map: seg.map_arc(),
+            heaps: (0..seg.size()).map(|pe| seg.heap_offset(pe)).collect(),
+            pids: (0..seg.size()).map(|pe| seg.pid_of(pe)).collect(),
+            heap_bytes: cfg.heap_bytes,
+            rank: seg.rank(),
+            cma: cma.clone(),
+        }
+    }
+
+    /// This PE's local rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of local PEs.
+    pub fn size(&self) -> u32 {
+        self.heaps.len() as u32
+    }
+
+    /// Whether CMA single copy works between the local ranks.
+    pub fn cma_available(&self) -> bool {
+        self.cma == CmaStatus::Available
+    }
+
+    /// Checks that `pe`'s process is alive ([`Error::PeerDied`] if not).
+    pub fn check_alive(&self, pe: u32) -> Result<()> {
+        let pid = self.pid(pe)?;
+        if pe == self.rank || pid == 0 || crate::segment::process_alive(pid) {
+            Ok(())
+        } else {
+            Err(Error::PeerDied { rank: pe, pid })
+        }
+    }
+
+    fn pid(&self, pe: u32) -> Result<u32> {
+        self.pids.get(pe as usize).copied().ok_or(Error::BadPe {
+            pe,
+            size: self.size(),
+        })
+    }
+
+    fn heap_range(&self, pe: u32, addr: SymAddr, len: usize) -> Result<*mut u8> {
+        let base = *self.heaps.get(pe as usize).ok_or(Error::BadPe {
+            pe,
+            size: self.size(),
+        })?;
+        let limit = self.heap_bytes;
+        match addr.0.checked_add(len as u64) {
+            Some(end) if end <= limit => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    pe,
+                    offset: addr.0,
+                    len: len as u64,
+                    limit,
+                })
+            }
+        }
+        // SAFETY: `base` is pe's heap offset from the Layout the mapping was
+        // sized by, and addr + len <= heap_bytes (checked), so the pointer
+        // stays inside pe's heap, inside the mapping that `self.map` keeps
+        // alive.
+        Ok(unsafe { self.map.as_mut_ptr().add((base + addr.0) as usize) })
+    }
+
+    /// Copies `src` into `pe`'s symmetric memory at `dst`. Complete on return.
+    pub fn put(&self, pe: u32, dst: SymAddr, src: &[u8]) -> Result<()> {
+        let p = self.heap_range(pe, dst, src.len())?;
+        // SAFETY: `p..p+len` is inside the shared mapping (checked) and cannot
+        // overlap `src`, a Rust slice that borrows private memory or another
+        // part of the mapping through a shared reference that this call does
+        // not write. Concurrent access by other processes to the same bytes is
+        // the program's business, as in OpenSHMEM; we only move bytes.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes from `pe`'s symmetric memory at `src`.
+    pub fn get(&self, pe: u32, src: SymAddr, dst: &mut [u8]) -> Result<()> {
+        let p = self.heap_range(pe, src, dst.len())?;
+        // SAFETY: as in `put`, with the roles swapped; `dst` is an exclusive
+        // Rust slice, so it does not overlap the shared source range.
+        unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// A 64-bit atomic in `pe`'s symmetric memory (`addr` 8-byte aligned),
+    /// for signals, counters and locks.
+    pub fn atomic_u64(&self, pe: u32, addr: SymAddr) -> Result<&AtomicU64> {
+        if addr.0 % 8 != 0 {
+            return Err(Error::InvalidArgument(
+                "atomic address must be 8-byte aligned",
+            ));
+        }
+        let p = self.heap_range(pe, addr, 8)?;
+        // SAFETY: in bounds (checked), 8-byte aligned (heap offsets are page
+        // aligned plus an aligned addr), valid for any bit pattern, and alive
+        // as long as `self` (which holds the mapping).
+        Ok(unsafe { AtomicU64::from_ptr(p.cast()) })
+    }
+
     fn peer_pid(&self, pe: u32) -> Result<Pid> {
-        self.check_pe(pe)?;
-        let pid = self.seg.pid_of(pe);
+        let pid = self.pid(pe)?;
         i32::try_from(pid)
             .ok()
             .filter(|p| *p > 0)
@@ -359,12 +463,6 @@ impl Node {
             });
         }
         Ok(())
-    }
-
-    /// Marks this PE finalized in the segment (peers see it in liveness
-    /// reports) and detaches.
-    pub fn finalize(self) {
-        self.seg.mark_finalized();
     }
 }
 

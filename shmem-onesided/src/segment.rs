@@ -40,6 +40,7 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 use std::fs::File;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAGIC: u64 = 0x746d_785f_7368_6d31; // "tmx_shm1"
@@ -187,7 +188,9 @@ pub fn segment_name(job_id: &str) -> Result<String> {
 /// An attached node segment.
 #[derive(Debug)]
 pub struct Segment {
-    map: MmapRaw,
+    /// Shared with every [`crate::NodeView`], so the mapping outlives the
+    /// last handle that can reach it.
+    map: Arc<MmapRaw>,
     layout: Layout,
     name: String,
     rank: u32,
@@ -301,7 +304,7 @@ impl Segment {
             .map_err(|e| Error::os("mmap", Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
         drop(file);
         let seg = Segment {
-            map,
+            map: Arc::new(map),
             layout,
             name: name.to_owned(),
             rank,
@@ -511,11 +514,14 @@ impl Segment {
         PrepostRef::new(slots)
     }
 
-    /// Base pointer of `pe`'s symmetric heap (`heap_bytes` long).
-    pub(crate) fn heap_ptr(&self, pe: u32) -> *mut u8 {
-        let off = self.layout.region(pe) + self.layout.heap_off;
-        // SAFETY: the offset is inside the mapping (Layout, pe < size).
-        unsafe { self.map.as_mut_ptr().add(off as usize) }
+    /// The mapping, for handles that must keep it alive.
+    pub(crate) fn map_arc(&self) -> Arc<MmapRaw> {
+        Arc::clone(&self.map)
+    }
+
+    /// Offset of `pe`'s symmetric heap in the mapping.
+    pub(crate) fn heap_offset(&self, pe: u32) -> u64 {
+        self.layout.region(pe) + self.layout.heap_off
     }
 
     /// Base pointer of `pe`'s eager area (`eager_bytes` long).
@@ -534,26 +540,10 @@ impl Segment {
     /// zombie). Returns [`Error::PeerDied`] otherwise.
     pub fn check_alive(&self, pe: u32) -> Result<()> {
         let pid = self.pid_of(pe);
-        if pid == 0 || pe == self.rank {
+        if pid == 0 || pe == self.rank || process_alive(pid) {
             return Ok(());
         }
-        let dead = Error::PeerDied { rank: pe, pid };
-        let Ok(raw) = i32::try_from(pid) else {
-            return Err(dead);
-        };
-        if let Err(Errno::ESRCH) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
-            return Err(dead);
-        }
-        // A killed child that was not reaped yet still answers kill(0).
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next());
-            if matches!(state, Some('Z' | 'X')) {
-                return Err(dead);
-            }
-        }
-        Ok(())
+        Err(Error::PeerDied { rank: pe, pid })
     }
 
     /// Raises or clears this rank's eager-pressure flag.
@@ -585,4 +575,24 @@ impl Segment {
     pub fn finalized(&self, pe: u32) -> bool {
         self.rank_info(pe).state.load(Ordering::Acquire) == STATE_FINALIZED
     }
+}
+
+/// Whether process `pid` exists and is not a zombie (a killed child that
+/// was not reaped yet still answers `kill(pid, 0)`).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if let Err(Errno::ESRCH) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
+        return false;
+    }
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next());
+        if matches!(state, Some('Z' | 'X')) {
+            return false;
+        }
+    }
+    true
 }

@@ -1,0 +1,193 @@
+//! Process synchronization of RMA windows in shared memory.
+//!
+//! An RMA window whose ranks share a node needs no messages: the origin
+//! loads and stores the target's memory itself, and the synchronization
+//! calls become a few atomics in the targets' control words. This module is
+//! those atomics, after Open MPI's `osc/sm` (see
+//! `shared/notes/rma-implementation-notes.md` §4.5):
+//!
+//! - [`RwTicket`]: a FIFO-fair ticket reader-writer lock (Mellor-Crummey /
+//!   Scott) over three words, for `MPI_Win_lock` (shared or exclusive) and,
+//!   used exclusively, for the per-target accumulate lock that makes
+//!   accumulates atomic per element.
+//! - [`arrive`] / [`arrived`]: a counter barrier (each rank stores its own
+//!   epoch number, then waits for every other rank's) for `MPI_Win_fence`.
+//! - [`signal`] / [`observed`]: monotone per-pair counters for PSCW (the
+//!   target's `post` bumps a word in each origin's control block, the
+//!   origin's `complete` bumps one in each target's).
+//!
+//! Every function is a single non-blocking step: the caller spins, runs
+//! its progress engine and checks that the peer is alive between steps,
+//! so a waiting rank never stops serving others.
+//!
+//! # Memory ordering (what makes the data visible)
+//!
+//! Every grant or observation is an `Acquire` load and every release,
+//! arrival or signal a `Release` write, so the data a rank stored before
+//! releasing (unlock, fence, complete, post) happens-before the loads of
+//! the rank that observes it. These are the MEM_SYNCs MPICH places around
+//! each PROC_SYNC. The loom models in `tests/loom.rs` check each protocol
+//! with the data accesses as unsynchronized cells, and a negative control
+//! shows that a `Relaxed` release is caught.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Words of one [`RwTicket`] lock.
+pub const RW_WORDS: usize = 3;
+
+/// A ticket reader-writer lock over three 64-bit words (all zero at
+/// first): `next` (the ticket dispenser), `write` (the next ticket allowed
+/// in as a writer) and `read` (the next ticket allowed in as a reader).
+///
+/// Tickets are served in order, so neither readers nor writers starve.
+/// A writer with ticket `t` enters once every earlier holder released
+/// (`write == t`); a reader with ticket `t` enters once every earlier
+/// reader entered and every earlier writer released (`read == t`), and then
+/// admits the next reader at once.
+#[derive(Debug, Clone, Copy)]
+pub struct RwTicket<'a> {
+    next: &'a AtomicU64,
+    write: &'a AtomicU64,
+    read: &'a AtomicU64,
+}
+
+impl<'a> RwTicket<'a> {
+    /// The lock whose words are `next`, `write` and `read`.
+    pub fn new(next: &'a AtomicU64, write: &'a AtomicU64, read: &'a AtomicU64) -> Self {
+        RwTicket { next, write, read }
+    }
+
+    /// Takes a ticket (the caller's place in the queue). Every ticket
+    /// taken must eventually be granted and released, or the lock stalls.
+    pub fn ticket(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether `ticket` may enter as a writer now (Acquire: the previous
+    /// holders' stores are visible once this returns `true`).
+    pub fn try_exclusive(&self, ticket: u64) -> bool {
+        self.write.load(Ordering::Acquire) == ticket
+    }
+
+    /// Whether `ticket` may enter as a reader now; on `true` it has also
+    /// admitted the next ticket's reader. Must not be called again for the
+    /// same ticket after it returned `true`.
+    pub fn try_shared(&self, ticket: u64) -> bool {
+        if self.read.load(Ordering::Acquire) != ticket {
+            return false;
+        }
+        self.read.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// Releases a writer's hold (Release: its stores become visible to the
+    /// next holder).
+    pub fn release_exclusive(&self) {
+        self.write.fetch_add(1, Ordering::Release);
+        self.read.fetch_add(1, Ordering::Release);
+    }
+
+    /// Negative control for loom: [`RwTicket::release_exclusive`] with
+    /// `Relaxed` increments, too weak to publish the writer's stores.
+    /// `tests/loom.rs` asserts that loom rejects it.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn release_exclusive_relaxed(&self) {
+        self.write.fetch_add(1, Ordering::Relaxed);
+        self.read.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Negative control for loom: [`signal`] with a `Relaxed` increment.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn signal_relaxed(word: &AtomicU64) {
+        word.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Releases a reader's hold.
+    pub fn release_shared(&self) {
+        self.write.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether nobody holds or waits for the lock (a diagnostic: true
+    /// only when every ticket taken was released).
+    pub fn is_idle(&self) -> bool {
+        let n = self.next.load(Ordering::Acquire);
+        self.write.load(Ordering::Acquire) == n
+    }
+}
+
+/// A rank's arrival at fence number `epoch` (its own word; numbers start
+/// at 1 and increase by one per fence). Release: the rank's earlier stores
+/// (its puts into other ranks' memory, its local stores) become visible to
+/// every rank that sees the arrival.
+pub fn arrive(own: &AtomicU64, epoch: u64) {
+    own.store(epoch, Ordering::Release);
+}
+
+/// Whether the rank owning `word` arrived at fence `epoch` (or later).
+/// Acquire: on `true`, that rank's stores before it arrived are visible.
+pub fn arrived(word: &AtomicU64, epoch: u64) -> bool {
+    word.load(Ordering::Acquire) >= epoch
+}
+
+/// Bumps a PSCW counter (`post` into an origin's word, `complete` into a
+/// target's). Release: everything the caller stored before is visible to
+/// the rank that observes the bump.
+pub fn signal(word: &AtomicU64) {
+    word.fetch_add(1, Ordering::Release);
+}
+
+/// Whether a PSCW counter moved past `seen` (the count the observer has
+/// consumed so far). Acquire, as [`arrived`].
+pub fn observed(word: &AtomicU64, seen: u64) -> bool {
+    word.load(Ordering::Acquire) > seen
+}
+
+#[cfg(all(test, not(tmx_shmem_loom)))]
+mod tests {
+    use super::*;
+
+    fn words() -> [AtomicU64; 3] {
+        [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]
+    }
+
+    #[test]
+    fn readers_share_writers_exclude_in_ticket_order() {
+        let w = words();
+        let l = RwTicket::new(&w[0], &w[1], &w[2]);
+        let r1 = l.ticket();
+        let r2 = l.ticket();
+        let x = l.ticket();
+        let r3 = l.ticket();
+        assert!(l.try_shared(r1));
+        assert!(l.try_shared(r2), "a second reader enters beside the first");
+        assert!(!l.try_exclusive(x), "the writer waits for both readers");
+        assert!(!l.try_shared(r3), "a reader queued behind a writer waits");
+        l.release_shared();
+        assert!(!l.try_exclusive(x));
+        l.release_shared();
+        assert!(l.try_exclusive(x));
+        assert!(!l.try_shared(r3), "still excluded while the writer holds");
+        l.release_exclusive();
+        assert!(l.try_shared(r3));
+        l.release_shared();
+        assert!(l.is_idle());
+    }
+
+    #[test]
+    fn counters_are_monotone() {
+        let a = AtomicU64::new(0);
+        assert!(!arrived(&a, 1));
+        arrive(&a, 1);
+        assert!(arrived(&a, 1));
+        arrive(&a, 2);
+        assert!(arrived(&a, 1), "a rank one fence ahead still counts");
+        let c = AtomicU64::new(0);
+        assert!(!observed(&c, 0));
+        signal(&c);
+        signal(&c);
+        assert!(observed(&c, 1));
+        assert!(!observed(&c, 2));
+    }
+}
