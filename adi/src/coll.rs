@@ -334,7 +334,7 @@ impl Comm {
         Ok(())
     }
 
-    fn allgather(&self, send: &[u8]) -> Result<Vec<u8>, Error> {
+    pub(crate) fn allgather(&self, send: &[u8]) -> Result<Vec<u8>, Error> {
         let mut all = vec![0u8; send.len() * self.size() as usize];
         self.gather(send, &mut all, 0)?;
         self.bcast(&mut all, 0)?;

@@ -94,7 +94,7 @@ pub use request::{
     Progress, Request, Status, YieldProgress,
 };
 pub use time::{wtick, wtime};
-pub use win::{AccOp, ElemType, LockType, SharedRegion, SharedWin, Win};
+pub use win::{AccOp, ElemType, LockType, SharedRegion, SharedWin, Win, WinPath};
 
 // Communicators and requests may move between and be shared by threads
 // (the device is thread-safe): checked at compile time.

@@ -272,6 +272,7 @@ pub fn request() -> (Request, Completer) {
             slot: Some(Arc::clone(&slot)),
             op: None,
             buffer: None,
+            ready: None,
         },
         Completer { slot: Some(slot) },
     )
@@ -290,6 +291,9 @@ pub struct Request {
     op: Option<u64>,
     /// The buffer handed back by a completed operation that owned one.
     buffer: Option<Vec<u8>>,
+    /// A request born complete (no slot, no allocation): its status and
+    /// buffer, handed over by the first wait or test.
+    ready: Option<(Status, Option<Vec<u8>>)>,
 }
 
 impl Request {
@@ -299,6 +303,20 @@ impl Request {
             slot: None,
             op: None,
             buffer: None,
+            ready: None,
+        }
+    }
+
+    /// A request born complete with `status` and the buffer a wait or
+    /// test hands back ([`Request::take_buffer`]): no shared slot is
+    /// allocated (operations that finish inside their call, such as reads
+    /// on the same-node RMA path).
+    pub fn ready_with_buffer(status: Status, buffer: Vec<u8>) -> Request {
+        Request {
+            slot: None,
+            op: None,
+            buffer: None,
+            ready: Some((status, Some(buffer))),
         }
     }
 
@@ -313,18 +331,21 @@ impl Request {
     /// Whether this is `MPI_REQUEST_NULL` (never started, or already
     /// completed by a wait or test).
     pub fn is_null(&self) -> bool {
-        self.slot.is_none()
+        self.slot.is_none() && self.ready.is_none()
     }
 
     /// The paper's `is_complete` field: `true` once the operation has
     /// completed (without consuming the request). `false` for a null request.
     pub fn is_complete(&self) -> bool {
-        self.slot.as_ref().is_some_and(|s| s.is_complete())
+        self.ready.is_some() || self.slot.as_ref().is_some_and(|s| s.is_complete())
     }
 
     /// `MPI_Request_get_status`: the status if complete, without consuming
     /// the request. A null request gives [`Status::EMPTY`].
     pub fn get_status(&self) -> Option<Status> {
+        if let Some((st, _)) = &self.ready {
+            return Some(*st);
+        }
         match &self.slot {
             None => Some(Status::EMPTY),
             Some(s) if s.is_complete() => Some(s.read_status()),
@@ -334,6 +355,10 @@ impl Request {
 
     /// If complete, consumes the completion (the request becomes null).
     fn try_take(&mut self) -> Option<Result<Status, Error>> {
+        if let Some((st, buf)) = self.ready.take() {
+            self.buffer = buf;
+            return Some(Ok(st));
+        }
         let slot = self.slot.as_ref()?;
         if !slot.is_complete() {
             return None;
@@ -360,6 +385,10 @@ impl Request {
     /// Takes the completion as a status (class in [`Status::error`]), for the
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
     fn take_status(&mut self) -> Option<Status> {
+        if let Some((st, buf)) = self.ready.take() {
+            self.buffer = buf;
+            return Some(st);
+        }
         let slot = match &self.slot {
             None => return Some(Status::EMPTY),
             Some(slot) => slot,
@@ -387,7 +416,7 @@ impl Request {
     /// the request null; otherwise `Ok(None)`. A failed operation returns its
     /// error (the request becomes null all the same).
     pub fn test(&mut self, progress: &mut impl Progress) -> Result<Option<Status>, Error> {
-        if self.slot.is_none() {
+        if self.is_null() {
             return Ok(Some(Status::EMPTY));
         }
         if let Some(r) = self.try_take() {
@@ -401,7 +430,7 @@ impl Request {
     /// its status and makes the request null. Never calls the hook once the
     /// request is seen complete.
     pub fn wait(&mut self, progress: &mut impl Progress) -> Result<Status, Error> {
-        if self.slot.is_none() {
+        if self.is_null() {
             return Ok(Status::EMPTY);
         }
         loop {

@@ -1,22 +1,42 @@
-//! RMA windows (`MPI_Win`): one-sided communication driven by
-//! [`rma_epoch::Engine`].
+//! RMA windows (`MPI_Win`): one-sided communication on two paths.
 //!
-//! # How it works
+//! # The two paths ([`WinPath`])
 //!
-//! - **One engine per process.** The device owns one `rma_epoch::Engine`
-//!   (behind its own lock) holding every window of this process.
-//!   The engine is sans-IO: user calls go in (`fence`, `put`, `lock`, ...),
+//! - **Direct (same node, the default).** When every rank of the window is
+//!   on this node, the origin executes each operation itself and returns:
+//!   [`Win::allocate`] places every rank's window in its symmetric heap of
+//!   the node segment, so put and get are `memcpy` through the shared
+//!   mapping; [`Win::create`] windows (and allocations larger than the heap,
+//!   `TMX_SHMEM_HEAP_BYTES`) stay in private memory and are reached by CMA
+//!   single copy. Synchronization is atomics in a per-rank control block
+//!   (`shmem_onesided::winsync`, loom-checked): a FIFO ticket reader-writer
+//!   lock per target for `lock`/`unlock` (and one for accumulates, which
+//!   makes them atomic per element), a counter barrier for `fence`, per-pair
+//!   post/complete counters for PSCW; `flush*` and `sync` are a full memory
+//!   barrier, since every operation is complete when its call returns. This
+//!   is MPICH's direct execution on SHM windows and Open MPI `osc/sm`'s
+//!   design (`rma-implementation-notes.md` §a.6, §4.5). See `win/direct.rs`.
+//!   The choice is collective: every rank must be able to take the path (a
+//!   control block fits in its heap, and CMA works if any window memory is
+//!   private), or the window takes the engine path.
+//! - **Engine (active messages).** `TMX_RMA_DIRECT=0` forces it for every
+//!   window; remote (inter-node) targets will take it through verbs-tm. The
+//!   device owns one sans-IO `rma_epoch::Engine` (behind its own lock)
+//!   holding these windows: user calls go in (`fence`, `put`, `lock`, ...),
 //!   actions come out (packets to send, barriers to start, read results,
 //!   completions of pending calls).
+//!
+//! # The engine path in detail
+//!
 //! - **A private communicator per window.** Window creation duplicates the
-//!   user's communicator ([`Comm::dup`], as MPICH does). Its point-to-point
-//!   context id is *reserved for RMA packets* of this window (tag 0, any
-//!   size: `tm_proto::rma` packets, a 32-byte header plus payload); its
-//!   collective context carries the window's barriers (tags `0x100 +
-//!   round`) and the creation-time exchange of window sizes. A packet is
-//!   mapped to its local window by the context it arrived on (the wire
-//!   header's window id is rewritten to the local one, so windows created
-//!   on different communicators never have to agree on engine ids).
+//!   user's communicator ([`Comm::dup`], as MPICH does; both paths do). Its
+//!   point-to-point context id is *reserved for RMA packets* of this window
+//!   (tag 0, any size: `tm_proto::rma` packets, a 32-byte header plus
+//!   payload); its collective context carries the window's barriers (tags
+//!   `0x100 + round`) and the creation-time exchange of window sizes. A
+//!   packet is mapped to its local window by the context it arrived on (the
+//!   wire header's window id is rewritten to the local one, so windows
+//!   created on different communicators never have to agree on engine ids).
 //! - **MAKE_RMA_PROGRESS.** Every progress pass of the device (every
 //!   wait, test, blocking receive and `device_check`) also runs
 //!   MAKE_RMA_PROGRESS: it drains the RMA contexts (target-side packets are
@@ -33,16 +53,9 @@
 //!   atomic per element (per operation, in fact) with respect to every
 //!   other RMA access, as MPI requires. The lock's acquire/release are the
 //!   memory barriers around every process synchronization.
-//!
-//! # Transport paths
-//!
-//! **Every target, including this rank and same-node ranks, is reached by
-//! active messages through the engine** (the shmem endpoint carries them).
-//! Direct load/store on a shared segment is not implemented: window memory
-//! is an ordinary `Vec<u8>` owned by the window (adi has no `unsafe`).
-//! Remote (inter-node) targets will use verbs-tm: the seam is
-//! [`crate::device::choose_route`] (a remote peer is refused at init today)
-//! plus the packet formats, which are already `tm_proto::rma`'s.
+//! - **The seam for remote targets** is [`crate::device::choose_route`] (a
+//!   remote peer is refused at init today) plus the packet formats, which
+//!   are already `tm_proto::rma`'s.
 //!
 //! # Misuse
 //!
@@ -59,7 +72,7 @@ use crate::request::{request, Completer, Request, Status};
 use crate::Error;
 use rma_epoch::{Action, CallStatus, Engine, GlobalConfig, Posted, WinId, WindowConfig};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use rma_epoch::assert;
@@ -82,6 +95,75 @@ pub enum LockType {
     Shared,
     /// `MPI_LOCK_EXCLUSIVE`.
     Exclusive,
+}
+
+mod direct;
+
+/// Whether same-node windows use the direct path (`TMX_RMA_DIRECT`,
+/// default on).
+pub const ENV_DIRECT: &str = "TMX_RMA_DIRECT";
+
+/// How an origin holds a passive-target lock on a direct window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Shared,
+    Exclusive,
+    /// `MODE_NOCHECK`: no lock taken.
+    NoCheck,
+}
+
+/// Where a rank's window memory is, on the direct path.
+#[derive(Debug, Clone, Copy)]
+enum Mem {
+    /// In its symmetric heap: load/store through the node segment.
+    Heap(shmem_onesided::SymAddr),
+    /// In its private memory at this address: CMA single copy.
+    User(u64),
+}
+
+/// A rank of a direct window, as every origin sees it.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    /// Its node index (shmem PE).
+    pe: u32,
+    size: u64,
+    mem: Mem,
+    /// Its control block (locks, counters) in its heap.
+    cb: shmem_onesided::SymAddr,
+}
+
+/// Which path a window's operations take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WinPath {
+    /// Same-node ranks: the origin loads and stores the target's memory
+    /// itself (heap windows) or copies by CMA (private memory), and the
+    /// synchronization is atomics in shared memory.
+    Direct,
+    /// Active messages through the `rma_epoch` engine (the path remote
+    /// targets will take; forced for every window by `TMX_RMA_DIRECT=0`).
+    Engine,
+}
+
+/// Ids of direct windows (error messages, tracing): disjoint from the
+/// engine's.
+static DIRECT_IDS: AtomicU32 = AtomicU32::new(1 << 31);
+
+fn direct_wanted() -> Result<bool, Error> {
+    match env(ENV_DIRECT).as_deref().map(str::trim) {
+        None | Some("") | Some("1") | Some("on") | Some("true") | Some("yes") => Ok(true),
+        Some("0") | Some("off") | Some("false") | Some("no") => Ok(false),
+        Some(v) => Err(Error::Config {
+            var: ENV_DIRECT,
+            value: v.to_string(),
+            reason: "expected 1/on or 0/off",
+        }),
+    }
+}
+
+/// The memory a window is created with.
+enum Memory {
+    Given(Vec<u8>),
+    Alloc(usize),
 }
 
 /// The RMA state of a device: the engine and the windows' memory.
@@ -114,8 +196,9 @@ struct Slot {
     coll: u32,
     rank: u32,
     group: Arc<Group>,
-    /// Reads waiting for their data: token → (completer, target rank).
-    results: HashMap<u64, (Completer, i32)>,
+    /// Reads waiting for their data: token → (completer, target rank,
+    /// the origin buffer to fill if the caller gave one).
+    results: HashMap<u64, (Completer, i32, Option<Vec<u8>>)>,
     barriers_wanted: u32,
     barrier: Option<IBarrier>,
 }
@@ -290,12 +373,20 @@ fn drain_actions(dev: &Device, st: &mut RmaState) -> Result<usize, Error> {
                 }
             }
             Action::Result { win, token, data } => {
-                if let Some((c, src)) = st
+                if let Some((c, src, into)) = st
                     .wins
                     .get_mut(&win)
                     .and_then(|s| s.results.remove(&token.0))
                 {
-                    c.complete_with_buffer(Status::new(src, ANY_TAG, data.len()), data);
+                    let status = Status::new(src, ANY_TAG, data.len());
+                    match into {
+                        Some(mut buf) => {
+                            let n = buf.len().min(data.len());
+                            buf[..n].copy_from_slice(&data[..n]);
+                            c.complete_with_buffer(status, buf);
+                        }
+                        None => c.complete_with_buffer(status, data),
+                    }
                     done += 1;
                 }
             }
@@ -390,27 +481,158 @@ pub struct Win {
     id: WinId,
     sizes: Arc<[u64]>,
     freed: bool,
+    /// The same-node path, when the window takes it.
+    direct: Option<Box<direct::Direct>>,
 }
 
 impl Win {
     /// `MPI_Win_create`: exposes `mem` (owned by the window until
     /// [`Win::free`] returns it). Collective over `comm`.
     pub fn create(comm: &Comm, mem: Vec<u8>) -> Result<Win, Error> {
+        Win::build(comm, Memory::Given(mem))
+    }
+
+    /// `MPI_Win_allocate`: a window of `size` zeroed bytes owned by the
+    /// window (in this rank's symmetric heap when it fits, so that
+    /// same-node origins load and store it directly). Collective over
+    /// `comm`.
+    pub fn allocate(comm: &Comm, size: usize) -> Result<Win, Error> {
+        Win::build(comm, Memory::Alloc(size))
+    }
+
+    /// Which path this window's operations take.
+    pub fn path(&self) -> WinPath {
+        if self.direct.is_some() {
+            WinPath::Direct
+        } else {
+            WinPath::Engine
+        }
+    }
+
+    fn build(comm: &Comm, memory: Memory) -> Result<Win, Error> {
         let wcomm = comm.dup()?;
+        let n = wcomm.size() as u32;
+        let me = wcomm.rank() as u32;
+        let dev = wcomm.dev();
+        let size = match &memory {
+            Memory::Given(v) => v.len(),
+            Memory::Alloc(s) => *s,
+        };
+        // Local preparation of the direct path: a control block, and heap
+        // memory for an allocated window when it fits.
+        let mut prep: Option<(
+            u32,
+            Option<shmem_onesided::SymAddr>,
+            shmem_onesided::SymAddr,
+        )> = None;
+        let mut cma = false;
+        if direct_wanted()? {
+            let world = wcomm.world_rank_of(me as i32).ok_or(Error::InvalidRank {
+                rank: me as i32,
+                size: n as i32,
+            })?;
+            let pe = dev.local_of(world)?;
+            prep = dev.with_node(|node| {
+                cma = *node.cma_status() == shmem_onesided::CmaStatus::Available;
+                let cbn = direct::cb_bytes(n);
+                let Ok(cb) = node.malloc(cbn) else {
+                    return Ok(None);
+                };
+                node.put(pe, cb, &vec![0u8; cbn as usize])?;
+                let heap = match &memory {
+                    Memory::Alloc(s) => match node.malloc((*s).max(1) as u64) {
+                        Ok(a) => {
+                            node.put(pe, a, &vec![0u8; *s])?;
+                            Some(a)
+                        }
+                        Err(_) => None,
+                    },
+                    Memory::Given(_) => None,
+                };
+                Ok(Some((pe, heap, cb)))
+            })?;
+        }
+        // Private memory (a created window, an allocated one off the heap,
+        // or the engine path).
+        let heap = prep.and_then(|p| p.1);
+        let own: Vec<u8> = match (memory, heap) {
+            (Memory::Given(v), _) => v,
+            (Memory::Alloc(_), Some(_)) => Vec::new(),
+            (Memory::Alloc(s), None) => vec![0u8; s],
+        };
+        let (flags, pe, addr, cb) = match prep {
+            Some((pe, heap, cb)) => {
+                let (user, addr) = match heap {
+                    Some(a) => (0, a.0),
+                    None => (4, own.as_ptr() as u64),
+                };
+                (1 | if cma { 2 } else { 0 } | user, pe, addr, cb.0)
+            }
+            None => (0, 0, 0, 0),
+        };
+        let rec: Vec<u8> = [size as u64, flags, u64::from(pe), addr, cb]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let all = wcomm.allgather(&rec)?;
+        let word = |c: &[u8], i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&c[8 * i..8 * i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let recs: Vec<&[u8]> = all.chunks_exact(40).collect();
+        let sizes: Arc<[u64]> = recs.iter().map(|c| word(c, 0)).collect();
+        let all_ok = recs.iter().all(|c| word(c, 1) & 1 != 0);
+        let any_user = recs.iter().any(|c| word(c, 1) & 4 != 0);
+        let all_cma = recs.iter().all(|c| word(c, 1) & 2 != 0);
+        if all_ok && (!any_user || all_cma) {
+            let targets: Vec<Target> = recs
+                .iter()
+                .map(|c| Target {
+                    pe: word(c, 2) as u32,
+                    size: word(c, 0),
+                    mem: if word(c, 1) & 4 != 0 {
+                        Mem::User(word(c, 3))
+                    } else {
+                        Mem::Heap(shmem_onesided::SymAddr(word(c, 3)))
+                    },
+                    cb: shmem_onesided::SymAddr(word(c, 4)),
+                })
+                .collect();
+            let view = dev.with_node(|node| Ok(node.view()))?;
+            let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                win = id,
+                size,
+                heap = heap.is_some(),
+                "window created (direct same-node path)"
+            );
+            let d = direct::Direct::new(wcomm.clone(), id, view, targets, own);
+            return Ok(Win {
+                comm: wcomm,
+                id,
+                sizes,
+                freed: false,
+                direct: Some(Box::new(d)),
+            });
+        }
+        // Engine path: give back what the direct path took.
+        if let Some((_, heap, cb)) = prep {
+            dev.with_node(|node| {
+                node.free(cb)?;
+                if let Some(a) = heap {
+                    node.free(a)?;
+                }
+                Ok(())
+            })?;
+        }
+        let mem = if heap.is_some() { vec![0u8; size] } else { own };
+        Win::engine(wcomm, mem, sizes)
+    }
+
+    fn engine(wcomm: Comm, mem: Vec<u8>, sizes: Arc<[u64]>) -> Result<Win, Error> {
         let n = wcomm.size() as usize;
         let me = wcomm.rank();
-        let mine = (mem.len() as u64).to_le_bytes();
-        let mut all = vec![0u8; 8 * n];
-        wcomm.gather(&mine, &mut all, 0)?;
-        wcomm.bcast(&mut all, 0)?;
-        let sizes: Arc<[u64]> = all
-            .chunks_exact(8)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(c);
-                u64::from_le_bytes(b)
-            })
-            .collect();
         let cfg = WindowConfig::from_lookup(n as u32, me as u32, mem.len() as u64, env)?;
         let dev = wcomm.dev();
         let id = {
@@ -436,20 +658,15 @@ impl Win {
             win = id,
             ctx = wcomm.inner.ctx,
             size = sizes.get(me as usize).copied().unwrap_or(0),
-            "window created"
+            "window created (engine path)"
         );
         Ok(Win {
             comm: wcomm,
             id,
             sizes,
             freed: false,
+            direct: None,
         })
-    }
-
-    /// `MPI_Win_allocate`: a window of `size` zeroed bytes owned by the
-    /// window. Collective over `comm`.
-    pub fn allocate(comm: &Comm, size: usize) -> Result<Win, Error> {
-        Win::create(comm, vec![0u8; size])
     }
 
     /// `MPI_Win_free`: collective; every rank must have closed its epochs.
@@ -457,6 +674,22 @@ impl Win {
     /// window's communicator, then the engine's free: locks released,
     /// acknowledgements in), and hands the memory back.
     pub fn free(mut self) -> Result<Vec<u8>, Error> {
+        if let Some(d) = &self.direct {
+            d.check_free()?;
+            self.comm.barrier()?;
+            let mem = d.take_own()?;
+            if let Some(t) = d.own_target().copied() {
+                self.comm.dev().with_node(|node| {
+                    node.free(t.cb)?;
+                    if let Mem::Heap(a) = t.mem {
+                        node.free(a)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            self.freed = true;
+            return Ok(mem);
+        }
         self.comm.barrier()?;
         self.sync_call(|e, w| e.free_window(w))?;
         self.freed = true;
@@ -464,6 +697,9 @@ impl Win {
     }
 
     fn remove(&self) -> Option<Vec<u8>> {
+        if self.direct.is_some() {
+            return None;
+        }
         let dev = self.comm.dev();
         let mut g = lock(&dev.rma.state);
         let s = g.wins.remove(&self.id)?;
@@ -495,11 +731,16 @@ impl Win {
         &self.comm
     }
 
-    /// Local access to this rank's window memory, under the RMA lock (so it
-    /// is atomic with respect to every RMA operation applied here). MPI's
+    /// Local access to this rank's window memory, atomic with respect to
+    /// every accumulate-like operation (engine path: under the RMA lock;
+    /// direct path: under this rank's accumulate lock; heap memory is
+    /// copied out and only the bytes `f` changed are written back). MPI's
     /// rules on conflicting local and remote accesses still apply: use it
     /// between epochs, or inside an epoch on bytes nobody else accesses.
     pub fn with_local<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T, Error> {
+        if let Some(d) = &self.direct {
+            return d.with_local(f);
+        }
         let mut g = lock(&self.comm.dev().rma.state);
         let slot = g
             .wins
@@ -550,7 +791,7 @@ impl Win {
     /// completes.
     fn post_op(
         &self,
-        read_from: Option<i32>,
+        read_from: Option<(i32, Option<Vec<u8>>)>,
         f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
     ) -> Result<Option<Request>, Error> {
         let dev = self.comm.dev();
@@ -558,10 +799,10 @@ impl Win {
             let mut g = lock(&dev.rma.state);
             let p = f(&mut g.engine, self.id)?;
             let req = match read_from {
-                Some(src) => {
+                Some((src, into)) => {
                     let (r, c) = request();
                     if let Some(s) = g.wins.get_mut(&self.id) {
-                        s.results.insert(p.token.0, (c, src));
+                        s.results.insert(p.token.0, (c, src, into));
                     }
                     Some(r)
                 }
@@ -615,6 +856,9 @@ impl Win {
     /// `MPI_Win_fence(assert)` ([`assert::NOPRECEDE`],
     /// [`assert::NOSUCCEED`], ...).
     pub fn fence(&self, assert: u32) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.fence(assert);
+        }
         self.sync_call(|e, w| e.fence(w, assert))
     }
 
@@ -637,27 +881,46 @@ impl Win {
     /// `MPI_Win_start`: an access epoch to the ranks of `group`.
     pub fn start(&self, group: &[i32], assert: u32) -> Result<(), Error> {
         let g = self.group(group)?;
+        if let Some(d) = &self.direct {
+            return d.start(g, assert);
+        }
         self.sync_call(|e, w| e.start(w, &g, assert))
     }
 
     /// `MPI_Win_complete`.
     pub fn complete(&self) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.complete();
+        }
         self.sync_call(|e, w| e.complete(w))
     }
 
     /// `MPI_Win_post`: an exposure epoch to the ranks of `group`.
     pub fn post(&self, group: &[i32], assert: u32) -> Result<(), Error> {
         let g = self.group(group)?;
+        if let Some(d) = &self.direct {
+            return d.post(g, assert);
+        }
         self.sync_call(|e, w| e.post(w, &g, assert))
     }
 
     /// `MPI_Win_wait`.
     pub fn wait(&self) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.wait(true).map(|_| ());
+        }
         self.sync_call(|e, w| e.wait(w))
     }
 
     /// `MPI_Win_test`: `true` if the exposure epoch ended (as `wait`).
     pub fn test(&self) -> Result<bool, Error> {
+        if let Some(d) = &self.direct {
+            let done = d.wait(false)?;
+            if !done {
+                self.comm.dev().check(false)?;
+            }
+            return Ok(done);
+        }
         let dev = self.comm.dev();
         dev.check(false)?;
         let done = lock(&dev.rma.state).engine.test(self.id)?;
@@ -673,6 +936,9 @@ impl Win {
         if t == rma_epoch::PROC_NULL {
             return Ok(());
         }
+        if let Some(d) = &self.direct {
+            return d.lock(lock_type, t, assert);
+        }
         let ex = lock_type == LockType::Exclusive;
         self.sync_call(|e, w| e.lock(w, ex, t, assert))
     }
@@ -684,16 +950,25 @@ impl Win {
         if t == rma_epoch::PROC_NULL {
             return Ok(());
         }
+        if let Some(d) = &self.direct {
+            return d.unlock(t);
+        }
         self.sync_call(|e, w| e.unlock(w, t))
     }
 
     /// `MPI_Win_lock_all(assert)`: a shared lock on every rank.
     pub fn lock_all(&self, assert: u32) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.lock_all(assert);
+        }
         self.sync_call(|e, w| e.lock_all(w, assert))
     }
 
     /// `MPI_Win_unlock_all`.
     pub fn unlock_all(&self) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.unlock_all();
+        }
         self.sync_call(|e, w| e.unlock_all(w))
     }
 
@@ -702,6 +977,9 @@ impl Win {
         let t = self.target(rank)?;
         if t == rma_epoch::PROC_NULL {
             return Ok(());
+        }
+        if let Some(d) = &self.direct {
+            return d.flush("flush", Some(t));
         }
         self.sync_call(|e, w| e.flush(w, t))
     }
@@ -713,22 +991,30 @@ impl Win {
         if t == rma_epoch::PROC_NULL {
             return Ok(());
         }
+        if let Some(d) = &self.direct {
+            return d.flush("flush_local", Some(t));
+        }
         self.sync_call(|e, w| e.flush_local(w, t))
     }
 
     /// `MPI_Win_flush_all`.
     pub fn flush_all(&self) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.flush("flush_all", None);
+        }
         self.sync_call(|e, w| e.flush_all(w))
     }
 
     /// `MPI_Win_flush_local_all`.
     pub fn flush_local_all(&self) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.flush("flush_local_all", None);
+        }
         self.sync_call(|e, w| e.flush_local_all(w))
     }
 
-    /// `MPI_Win_sync`: a full memory barrier. Local and RMA accesses to
-    /// this rank's memory are all made under the RMA lock, so this only
-    /// orders the caller's other memory accesses, and runs one progress
+    /// `MPI_Win_sync`: a full memory barrier (SeqCst fence) between this
+    /// process's earlier and later accesses to the window, and one progress
     /// pass.
     pub fn sync(&self) -> Result<(), Error> {
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -742,6 +1028,13 @@ impl Win {
     /// complete at the target at the closing synchronization.
     pub fn put(&self, target: i32, disp: u64, data: &[u8]) -> Result<(), Error> {
         let t = self.check_range(target, disp, data.len())?;
+        if let Some(d) = &self.direct {
+            return if t == rma_epoch::PROC_NULL {
+                Ok(())
+            } else {
+                d.put(t, disp, data)
+            };
+        }
         self.post_op(None, |e, w| e.put(w, t, disp, data))?;
         Ok(())
     }
@@ -817,7 +1110,34 @@ impl Win {
     /// synchronization (or a `flush_local`).
     pub fn get(&self, target: i32, disp: u64, len: usize) -> Result<Request, Error> {
         let t = self.check_range(target, disp, len)?;
+        if let Some(d) = &self.direct {
+            return if t == rma_epoch::PROC_NULL {
+                Ok(direct::completed_read(target, Vec::new()))
+            } else {
+                d.get(t, disp, len)
+            };
+        }
         self.read(target, |e, w| e.get(w, t, disp, len))
+    }
+
+    /// `MPI_Get`/`MPI_Rget` into an origin buffer: reads `buf.len()` bytes
+    /// at `disp` of `target` into `buf`, which the request owns until it
+    /// completes and hands back by [`Request::take_buffer`] (so a loop of
+    /// reads reuses one buffer instead of allocating one per read). On the
+    /// same-node direct path the request is complete on return.
+    pub fn get_into(&self, target: i32, disp: u64, mut buf: Vec<u8>) -> Result<Request, Error> {
+        let len = buf.len();
+        let t = self.check_range(target, disp, len)?;
+        if let Some(d) = &self.direct {
+            if t == rma_epoch::PROC_NULL {
+                buf.clear();
+            } else {
+                d.get_into(t, disp, &mut buf)?;
+            }
+            return Ok(direct::completed_read(target, buf));
+        }
+        let r = self.post_op(Some((target, Some(buf))), |e, w| e.get(w, t, disp, len))?;
+        r.ok_or(Error::Abandoned)
     }
 
     /// `MPI_Rget`: the same as [`Win::get`] (both return a request).
@@ -830,7 +1150,7 @@ impl Win {
         target: i32,
         f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
     ) -> Result<Request, Error> {
-        let r = self.post_op(Some(target), f)?;
+        let r = self.post_op(Some((target, None)), f)?;
         r.ok_or(Error::Abandoned)
     }
 
@@ -846,6 +1166,12 @@ impl Win {
         op: AccOp,
     ) -> Result<(), Error> {
         let t = self.check_range(target, disp, data.len())?;
+        if let Some(d) = &self.direct {
+            if t != rma_epoch::PROC_NULL {
+                d.accumulate(t, disp, data, elem, op, false)?;
+            }
+            return Ok(());
+        }
         self.post_op(None, |e, w| e.accumulate(w, t, disp, data, elem, op))?;
         Ok(())
     }
@@ -876,6 +1202,9 @@ impl Win {
         op: AccOp,
     ) -> Result<Request, Error> {
         let t = self.check_range(target, disp, data.len())?;
+        if let Some(d) = &self.direct {
+            return self.direct_fetch(d, target, t, disp, data, elem, op, false);
+        }
         self.read(target, |e, w| e.get_accumulate(w, t, disp, data, elem, op))
     }
 
@@ -890,6 +1219,9 @@ impl Win {
         op: AccOp,
     ) -> Result<Request, Error> {
         let t = self.check_range(target, disp, data.len())?;
+        if let Some(d) = &self.direct {
+            return self.direct_fetch(d, target, t, disp, data, elem, op, true);
+        }
         self.read(target, |e, w| e.fetch_and_op(w, t, disp, data, elem, op))
     }
 
@@ -904,9 +1236,43 @@ impl Win {
         elem: ElemType,
     ) -> Result<Request, Error> {
         let t = self.check_range(target, disp, origin.len())?;
+        if let Some(d) = &self.direct {
+            if t == rma_epoch::PROC_NULL {
+                return Ok(direct::completed_read(target, Vec::new()));
+            }
+            let old = d.compare_and_swap(t, disp, origin, compare, elem)?;
+            return Ok(direct::completed_read(target, old));
+        }
         self.read(target, |e, w| {
             e.compare_and_swap(w, t, disp, origin, compare, elem)
         })
+    }
+
+    /// Get-accumulate and fetch-and-op on the direct path.
+    #[allow(clippy::too_many_arguments)]
+    fn direct_fetch(
+        &self,
+        d: &direct::Direct,
+        target: i32,
+        t: u32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+        one: bool,
+    ) -> Result<Request, Error> {
+        if one && data.len() != elem.size() {
+            return Err(Error::Rma(rma_epoch::Error::InvalidAccumulate {
+                op,
+                elem,
+                len: data.len(),
+            }));
+        }
+        if t == rma_epoch::PROC_NULL {
+            return Ok(direct::completed_read(target, Vec::new()));
+        }
+        let old = d.accumulate(t, disp, data, elem, op, true)?;
+        Ok(direct::completed_read(target, old.unwrap_or_default()))
     }
 
     /// Waits for a request of this window's operations (`MPI_Wait` with
@@ -918,6 +1284,13 @@ impl Win {
     /// The engine's counters of this window (ops issued, locks, packets,
     /// target-side applications, ...).
     pub fn counters(&self) -> Result<rma_epoch::Counters, Error> {
+        if let Some(d) = &self.direct {
+            let (ops, _) = d.ops();
+            return Ok(rma_epoch::Counters {
+                ops_issued: ops,
+                ..Default::default()
+            });
+        }
         let g = lock(&self.comm.dev().rma.state);
         Ok(g.engine.counters(self.id)?.clone())
     }

@@ -9,6 +9,7 @@
 
 use adi::attr::PROC_NULL;
 use adi::win::assert::{NOPRECEDE, NOSUCCEED};
+use adi::win::WinPath;
 use adi::{AccOp, BasicType, Comm, Datatype, ElemType, Error, ErrorClass, LockType, Win};
 use launcher::run::{run_job, JobSpec};
 use std::process::ExitCode;
@@ -32,6 +33,14 @@ fn data(win: &Win, r: &mut adi::Request) -> Vec<u8> {
     r.take_buffer().unwrap()
 }
 
+/// The path windows should take in this job (`TMX_RMA_DIRECT`).
+fn expected_path() -> WinPath {
+    match std::env::var("TMX_RMA_DIRECT").as_deref() {
+        Ok("0") => WinPath::Engine,
+        _ => WinPath::Direct,
+    }
+}
+
 fn one(v: i64) -> [u8; 8] {
     v.to_ne_bytes()
 }
@@ -41,6 +50,7 @@ fn one(v: i64) -> [u8; 8] {
 fn role_fence(w: &Comm) {
     let (me, n) = (w.rank(), w.size());
     let win = Win::allocate(w, 8 * n as usize).unwrap();
+    assert_eq!(win.path(), expected_path());
     assert_eq!(win.target_size((me + 1) % n), Some(8 * n as u64));
     win.fence(NOPRECEDE).unwrap();
     for t in 0..n {
@@ -697,7 +707,7 @@ fn main() -> ExitCode {
     if let Ok(role) = std::env::var(ROLE) {
         return run_rank(&role);
     }
-    let tests: Vec<(&str, &str, usize)> = vec![
+    let base: Vec<(&str, &str, usize)> = vec![
         ("fence_2_ranks", "fence", 2),
         ("fence_4_ranks", "fence", 4),
         ("acc_ops_4_ranks", "acc_ops", 4),
@@ -718,6 +728,17 @@ fn main() -> ExitCode {
         ("large_ops_small_eager_area_cma", "large", 2),
         ("large_ops_fragmented_without_cma", "large", 2),
     ];
+    // Every scenario on both paths: the same-node direct path (default)
+    // and the engine's active messages (`TMX_RMA_DIRECT=0`).
+    let tests: Vec<(String, &str, usize)> = base
+        .iter()
+        .flat_map(|(name, role, n)| {
+            [
+                (name.to_string(), *role, *n),
+                (format!("{name}_engine"), *role, *n),
+            ]
+        })
+        .collect();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only_ignored = args.iter().any(|a| a == "--ignored");
     if args.iter().any(|a| a == "--list") {
@@ -738,14 +759,18 @@ fn main() -> ExitCode {
         let t = Instant::now();
         // Packets larger than the eager area: CMA rendezvous, or (CMA off)
         // fragments through the ring.
-        let env: &[(&str, &str)] = if name.contains("small_eager") {
-            &[("TMX_SHMEM_EAGER_BYTES", "256K")]
+        let mut env: Vec<(&str, &str)> = if name.contains("small_eager") {
+            vec![("TMX_SHMEM_EAGER_BYTES", "256K")]
         } else if name.contains("fragmented") {
-            &[("TMX_SHMEM_EAGER_BYTES", "256K"), ("TMX_SHMEM_CMA", "off")]
+            vec![("TMX_SHMEM_EAGER_BYTES", "256K"), ("TMX_SHMEM_CMA", "off")]
         } else {
-            &[]
+            vec![]
         };
-        let got = launch(role, *n, env);
+        env.push((
+            "TMX_RMA_DIRECT",
+            if name.ends_with("_engine") { "0" } else { "1" },
+        ));
+        let got = launch(role, *n, &env);
         let ok = got == 0;
         println!(
             "test {name} ... {} ({:.1?})",
