@@ -164,6 +164,8 @@ fn direct_wanted() -> Result<bool, Error> {
 enum Memory {
     Given(Vec<u8>),
     Alloc(usize),
+    /// `allocate_shared`: in the heap, direct path, or an error.
+    Shared(usize),
 }
 
 /// The RMA state of a device: the engine and the windows' memory.
@@ -500,6 +502,17 @@ impl Win {
         Win::build(comm, Memory::Alloc(size))
     }
 
+    /// A placeholder that owns nothing (what a freed [`SharedWin`] keeps).
+    fn null(comm: Comm) -> Win {
+        Win {
+            comm,
+            id: 0,
+            sizes: Arc::from(Vec::new()),
+            freed: true,
+            direct: None,
+        }
+    }
+
     /// Which path this window's operations take.
     pub fn path(&self) -> WinPath {
         if self.direct.is_some() {
@@ -516,8 +529,9 @@ impl Win {
         let dev = wcomm.dev();
         let size = match &memory {
             Memory::Given(v) => v.len(),
-            Memory::Alloc(s) => *s,
+            Memory::Alloc(s) | Memory::Shared(s) => *s,
         };
+        let shared = matches!(memory, Memory::Shared(_));
         // Local preparation of the direct path: a control block, and heap
         // memory for an allocated window when it fits.
         let mut prep: Option<(
@@ -526,7 +540,7 @@ impl Win {
             shmem_onesided::SymAddr,
         )> = None;
         let mut cma = false;
-        if direct_wanted()? {
+        if shared || direct_wanted()? {
             let world = wcomm.world_rank_of(me as i32).ok_or(Error::InvalidRank {
                 rank: me as i32,
                 size: n as i32,
@@ -540,7 +554,7 @@ impl Win {
                 };
                 node.put(pe, cb, &vec![0u8; cbn as usize])?;
                 let heap = match &memory {
-                    Memory::Alloc(s) => match node.malloc((*s).max(1) as u64) {
+                    Memory::Alloc(s) | Memory::Shared(s) => match node.malloc((*s).max(1) as u64) {
                         Ok(a) => {
                             node.put(pe, a, &vec![0u8; *s])?;
                             Some(a)
@@ -557,8 +571,10 @@ impl Win {
         let heap = prep.and_then(|p| p.1);
         let own: Vec<u8> = match (memory, heap) {
             (Memory::Given(v), _) => v,
-            (Memory::Alloc(_), Some(_)) => Vec::new(),
+            (Memory::Alloc(_) | Memory::Shared(_), Some(_)) => Vec::new(),
             (Memory::Alloc(s), None) => vec![0u8; s],
+            // Never exposed: a shared window without heap memory fails below.
+            (Memory::Shared(_), None) => Vec::new(),
         };
         let (flags, pe, addr, cb) = match prep {
             Some((pe, heap, cb)) => {
@@ -585,7 +601,12 @@ impl Win {
         let all_ok = recs.iter().all(|c| word(c, 1) & 1 != 0);
         let any_user = recs.iter().any(|c| word(c, 1) & 4 != 0);
         let all_cma = recs.iter().all(|c| word(c, 1) & 2 != 0);
-        if all_ok && (!any_user || all_cma) {
+        let direct_ok = if shared {
+            all_ok && !any_user
+        } else {
+            all_ok && (!any_user || all_cma)
+        };
+        if direct_ok {
             let targets: Vec<Target> = recs
                 .iter()
                 .map(|c| Target {
@@ -616,7 +637,8 @@ impl Win {
                 direct: Some(Box::new(d)),
             });
         }
-        // Engine path: give back what the direct path took.
+        // Engine path (or a failed shared window): give back what the
+        // direct path took.
         if let Some((_, heap, cb)) = prep {
             dev.with_node(|node| {
                 node.free(cb)?;
@@ -625,6 +647,12 @@ impl Win {
                 }
                 Ok(())
             })?;
+        }
+        if shared {
+            return Err(Error::InvalidArgument {
+                what: "allocate_shared: a segment does not fit in its rank's symmetric heap \
+                       (TMX_SHMEM_HEAP_BYTES) on every rank",
+            });
         }
         let mem = if heap.is_some() { vec![0u8; size] } else { own };
         Win::engine(wcomm, mem, sizes)
@@ -1339,16 +1367,19 @@ pub struct SharedRegion {
 /// [`SharedWin::fetch_add_u64`], [`SharedWin::compare_exchange_u64`], ...)
 /// rather than a raw pointer; bounds are checked against the segment.
 ///
-/// **Limits (honest):** the segments are not contiguous across ranks (MPI's
-/// default `alloc_shared_noncontig = false` layout is not provided); the
-/// RMA operations and epochs of [`Win`] (put/get/accumulate through the
-/// engine, fence/PSCW/lock) are not available on a shared window: use
-/// load/store plus [`SharedWin::sync`] and [`SharedWin::barrier`] (the
-/// usual MPI-3 shared-memory pattern), and the 64-bit atomics for
-/// read-modify-write.
+/// It is also a full RMA window on the direct path ([`SharedWin::win`]):
+/// fence (with asserts), PSCW, lock/lock_all, flush and every operation
+/// work on it, and their effects are the loads and stores of the segments
+/// (a put then a flush is visible to the target's load after a
+/// synchronization, as MPI's unified memory model says). A shared window
+/// always takes the direct path, whatever `TMX_RMA_DIRECT` says.
+///
+/// **Limit (honest):** the segments are not contiguous across ranks (MPI's
+/// default `alloc_shared_noncontig = false` layout is not provided): each
+/// rank's segment is found by [`SharedWin::shared_query`].
 #[derive(Debug)]
 pub struct SharedWin {
-    comm: Comm,
+    win: Win,
     regions: Vec<SharedRegion>,
     freed: bool,
 }
@@ -1365,48 +1396,34 @@ impl Win {
 impl SharedWin {
     /// `MPI_Win_allocate_shared` of `size` zeroed bytes on this rank.
     pub fn allocate(comm: &Comm, size: usize) -> Result<SharedWin, Error> {
-        let wcomm = comm.dup()?;
-        let dev = wcomm.dev();
-        let me_world = wcomm
-            .world_rank_of(wcomm.rank())
-            .ok_or(Error::InvalidRank {
-                rank: wcomm.rank(),
-                size: wcomm.size(),
-            })?;
-        let pe = dev.local_of(me_world)?;
-        // A zero-size segment still gets an address (one byte, unused).
-        let addr = dev.with_node(|node| {
-            let a = node.malloc(size.max(1) as u64)?;
-            node.put(pe, a, &vec![0u8; size])?;
-            Ok(a)
-        })?;
-        let mine = [pe as u64, addr.0, size as u64];
-        let mine: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let n = wcomm.size() as usize;
-        let mut all = vec![0u8; 24 * n];
-        wcomm.gather(&mine, &mut all, 0)?;
-        wcomm.bcast(&mut all, 0)?;
-        let word = |c: &[u8]| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            u64::from_le_bytes(b)
-        };
-        let regions = all
-            .chunks_exact(24)
+        let win = Win::build(comm, Memory::Shared(size))?;
+        let targets = win.direct.as_ref().map(|d| d.targets()).unwrap_or(&[]);
+        let regions = targets
+            .iter()
             .enumerate()
-            .map(|(r, c)| SharedRegion {
+            .map(|(r, t)| SharedRegion {
                 rank: r as i32,
-                pe: word(&c[0..8]) as u32,
-                offset: word(&c[8..16]),
-                size: word(&c[16..24]),
+                pe: t.pe,
+                offset: match t.mem {
+                    Mem::Heap(a) => a.0,
+                    Mem::User(_) => 0,
+                },
+                size: t.size,
             })
             .collect();
-        tracing::info!(size, pe, offset = addr.0, "shared window allocated");
+        tracing::info!(size, "shared window allocated");
         Ok(SharedWin {
-            comm: wcomm,
+            win,
             regions,
             freed: false,
         })
+    }
+
+    /// The window as an RMA window: fence, PSCW, locks, flush, put, get,
+    /// accumulate, ... on the shared segments (displacements are offsets
+    /// in the target's segment).
+    pub fn win(&self) -> &Win {
+        &self.win
     }
 
     /// `MPI_Win_shared_query(rank)`: where `rank`'s segment is and how big.
@@ -1416,18 +1433,18 @@ impl SharedWin {
             .and_then(|r| self.regions.get(r).copied())
             .ok_or(Error::InvalidRank {
                 rank,
-                size: self.comm.size(),
+                size: self.win.comm.size(),
             })
     }
 
     /// This rank in the window's group.
     pub fn rank(&self) -> i32 {
-        self.comm.rank()
+        self.win.comm.rank()
     }
 
     /// Ranks in the window's group.
     pub fn size(&self) -> i32 {
-        self.comm.size()
+        self.win.comm.size()
     }
 
     fn range(&self, rank: i32, offset: u64, len: usize) -> Result<SharedRegion, Error> {
@@ -1447,7 +1464,8 @@ impl SharedWin {
     pub fn write(&self, rank: i32, offset: u64, data: &[u8]) -> Result<(), Error> {
         let r = self.range(rank, offset, data.len())?;
         let at = shmem_onesided::SymAddr(r.offset + offset);
-        self.comm
+        self.win
+            .comm
             .dev()
             .with_node(|node| Ok(node.put(r.pe, at, data)?))
     }
@@ -1456,7 +1474,8 @@ impl SharedWin {
     pub fn read(&self, rank: i32, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
         let r = self.range(rank, offset, buf.len())?;
         let at = shmem_onesided::SymAddr(r.offset + offset);
-        self.comm
+        self.win
+            .comm
             .dev()
             .with_node(|node| Ok(node.get(r.pe, at, buf)?))
     }
@@ -1469,7 +1488,8 @@ impl SharedWin {
     ) -> Result<T, Error> {
         let r = self.range(rank, offset, 8)?;
         let at = shmem_onesided::SymAddr(r.offset + offset);
-        self.comm
+        self.win
+            .comm
             .dev()
             .with_node(|node| Ok(f(node.atomic_u64(r.pe, at)?)))
     }
@@ -1514,24 +1534,19 @@ impl SharedWin {
     /// rank's stores before the barrier are visible to every rank's loads.
     pub fn barrier(&self) -> Result<(), Error> {
         self.sync();
-        self.comm.barrier()?;
+        self.win.comm.barrier()?;
         self.sync();
         Ok(())
     }
 
-    /// `MPI_Win_free`: a barrier (no rank accesses the segments any more),
-    /// then this rank's segment goes back to its heap.
+    /// `MPI_Win_free`: collective; every rank must have closed its RMA
+    /// epochs. A barrier (no rank accesses the segments any more), then
+    /// this rank's segment goes back to its heap.
     pub fn free(mut self) -> Result<(), Error> {
-        self.comm.barrier()?;
         self.freed = true;
-        self.release()
-    }
-
-    fn release(&self) -> Result<(), Error> {
-        let me = self.shared_query(self.rank())?;
-        self.comm
-            .dev()
-            .with_node(|node| Ok(node.free(shmem_onesided::SymAddr(me.offset))?))
+        let comm = self.win.comm.clone();
+        let win = std::mem::replace(&mut self.win, Win::null(comm));
+        win.free().map(|_| ())
     }
 }
 

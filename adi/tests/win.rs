@@ -543,6 +543,100 @@ fn role_shared(w: &Comm) {
     sw.free().unwrap();
 }
 
+/// (27, 28) A shared window as an RMA window: zero-size segments, direct
+/// stores under lock_all + `Win_sync`, fence with asserts around puts
+/// (loads see them after the fence), put + flush then a load by the target
+/// after a barrier, and gets of stored bytes. Shared windows take the
+/// direct path even with `TMX_RMA_DIRECT=0`.
+fn role_shared_rma(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    // Rank 1's segment is empty (win_shared_zerobyte).
+    // Four areas of one slot per rank, one per phase (so that a rank a
+    // phase ahead never overwrites what a slower rank still checks).
+    let area = 8 * n as u64;
+    let size = if me == 1 { 0 } else { 4 * area as usize };
+    let sw = Win::allocate_shared(w, size).unwrap();
+    let win = sw.win();
+    assert_eq!(win.path(), WinPath::Direct);
+    assert_eq!(sw.shared_query(1).unwrap().size, 0);
+    assert_eq!(win.target_size(1), Some(0));
+    let e = win.put(1, 0, &one(1)).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    let e = win.put(0, 0, &one(1)).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    // Targets with a segment, other than me.
+    let peers: Vec<i32> = (0..n).filter(|r| *r != 1 && *r != me).collect();
+    // (27) lock_all + direct stores + sync + barrier + sync: loads see them.
+    win.lock_all(0).unwrap();
+    for &r in &peers {
+        sw.write(r, 8 * me as u64, &one(10 + me as i64)).unwrap();
+    }
+    win.sync().unwrap();
+    w.barrier().unwrap();
+    win.sync().unwrap();
+    if me != 1 {
+        let mut b = vec![0u8; 8 * n as usize];
+        sw.read(me, 0, &mut b).unwrap();
+        for (k, v) in i64s(&b).iter().enumerate() {
+            let writer_stored = k as i32 != me && k != 1 && me != 1;
+            if writer_stored {
+                assert_eq!(*v, 10 + k as i64, "store of rank {k} in my segment");
+            }
+        }
+    }
+    win.unlock_all().unwrap();
+    // (28) fence with asserts: puts between fences, loads after.
+    win.fence(NOPRECEDE).unwrap();
+    for &r in &peers {
+        win.put(r, area + 8 * me as u64, &one(100 + me as i64))
+            .unwrap();
+    }
+    win.fence(NOSUCCEED).unwrap();
+    if me != 1 {
+        let mut b = vec![0u8; 8 * n as usize];
+        sw.read(me, area, &mut b).unwrap();
+        for (k, v) in i64s(&b).iter().enumerate() {
+            if k as i32 != me && k != 1 {
+                assert_eq!(*v, 100 + k as i64, "fence put of rank {k}");
+            }
+        }
+    }
+    // (28) put + flush, barrier, target's sync + load (put_flush_load);
+    // then a get of what the target stored itself.
+    win.lock_all(0).unwrap();
+    if let Some(&t) = peers.first() {
+        win.put(t, 2 * area + 8 * me as u64, &one(1000 + me as i64))
+            .unwrap();
+        win.flush(t).unwrap();
+    }
+    w.barrier().unwrap();
+    win.sync().unwrap();
+    if me != 1 {
+        let writers: Vec<i32> = (0..n)
+            .filter(|r| *r != me && (0..n).find(|t| *t != 1 && t != r) == Some(me))
+            .collect();
+        for k in writers {
+            let mut b = [0u8; 8];
+            sw.read(me, 2 * area + 8 * k as u64, &mut b).unwrap();
+            assert_eq!(i64::from_ne_bytes(b), 1000 + k as i64, "flushed put of {k}");
+        }
+        sw.write(me, 3 * area, &one(-5 - me as i64)).unwrap();
+    }
+    win.sync().unwrap();
+    w.barrier().unwrap();
+    win.sync().unwrap();
+    for &r in &peers {
+        let mut g = win.get(r, 3 * area, 8).unwrap();
+        assert_eq!(
+            i64s(&data(win, &mut g)),
+            vec![-5 - r as i64],
+            "get from {r}"
+        );
+    }
+    win.unlock_all().unwrap();
+    sw.free().unwrap();
+}
+
 /// (4) A derived-datatype put under fence: a contiguous origin scattered
 /// into a strided target layout (vector of 3 blocks of 2 i64, stride 4);
 /// the gaps stay untouched.
@@ -670,6 +764,7 @@ fn roles() -> Vec<Role> {
         ("noops_and_errors", role_noops_and_errors),
         ("two_windows", role_two_windows),
         ("shared", role_shared),
+        ("shared_rma", role_shared_rma),
         ("typed_put", role_typed_put),
         ("threads", role_threads),
         ("large", role_large),
@@ -722,6 +817,8 @@ fn main() -> ExitCode {
         ("two_windows_4_ranks", "two_windows", 4),
         ("allocate_shared_3_ranks", "shared", 3),
         ("allocate_shared_1_rank", "shared", 1),
+        ("shared_rma_4_ranks", "shared_rma", 4),
+        ("shared_rma_2_ranks", "shared_rma", 2),
         ("typed_put_2_ranks", "typed_put", 2),
         ("threads_two_windows_3_ranks", "threads", 3),
         ("large_ops_2_ranks", "large", 2),

@@ -704,6 +704,10 @@ impl Direct {
         }
     }
 
+    pub(super) fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+
     pub(super) fn own_target(&self) -> Option<&Target> {
         self.targets.get(self.me as usize)
     }
