@@ -119,6 +119,10 @@ enum Mem {
     Heap(shmem_onesided::SymAddr),
     /// In its private memory at this address: CMA single copy.
     User(u64),
+    /// A dynamic window: displacements are addresses in the target's
+    /// attached regions (checked against its published region table),
+    /// reached by CMA single copy.
+    Dynamic,
 }
 
 /// A rank of a direct window, as every origin sees it.
@@ -166,6 +170,9 @@ enum Memory {
     Alloc(usize),
     /// `allocate_shared`: in the heap, direct path, or an error.
     Shared(usize),
+    /// `create_dynamic`: no memory until `attach`; direct path with CMA,
+    /// or an error.
+    Dynamic,
 }
 
 /// The RMA state of a device: the engine and the windows' memory.
@@ -513,6 +520,60 @@ impl Win {
         }
     }
 
+    /// `MPI_Win_create_dynamic`: a window with no memory until ranks
+    /// [`attach`](Win::attach) some; a displacement is then an address in
+    /// the target's attached memory (as `MPI_BOTTOM`-relative
+    /// displacements are in MPI), checked against the regions the target
+    /// attached (an access outside them is [`Error::RmaRange`]).
+    /// Collective over `comm`.
+    ///
+    /// Needs the same-node direct path and CMA single copy on every rank
+    /// (accesses are `process_vm_readv/writev` at the attached addresses);
+    /// otherwise every rank gets [`Error::InvalidArgument`]. At most
+    /// [`shmem_onesided::winsync::REGION_SLOTS`] regions per rank are
+    /// attached at a time.
+    pub fn create_dynamic(comm: &Comm) -> Result<Win, Error> {
+        Win::build(comm, Memory::Dynamic)
+    }
+
+    /// `MPI_Win_attach`: exposes `mem` through this dynamic window (which
+    /// owns it until [`detach`](Win::detach) hands it back) and returns its
+    /// address, the displacement origins use to reach its first byte (send
+    /// it to them, as an MPI program sends `MPI_Get_address`'s result).
+    /// Local (not collective).
+    pub fn attach(&self, mem: Vec<u8>) -> Result<u64, Error> {
+        match &self.direct {
+            Some(d) if d.is_dynamic() => d.attach(mem),
+            _ => Err(Error::InvalidArgument {
+                what: "attach: not a dynamic window",
+            }),
+        }
+    }
+
+    /// `MPI_Win_detach`: withdraws the region attached at `base` and hands
+    /// its memory back. MPI requires that no origin still accesses it (an
+    /// epoch that reached it has ended). Local.
+    pub fn detach(&self, base: u64) -> Result<Vec<u8>, Error> {
+        match &self.direct {
+            Some(d) if d.is_dynamic() => d.detach(base),
+            _ => Err(Error::InvalidArgument {
+                what: "detach: not a dynamic window",
+            }),
+        }
+    }
+
+    /// Local access to the region attached at `base` of this dynamic
+    /// window (atomic with respect to accumulate-like operations, as
+    /// [`Win::with_local`]).
+    pub fn with_attached<T>(&self, base: u64, f: impl FnOnce(&mut [u8]) -> T) -> Result<T, Error> {
+        match &self.direct {
+            Some(d) if d.is_dynamic() => d.with_attached(base, f),
+            _ => Err(Error::InvalidArgument {
+                what: "with_attached: not a dynamic window",
+            }),
+        }
+    }
+
     /// Which path this window's operations take.
     pub fn path(&self) -> WinPath {
         if self.direct.is_some() {
@@ -530,8 +591,10 @@ impl Win {
         let size = match &memory {
             Memory::Given(v) => v.len(),
             Memory::Alloc(s) | Memory::Shared(s) => *s,
+            Memory::Dynamic => 0,
         };
         let shared = matches!(memory, Memory::Shared(_));
+        let dynamic = matches!(memory, Memory::Dynamic);
         // Local preparation of the direct path: a control block, and heap
         // memory for an allocated window when it fits.
         let mut prep: Option<(
@@ -540,7 +603,7 @@ impl Win {
             shmem_onesided::SymAddr,
         )> = None;
         let mut cma = false;
-        if shared || direct_wanted()? {
+        if shared || dynamic || direct_wanted()? {
             let world = wcomm.world_rank_of(me as i32).ok_or(Error::InvalidRank {
                 rank: me as i32,
                 size: n as i32,
@@ -561,7 +624,7 @@ impl Win {
                         }
                         Err(_) => None,
                     },
-                    Memory::Given(_) => None,
+                    Memory::Given(_) | Memory::Dynamic => None,
                 };
                 Ok(Some((pe, heap, cb)))
             })?;
@@ -571,6 +634,7 @@ impl Win {
         let heap = prep.and_then(|p| p.1);
         let own: Vec<u8> = match (memory, heap) {
             (Memory::Given(v), _) => v,
+            (Memory::Dynamic, _) => Vec::new(),
             (Memory::Alloc(_) | Memory::Shared(_), Some(_)) => Vec::new(),
             (Memory::Alloc(s), None) => vec![0u8; s],
             // Never exposed: a shared window without heap memory fails below.
@@ -580,6 +644,7 @@ impl Win {
             Some((pe, heap, cb)) => {
                 let (user, addr) = match heap {
                     Some(a) => (0, a.0),
+                    None if dynamic => (4 | 8, 0),
                     None => (4, own.as_ptr() as u64),
                 };
                 (1 | if cma { 2 } else { 0 } | user, pe, addr, cb.0)
@@ -603,6 +668,8 @@ impl Win {
         let all_cma = recs.iter().all(|c| word(c, 1) & 2 != 0);
         let direct_ok = if shared {
             all_ok && !any_user
+        } else if dynamic {
+            all_ok && all_cma
         } else {
             all_ok && (!any_user || all_cma)
         };
@@ -612,7 +679,9 @@ impl Win {
                 .map(|c| Target {
                     pe: word(c, 2) as u32,
                     size: word(c, 0),
-                    mem: if word(c, 1) & 4 != 0 {
+                    mem: if word(c, 1) & 8 != 0 {
+                        Mem::Dynamic
+                    } else if word(c, 1) & 4 != 0 {
                         Mem::User(word(c, 3))
                     } else {
                         Mem::Heap(shmem_onesided::SymAddr(word(c, 3)))
@@ -647,6 +716,13 @@ impl Win {
                 }
                 Ok(())
             })?;
+        }
+        if dynamic {
+            return Err(Error::InvalidArgument {
+                what: "create_dynamic: dynamic windows need the same-node direct path \
+                       (TMX_RMA_DIRECT on, a control block in every rank's heap) and CMA \
+                       single copy on every rank",
+            });
         }
         if shared {
             return Err(Error::InvalidArgument {
@@ -865,6 +941,12 @@ impl Win {
         let t = self.target(rank)?;
         if t == rma_epoch::PROC_NULL || len == 0 {
             return Ok(t);
+        }
+        if let Some(d) = &self.direct {
+            if d.is_dynamic() {
+                // Checked against the target's attached regions at access.
+                return Ok(t);
+            }
         }
         let size = self.sizes.get(t as usize).copied().unwrap_or(0);
         let end = disp.checked_add(len as u64);
@@ -1406,7 +1488,7 @@ impl SharedWin {
                 pe: t.pe,
                 offset: match t.mem {
                     Mem::Heap(a) => a.0,
-                    Mem::User(_) => 0,
+                    Mem::User(_) | Mem::Dynamic => 0,
                 },
                 size: t.size,
             })

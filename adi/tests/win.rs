@@ -637,6 +637,151 @@ fn role_shared_rma(w: &Comm) {
     sw.free().unwrap();
 }
 
+/// (26) Dynamic windows: two distributed linked lists built by every rank
+/// appending elements from its attached pool, swapping itself in as the
+/// tail with fetch-and-op(REPLACE) on rank 0 and then linking the old tail
+/// to it with a put; one list under lock_all + flush, one under exclusive
+/// locks (MPICH's `linked_list_lockall` and `linked_list_fop`). Rank 0
+/// then walks both lists with gets: every element exactly once, each
+/// rank's in its order. Then: an access outside the attached regions is a
+/// range error, and detach hands the memory back.
+fn role_dynamic_list(w: &Comm) {
+    const K: usize = 25;
+    let (me, n) = (w.rank(), w.size());
+    let win = match Win::create_dynamic(w) {
+        Ok(win) => win,
+        Err(e) => {
+            // Only the forced engine path lacks dynamic windows.
+            assert_eq!(expected_path(), WinPath::Engine, "{e:?}");
+            assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+            return;
+        }
+    };
+    assert_eq!(win.path(), WinPath::Direct);
+    // Pointers: (rank + 1) << 48 | address; 0 is nil.
+    let enc = |r: i32, a: u64| ((r as u64 + 1) << 48) | a;
+    let dec = |p: u64| ((p >> 48) as i32 - 1, p & ((1 << 48) - 1));
+    // Rank 0's meta region: two tail pointers, then two sentinel heads.
+    let meta = if me == 0 {
+        let m = win.attach(vec![0u8; 48]).unwrap();
+        win.with_attached(m, |b| {
+            b[0..8].copy_from_slice(&enc(0, m + 16).to_ne_bytes());
+            b[8..16].copy_from_slice(&enc(0, m + 32).to_ne_bytes());
+        })
+        .unwrap();
+        m
+    } else {
+        0
+    };
+    let mut mb = meta.to_ne_bytes();
+    w.bcast(&mut mb, 0).unwrap();
+    let meta = u64::from_ne_bytes(mb);
+    // My pool: 2 lists x K elements of [value, next].
+    let pool = win.attach(vec![0u8; 16 * 2 * K]).unwrap();
+    win.with_attached(pool, |b| {
+        for l in 0..2 {
+            for i in 0..K {
+                let v = (me as i64) * 1000 + i as i64;
+                let at = 16 * (l * K + i);
+                b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+    })
+    .unwrap();
+    w.barrier().unwrap();
+    let append = |l: usize, i: usize, exclusive: bool| {
+        let elem = pool + 16 * (l * K + i) as u64;
+        let tail = meta + 8 * l as u64;
+        if exclusive {
+            win.lock(LockType::Exclusive, 0, 0).unwrap();
+        }
+        let mut r = win
+            .fetch_and_op(
+                0,
+                tail,
+                &enc(me, elem).to_ne_bytes(),
+                ElemType::U64,
+                AccOp::Replace,
+            )
+            .unwrap();
+        if exclusive {
+            win.unlock(0).unwrap();
+        }
+        let old = u64::from_ne_bytes(data(&win, &mut r).try_into().unwrap());
+        let (orank, oaddr) = dec(old);
+        if exclusive {
+            win.lock(LockType::Exclusive, orank, 0).unwrap();
+            win.put(orank, oaddr + 8, &enc(me, elem).to_ne_bytes())
+                .unwrap();
+            win.unlock(orank).unwrap();
+        } else {
+            win.put(orank, oaddr + 8, &enc(me, elem).to_ne_bytes())
+                .unwrap();
+            win.flush(orank).unwrap();
+        }
+    };
+    win.lock_all(0).unwrap();
+    for i in 0..K {
+        append(0, i, false);
+    }
+    win.unlock_all().unwrap();
+    for i in 0..K {
+        append(1, i, true);
+    }
+    w.barrier().unwrap();
+    if me == 0 {
+        win.lock_all(0).unwrap();
+        for l in 0..2u64 {
+            let mut at = (0, meta + 16 + 16 * l);
+            let mut seen: Vec<Vec<i64>> = vec![Vec::new(); n as usize];
+            let mut count = 0;
+            loop {
+                let mut g = win.get(at.0, at.1, 16).unwrap();
+                let e = i64s(&data(&win, &mut g));
+                if count > 0 {
+                    let r = (e[0] / 1000) as usize;
+                    seen[r].push(e[0] % 1000);
+                }
+                count += 1;
+                if e[1] == 0 {
+                    break;
+                }
+                at = dec(e[1] as u64);
+                assert!(count <= n as usize * K + 1, "list {l} has a cycle");
+            }
+            for (r, s) in seen.iter().enumerate() {
+                let want: Vec<i64> = (0..K as i64).collect();
+                assert_eq!(s, &want, "list {l}: elements of rank {r}, in order");
+            }
+        }
+        win.unlock_all().unwrap();
+    }
+    w.barrier().unwrap();
+    // Outside the attached regions (an address inside no region, and one
+    // crossing the end of the pool): range errors, on others and on self.
+    win.lock_all(0).unwrap();
+    for t in [(me + 1) % n, me] {
+        let e = win.put(t, 8, &one(1)).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+        let e = win.get(t, pool + 16 * 2 * K as u64 - 4, 8).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    }
+    win.unlock_all().unwrap();
+    w.barrier().unwrap();
+    let e = win.detach(pool + 1).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+    let mem = win.detach(pool).unwrap();
+    assert_eq!(mem.len(), 16 * 2 * K);
+    assert_eq!(
+        i64s(&mem[16 * (K + 3)..16 * (K + 3) + 8]),
+        vec![me as i64 * 1000 + 3]
+    );
+    if me == 0 {
+        win.detach(meta).unwrap();
+    }
+    win.free().unwrap();
+}
+
 /// (4) A derived-datatype put under fence: a contiguous origin scattered
 /// into a strided target layout (vector of 3 blocks of 2 i64, stride 4);
 /// the gaps stay untouched.
@@ -765,6 +910,7 @@ fn roles() -> Vec<Role> {
         ("two_windows", role_two_windows),
         ("shared", role_shared),
         ("shared_rma", role_shared_rma),
+        ("dynamic_list", role_dynamic_list),
         ("typed_put", role_typed_put),
         ("threads", role_threads),
         ("large", role_large),
@@ -819,6 +965,8 @@ fn main() -> ExitCode {
         ("allocate_shared_1_rank", "shared", 1),
         ("shared_rma_4_ranks", "shared_rma", 4),
         ("shared_rma_2_ranks", "shared_rma", 2),
+        ("dynamic_linked_list_4_ranks", "dynamic_list", 4),
+        ("dynamic_linked_list_1_rank", "dynamic_list", 1),
         ("typed_put_2_ranks", "typed_put", 2),
         ("threads_two_windows_3_ranks", "threads", 3),
         ("large_ops_2_ranks", "large", 2),

@@ -380,6 +380,24 @@ impl NodeView {
         Ok(unsafe { AtomicU64::from_ptr(p.cast()) })
     }
 
+    /// `n` consecutive 64-bit atomics in `pe`'s symmetric memory from
+    /// `addr` (8-byte aligned): tables of counters or regions.
+    pub fn atomic_u64_slice(&self, pe: u32, addr: SymAddr, n: usize) -> Result<&[AtomicU64]> {
+        if addr.0 % 8 != 0 {
+            return Err(Error::InvalidArgument(
+                "atomic address must be 8-byte aligned",
+            ));
+        }
+        let bytes = n
+            .checked_mul(8)
+            .ok_or(Error::InvalidArgument("atomic table too large"))?;
+        let p = self.heap_range(pe, addr, bytes)?;
+        // SAFETY: `n * 8` bytes from `p` are in bounds (checked), 8-byte
+        // aligned, valid for any bit pattern as `AtomicU64`s (which have the
+        // size and alignment of u64), and alive as long as `self`.
+        Ok(unsafe { core::slice::from_raw_parts(p.cast::<AtomicU64>(), n) })
+    }
+
     fn peer_pid(&self, pe: u32) -> Result<Pid> {
         let pid = self.pid(pe)?;
         i32::try_from(pid)

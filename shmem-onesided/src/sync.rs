@@ -9,9 +9,9 @@
 //! can report unsynchronised access to slot bodies as a causality violation.
 
 #[cfg(not(tmx_shmem_loom))]
-pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(tmx_shmem_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// `core::cell::UnsafeCell` with loom's closure API.
 #[cfg(not(tmx_shmem_loom))]

@@ -144,6 +144,84 @@ pub fn observed(word: &AtomicU64, seen: u64) -> bool {
     word.load(Ordering::Acquire) > seen
 }
 
+/// Entries of a [`RegionTable`].
+pub const REGION_SLOTS: usize = 64;
+
+/// Words of a [`RegionTable`]: the version, then an address and a length
+/// per entry.
+pub const REGION_WORDS: usize = 1 + 2 * REGION_SLOTS;
+
+/// The memory regions a rank exposes in a dynamic window
+/// (`MPI_Win_attach`), published for the origins to check their accesses
+/// against: a sequence lock (one writer, the owner) over `(address,
+/// length)` entries; an entry with address 0 is free.
+///
+/// The writer makes the version odd, changes entries, makes it even
+/// (Release); a reader takes the version (Acquire), reads the entries, and
+/// keeps the result only if the version was even and did not move. Every
+/// word is an atomic, so a torn read is detected, never undefined.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionTable<'a> {
+    version: &'a AtomicU64,
+    entries: &'a [AtomicU64],
+}
+
+impl<'a> RegionTable<'a> {
+    /// The table over `words` (at least [`REGION_WORDS`] of them; extra
+    /// words are ignored, fewer give a smaller table).
+    pub fn new(words: &'a [AtomicU64]) -> Option<Self> {
+        let (version, entries) = words.split_first()?;
+        let n = entries.len().min(2 * REGION_SLOTS) & !1;
+        Some(RegionTable {
+            version,
+            entries: entries.get(..n)?,
+        })
+    }
+
+    /// Number of entries.
+    pub fn slots(&self) -> usize {
+        self.entries.len() / 2
+    }
+
+    /// Sets entry `i` (the owner only; `addr` 0 frees it). `false` if `i`
+    /// is out of range.
+    pub fn set(&self, i: usize, addr: u64, len: u64) -> bool {
+        let (Some(a), Some(l)) = (self.entries.get(2 * i), self.entries.get(2 * i + 1)) else {
+            return false;
+        };
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v.wrapping_add(1), Ordering::Relaxed);
+        crate::sync::fence(Ordering::Release);
+        a.store(addr, Ordering::Relaxed);
+        l.store(len, Ordering::Relaxed);
+        self.version.store(v.wrapping_add(2), Ordering::Release);
+        true
+    }
+
+    /// Whether `[addr, addr + len)` lies inside one entry; `None` if the
+    /// owner was changing the table meanwhile (read again).
+    pub fn contains(&self, addr: u64, len: u64) -> Option<bool> {
+        let v1 = self.version.load(Ordering::Acquire);
+        if v1 % 2 == 1 {
+            return None;
+        }
+        let end = addr.checked_add(len);
+        let mut found = false;
+        for e in self.entries.chunks_exact(2) {
+            let base = e[0].load(Ordering::Relaxed);
+            let n = e[1].load(Ordering::Relaxed);
+            if base != 0
+                && addr >= base
+                && end.is_some_and(|end| base.checked_add(n).is_some_and(|lim| end <= lim))
+            {
+                found = true;
+            }
+        }
+        crate::sync::fence(Ordering::Acquire);
+        (self.version.load(Ordering::Relaxed) == v1).then_some(found)
+    }
+}
+
 #[cfg(all(test, not(tmx_shmem_loom)))]
 mod tests {
     use super::*;
@@ -189,5 +267,23 @@ mod tests {
         signal(&c);
         assert!(observed(&c, 1));
         assert!(!observed(&c, 2));
+    }
+
+    #[test]
+    fn region_table_checks_containment() {
+        let words: Vec<AtomicU64> = (0..REGION_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let t = RegionTable::new(&words).unwrap();
+        assert_eq!(t.slots(), REGION_SLOTS);
+        assert_eq!(t.contains(0x1000, 8), Some(false));
+        assert!(t.set(3, 0x1000, 64));
+        assert_eq!(t.contains(0x1000, 64), Some(true));
+        assert_eq!(t.contains(0x1038, 8), Some(true));
+        assert_eq!(t.contains(0x1038, 9), Some(false), "crosses the end");
+        assert_eq!(t.contains(0xfff, 2), Some(false), "starts before");
+        assert_eq!(t.contains(u64::MAX, 2), Some(false), "overflow");
+        assert!(t.set(3, 0, 0));
+        assert_eq!(t.contains(0x1000, 8), Some(false), "freed");
+        assert!(!t.set(REGION_SLOTS, 1, 1));
+        assert!(RegionTable::new(&[]).is_none());
     }
 }

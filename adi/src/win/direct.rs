@@ -36,7 +36,7 @@ use crate::comm::Comm;
 use crate::request::{Request, Status};
 use crate::Error;
 use rma_epoch::{acc, assert, AccOp, AccessState, ElemType};
-use shmem_onesided::winsync::{self, RwTicket};
+use shmem_onesided::winsync::{self, RegionTable, RwTicket};
 use shmem_onesided::{NodeView, SymAddr};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -48,9 +48,14 @@ const CB_ACC: u64 = 64;
 const CB_FENCE: u64 = 128;
 const CB_POST: u64 = 192;
 
+/// Offset of the region table (dynamic windows) in a control block.
+fn cb_regions(n: u32) -> u64 {
+    (CB_POST + 16 * u64::from(n)).div_ceil(64) * 64
+}
+
 /// Bytes of a control block for a window of `n` ranks.
 pub(super) fn cb_bytes(n: u32) -> u64 {
-    (CB_POST + 16 * u64::from(n)).div_ceil(64) * 64
+    (cb_regions(n) + 8 * winsync::REGION_WORDS as u64).div_ceil(64) * 64
 }
 
 fn cb_complete(n: u32) -> u64 {
@@ -125,6 +130,8 @@ pub(super) struct Direct {
     targets: Vec<Target>,
     /// This rank's window memory when it is private (`Mem::User`).
     own: Mutex<Vec<u8>>,
+    /// Regions attached to a dynamic window: (address, memory, table slot).
+    attached: Mutex<Vec<(u64, Vec<u8>, usize)>>,
     st: Mutex<Epochs>,
     /// Read-modify-write buffer of accumulates (reused).
     scratch: Mutex<Vec<u8>>,
@@ -151,6 +158,7 @@ impl Direct {
             view,
             targets,
             own: Mutex::new(own),
+            attached: Mutex::new(Vec::new()),
             st: Mutex::new(Epochs {
                 access: Access::None,
                 exposure: None,
@@ -526,6 +534,13 @@ impl Direct {
                     .copy_from_slice(data);
             }
             Mem::User(base) => self.view.cma_write(t.pe, base + disp, data)?,
+            Mem::Dynamic if rank == self.me => {
+                self.with_region(disp, data.len(), |m| m.copy_from_slice(data))?
+            }
+            Mem::Dynamic => {
+                self.check_attached(rank, disp, data.len())?;
+                self.view.cma_write(t.pe, disp, data)?
+            }
         }
         Ok(())
     }
@@ -540,8 +555,141 @@ impl Direct {
                 buf.copy_from_slice(own.get(d..d + buf.len()).ok_or(Error::Abandoned)?);
             }
             Mem::User(base) => self.view.cma_read(t.pe, base + disp, buf)?,
+            Mem::Dynamic if rank == self.me => {
+                self.with_region(disp, buf.len(), |m| buf.copy_from_slice(m))?
+            }
+            Mem::Dynamic => {
+                self.check_attached(rank, disp, buf.len())?;
+                self.view.cma_read(t.pe, disp, buf)?
+            }
         }
         Ok(())
+    }
+
+    // ------------------------------------------------- dynamic windows
+
+    pub(super) fn is_dynamic(&self) -> bool {
+        self.own_target()
+            .is_some_and(|t| matches!(t.mem, Mem::Dynamic))
+    }
+
+    fn regions(&self, rank: u32) -> Result<RegionTable<'_>, Error> {
+        let t = self.t(rank)?;
+        let n = self.targets.len() as u32;
+        let words =
+            self.view
+                .atomic_u64_slice(t.pe, t.cb.offset(cb_regions(n)), winsync::REGION_WORDS)?;
+        RegionTable::new(words).ok_or(Error::Abandoned)
+    }
+
+    /// Checks `[addr, addr + len)` against `rank`'s attached regions.
+    fn check_attached(&self, rank: u32, addr: u64, len: usize) -> Result<(), Error> {
+        let table = self.regions(rank)?;
+        let mut tries = 0u32;
+        loop {
+            match table.contains(addr, len as u64) {
+                Some(true) => return Ok(()),
+                Some(false) => {
+                    return Err(Error::RmaRange {
+                        target: rank as i32,
+                        disp: addr,
+                        len,
+                        size: 0,
+                    })
+                }
+                // The owner is attaching or detaching: read again.
+                None => {
+                    tries = tries.wrapping_add(1);
+                    if tries % 64 == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
+
+    /// `f` on the bytes `[addr, addr + len)` of this rank's attached memory.
+    fn with_region<T>(
+        &self,
+        addr: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T, Error> {
+        let mut regions = lock(&self.attached);
+        for (base, mem, _) in regions.iter_mut() {
+            let Some(off) = addr.checked_sub(*base) else {
+                continue;
+            };
+            let Ok(off) = usize::try_from(off) else {
+                continue;
+            };
+            if let Some(m) = off.checked_add(len).and_then(|end| mem.get_mut(off..end)) {
+                return Ok(f(m));
+            }
+        }
+        Err(Error::RmaRange {
+            target: self.me as i32,
+            disp: addr,
+            len,
+            size: 0,
+        })
+    }
+
+    pub(super) fn attach(&self, mem: Vec<u8>) -> Result<u64, Error> {
+        let table = self.regions(self.me)?;
+        let mut regions = lock(&self.attached);
+        let slot = (0..table.slots())
+            .find(|i| regions.iter().all(|(_, _, s)| s != i))
+            .ok_or(Error::InvalidArgument {
+                what: "attach: every region slot of this dynamic window is in use",
+            })?;
+        // A zero-length Vec has a dangling (but non-zero) address: it gets
+        // a slot like any other region and matches only empty accesses.
+        let base = mem.as_ptr() as u64;
+        table.set(slot, base, mem.len() as u64);
+        regions.push((base, mem, slot));
+        tracing::debug!(win = self.id, base, slot, "region attached");
+        Ok(base)
+    }
+
+    pub(super) fn detach(&self, base: u64) -> Result<Vec<u8>, Error> {
+        let table = self.regions(self.me)?;
+        let mut regions = lock(&self.attached);
+        let i = regions
+            .iter()
+            .position(|(b, _, _)| *b == base)
+            .ok_or(Error::InvalidArgument {
+                what: "detach: no region is attached at this address",
+            })?;
+        let (_, mem, slot) = regions.swap_remove(i);
+        table.set(slot, 0, 0);
+        Ok(mem)
+    }
+
+    pub(super) fn with_attached<T>(
+        &self,
+        base: u64,
+        f: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T, Error> {
+        let me = self.me;
+        let l = self.rw(me, CB_ACC)?;
+        let ticket = l.ticket();
+        if !l.try_exclusive(ticket) {
+            self.wait_for(me, || l.try_exclusive(ticket))?;
+        }
+        let res = {
+            let mut regions = lock(&self.attached);
+            match regions.iter_mut().find(|(b, _, _)| *b == base) {
+                Some((_, mem, _)) => Ok(f(mem)),
+                None => Err(Error::InvalidArgument {
+                    what: "with_attached: no region is attached at this address",
+                }),
+            }
+        };
+        l.release_exclusive();
+        res
     }
 
     pub(super) fn put(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
@@ -657,7 +805,7 @@ impl Direct {
         let res = (|| {
             let t = self.t(me)?;
             match t.mem {
-                Mem::User(_) => Ok(f(&mut lock(&self.own))),
+                Mem::User(_) | Mem::Dynamic => Ok(f(&mut lock(&self.own))),
                 Mem::Heap(a) => {
                     let mut snap = vec![0u8; t.size as usize];
                     self.view.get(t.pe, a, &mut snap)?;
@@ -695,7 +843,7 @@ impl Direct {
     pub(super) fn take_own(&self) -> Result<Vec<u8>, Error> {
         let t = self.t(self.me)?;
         match t.mem {
-            Mem::User(_) => Ok(std::mem::take(&mut *lock(&self.own))),
+            Mem::User(_) | Mem::Dynamic => Ok(std::mem::take(&mut *lock(&self.own))),
             Mem::Heap(a) => {
                 let mut v = vec![0u8; t.size as usize];
                 self.view.get(t.pe, a, &mut v)?;
