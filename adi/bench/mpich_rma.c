@@ -1,7 +1,7 @@
 /* MPICH baseline for adi/examples/osu_rma.rs: the same loops, the same
  * sizes and iteration counts, the same output lines (`<test> <bytes>
  * <value>`; usec per iteration for latencies, MB/s = 10^6 bytes/s for
- * bandwidths; the median of 5 rounds, `--rounds N`). Window from MPI_Win_allocate; rank 0 origin, rank 1 target.
+ * bandwidths; the median of 5 rounds, `--rounds N`). Windows from MPI_Win_allocate, then MPI_Win_create (rows "@create"); rank 0 origin, rank 1 target.
  *
  *   mpicc.mpich -O2 -o mpich_rma adi/bench/mpich_rma.c
  *   mpiexec.hydra -n 2 -bind-to core ./mpich_rma [--quick] [--rounds N] [--max-size BYTES]
@@ -115,27 +115,37 @@ int main(int argc, char **argv) {
         if (me == 0) fprintf(stderr, "mpich_rma needs exactly 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    char *base;
-    MPI_Win win;
-    MPI_Win_allocate((MPI_Aint)(max < 8 ? 8 : max), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
-    memset(base, 0, max);
     char *buf = malloc(max), *rbuf = malloc(max);
     memset(buf, 1, max);
     size_t sizes[16];
     int ns = 0;
     for (size_t s = 8; s <= max; s *= 4) sizes[ns++] = s;
     if (max >= (1 << 20) && sizes[ns - 1] != (1 << 20)) sizes[ns++] = 1 << 20;
-    for (unsigned k = 0; k < sizeof ALL / sizeof ALL[0]; k++)
-        for (int j = 0; j < ns; j++) {
-            double vals[64];
-            for (int r = 0; r < rounds; r++)
-                vals[r] = run(win, buf, rbuf, ALL[k], sizes[j], iters(ALL[k], sizes[j], quick));
-            qsort(vals, rounds, sizeof vals[0], cmp_double);
-            double v = vals[rounds / 2];
-            if (me == 0) printf("%s %zu %.2f\n", ALL[k], sizes[j], v);
-            fflush(stdout);
+    /* Flavour 0: MPI_Win_allocate; flavour 1: MPI_Win_create on malloc'd
+       memory (rows suffixed "@create"). */
+    for (int flavour = 0; flavour < 2; flavour++) {
+        char *base = NULL, *cmem = NULL;
+        MPI_Win win;
+        if (flavour == 0) {
+            MPI_Win_allocate((MPI_Aint)(max < 8 ? 8 : max), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+            memset(base, 0, max);
+        } else {
+            cmem = calloc(max < 8 ? 8 : max, 1);
+            MPI_Win_create(cmem, (MPI_Aint)(max < 8 ? 8 : max), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
         }
-    MPI_Win_free(&win);
+        for (unsigned k = 0; k < sizeof ALL / sizeof ALL[0]; k++)
+            for (int j = 0; j < ns; j++) {
+                double vals[64];
+                for (int r = 0; r < rounds; r++)
+                    vals[r] = run(win, buf, rbuf, ALL[k], sizes[j], iters(ALL[k], sizes[j], quick));
+                qsort(vals, rounds, sizeof vals[0], cmp_double);
+                double v = vals[rounds / 2];
+                if (me == 0) printf("%s%s %zu %.2f\n", ALL[k], flavour ? "@create" : "", sizes[j], v);
+                fflush(stdout);
+            }
+        MPI_Win_free(&win);
+        free(cmem);
+    }
     free(buf);
     free(rbuf);
     MPI_Finalize();

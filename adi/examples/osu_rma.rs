@@ -1,5 +1,6 @@
 //! OSU-style one-sided benchmark over adi windows, for two ranks (rank 0
-//! is the origin, rank 1 the target; window from `Win::allocate`).
+//! is the origin, rank 1 the target): every test on a `Win::allocate`
+//! window, then on a `Win::create` window (rows suffixed `@create`).
 //!
 //! | test | per iteration (rank 0) | rank 1 | value |
 //! |---|---|---|---|
@@ -12,7 +13,9 @@
 //! 1000 (≤ 8 KiB) or 100, bandwidth 20 (≤ 64 KiB) or 5 windows of 64; a
 //! tenth of them (at least one) first as warm-up; each figure is the
 //! median of 5 such rounds (`--rounds N`). `adi/bench/mpich_rma.c`
-//! runs the same loops over MPICH with `MPI_Win_allocate`.
+//! runs the same loops over MPICH with `MPI_Win_allocate`, then
+//! `MPI_Win_create`. Gets read into one reused origin buffer
+//! ([`Win::get_into`]), as the C benchmark's `MPI_Get` into `rbuf`.
 //!
 //! ```text
 //! cargo build --release -p launcher -p adi --examples --bin tmrun
@@ -252,30 +255,50 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let r = (|| -> Result<(), Error> {
-        let win = Win::allocate(&w, o.max_size.max(8))?;
-        if w.rank() == 0 && !o.raw {
-            println!("# adi osu_rma (rank 0 -> rank 1, Win::allocate)");
-            println!("# {:<14} {:>10} {:>14}", "test", "bytes", "value");
-        }
-        for test in ALL.iter().filter(|t| o.tests.iter().any(|x| x == *t)) {
-            for size in sizes(o.max_size) {
-                let mut vals = Vec::with_capacity(o.rounds);
-                for _ in 0..o.rounds {
-                    vals.push(run(&w, &win, test, size, iters(test, size, o.quick))?);
-                }
-                vals.sort_by(f64::total_cmp);
-                let v = vals[vals.len() / 2];
-                if w.rank() == 0 {
-                    let unit = if test.contains("_bw_") { "MB/s" } else { "us" };
-                    if o.raw {
-                        println!("{test} {size} {v:.2}");
-                    } else {
-                        println!("  {test:<14} {size:>10} {v:>14.2} {unit}");
+        for create in [false, true] {
+            // Flavour 1: `Win::allocate` (the symmetric heap: load/store);
+            // flavour 2: `Win::create` on private memory (CMA), rows
+            // suffixed "@create".
+            let len = o.max_size.max(8);
+            let win = if create {
+                Win::create(&w, vec![0u8; len])?
+            } else {
+                Win::allocate(&w, len)?
+            };
+            let flavour = if create { "@create" } else { "" };
+            if w.rank() == 0 && !o.raw {
+                let how = if create {
+                    "Win::create"
+                } else {
+                    "Win::allocate"
+                };
+                println!(
+                    "# adi osu_rma (rank 0 -> rank 1, {how}, {:?} path)",
+                    win.path()
+                );
+                println!("# {:<14} {:>10} {:>14}", "test", "bytes", "value");
+            }
+            for test in ALL.iter().filter(|t| o.tests.iter().any(|x| x == *t)) {
+                for size in sizes(o.max_size) {
+                    let mut vals = Vec::with_capacity(o.rounds);
+                    for _ in 0..o.rounds {
+                        vals.push(run(&w, &win, test, size, iters(test, size, o.quick))?);
+                    }
+                    vals.sort_by(f64::total_cmp);
+                    let v = vals[vals.len() / 2];
+                    if w.rank() == 0 {
+                        let unit = if test.contains("_bw_") { "MB/s" } else { "us" };
+                        let name = format!("{test}{flavour}");
+                        if o.raw {
+                            println!("{name} {size} {v:.2}");
+                        } else {
+                            println!("  {name:<21} {size:>10} {v:>14.2} {unit}");
+                        }
                     }
                 }
             }
+            win.free()?;
         }
-        win.free()?;
         Ok(())
     })();
     if let Err(e) = r {

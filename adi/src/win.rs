@@ -152,16 +152,31 @@ pub enum WinPath {
 /// engine's.
 static DIRECT_IDS: AtomicU32 = AtomicU32::new(1 << 31);
 
-fn direct_wanted() -> Result<bool, Error> {
-    match env(ENV_DIRECT).as_deref().map(str::trim) {
+/// Whether the memory of [`Win::allocate`] and [`Win::create`] windows goes
+/// in the symmetric heap when it fits (`TMX_RMA_HEAP_WINDOWS`, default on;
+/// a created window's memory is copied in at creation and out at free).
+/// Off, window memory stays private and same-node origins reach it by CMA
+/// (shared windows always use the heap).
+pub const ENV_HEAP_WINDOWS: &str = "TMX_RMA_HEAP_WINDOWS";
+
+fn env_switch(var: &'static str) -> Result<bool, Error> {
+    match env(var).as_deref().map(str::trim) {
         None | Some("") | Some("1") | Some("on") | Some("true") | Some("yes") => Ok(true),
         Some("0") | Some("off") | Some("false") | Some("no") => Ok(false),
         Some(v) => Err(Error::Config {
-            var: ENV_DIRECT,
+            var,
             value: v.to_string(),
             reason: "expected 1/on or 0/off",
         }),
     }
+}
+
+fn direct_wanted() -> Result<bool, Error> {
+    env_switch(ENV_DIRECT)
+}
+
+fn heap_windows() -> Result<bool, Error> {
+    env_switch(ENV_HEAP_WINDOWS)
 }
 
 /// The memory a window is created with.
@@ -595,6 +610,7 @@ impl Win {
         };
         let shared = matches!(memory, Memory::Shared(_));
         let dynamic = matches!(memory, Memory::Dynamic);
+        let given = matches!(memory, Memory::Given(_));
         // Local preparation of the direct path: a control block, and heap
         // memory for an allocated window when it fits.
         let mut prep: Option<(
@@ -603,6 +619,7 @@ impl Win {
             shmem_onesided::SymAddr,
         )> = None;
         let mut cma = false;
+        let heap_windows = heap_windows()?;
         if shared || dynamic || direct_wanted()? {
             let world = wcomm.world_rank_of(me as i32).ok_or(Error::InvalidRank {
                 rank: me as i32,
@@ -617,9 +634,24 @@ impl Win {
                 };
                 node.put(pe, cb, &vec![0u8; cbn as usize])?;
                 let heap = match &memory {
+                    Memory::Alloc(s) if !heap_windows => {
+                        let _ = s;
+                        None
+                    }
                     Memory::Alloc(s) | Memory::Shared(s) => match node.malloc((*s).max(1) as u64) {
                         Ok(a) => {
                             node.put(pe, a, &vec![0u8; *s])?;
+                            Some(a)
+                        }
+                        Err(_) => None,
+                    },
+                    // The window owns the given memory until free, so it
+                    // may live in the heap meanwhile (copied in here, out
+                    // at free): origins then load and store it directly
+                    // instead of paying a CMA system call per operation.
+                    Memory::Given(v) if heap_windows => match node.malloc(v.len().max(1) as u64) {
+                        Ok(a) => {
+                            node.put(pe, a, v)?;
                             Some(a)
                         }
                         Err(_) => None,
@@ -632,6 +664,8 @@ impl Win {
         // Private memory (a created window, an allocated one off the heap,
         // or the engine path).
         let heap = prep.and_then(|p| p.1);
+        // (A given Vec is kept even when copied to the heap: it is the
+        // window's memory if the engine path is chosen below.)
         let own: Vec<u8> = match (memory, heap) {
             (Memory::Given(v), _) => v,
             (Memory::Dynamic, _) => Vec::new(),
@@ -697,6 +731,7 @@ impl Win {
                 heap = heap.is_some(),
                 "window created (direct same-node path)"
             );
+            let own = if heap.is_some() { Vec::new() } else { own };
             let d = direct::Direct::new(wcomm.clone(), id, view, targets, own);
             return Ok(Win {
                 comm: wcomm,
@@ -730,7 +765,10 @@ impl Win {
                        (TMX_SHMEM_HEAP_BYTES) on every rank",
             });
         }
-        let mem = if heap.is_some() { vec![0u8; size] } else { own };
+        let mem = match (heap, given) {
+            (Some(_), false) => vec![0u8; size],
+            _ => own,
+        };
         Win::engine(wcomm, mem, sizes)
     }
 

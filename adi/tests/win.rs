@@ -973,13 +973,16 @@ fn main() -> ExitCode {
         ("large_ops_small_eager_area_cma", "large", 2),
         ("large_ops_fragmented_without_cma", "large", 2),
     ];
-    // Every scenario on both paths: the same-node direct path (default)
-    // and the engine's active messages (`TMX_RMA_DIRECT=0`).
+    // Every scenario on three paths: the same-node direct path with window
+    // memory in the heap (default), the direct path with private window
+    // memory reached by CMA (`TMX_RMA_HEAP_WINDOWS=0`), and the engine's
+    // active messages (`TMX_RMA_DIRECT=0`).
     let tests: Vec<(String, &str, usize)> = base
         .iter()
         .flat_map(|(name, role, n)| {
             [
                 (name.to_string(), *role, *n),
+                (format!("{name}_private"), *role, *n),
                 (format!("{name}_engine"), *role, *n),
             ]
         })
@@ -1014,6 +1017,10 @@ fn main() -> ExitCode {
         env.push((
             "TMX_RMA_DIRECT",
             if name.ends_with("_engine") { "0" } else { "1" },
+        ));
+        env.push((
+            "TMX_RMA_HEAP_WINDOWS",
+            if name.ends_with("_private") { "0" } else { "1" },
         ));
         let got = launch(role, *n, &env);
         let ok = got == 0;
