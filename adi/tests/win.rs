@@ -815,6 +815,76 @@ fn role_typed_put(w: &Comm) {
     assert_eq!(mem.len(), 128);
 }
 
+/// The thread interleavings the RMA design lists as valid ("RMA +
+/// threads"), on one window from two threads per rank: (1) ACC + ACC,
+/// (3) ACC + FLUSH and (4) FLUSH + FLUSH inside lock_all, then (2) PUT +
+/// FENCE (one thread puts while the other fences). Direct path only: the
+/// engine path runs one call per window at a time (`CallInProgress`).
+fn role_same_window_threads(w: &Comm) {
+    const ITERS: i64 = 200;
+    const FENCES: usize = 30;
+    let (me, n) = (w.rank(), w.size());
+    let win = Win::allocate(w, 8 * (1 + n as usize)).unwrap();
+    if win.path() == WinPath::Engine {
+        win.free().unwrap();
+        return;
+    }
+    win.lock_all(0).unwrap();
+    std::thread::scope(|s| {
+        for k in 0..2 {
+            let win = &win;
+            s.spawn(move || {
+                for i in 0..ITERS {
+                    for t in 0..n {
+                        win.accumulate(t, 0, &one(1), ElemType::I64, AccOp::Sum)
+                            .unwrap();
+                    }
+                    if i % 10 == 0 {
+                        if k == 0 {
+                            win.flush_all().unwrap();
+                        } else {
+                            win.flush((me + 1) % n).unwrap();
+                            win.flush_local_all().unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    win.flush_all().unwrap();
+    win.unlock_all().unwrap();
+    w.barrier().unwrap();
+    assert_eq!(
+        i64s(&win.local_copy().unwrap())[0],
+        2 * ITERS * n as i64,
+        "accumulates from two threads of every rank"
+    );
+    // PUT + FENCE: each put lands in the epoch before or after a fence.
+    let t = (me + 1) % n;
+    win.fence(0).unwrap();
+    std::thread::scope(|s| {
+        let win = &win;
+        s.spawn(move || {
+            for v in 1..=ITERS {
+                win.put(t, 8 * (1 + me as u64), &one(v)).unwrap();
+            }
+        });
+        s.spawn(move || {
+            for _ in 0..FENCES {
+                win.fence(0).unwrap();
+            }
+        });
+    });
+    win.fence(NOSUCCEED).unwrap();
+    let prev = (me + n - 1) % n;
+    assert_eq!(
+        i64s(&win.local_copy().unwrap())[1 + prev as usize],
+        ITERS,
+        "the last put of rank {prev} is the value left"
+    );
+    win.free().unwrap();
+}
+
 /// Two threads per rank, each driving its own window (fence epochs and
 /// lock epochs) at the same time: progress from either thread serves both.
 fn role_threads(w: &Comm) {
@@ -913,6 +983,7 @@ fn roles() -> Vec<Role> {
         ("dynamic_list", role_dynamic_list),
         ("typed_put", role_typed_put),
         ("threads", role_threads),
+        ("same_window_threads", role_same_window_threads),
         ("large", role_large),
     ]
 }
@@ -969,6 +1040,11 @@ fn main() -> ExitCode {
         ("dynamic_linked_list_1_rank", "dynamic_list", 1),
         ("typed_put_2_ranks", "typed_put", 2),
         ("threads_two_windows_3_ranks", "threads", 3),
+        (
+            "threads_one_window_interleavings_3_ranks",
+            "same_window_threads",
+            3,
+        ),
         ("large_ops_2_ranks", "large", 2),
         ("large_ops_small_eager_area_cma", "large", 2),
         ("large_ops_fragmented_without_cma", "large", 2),
