@@ -42,8 +42,10 @@
 //!   ...).
 //! - [`mod@win`]: RMA windows ([`Win`]: create/allocate/free, put/get/
 //!   accumulate/get_accumulate/fetch_and_op/compare_and_swap and their
-//!   request forms, every synchronization call) driven by one
-//!   `rma_epoch::Engine` per process inside the device's progress, and
+//!   request forms, every synchronization call; dynamic windows): same-node
+//!   windows by direct load/store through the node segment (or CMA) with
+//!   shared-memory synchronization, others by active messages through one
+//!   `rma_epoch::Engine` per process inside the device's progress; and
 //!   shared-memory windows ([`SharedWin`]).
 //!
 //! ```
