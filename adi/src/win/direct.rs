@@ -28,7 +28,9 @@
 //!   other from every rank.
 //! - **Waiting** (for a lock, a fence, a post or a complete) spins, runs the
 //!   device's progress (so point-to-point traffic keeps flowing) and checks
-//!   that the rank waited for is alive: a dead peer is an error, not a hang.
+//!   that the window's ranks are alive (the one waited for, and the others,
+//!   since a lock may be held by a third rank): a dead peer is an error, not
+//!   a hang.
 
 use super::{Held, LockType, Mem, Target};
 use crate::attr::ANY_TAG;
@@ -207,7 +209,12 @@ impl Direct {
             }
             dev.check(false)?;
             if idle % LIVENESS_EVERY == 0 {
+                // The rank waited for, and every other rank of the window:
+                // a lock may be held by a third rank that died.
                 self.view.check_alive(pe)?;
+                for t in &self.targets {
+                    self.view.check_alive(t.pe)?;
+                }
             }
             dev.relax(idle)?;
         }
