@@ -13,54 +13,77 @@ pub fn op_valid(op: AccOp, elem: ElemType) -> bool {
     }
 }
 
-macro_rules! int_apply {
-    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
-        let a: $t = $a;
-        let b: $t = $b;
+/// `target[i] = f(target[i], origin[i])` over the whole elements of both.
+/// The operation is chosen outside this loop, so each instance is a
+/// straight loop the compiler vectorizes.
+#[inline(always)]
+fn zip<const N: usize, T: Copy>(
+    target: &mut [u8],
+    origin: &[u8],
+    from: impl Fn([u8; N]) -> T,
+    to: impl Fn(T) -> [u8; N],
+    f: impl Fn(T, T) -> T,
+) {
+    for (t, o) in target.chunks_exact_mut(N).zip(origin.chunks_exact(N)) {
+        let (Ok(ta), Ok(ob)) = (<[u8; N]>::try_from(&*t), <[u8; N]>::try_from(o)) else {
+            continue;
+        };
+        t.copy_from_slice(&to(f(from(ta), from(ob))));
+    }
+}
+
+/// REPLACE: the origin's whole elements over the target's.
+fn replace(target: &mut [u8], origin: &[u8], size: usize) {
+    let n = target.len().min(origin.len()) / size * size;
+    if let (Some(t), Some(o)) = (target.get_mut(..n), origin.get(..n)) {
+        t.copy_from_slice(o);
+    }
+}
+
+macro_rules! int_ops {
+    ($t:ty, $n:expr, $op:expr, $tg:expr, $or:expr) => {{
+        let (tg, or): (&mut [u8], &[u8]) = ($tg, $or);
+        let fr = <$t>::from_ne_bytes;
+        let to = <$t>::to_ne_bytes;
         match $op {
-            AccOp::Replace => b,
-            AccOp::NoOp => a,
-            AccOp::Sum => a.wrapping_add(b),
-            AccOp::Prod => a.wrapping_mul(b),
-            AccOp::Min => a.min(b),
-            AccOp::Max => a.max(b),
-            AccOp::Band => a & b,
-            AccOp::Bor => a | b,
-            AccOp::Bxor => a ^ b,
-            AccOp::Land => ((a != 0) && (b != 0)) as $t,
-            AccOp::Lor => ((a != 0) || (b != 0)) as $t,
-            AccOp::Lxor => ((a != 0) != (b != 0)) as $t,
+            AccOp::Replace => replace(tg, or, $n),
+            AccOp::NoOp => {}
+            AccOp::Sum => zip::<$n, $t>(tg, or, fr, to, |a, b| a.wrapping_add(b)),
+            AccOp::Prod => zip::<$n, $t>(tg, or, fr, to, |a, b| a.wrapping_mul(b)),
+            AccOp::Min => zip::<$n, $t>(tg, or, fr, to, |a, b| a.min(b)),
+            AccOp::Max => zip::<$n, $t>(tg, or, fr, to, |a, b| a.max(b)),
+            AccOp::Band => zip::<$n, $t>(tg, or, fr, to, |a, b| a & b),
+            AccOp::Bor => zip::<$n, $t>(tg, or, fr, to, |a, b| a | b),
+            AccOp::Bxor => zip::<$n, $t>(tg, or, fr, to, |a, b| a ^ b),
+            AccOp::Land => zip::<$n, $t>(tg, or, fr, to, |a, b| ((a != 0) && (b != 0)) as $t),
+            AccOp::Lor => zip::<$n, $t>(tg, or, fr, to, |a, b| ((a != 0) || (b != 0)) as $t),
+            AccOp::Lxor => zip::<$n, $t>(tg, or, fr, to, |a, b| ((a != 0) != (b != 0)) as $t),
         }
     }};
 }
 
-macro_rules! float_apply {
-    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
-        let a: $t = $a;
-        let b: $t = $b;
+macro_rules! float_ops {
+    ($t:ty, $n:expr, $op:expr, $tg:expr, $or:expr) => {{
+        let (tg, or): (&mut [u8], &[u8]) = ($tg, $or);
+        let fr = <$t>::from_ne_bytes;
+        let to = <$t>::to_ne_bytes;
         match $op {
-            AccOp::Replace => b,
-            AccOp::Sum => a + b,
-            AccOp::Prod => a * b,
-            AccOp::Min => a.min(b),
-            AccOp::Max => a.max(b),
-            AccOp::Land => ((a != 0.0) && (b != 0.0)) as u8 as $t,
-            AccOp::Lor => ((a != 0.0) || (b != 0.0)) as u8 as $t,
-            AccOp::Lxor => ((a != 0.0) != (b != 0.0)) as u8 as $t,
+            AccOp::Replace => replace(tg, or, $n),
+            AccOp::Sum => zip::<$n, $t>(tg, or, fr, to, |a, b| a + b),
+            AccOp::Prod => zip::<$n, $t>(tg, or, fr, to, |a, b| a * b),
+            AccOp::Min => zip::<$n, $t>(tg, or, fr, to, |a, b| a.min(b)),
+            AccOp::Max => zip::<$n, $t>(tg, or, fr, to, |a, b| a.max(b)),
+            AccOp::Land => zip::<$n, $t>(tg, or, fr, to, |a, b| {
+                ((a != 0.0) && (b != 0.0)) as u8 as $t
+            }),
+            AccOp::Lor => zip::<$n, $t>(tg, or, fr, to, |a, b| {
+                ((a != 0.0) || (b != 0.0)) as u8 as $t
+            }),
+            AccOp::Lxor => zip::<$n, $t>(tg, or, fr, to, |a, b| {
+                ((a != 0.0) != (b != 0.0)) as u8 as $t
+            }),
             // NO_OP, and bitwise ops that `op_valid` refuses: leave the target.
-            _ => a,
-        }
-    }};
-}
-
-macro_rules! each {
-    ($t:ty, $n:expr, $target:expr, $origin:expr, $f:ident, $op:expr) => {{
-        for (t, o) in $target.chunks_exact_mut($n).zip($origin.chunks_exact($n)) {
-            let (Ok(ta), Ok(ob)) = (<[u8; $n]>::try_from(&*t), <[u8; $n]>::try_from(o)) else {
-                continue;
-            };
-            let r = $f!($t, $op, <$t>::from_ne_bytes(ta), <$t>::from_ne_bytes(ob));
-            t.copy_from_slice(&r.to_ne_bytes());
+            _ => {}
         }
     }};
 }
@@ -73,13 +96,13 @@ pub fn apply(op: AccOp, elem: ElemType, target: &mut [u8], origin: &[u8]) {
         return;
     }
     match elem {
-        ElemType::Byte => each!(u8, 1, target, origin, int_apply, op),
-        ElemType::I32 => each!(i32, 4, target, origin, int_apply, op),
-        ElemType::I64 => each!(i64, 8, target, origin, int_apply, op),
-        ElemType::U32 => each!(u32, 4, target, origin, int_apply, op),
-        ElemType::U64 => each!(u64, 8, target, origin, int_apply, op),
-        ElemType::F32 => each!(f32, 4, target, origin, float_apply, op),
-        ElemType::F64 => each!(f64, 8, target, origin, float_apply, op),
+        ElemType::Byte => int_ops!(u8, 1, op, target, origin),
+        ElemType::I32 => int_ops!(i32, 4, op, target, origin),
+        ElemType::I64 => int_ops!(i64, 8, op, target, origin),
+        ElemType::U32 => int_ops!(u32, 4, op, target, origin),
+        ElemType::U64 => int_ops!(u64, 8, op, target, origin),
+        ElemType::F32 => float_ops!(f32, 4, op, target, origin),
+        ElemType::F64 => float_ops!(f64, 8, op, target, origin),
     }
 }
 
