@@ -220,6 +220,23 @@ impl<'a> RegionTable<'a> {
         crate::sync::fence(Ordering::Acquire);
         (self.version.load(Ordering::Relaxed) == v1).then_some(found)
     }
+
+    /// Negative control for loom: [`RegionTable::contains`] without the
+    /// version check, which can combine an address and a length from two
+    /// different states of an entry. `tests/loom.rs` asserts that loom finds
+    /// such a torn read.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn contains_ignoring_version(&self, addr: u64, len: u64) -> bool {
+        let end = addr.checked_add(len);
+        self.entries.chunks_exact(2).any(|e| {
+            let base = e[0].load(Ordering::Relaxed);
+            let n = e[1].load(Ordering::Relaxed);
+            base != 0
+                && addr >= base
+                && end.is_some_and(|end| base.checked_add(n).is_some_and(|lim| end <= lim))
+        })
+    }
 }
 
 #[cfg(all(test, not(tmx_shmem_loom)))]

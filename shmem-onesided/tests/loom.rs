@@ -1,7 +1,8 @@
 #![cfg(tmx_shmem_loom)]
 //! Loom models of the header ring and the prepost ring, on heap-backed
 //! memory (`RingMem`, `PrepostMem`): the same code that runs on the node
-//! segment, with `sync` switched to loom's atomics and cells.
+//! segment, with `sync` switched to loom's atomics and cells; and of the
+//! RMA window synchronization (`winsync`) on heap-allocated words.
 //!
 //! Run: `RUSTFLAGS="--cfg tmx_shmem_loom" LOOM_MAX_PREEMPTIONS=2 \
 //!       cargo test -p shmem-onesided --test loom --release`
@@ -25,6 +26,10 @@
 //! - prepost `recycled_slot_never_claimed_torn`: a sender scanning while the
 //!   receiver withdraws and reposts into the same slot never claims a torn or
 //!   stale entry.
+//! - `win_region_table_never_torn`: a dynamic window's region table (a
+//!   sequence lock) read while its owner moves an entry never accepts an
+//!   address that only a torn mix of two states contains. Negative control
+//!   `win_region_table_without_version_is_rejected`.
 //! - L7 `gap_prepost_never_overtakes`: the MP_Lite gap with the phase
 //!   counters. The receiver preposts a receive (count 0) while the sender
 //!   sends two matching messages, each one either into a trusted prepost
@@ -34,13 +39,36 @@
 //!   message, every message exactly once. Negative control
 //!   `gap_without_phase_is_rejected`: a sender that trusts every prepost
 //!   lets the second message overtake the first, and loom must find it.
+//! - `win_lock_exclusive_mutual_exclusion`: two origins each take a
+//!   `RwTicket` ticket, lock exclusively, increment the target's word and
+//!   unlock (PUT + UNLOCK): no race, no lost update, the lock idle after.
+//!   Negative control `win_lock_relaxed_release_is_rejected`
+//!   (`release_exclusive_relaxed`) must make loom report a causality
+//!   violation.
+//! - `win_lock_shared_then_exclusive`: a reader thread against a writer that
+//!   then reads again: the reader sees the written value exactly when its
+//!   ticket is behind the writer's, and never races the store.
+//! - `win_lock_two_readers_one_writer`: the same with two readers (three
+//!   spinning threads), bounded to 1 preemption (tokio-rs/loom#53).
+//! - `win_fence_counters_publish_puts`: two ranks put into each other's
+//!   window, `arrive`/`arrived` (fence 1), read their own; fence 2 orders
+//!   those reads before the next puts, fence 3 publishes them (counter
+//!   reuse over three fences).
+//! - `win_pscw_post_start_complete_wait`: two exposure epochs of post
+//!   (`signal`) / start (`observed`) / put / complete / wait: the origin
+//!   sees the target's store made before post, the target sees the put
+//!   after wait. Negative control `win_pscw_relaxed_complete_is_rejected`
+//!   (`RwTicket::signal_relaxed` as complete) must make loom report a
+//!   causality violation.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use loom::thread;
 use shmem_onesided::prepost::{Claimer, Phase, PostState, Poster, Prepost, PrepostMem, Withdraw};
 use shmem_onesided::ring::{Consumer, Header, Outbox, Producer, RingMem, Sent};
+use shmem_onesided::winsync::{arrive, arrived, observed, signal, RegionTable, RwTicket, RW_WORDS};
 
 fn hdr(i: u32) -> Header {
     let mut h = Header {
@@ -448,4 +476,326 @@ fn gap_prepost_never_overtakes() {
 fn gap_without_phase_is_rejected() {
     let msg = loom_rejects(|| gap_model(|_| true));
     assert!(msg.contains("MPI order"), "unexpected failure: {msg}");
+}
+
+// ---------------------------------------------------------------------------
+// RMA window synchronization (`winsync`): the data each protocol protects is
+// an unsynchronized loom cell, so a missing happens-before edge between a
+// store and a conflicting access is a causality violation.
+// ---------------------------------------------------------------------------
+
+/// One target's lock words (`next`, `write`, `read`) and one word of its
+/// window memory.
+struct LockedWin {
+    words: [AtomicU64; RW_WORDS],
+    data: UnsafeCell<u64>,
+}
+
+impl LockedWin {
+    fn new() -> Arc<Self> {
+        Arc::new(LockedWin {
+            words: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            data: UnsafeCell::new(0),
+        })
+    }
+
+    fn lock(&self) -> RwTicket<'_> {
+        RwTicket::new(&self.words[0], &self.words[1], &self.words[2])
+    }
+
+    /// `MPI_Win_lock(EXCLUSIVE)`, a put that increments the word (a
+    /// read-modify-write, so a lost update or a race shows), unlock with
+    /// `release`.
+    fn put_locked(&self, release: fn(&RwTicket<'_>)) {
+        let l = self.lock();
+        let t = l.ticket();
+        while !l.try_exclusive(t) {
+            thread::yield_now();
+        }
+        // SAFETY: (test) the exclusive hold orders every other access.
+        self.data.with_mut(|p| unsafe { *p += 1 });
+        release(&l);
+    }
+
+    /// `MPI_Win_lock(SHARED)` and a get: returns the ticket and the value.
+    fn get_shared(&self) -> (u64, u64) {
+        let l = self.lock();
+        let t = l.ticket();
+        while !l.try_shared(t) {
+            thread::yield_now();
+        }
+        // SAFETY: (test) the shared hold excludes every writer.
+        let v = self.data.with(|p| unsafe { *p });
+        l.release_shared();
+        (t, v)
+    }
+}
+
+fn lock_exclusive_model(release: fn(&RwTicket<'_>)) {
+    loom::model(move || {
+        let win = LockedWin::new();
+        let w2 = win.clone();
+        let t = thread::spawn(move || w2.put_locked(release));
+        win.put_locked(release);
+        t.join().unwrap();
+        // SAFETY: (test) the join orders the other origin's put.
+        assert_eq!(win.data.with(|p| unsafe { *p }), 2, "lost update");
+        assert!(win.lock().is_idle());
+    });
+}
+
+/// PUT + UNLOCK from two origins under exclusive locks: mutual exclusion and
+/// the first holder's store visible to the second.
+#[test]
+fn win_lock_exclusive_mutual_exclusion() {
+    lock_exclusive_model(|l| l.release_exclusive());
+}
+
+/// Negative control: a writer releasing with Relaxed increments does not
+/// publish its store; loom must report the next holder's access.
+#[test]
+fn win_lock_relaxed_release_is_rejected() {
+    let msg = loom_rejects(|| lock_exclusive_model(|l| l.release_exclusive_relaxed()));
+    assert!(
+        msg.contains("Causality violation"),
+        "rejected for another reason: {msg}"
+    );
+}
+
+/// A reader thread against a writer that then reads again (two threads;
+/// a third spinning thread makes loom's search explode): the reader sees
+/// the written value exactly when its ticket is behind the writer's (FIFO
+/// grant; the store visible through the release), never races the store,
+/// and may share the lock with the writer's own later read.
+#[test]
+fn win_lock_shared_then_exclusive() {
+    loom::model(|| {
+        let win = LockedWin::new();
+        let w2 = win.clone();
+        let reader = thread::spawn(move || w2.get_shared());
+        let l = win.lock();
+        let wt = l.ticket();
+        while !l.try_exclusive(wt) {
+            thread::yield_now();
+        }
+        // SAFETY: (test) the exclusive hold orders every other access.
+        win.data.with_mut(|p| unsafe { *p = 7 });
+        l.release_exclusive();
+        let (mt, mv) = win.get_shared();
+        assert!(mt > wt);
+        assert_eq!(mv, 7, "the writer's own later read");
+        let (rt, rv) = reader.join().unwrap();
+        let want = if rt > wt { 7 } else { 0 };
+        assert_eq!(rv, want, "reader ticket {rt}, writer ticket {wt}");
+        assert!(win.lock().is_idle());
+    });
+}
+
+/// Two readers (one is the main thread) and a writer, all three spinning:
+/// same property as `win_lock_shared_then_exclusive`, plus two readers
+/// inside together. Bounded to 1 preemption whatever
+/// `LOOM_MAX_PREEMPTIONS` says: with 2, loom's scheduler oscillates
+/// between the two threads spinning on the third (tokio-rs/loom#53) and
+/// the model exceeds its branch limit.
+#[test]
+fn win_lock_two_readers_one_writer() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(1);
+    b.check(|| {
+        let win = LockedWin::new();
+        let (w2, w3) = (win.clone(), win.clone());
+        let writer = thread::spawn(move || {
+            let l = w2.lock();
+            let t = l.ticket();
+            while !l.try_exclusive(t) {
+                thread::yield_now();
+            }
+            // SAFETY: (test) the exclusive hold orders every other access.
+            w2.data.with_mut(|p| unsafe { *p = 7 });
+            l.release_exclusive();
+            t
+        });
+        let reader = thread::spawn(move || w3.get_shared());
+        let (rt0, rv0) = win.get_shared();
+        let wt = writer.join().unwrap();
+        let (rt1, rv1) = reader.join().unwrap();
+        for (rt, rv) in [(rt0, rv0), (rt1, rv1)] {
+            let want = if rt > wt { 7 } else { 0 };
+            assert_eq!(rv, want, "reader ticket {rt}, writer ticket {wt}");
+        }
+        assert!(win.lock().is_idle());
+    });
+}
+
+/// One rank of the fence model: its arrival word and its window word.
+struct FenceRank {
+    word: AtomicU64,
+    data: UnsafeCell<u64>,
+}
+
+/// `MPI_Win_fence` number `epoch`: arrive, then wait for the peer.
+fn fence(me: &FenceRank, peer: &FenceRank, epoch: u64) {
+    arrive(&me.word, epoch);
+    while !arrived(&peer.word, epoch) {
+        thread::yield_now();
+    }
+}
+
+/// Rank `id`'s program: put, fence 1, read own window; fence 2 (ends the
+/// reads before the next puts); put again, fence 3, read.
+fn fence_rank(ranks: &[FenceRank; 2], id: usize) {
+    let (me, peer) = (&ranks[id], &ranks[1 - id]);
+    let id = id as u64;
+    for (round, epoch) in [(1u64, 1u64), (2, 3)] {
+        // SAFETY: (test) the previous fence orders the peer's reads of its
+        // window before this put.
+        peer.data.with_mut(|p| unsafe { *p = 10 * round + id });
+        fence(me, peer, epoch);
+        // SAFETY: (test) the fence orders the peer's put before this read.
+        let got = me.data.with(|p| unsafe { *p });
+        assert_eq!(got, 10 * round + (1 - id), "peer's put in round {round}");
+        if round == 1 {
+            fence(me, peer, 2);
+        }
+    }
+}
+
+/// Fence = PROC_SYNC with MEM_SYNC: each rank's put into the other's window
+/// is visible after the fence, and the counters are reused over three
+/// fences (the middle one orders a rank's reads before the peer's next put).
+#[test]
+fn win_fence_counters_publish_puts() {
+    loom::model(|| {
+        let mk = || FenceRank {
+            word: AtomicU64::new(0),
+            data: UnsafeCell::new(0),
+        };
+        let ranks = Arc::new([mk(), mk()]);
+        let r2 = ranks.clone();
+        let t = thread::spawn(move || fence_rank(&r2, 1));
+        fence_rank(&ranks, 0);
+        t.join().unwrap();
+    });
+}
+
+/// A PSCW pair: the origin's `post` word (bumped by the target), the
+/// target's `complete` word (bumped by the origin) and the target's window.
+struct Pscw {
+    post: AtomicU64,
+    complete: AtomicU64,
+    data: UnsafeCell<u64>,
+}
+
+/// Origin: start (wait for post `e`), get the target's value, put, complete.
+fn pscw_origin(s: &Pscw, epochs: u64, complete: fn(&AtomicU64)) {
+    for e in 0..epochs {
+        while !observed(&s.post, e) {
+            thread::yield_now();
+        }
+        // SAFETY: (test) the post (Acquire) orders the target's store.
+        let v = s.data.with(|p| unsafe { *p });
+        assert_eq!(v, 100 + e, "origin saw the target's store before post {e}");
+        // SAFETY: (test) as above; the target does not touch its window
+        // until it waits for this complete.
+        s.data.with_mut(|p| unsafe { *p = 200 + e });
+        complete(&s.complete);
+    }
+}
+
+/// Target: store, post, wait for complete `e`, read the origin's put.
+fn pscw_target(s: &Pscw, epochs: u64) {
+    for e in 0..epochs {
+        // SAFETY: (test) the previous wait orders the origin's accesses.
+        s.data.with_mut(|p| unsafe { *p = 100 + e });
+        signal(&s.post);
+        while !observed(&s.complete, e) {
+            thread::yield_now();
+        }
+        // SAFETY: (test) the complete (Acquire) orders the origin's put.
+        let v = s.data.with(|p| unsafe { *p });
+        assert_eq!(v, 200 + e, "origin's put in epoch {e}");
+    }
+}
+
+fn pscw_model(epochs: u64, complete: fn(&AtomicU64)) {
+    loom::model(move || {
+        let s = Arc::new(Pscw {
+            post: AtomicU64::new(0),
+            complete: AtomicU64::new(0),
+            data: UnsafeCell::new(0),
+        });
+        let s2 = s.clone();
+        let t = thread::spawn(move || pscw_origin(&s2, epochs, complete));
+        pscw_target(&s, epochs);
+        t.join().unwrap();
+    });
+}
+
+/// Post / start / complete / wait over two exposure epochs: the origin sees
+/// the target's store made before post, the target sees the origin's put
+/// after wait, and the counters are reused.
+#[test]
+fn win_pscw_post_start_complete_wait() {
+    pscw_model(2, signal);
+}
+
+/// Negative control: a Relaxed complete does not publish the origin's put.
+#[test]
+fn win_pscw_relaxed_complete_is_rejected() {
+    let msg = loom_rejects(|| pscw_model(1, RwTicket::signal_relaxed));
+    assert!(
+        msg.contains("Causality violation"),
+        "rejected for another reason: {msg}"
+    );
+}
+
+/// The region table of a dynamic window (sequence lock, one writer): the
+/// owner moves one entry from `[0x1000, 0x1010)` to `[0x2000, 0x3000)`
+/// while an origin checks an address that neither state contains but a
+/// torn mix of them (`0x1000` with `0x1000` bytes) would. A read the
+/// version check accepts is never torn.
+fn region_model(checked: bool) {
+    loom::model(move || {
+        let words: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
+        let w2 = words.clone();
+        let owner = thread::spawn(move || {
+            let t = RegionTable::new(&w2).unwrap();
+            t.set(0, 0x1000, 0x10);
+            t.set(0, 0x2000, 0x1000);
+        });
+        let t = RegionTable::new(&words).unwrap();
+        loop {
+            let inside = if checked {
+                match t.contains(0x1100, 8) {
+                    Some(v) => v,
+                    None => {
+                        thread::yield_now();
+                        continue;
+                    }
+                }
+            } else {
+                t.contains_ignoring_version(0x1100, 8)
+            };
+            assert!(!inside, "a torn region accepted an access");
+            break;
+        }
+        owner.join().unwrap();
+        assert_eq!(t.contains(0x2ff8, 8), Some(true));
+        assert_eq!(t.contains(0x1000, 8), Some(false));
+    });
+}
+
+#[test]
+fn win_region_table_never_torn() {
+    region_model(true);
+}
+
+/// Negative control: without the version check loom finds the torn read.
+#[test]
+fn win_region_table_without_version_is_rejected() {
+    let msg = loom_rejects(|| region_model(false));
+    assert!(
+        msg.contains("torn region"),
+        "rejected for another reason: {msg}"
+    );
 }
