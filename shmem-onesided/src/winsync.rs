@@ -125,6 +125,14 @@ pub fn arrive(own: &AtomicU64, epoch: u64) {
     own.store(epoch, Ordering::Release);
 }
 
+/// Negative control for loom: [`arrive`] with a `Relaxed` store, too weak
+/// to publish the rank's puts. `tests/loom.rs` asserts that loom rejects it.
+#[cfg(tmx_shmem_loom)]
+#[doc(hidden)]
+pub fn arrive_relaxed(own: &AtomicU64, epoch: u64) {
+    own.store(epoch, Ordering::Relaxed);
+}
+
 /// Whether the rank owning `word` arrived at fence `epoch` (or later).
 /// Acquire: on `true`, that rank's stores before it arrived are visible.
 pub fn arrived(word: &AtomicU64, epoch: u64) -> bool {

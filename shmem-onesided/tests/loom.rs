@@ -26,6 +26,8 @@
 //! - prepost `recycled_slot_never_claimed_torn`: a sender scanning while the
 //!   receiver withdraws and reposts into the same slot never claims a torn or
 //!   stale entry.
+//! - `win_fence_relaxed_arrive_is_rejected`: negative control of the fence
+//!   counters (a Relaxed arrival).
 //! - `win_region_table_never_torn`: a dynamic window's region table (a
 //!   sequence lock) read while its owner moves an entry never accepts an
 //!   address that only a torn mix of two states contains. Negative control
@@ -658,6 +660,44 @@ fn fence_rank(ranks: &[FenceRank; 2], id: usize) {
             fence(me, peer, 2);
         }
     }
+}
+
+/// Negative control: a fence whose arrival is a Relaxed store does not
+/// publish the put; loom must report the read of the peer's window.
+#[test]
+fn win_fence_relaxed_arrive_is_rejected() {
+    let msg = loom_rejects(|| {
+        loom::model(|| {
+            let mk = || FenceRank {
+                word: AtomicU64::new(0),
+                data: UnsafeCell::new(0),
+            };
+            let ranks = Arc::new([mk(), mk()]);
+            let r2 = ranks.clone();
+            let t = thread::spawn(move || {
+                let (me, peer) = (&r2[1], &r2[0]);
+                // SAFETY: (test) deliberately unsynchronized by the weak fence.
+                peer.data.with_mut(|p| unsafe { *p = 11 });
+                shmem_onesided::winsync::arrive_relaxed(&me.word, 1);
+                while !arrived(&peer.word, 1) {
+                    thread::yield_now();
+                }
+            });
+            let (me, peer) = (&ranks[0], &ranks[1]);
+            arrive(&me.word, 1);
+            while !arrived(&peer.word, 1) {
+                thread::yield_now();
+            }
+            // SAFETY: (test) the read loom must flag.
+            let got = me.data.with(|p| unsafe { *p });
+            assert_eq!(got, 11);
+            t.join().unwrap();
+        });
+    });
+    assert!(
+        msg.contains("Causality violation"),
+        "rejected for another reason: {msg}"
+    );
 }
 
 /// Fence = PROC_SYNC with MEM_SYNC: each rank's put into the other's window
