@@ -183,8 +183,10 @@ fn heap_windows() -> Result<bool, Error> {
 enum Memory {
     Given(Vec<u8>),
     Alloc(usize),
-    /// `allocate_shared`: in the heap, direct path, or an error.
-    Shared(usize),
+    /// `allocate_shared`: in the heap, direct path, or an error;
+    /// `contiguous`: every rank's segment follows the previous rank's in
+    /// one block of window rank 0's heap (MPI's default layout).
+    Shared(usize, bool),
     /// `create_dynamic`: no memory until `attach`; direct path with CMA,
     /// or an error.
     Dynamic,
@@ -605,10 +607,26 @@ impl Win {
         let dev = wcomm.dev();
         let size = match &memory {
             Memory::Given(v) => v.len(),
-            Memory::Alloc(s) | Memory::Shared(s) => *s,
+            Memory::Alloc(s) | Memory::Shared(s, _) => *s,
             Memory::Dynamic => 0,
         };
-        let shared = matches!(memory, Memory::Shared(_));
+        let shared = matches!(memory, Memory::Shared(..));
+        // A contiguous shared window: window rank 0 allocates one block for
+        // every segment (so it needs every rank's size first).
+        let contig_sizes: Option<Vec<u64>> = match &memory {
+            Memory::Shared(s, true) => Some(
+                wcomm
+                    .allgather(&(*s as u64).to_le_bytes())?
+                    .chunks_exact(8)
+                    .map(|c| {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(c);
+                        u64::from_le_bytes(b)
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
         let dynamic = matches!(memory, Memory::Dynamic);
         let given = matches!(memory, Memory::Given(_));
         // Local preparation of the direct path: a control block, and heap
@@ -638,13 +656,26 @@ impl Win {
                         let _ = s;
                         None
                     }
-                    Memory::Alloc(s) | Memory::Shared(s) => match node.malloc((*s).max(1) as u64) {
-                        Ok(a) => {
-                            node.put(pe, a, &vec![0u8; *s])?;
-                            Some(a)
+                    Memory::Shared(_, true) if me != 0 => None,
+                    Memory::Shared(_, true) => {
+                        let total: u64 = contig_sizes.iter().flatten().sum();
+                        match node.malloc(total.max(1)) {
+                            Ok(a) => {
+                                node.put(pe, a, &vec![0u8; total as usize])?;
+                                Some(a)
+                            }
+                            Err(_) => None,
                         }
-                        Err(_) => None,
-                    },
+                    }
+                    Memory::Alloc(s) | Memory::Shared(s, false) => {
+                        match node.malloc((*s).max(1) as u64) {
+                            Ok(a) => {
+                                node.put(pe, a, &vec![0u8; *s])?;
+                                Some(a)
+                            }
+                            Err(_) => None,
+                        }
+                    }
                     // The window owns the given memory until free, so it
                     // may live in the heap meanwhile (copied in here, out
                     // at free): origins then load and store it directly
@@ -669,16 +700,19 @@ impl Win {
         let own: Vec<u8> = match (memory, heap) {
             (Memory::Given(v), _) => v,
             (Memory::Dynamic, _) => Vec::new(),
-            (Memory::Alloc(_) | Memory::Shared(_), Some(_)) => Vec::new(),
+            (Memory::Alloc(_) | Memory::Shared(..), Some(_)) => Vec::new(),
             (Memory::Alloc(s), None) => vec![0u8; s],
-            // Never exposed: a shared window without heap memory fails below.
-            (Memory::Shared(_), None) => Vec::new(),
+            // Never exposed: a shared window without heap memory fails below
+            // (or, contiguous, lives in rank 0's block).
+            (Memory::Shared(..), None) => Vec::new(),
         };
         let (flags, pe, addr, cb) = match prep {
             Some((pe, heap, cb)) => {
                 let (user, addr) = match heap {
                     Some(a) => (0, a.0),
                     None if dynamic => (4 | 8, 0),
+                    // A contiguous shared segment other than rank 0's.
+                    None if contig_sizes.is_some() && me != 0 => (0, 0),
                     None => (4, own.as_ptr() as u64),
                 };
                 (1 | if cma { 2 } else { 0 } | user, pe, addr, cb.0)
@@ -708,7 +742,7 @@ impl Win {
             all_ok && (!any_user || all_cma)
         };
         if direct_ok {
-            let targets: Vec<Target> = recs
+            let mut targets: Vec<Target> = recs
                 .iter()
                 .map(|c| Target {
                     pe: word(c, 2) as u32,
@@ -723,6 +757,15 @@ impl Win {
                     cb: shmem_onesided::SymAddr(word(c, 4)),
                 })
                 .collect();
+            if let (Some(sizes), Some(root)) = (&contig_sizes, recs.first()) {
+                // Rank r's segment starts where rank r-1's ends.
+                let (pe0, mut at) = (word(root, 2) as u32, word(root, 3));
+                for (t, len) in targets.iter_mut().zip(sizes) {
+                    t.pe = pe0;
+                    t.mem = Mem::Heap(shmem_onesided::SymAddr(at));
+                    at += len;
+                }
+            }
             let view = dev.with_node(|node| Ok(node.view()))?;
             let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -732,7 +775,7 @@ impl Win {
                 "window created (direct same-node path)"
             );
             let own = if heap.is_some() { Vec::new() } else { own };
-            let d = direct::Direct::new(wcomm.clone(), id, view, targets, own);
+            let d = direct::Direct::new(wcomm.clone(), id, view, targets, own, heap);
             return Ok(Win {
                 comm: wcomm,
                 id,
@@ -761,8 +804,8 @@ impl Win {
         }
         if shared {
             return Err(Error::InvalidArgument {
-                what: "allocate_shared: a segment does not fit in its rank's symmetric heap \
-                       (TMX_SHMEM_HEAP_BYTES) on every rank",
+                what: "allocate_shared: the segments do not fit in the symmetric heap \
+                       (TMX_SHMEM_HEAP_BYTES; contiguous: rank 0's holds them all)",
             });
         }
         let mem = match (heap, given) {
@@ -821,9 +864,10 @@ impl Win {
             self.comm.barrier()?;
             let mem = d.take_own()?;
             if let Some(t) = d.own_target().copied() {
+                let block = d.heap_block();
                 self.comm.dev().with_node(|node| {
                     node.free(t.cb)?;
-                    if let Mem::Heap(a) = t.mem {
+                    if let Some(a) = block {
                         node.free(a)?;
                     }
                     Ok(())
@@ -1494,9 +1538,13 @@ pub struct SharedRegion {
 /// synchronization, as MPI's unified memory model says). A shared window
 /// always takes the direct path, whatever `TMX_RMA_DIRECT` says.
 ///
-/// **Limit (honest):** the segments are not contiguous across ranks (MPI's
-/// default `alloc_shared_noncontig = false` layout is not provided): each
-/// rank's segment is found by [`SharedWin::shared_query`].
+/// **Layout:** by default (MPI's `alloc_shared_noncontig = false`) the
+/// segments are contiguous: rank r's starts where rank r-1's ends, all in
+/// one block of window rank 0's heap, as [`SharedWin::shared_query`]
+/// shows; [`SharedWin::allocate_with`] chooses the non-contiguous layout
+/// (each segment in its own rank's heap). Accesses are bounded by the
+/// segment they name (no pointer arithmetic across segments: adi has no
+/// raw pointers).
 #[derive(Debug)]
 pub struct SharedWin {
     win: Win,
@@ -1516,7 +1564,17 @@ impl Win {
 impl SharedWin {
     /// `MPI_Win_allocate_shared` of `size` zeroed bytes on this rank.
     pub fn allocate(comm: &Comm, size: usize) -> Result<SharedWin, Error> {
-        let win = Win::build(comm, Memory::Shared(size))?;
+        SharedWin::allocate_with(comm, size, true)
+    }
+
+    /// `MPI_Win_allocate_shared` with the `alloc_shared_noncontig` info key:
+    /// `contiguous` (MPI's default, what [`SharedWin::allocate`] does) puts
+    /// every rank's segment right after the previous rank's, in one block
+    /// of window rank 0's symmetric heap (which must hold them all); not
+    /// contiguous, each segment lives in its own rank's heap (each rank's
+    /// heap holds only its own).
+    pub fn allocate_with(comm: &Comm, size: usize, contiguous: bool) -> Result<SharedWin, Error> {
+        let win = Win::build(comm, Memory::Shared(size, contiguous))?;
         let targets = win.direct.as_ref().map(|d| d.targets()).unwrap_or(&[]);
         let regions = targets
             .iter()

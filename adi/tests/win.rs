@@ -10,7 +10,9 @@
 use adi::attr::PROC_NULL;
 use adi::win::assert::{NOPRECEDE, NOSUCCEED};
 use adi::win::WinPath;
-use adi::{AccOp, BasicType, Comm, Datatype, ElemType, Error, ErrorClass, LockType, Win};
+use adi::{
+    AccOp, BasicType, Comm, Datatype, ElemType, Error, ErrorClass, LockType, SharedWin, Win,
+};
 use launcher::run::{run_job, JobSpec};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -505,6 +507,11 @@ fn role_shared(w: &Comm) {
     for r in 0..n {
         let q = sw.shared_query(r).unwrap();
         assert_eq!((q.rank, q.size), (r, 64 + 8 * r as u64));
+        // Contiguous by default: each segment follows the previous one.
+        if r > 0 {
+            let p = sw.shared_query(r - 1).unwrap();
+            assert_eq!((q.pe, q.offset), (p.pe, p.offset + p.size), "segment {r}");
+        }
     }
     assert_eq!(sw.shared_query(n).unwrap_err().class(), ErrorClass::Rank);
     // Write our rank into slot `me` of every segment (slot 0 is the counter).
@@ -555,7 +562,18 @@ fn role_shared_rma(w: &Comm) {
     // phase ahead never overwrites what a slower rank still checks).
     let area = 8 * n as u64;
     let size = if me == 1 { 0 } else { 4 * area as usize };
-    let sw = Win::allocate_shared(w, size).unwrap();
+    // The non-contiguous layout (alloc_shared_noncontig): one segment in
+    // each rank's heap.
+    let sw = SharedWin::allocate_with(w, size, false).unwrap();
+    for r in 0..n {
+        let q = sw.shared_query(r).unwrap();
+        let own_pe = sw.shared_query(me).unwrap().pe;
+        assert_eq!(
+            q.pe == own_pe,
+            r == me,
+            "segment {r} in its own rank's heap"
+        );
+    }
     let win = sw.win();
     assert_eq!(win.path(), WinPath::Direct);
     assert_eq!(sw.shared_query(1).unwrap().size, 0);

@@ -132,6 +132,10 @@ pub(super) struct Direct {
     targets: Vec<Target>,
     /// This rank's window memory when it is private (`Mem::User`).
     own: Mutex<Vec<u8>>,
+    /// The block of this rank's heap holding window memory (freed at
+    /// `free`); `None` for private memory and for the segments of a
+    /// contiguous shared window other than rank 0's.
+    heap_block: Option<SymAddr>,
     /// Regions attached to a dynamic window: (address, memory, table slot).
     attached: Mutex<Vec<(u64, Vec<u8>, usize)>>,
     st: Mutex<Epochs>,
@@ -151,6 +155,7 @@ impl Direct {
         view: NodeView,
         targets: Vec<Target>,
         own: Vec<u8>,
+        heap_block: Option<SymAddr>,
     ) -> Direct {
         let n = targets.len();
         Direct {
@@ -160,6 +165,7 @@ impl Direct {
             view,
             targets,
             own: Mutex::new(own),
+            heap_block,
             attached: Mutex::new(Vec::new()),
             st: Mutex::new(Epochs {
                 access: Access::None,
@@ -857,6 +863,10 @@ impl Direct {
                 Ok(v)
             }
         }
+    }
+
+    pub(super) fn heap_block(&self) -> Option<SymAddr> {
+        self.heap_block
     }
 
     pub(super) fn targets(&self) -> &[Target] {
