@@ -1492,8 +1492,13 @@ impl Drop for Win {
     /// Dropping a window that was not freed forgets its memory locally
     /// (with a warning): `MPI_Win_free` is collective, so only
     /// [`Win::free`] can end a window properly.
+    /// A direct window's heap blocks stay allocated (other ranks may still
+    /// access them): a leak, with the same warning.
     fn drop(&mut self) {
-        if !self.freed && self.remove().is_some() {
+        if self.freed {
+            return;
+        }
+        if self.direct.is_some() || self.remove().is_some() {
             tracing::warn!(win = self.id, "window dropped without Win::free");
         }
     }
