@@ -498,9 +498,11 @@ fn step_barrier(dev: &Device, st: &mut RmaState, win: WinId) -> Result<bool, Err
 ///
 /// Created collectively by [`Win::create`] (memory given by the caller and
 /// handed back by [`Win::free`]) or [`Win::allocate`]. Displacements are in
-/// bytes (a displacement unit of 1). All calls take `&self`; the engine
-/// allows one call in progress per window at a time (another thread's call
-/// meanwhile is [`Error::Rma`] with `CallInProgress`).
+/// bytes (a displacement unit of 1). All calls take `&self` and may come
+/// from several threads at once (the RMA design's valid interleavings: op +
+/// op, op + fence, op + flush, flush + flush). On the engine path calls on
+/// one window run one at a time (another thread's call waits for the one
+/// in progress).
 #[derive(Debug)]
 pub struct Win {
     comm: Comm,
@@ -509,6 +511,9 @@ pub struct Win {
     freed: bool,
     /// The same-node path, when the window takes it.
     direct: Option<Box<direct::Direct>>,
+    /// Engine path: one call at a time per window (the engine's rule);
+    /// another thread's call waits here for it instead of failing.
+    calls: Mutex<()>,
 }
 
 impl Win {
@@ -534,6 +539,7 @@ impl Win {
             sizes: Arc::from(Vec::new()),
             freed: true,
             direct: None,
+            calls: Mutex::new(()),
         }
     }
 
@@ -782,6 +788,7 @@ impl Win {
                 sizes,
                 freed: false,
                 direct: Some(Box::new(d)),
+                calls: Mutex::new(()),
             });
         }
         // Engine path (or a failed shared window): give back what the
@@ -851,6 +858,7 @@ impl Win {
             sizes,
             freed: false,
             direct: None,
+            calls: Mutex::new(()),
         })
     }
 
@@ -961,6 +969,7 @@ impl Win {
         &self,
         f: impl FnOnce(&mut Engine, WinId) -> Result<CallStatus, rma_epoch::Error>,
     ) -> Result<(), Error> {
+        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let dev = self.comm.dev();
         let st = {
             let mut g = lock(&dev.rma.state);
@@ -980,6 +989,7 @@ impl Win {
         read_from: Option<(i32, Option<Vec<u8>>)>,
         f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
     ) -> Result<Option<Request>, Error> {
+        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let dev = self.comm.dev();
         let (posted, req) = {
             let mut g = lock(&dev.rma.state);
@@ -1113,6 +1123,7 @@ impl Win {
             }
             return Ok(done);
         }
+        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let dev = self.comm.dev();
         dev.check(false)?;
         let done = lock(&dev.rma.state).engine.test(self.id)?;
