@@ -550,9 +550,10 @@ impl Win {
     /// attached (an access outside them is [`Error::RmaRange`]).
     /// Collective over `comm`.
     ///
-    /// Needs the same-node direct path and CMA single copy on every rank
-    /// (accesses are `process_vm_readv/writev` at the attached addresses);
-    /// otherwise every rank gets [`Error::InvalidArgument`]. At most
+    /// Takes the same-node direct path whatever `TMX_RMA_DIRECT` says, and
+    /// needs CMA single copy on every rank (accesses are
+    /// `process_vm_readv/writev` at the attached addresses); otherwise every
+    /// rank gets [`Error::InvalidArgument`]. At most
     /// [`shmem_onesided::winsync::REGION_SLOTS`] regions per rank are
     /// attached at a time.
     pub fn create_dynamic(comm: &Comm) -> Result<Win, Error> {
@@ -804,9 +805,8 @@ impl Win {
         }
         if dynamic {
             return Err(Error::InvalidArgument {
-                what: "create_dynamic: dynamic windows need the same-node direct path \
-                       (TMX_RMA_DIRECT on, a control block in every rank's heap) and CMA \
-                       single copy on every rank",
+                what: "create_dynamic: dynamic windows need a control block in every rank's \
+                       symmetric heap and CMA single copy on every rank",
             });
         }
         if shared {

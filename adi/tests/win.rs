@@ -666,15 +666,8 @@ fn role_shared_rma(w: &Comm) {
 fn role_dynamic_list(w: &Comm) {
     const K: usize = 25;
     let (me, n) = (w.rank(), w.size());
-    let win = match Win::create_dynamic(w) {
-        Ok(win) => win,
-        Err(e) => {
-            // Only the forced engine path lacks dynamic windows.
-            assert_eq!(expected_path(), WinPath::Engine, "{e:?}");
-            assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
-            return;
-        }
-    };
+    // Dynamic windows take the direct path whatever TMX_RMA_DIRECT says.
+    let win = Win::create_dynamic(w).unwrap();
     assert_eq!(win.path(), WinPath::Direct);
     // Pointers: (rank + 1) << 48 | address; 0 is nil.
     let enc = |r: i32, a: u64| ((r as u64 + 1) << 48) | a;
@@ -798,6 +791,61 @@ fn role_dynamic_list(w: &Comm) {
         win.detach(meta).unwrap();
     }
     win.free().unwrap();
+}
+
+/// Misuse and limits of the window kinds: attach/detach on the wrong
+/// window, the region table's limit, shared windows larger than the heap
+/// (both layouts), and an allocated window larger than the heap (it works,
+/// in private memory reached by CMA on the direct path).
+fn role_win_limits(w: &Comm) {
+    let me = w.rank();
+    let big = 64 << 20; // larger than the 16 MiB default heap
+    let win = Win::allocate(w, 64).unwrap();
+    assert_eq!(
+        win.attach(vec![0u8; 8]).unwrap_err().class(),
+        ErrorClass::Arg
+    );
+    assert_eq!(win.detach(8).unwrap_err().class(), ErrorClass::Arg);
+    win.free().unwrap();
+    for contiguous in [true, false] {
+        let e = SharedWin::allocate_with(w, big, contiguous).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+    }
+    // The failed shared windows gave their heap blocks back: a full-size
+    // one still fits.
+    let sw = Win::allocate_shared(w, 1 << 20).unwrap();
+    sw.free().unwrap();
+    let large = Win::allocate(w, big).unwrap();
+    large.lock(LockType::Exclusive, me, 0).unwrap();
+    large.put(me, big as u64 - 8, &one(42)).unwrap();
+    let mut g = large.get(me, big as u64 - 8, 8).unwrap();
+    large.unlock(me).unwrap();
+    assert_eq!(i64s(&data(&large, &mut g)), vec![42]);
+    large.free().unwrap();
+    // Dynamic windows take the direct path whatever TMX_RMA_DIRECT says.
+    let dw = Win::create_dynamic(w).unwrap();
+    assert_eq!(dw.path(), WinPath::Direct);
+    let mut bases = Vec::new();
+    for i in 0..shmem_onesided::winsync::REGION_SLOTS {
+        bases.push(dw.attach(vec![i as u8; 16]).unwrap());
+    }
+    let e = dw.attach(vec![0u8; 16]).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+    assert_eq!(
+        dw.with_attached(1, |_| ()).unwrap_err().class(),
+        ErrorClass::Arg
+    );
+    for (i, b) in bases.into_iter().enumerate() {
+        assert_eq!(dw.detach(b).unwrap(), vec![i as u8; 16]);
+    }
+    // A slot freed by detach is reused.
+    let b = dw.attach(vec![7u8; 4]).unwrap();
+    dw.lock_all(0).unwrap();
+    let mut g = dw.get(me, b, 4).unwrap();
+    dw.unlock_all().unwrap();
+    assert_eq!(data(&dw, &mut g), vec![7u8; 4]);
+    dw.detach(b).unwrap();
+    dw.free().unwrap();
 }
 
 /// (4) A derived-datatype put under fence: a contiguous origin scattered
@@ -995,6 +1043,7 @@ fn roles() -> Vec<Role> {
         ("shared", role_shared),
         ("shared_rma", role_shared_rma),
         ("dynamic_list", role_dynamic_list),
+        ("win_limits", role_win_limits),
         ("typed_put", role_typed_put),
         ("threads", role_threads),
         ("same_window_threads", role_same_window_threads),
@@ -1052,6 +1101,7 @@ fn main() -> ExitCode {
         ("shared_rma_2_ranks", "shared_rma", 2),
         ("dynamic_linked_list_4_ranks", "dynamic_list", 4),
         ("dynamic_linked_list_1_rank", "dynamic_list", 1),
+        ("window_limits_2_ranks", "win_limits", 2),
         ("typed_put_2_ranks", "typed_put", 2),
         ("threads_two_windows_3_ranks", "threads", 3),
         (
