@@ -72,7 +72,7 @@ use crate::request::{request, Completer, Request, Status};
 use crate::Error;
 use rma_epoch::{Action, CallStatus, Engine, GlobalConfig, Posted, WinId, WindowConfig};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use rma_epoch::assert;
@@ -146,6 +146,65 @@ pub enum WinPath {
     /// Active messages through the `rma_epoch` engine (the path remote
     /// targets will take; forced for every window by `TMX_RMA_DIRECT=0`).
     Engine,
+}
+
+/// Windows created on each path by this process.
+static WINDOWS_DIRECT: AtomicU64 = AtomicU64::new(0);
+static WINDOWS_ENGINE: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide RMA counters (printed at finalize with
+/// `TMX_ADI_COUNTERS=1`): windows per path, and the direct path's
+/// operations, read-modify-writes (accumulate-like ops, each under the
+/// target's accumulate lock), passive-target lock acquisitions, how many
+/// of those had to wait, and fence barriers. The engine path's counters
+/// are per window ([`Win::counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RmaCounters {
+    /// Windows on the direct path.
+    pub windows_direct: u64,
+    /// Windows on the engine path.
+    pub windows_engine: u64,
+    /// Direct-path operations (put, get, accumulate-like).
+    pub direct_ops: u64,
+    /// Of those, read-modify-writes under an accumulate lock.
+    pub direct_rmw: u64,
+    /// Passive-target lock acquisitions (including lazy lock_all ones).
+    pub lock_acquires: u64,
+    /// Acquisitions that found the lock held and waited.
+    pub lock_waits: u64,
+    /// Fence barriers.
+    pub fences: u64,
+}
+
+/// The process-wide RMA counters.
+pub fn rma_counters() -> RmaCounters {
+    let g = &direct::GLOBAL;
+    RmaCounters {
+        windows_direct: WINDOWS_DIRECT.load(Ordering::Relaxed),
+        windows_engine: WINDOWS_ENGINE.load(Ordering::Relaxed),
+        direct_ops: g.ops.load(Ordering::Relaxed),
+        direct_rmw: g.rmw.load(Ordering::Relaxed),
+        lock_acquires: g.locks.load(Ordering::Relaxed),
+        lock_waits: g.lock_waits.load(Ordering::Relaxed),
+        fences: g.fences.load(Ordering::Relaxed),
+    }
+}
+
+impl std::fmt::Display for RmaCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "windows direct {}, engine {}; direct ops {} (read-modify-write {}), \
+             lock acquires {} (waited {}), fences {}",
+            self.windows_direct,
+            self.windows_engine,
+            self.direct_ops,
+            self.direct_rmw,
+            self.lock_acquires,
+            self.lock_waits,
+            self.fences
+        )
+    }
 }
 
 /// Ids of direct windows (error messages, tracing): disjoint from the
@@ -775,6 +834,7 @@ impl Win {
             }
             let view = dev.with_node(|node| Ok(node.view()))?;
             let id = DIRECT_IDS.fetch_add(1, Ordering::Relaxed);
+            WINDOWS_DIRECT.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
                 win = id,
                 size,
@@ -844,6 +904,7 @@ impl Win {
                 },
             );
             dev.rma.live.fetch_add(1, Ordering::AcqRel);
+            WINDOWS_ENGINE.fetch_add(1, Ordering::Relaxed);
             id
         };
         tracing::info!(

@@ -75,6 +75,18 @@ fn role_fence(w: &Comm) {
     win.fence(NOSUCCEED).unwrap();
     let got = i64s(&win.local_copy().unwrap());
     assert_eq!(got[0], 100 + (1..=n as i64).sum::<i64>());
+    // The process-wide counters saw this window's path and work.
+    let c = adi::win::rma_counters();
+    if expected_path() == WinPath::Direct {
+        assert_eq!((c.windows_direct, c.windows_engine), (1, 0), "{c}");
+        assert!(
+            c.direct_ops >= 2 * n as u64 + 1 && c.direct_rmw >= n as u64,
+            "{c}"
+        );
+        assert!(c.fences >= 3, "{c}");
+    } else {
+        assert_eq!((c.windows_direct, c.windows_engine), (0, 1), "{c}");
+    }
     let mem = win.free().unwrap();
     assert_eq!(mem.len(), 8 * n as usize);
     assert_eq!(i64s(&mem)[1..], expect[1..]);

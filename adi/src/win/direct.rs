@@ -115,6 +115,25 @@ struct Epochs {
     complete_seen: Vec<u64>,
 }
 
+/// Process-wide counters of the direct path (printed at finalize with
+/// `TMX_ADI_COUNTERS=1`, see [`super::RmaCounters`]).
+pub(super) static GLOBAL: Global = Global {
+    ops: AtomicU64::new(0),
+    rmw: AtomicU64::new(0),
+    locks: AtomicU64::new(0),
+    lock_waits: AtomicU64::new(0),
+    fences: AtomicU64::new(0),
+};
+
+#[derive(Debug)]
+pub(super) struct Global {
+    pub(super) ops: AtomicU64,
+    pub(super) rmw: AtomicU64,
+    pub(super) locks: AtomicU64,
+    pub(super) lock_waits: AtomicU64,
+    pub(super) fences: AtomicU64,
+}
+
 /// Counters of a direct window.
 #[derive(Debug, Default)]
 struct Stats {
@@ -229,12 +248,14 @@ impl Direct {
     fn acquire(&self, rank: u32, ty: LockType) -> Result<(), Error> {
         let l = self.rw(rank, CB_LOCK)?;
         let ticket = l.ticket();
+        GLOBAL.locks.fetch_add(1, Ordering::Relaxed);
         let granted = |l: &RwTicket<'_>| match ty {
             LockType::Exclusive => l.try_exclusive(ticket),
             LockType::Shared => l.try_shared(ticket),
         };
         if !granted(&l) {
             self.stats.lock_waits.fetch_add(1, Ordering::Relaxed);
+            GLOBAL.lock_waits.fetch_add(1, Ordering::Relaxed);
             self.wait_for(rank, || granted(&l))?;
         }
         tracing::trace!(win = self.id, rank, ?ty, "direct lock granted");
@@ -269,6 +290,7 @@ impl Direct {
         let both = assert::NOPRECEDE | assert::NOSUCCEED;
         if a & both != both {
             fence(Ordering::SeqCst);
+            GLOBAL.fences.fetch_add(1, Ordering::Relaxed);
             st.fence_no += 1;
             let no = st.fence_no;
             winsync::arrive(self.word(self.me, CB_FENCE)?, no);
@@ -708,6 +730,7 @@ impl Direct {
     pub(super) fn put(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
         self.may_access(rank)?;
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
+        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
         self.store(rank, disp, data)
     }
 
@@ -720,6 +743,7 @@ impl Direct {
     pub(super) fn get_into(&self, rank: u32, disp: u64, buf: &mut [u8]) -> Result<(), Error> {
         self.may_access(rank)?;
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
+        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
         self.load(rank, disp, buf)
     }
 
@@ -735,6 +759,8 @@ impl Direct {
     ) -> Result<Option<Vec<u8>>, Error> {
         self.may_access(rank)?;
         self.stats.ops.fetch_add(1, Ordering::Relaxed);
+        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
+        GLOBAL.rmw.fetch_add(1, Ordering::Relaxed);
         let l = self.rw(rank, CB_ACC)?;
         let ticket = l.ticket();
         if !l.try_exclusive(ticket) {
