@@ -34,7 +34,13 @@
 //!   and reports both lengths in its [`Status`].
 //! - Each user request (send or receive) is reported once by
 //!   [`Endpoint::take_completed`] when it completes, unless it was handed
-//!   to a waiter first.
+//!   to a waiter first; [`Endpoint::take_finished`] takes the same
+//!   requests together with what their waits would return.
+//! - For an upper layer with its own requests, [`Endpoint::isend_or_done`],
+//!   [`Endpoint::irecv_or_done`] and [`Endpoint::send_or_start`] finish an
+//!   operation that completes inside the call (inline, eager,
+//!   prepost-direct or self send; a receive that matches a message already
+//!   arrived) right there: nothing is recorded, nothing is reported later.
 //! - A receive buffer that a sender may be writing into (claimed prepost) is
 //!   never handed back or freed before its DONE; dropping an endpoint with
 //!   such a request pending leaks that buffer rather than freeing it.
@@ -98,7 +104,7 @@
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::heap::SymHeap;
-use crate::idmap::{IdMap, IdSet};
+use crate::idmap::IdMap;
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{Consumer, Header, Outbox, Sent, INLINE_MAX};
@@ -259,6 +265,8 @@ struct SendReq {
     frags: bool,
     /// Created by the user (isend): its completion goes to the feed.
     user: bool,
+    /// Where it stands in the completion feed.
+    fed: Fed,
     /// Its wait failed while a live peer might still read the buffer: kept
     /// (buffer alive) until the FIN, then dropped silently.
     orphan: bool,
@@ -268,6 +276,20 @@ impl SendReq {
     fn done(&self) -> bool {
         !self.fin && !self.ack && !self.frags
     }
+}
+
+/// Where a user request stands in the completion feed
+/// ([`Endpoint::take_completed`]). Kept in the request itself, so that
+/// recording and reporting a completion costs no set operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Fed {
+    /// Not complete, or not a user request.
+    #[default]
+    No,
+    /// In the feed, not reported yet.
+    Queued,
+    /// Reported by `take_completed` (never again).
+    Reported,
 }
 
 /// The send requests. Dropping it leaks (never frees) an owned buffer that
@@ -341,6 +363,8 @@ struct Req {
     id: Option<RecvId>,
     /// A user-visible request: its completion goes to the feed.
     user: bool,
+    /// Where it stands in the completion feed.
+    fed: Fed,
 }
 
 /// A receive the offload model handed to the "engine": advertised (or to be
@@ -402,6 +426,25 @@ impl Requests {
         match &self.caller {
             Some((k, _)) if *k == key => self.caller.take().map(|(_, r)| r),
             _ => self.reqs.remove(&key),
+        }
+    }
+
+    /// Removes request `key` if it has completed (one lookup).
+    fn remove_if_done(&mut self, key: u64) -> Option<Req> {
+        match &self.caller {
+            Some((k, r)) if *k == key => {
+                if r.done.is_some() {
+                    self.caller.take().map(|(_, r)| r)
+                } else {
+                    None
+                }
+            }
+            _ => match self.reqs.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) if o.get().done.is_some() => {
+                    Some(o.remove())
+                }
+                _ => None,
+            },
         }
     }
 
@@ -479,10 +522,11 @@ pub struct Endpoint {
     next_id: u64,
     /// Send requests not yet complete, and completed user ones not waited for.
     sends: Sends,
-    /// Completion feed: ids in completion order (some may have been waited
-    /// for since: `feed_live` says which are still to report).
-    feed: Vec<u64>,
-    feed_live: IdSet<u64>,
+    /// Completion feed: `(id, is a send)` in completion order. Some may
+    /// have been waited for since: an entry is reported only if its request
+    /// is still held with [`Fed::Queued`]; `feed_queued` counts those.
+    feed: Vec<(u64, bool)>,
+    feed_queued: usize,
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
     prepost: bool,
@@ -661,7 +705,7 @@ impl Endpoint {
             next_id: 1,
             sends: Sends::default(),
             feed: Vec::new(),
-            feed_live: IdSet::default(),
+            feed_queued: 0,
             scratch: Vec::new(),
             eager,
             in_flight: Vec::new(),
@@ -930,7 +974,7 @@ impl Endpoint {
     /// when the ring or the eager area is full it queues locally. A send to
     /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        let (id, done) =
+        let (id, done, _) =
             self.start_send(dest, tag, context, None, data, SendMode::Standard, false)?;
         if done {
             return Ok(());
@@ -938,10 +982,11 @@ impl Endpoint {
         self.wait_send_id(id).map(|_| ())
     }
 
-    /// Starts a send; never blocks. Returns its id and whether it is
-    /// complete. A user request is always recorded in `sends` (complete or
-    /// not); an internal one only while pending. `owned` (if any) is the
-    /// data; otherwise `borrowed` is.
+    /// Starts a send; never blocks. Returns its id, whether it is complete
+    /// and, for an internal request complete at once, its `owned` buffer.
+    /// A user request is always recorded in `sends` (complete or not); an
+    /// internal one only while pending. `owned` (if any) is the data;
+    /// otherwise `borrowed` is.
     #[allow(clippy::too_many_arguments)]
     fn start_send(
         &mut self,
@@ -952,7 +997,7 @@ impl Endpoint {
         borrowed: &[u8],
         mode: SendMode,
         user: bool,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<(u64, bool, Option<Vec<u8>>)> {
         if dest >= self.size() {
             return Err(Error::BadPe {
                 pe: dest,
@@ -979,6 +1024,7 @@ impl Endpoint {
             ack: false,
             frags: false,
             user,
+            fed: Fed::No,
             orphan: false,
         };
         let me = self.rank();
@@ -994,13 +1040,14 @@ impl Endpoint {
                 return Err(e);
             }
             let done = self.sends.get(&id).is_some_and(SendReq::done);
+            let mut back = None;
             if done {
                 self.finish_send(id);
                 if !user {
-                    self.sends.remove(&id);
+                    back = self.sends.remove(&id).and_then(|r| r.owned);
                 }
             }
-            return Ok((id, done));
+            return Ok((id, done, back));
         }
         if self.queued_for(dest) > 0 {
             self.flush_peer(dest);
@@ -1091,19 +1138,21 @@ impl Endpoint {
             self.sends.insert(id, req);
             self.flush_peer(dest);
             let done = self.sends.get(&id).is_some_and(SendReq::done);
+            let mut back = None;
             if done && !user {
-                self.sends.remove(&id);
+                back = self.sends.remove(&id).and_then(|r| r.owned);
             }
-            return Ok((id, done));
+            return Ok((id, done, back));
         }
         let done = req.done();
-        if user || !done {
-            self.sends.insert(id, req);
+        if done && !user {
+            return Ok((id, true, req.owned));
         }
+        self.sends.insert(id, req);
         if done {
             self.finish_send(id);
         }
-        Ok((id, done))
+        Ok((id, done, None))
     }
 
     /// A send to this rank: a private copy handed to the matcher as an
@@ -1145,11 +1194,17 @@ impl Endpoint {
     /// A request completed: to the feed if it is the user's, dropped if it
     /// was orphaned.
     fn finish_send(&mut self, id: u64) {
-        match self.sends.get(&id) {
+        match self.sends.get_mut(&id) {
             Some(r) if r.orphan => {
+                let fed = r.fed;
                 self.sends.remove(&id);
+                self.unfeed(fed);
             }
-            Some(r) if r.user => self.record(id),
+            Some(r) if r.user && r.fed == Fed::No => {
+                r.fed = Fed::Queued;
+                self.feed.push((id, true));
+                self.feed_queued += 1;
+            }
             _ => {}
         }
     }
@@ -1194,21 +1249,35 @@ impl Endpoint {
         }
     }
 
-    /// Records a completed user request in the feed.
-    fn record(&mut self, id: u64) {
-        if self.feed_live.insert(id) {
-            self.feed.push(id);
+    /// Records completed user receive `key` in the feed (once).
+    fn record_recv(&mut self, key: u64) {
+        if let Some(r) = self.requests.get_mut(key) {
+            if r.user && r.fed == Fed::No {
+                r.fed = Fed::Queued;
+                self.feed.push((key, false));
+                self.feed_queued += 1;
+            }
         }
     }
 
-    /// A request handed to its waiter: it is not reported by the feed.
-    fn unrecord(&mut self, id: u64) {
-        if self.feed_live.remove(&id)
-            && self.feed.len() > 64
-            && self.feed.len() > 2 * self.feed_live.len()
-        {
-            let live = &self.feed_live;
-            self.feed.retain(|i| live.contains(i));
+    /// A request whose feed state was `fed` was handed to its waiter (and
+    /// removed): it is not reported by the feed. Drops the feed's dead
+    /// entries when they outnumber the live ones.
+    fn unfeed(&mut self, fed: Fed) {
+        if fed != Fed::Queued {
+            return;
+        }
+        self.feed_queued -= 1;
+        if self.feed.len() > 64 && self.feed.len() > 2 * self.feed_queued {
+            let (sends, requests) = (&self.sends, &self.requests);
+            self.feed.retain(|&(id, send)| {
+                let fed = if send {
+                    sends.get(&id).map(|r| r.fed)
+                } else {
+                    requests.get(id).map(|r| r.fed)
+                };
+                fed == Some(Fed::Queued)
+            });
         }
     }
 
@@ -1217,8 +1286,18 @@ impl Endpoint {
     /// aside (their FINs returned) so ranks that rendezvous-send to each
     /// other before receiving all finish.
     fn wait_send_id(&mut self, id: u64) -> Result<Option<Vec<u8>>> {
-        let Some(dest) = self.sends.get(&id).map(|r| r.dest) else {
-            return Err(Error::InvalidArgument("unknown send request"));
+        // Already complete (the common case when an upper layer collects
+        // what `take_completed` reported): one lookup, no progress.
+        let dest = match self.sends.entry(id) {
+            std::collections::hash_map::Entry::Occupied(o) if o.get().done() => {
+                let r = o.remove();
+                self.unfeed(r.fed);
+                return Ok(r.owned);
+            }
+            std::collections::hash_map::Entry::Occupied(o) => o.get().dest,
+            std::collections::hash_map::Entry::Vacant(_) => {
+                return Err(Error::InvalidArgument("unknown send request"))
+            }
         };
         let r = self.block(Watch::One(dest), |ep| {
             let (done, fin) = match ep.sends.get(&id) {
@@ -1237,9 +1316,12 @@ impl Endpoint {
                 ev,
             ))
         });
-        self.unrecord(id);
         match r {
-            Ok(()) => Ok(self.sends.remove(&id).and_then(|r| r.owned)),
+            Ok(()) => {
+                let r = self.sends.remove(&id);
+                self.unfeed(r.as_ref().map_or(Fed::No, |r| r.fed));
+                Ok(r.and_then(|r| r.owned))
+            }
             Err(e) => {
                 // A live receiver may still read (or a staged fragment still
                 // need) the buffer: keep it until then.
@@ -1249,7 +1331,8 @@ impl Endpoint {
                 match self.sends.get_mut(&id) {
                     Some(r) if keep => r.orphan = true,
                     _ => {
-                        self.sends.remove(&id);
+                        let fed = self.sends.remove(&id).map_or(Fed::No, |r| r.fed);
+                        self.unfeed(fed);
                     }
                 }
                 Err(e)
@@ -1595,15 +1678,16 @@ impl Endpoint {
                     }
                     return Ok(());
                 };
+                // An owned buffer taken out for the delivery, put back by
+                // `finish_recv` (one lookup for both).
+                let mut back = None;
                 let result = match (stored, msg) {
                     (Some(u), _) => match &mut req.buf {
                         ReqBuf::Caller => self.deliver(u.hdr, u.data, buf),
                         ReqBuf::Owned(v) => {
                             let mut v = core::mem::take(v);
                             let r = self.deliver(u.hdr, u.data, &mut v);
-                            if let Some(req) = self.requests.get_mut(recv) {
-                                req.buf = ReqBuf::Owned(v);
-                            }
+                            back = Some(v);
                             r
                         }
                     },
@@ -1643,7 +1727,7 @@ impl Endpoint {
                         self.counters.truncated += 1;
                     }
                 }
-                self.finish_recv(recv, result);
+                self.finish_recv_with(recv, result, back);
             }
             Completion::Queued { .. } => self.counters.unexpected += 1,
             Completion::Cancelled { recv, .. } => {
@@ -1657,13 +1741,24 @@ impl Endpoint {
 
     /// Marks receive `key` complete (to the feed if it is the user's).
     fn finish_recv(&mut self, key: u64, result: Result<Status>) {
+        self.finish_recv_with(key, result, None);
+    }
+
+    /// [`Endpoint::finish_recv`] that also puts back the owned buffer
+    /// `back` taken out for the delivery.
+    fn finish_recv_with(&mut self, key: u64, result: Result<Status>, back: Option<Vec<u8>>) {
         let Some(req) = self.requests.get_mut(key) else {
             return;
         };
+        if let Some(v) = back {
+            req.buf = ReqBuf::Owned(v);
+        }
         req.done = Some(result);
         req.id = None;
-        if req.user {
-            self.record(key);
+        if req.user && req.fed == Fed::No {
+            req.fed = Fed::Queued;
+            self.feed.push((key, false));
+            self.feed_queued += 1;
         }
     }
 
@@ -1856,7 +1951,7 @@ impl Endpoint {
             }
             pass = false;
         }
-        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, false, buf)?;
+        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, (false, false), buf)?;
         let r = match id {
             Some(_) if pass => self.progress_for(buf).map(|_| ()),
             _ => Ok(()),
@@ -1887,7 +1982,7 @@ impl Endpoint {
     pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
         let watch = self.check_source(spec)?;
         let addr = buf.as_mut_ptr() as u64;
-        let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, false, buf)?;
+        let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, (false, false), buf)?;
         if let Some(done) = self.take_done(key) {
             return done;
         }
@@ -1918,8 +2013,41 @@ impl Endpoint {
     pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
         self.check_source(spec)?;
         let addr = buf.as_mut_ptr() as u64;
-        let (key, _) = self.post(spec, ReqBuf::Owned(buf), addr, true, true, &mut [])?;
+        let (key, _) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut [])?;
         Ok(RecvRequest(key))
+    }
+
+    /// [`Endpoint::irecv`] for a caller that wants a receive that matches at
+    /// once back at once: `Err((result, buf))` when it matched a message
+    /// that had already arrived (the result [`Endpoint::wait`] would give,
+    /// and the buffer; nothing is recorded and nothing will be reported);
+    /// `Ok(request)` is a pending request exactly as [`Endpoint::irecv`]
+    /// returns it.
+    #[allow(clippy::type_complexity)]
+    pub fn irecv_or_done(
+        &mut self,
+        spec: MatchSpec,
+        mut buf: Vec<u8>,
+    ) -> Result<core::result::Result<RecvRequest, (Result<Status>, Vec<u8>)>> {
+        self.check_source(spec)?;
+        let addr = buf.as_mut_ptr() as u64;
+        let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut [])?;
+        if id.is_some() {
+            return Ok(Ok(RecvRequest(key)));
+        }
+        match self.requests.remove_if_done(key) {
+            Some(req) => {
+                let buf = match req.buf {
+                    ReqBuf::Owned(v) => v,
+                    ReqBuf::Caller => Vec::new(),
+                };
+                let result = req
+                    .done
+                    .unwrap_or(Err(Error::InvalidArgument("receive request not complete")));
+                Ok(Err((result, buf)))
+            }
+            None => Err(Error::InvalidArgument("receive neither queued nor matched")),
+        }
     }
 
     /// Whether `req` has completed (runs one progress pass).
@@ -1936,6 +2064,11 @@ impl Endpoint {
     /// (a dead peer) the buffer is dropped.
     pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
         let key = req.0;
+        // Already complete (the common case when an upper layer collects
+        // what `take_completed` reported): one lookup, no progress.
+        if let Some(req) = self.requests.remove_if_done(key) {
+            return self.finish_wait(req);
+        }
         let spec = match self.requests.get(key) {
             Some(r) => r.spec,
             None => return Err(Error::InvalidArgument("unknown receive request")),
@@ -1951,7 +2084,6 @@ impl Endpoint {
             }
             Ok((ep.is_done(key).then_some(()), ev))
         });
-        self.unrecord(key);
         if let Err(e) = r {
             if let Some(id) = self.recv_id(key) {
                 self.abandon(key, id, &mut []);
@@ -1961,6 +2093,12 @@ impl Endpoint {
         let Some(req) = self.requests.remove(key) else {
             return Err(Error::InvalidArgument("unknown receive request"));
         };
+        self.finish_wait(req)
+    }
+
+    /// The result of a completed receive request removed by its waiter.
+    fn finish_wait(&mut self, req: Req) -> Result<(Status, Vec<u8>)> {
+        self.unfeed(req.fed);
         let buf = match req.buf {
             ReqBuf::Owned(v) => v,
             ReqBuf::Caller => Vec::new(),
@@ -1991,7 +2129,7 @@ impl Endpoint {
         data: Vec<u8>,
         mode: SendMode,
     ) -> Result<SendRequest> {
-        let (id, _) = self.start_send(dest, tag, context, Some(data), &[], mode, true)?;
+        let (id, _, _) = self.start_send(dest, tag, context, Some(data), &[], mode, true)?;
         Ok(SendRequest(id))
     }
 
@@ -2009,8 +2147,62 @@ impl Endpoint {
         data: &[u8],
         mode: SendMode,
     ) -> Result<SendRequest> {
-        let (id, _) = self.start_send(dest, tag, context, None, data, mode, true)?;
+        let (id, _, _) = self.start_send(dest, tag, context, None, data, mode, true)?;
         Ok(SendRequest(id))
+    }
+
+    /// A send of a borrowed buffer for a caller that blocks in its own wait
+    /// loop (an upper layer's `MPI_Send`): `None` if it completed at once
+    /// (inline, eager, prepost-direct, self without a pending match
+    /// acknowledgement): nothing is recorded and there is nothing to wait
+    /// for. Otherwise the pending request, exactly as
+    /// [`Endpoint::isend_borrowed`] returns it (reported by
+    /// [`Endpoint::take_completed`], finished by [`Endpoint::wait_send`]);
+    /// the caller must keep `data` alive and unchanged until then.
+    pub fn send_or_start(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> Result<Option<SendRequest>> {
+        let (id, done, _) = self.start_send(dest, tag, context, None, data, mode, false)?;
+        if done {
+            return Ok(None);
+        }
+        // Pending: recorded in `sends` (an internal request is kept while
+        // pending); from now on it is a user request like isend_borrowed's.
+        match self.sends.get_mut(&id) {
+            Some(r) => r.user = true,
+            None => return Err(Error::InvalidArgument("pending send not recorded")),
+        }
+        Ok(Some(SendRequest(id)))
+    }
+
+    /// [`Endpoint::isend`] for a caller that wants a send that completes at
+    /// once back at once: `Err(data)` hands the buffer back when the send
+    /// completed inside the call (inline, eager, prepost-direct, self
+    /// without a pending match acknowledgement; nothing is recorded and
+    /// nothing will be reported); `Ok(request)` is a pending request exactly
+    /// as [`Endpoint::isend`] returns it.
+    pub fn isend_or_done(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+        mode: SendMode,
+    ) -> Result<core::result::Result<SendRequest, Vec<u8>>> {
+        let (id, done, back) = self.start_send(dest, tag, context, Some(data), &[], mode, false)?;
+        if done {
+            return Ok(Err(back.unwrap_or_default()));
+        }
+        match self.sends.get_mut(&id) {
+            Some(r) => r.user = true,
+            None => return Err(Error::InvalidArgument("pending send not recorded")),
+        }
+        Ok(Ok(SendRequest(id)))
     }
 
     /// Whether send `req` has completed (runs one progress pass if not).
@@ -2046,7 +2238,7 @@ impl Endpoint {
     /// by construction; a CMA read at match time answers with a FIN that
     /// says so; otherwise the receiver acknowledges the match).
     pub fn ssend(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        let (id, done) =
+        let (id, done, _) =
             self.start_send(dest, tag, context, None, data, SendMode::Synchronous, false)?;
         if done {
             return Ok(());
@@ -2071,8 +2263,67 @@ impl Endpoint {
     /// A request handed to [`Endpoint::wait`] / [`Endpoint::wait_send`]
     /// before it was reported is not reported. Ids accumulate until taken.
     pub fn take_completed(&mut self, out: &mut Vec<u64>) {
-        let live = &mut self.feed_live;
-        out.extend(self.feed.drain(..).filter(|id| live.remove(id)));
+        let (sends, requests) = (&mut self.sends, &mut self.requests);
+        for (id, send) in self.feed.drain(..) {
+            let fed = if send {
+                sends.get_mut(&id).map(|r| &mut r.fed)
+            } else {
+                requests.get_mut(id).map(|r| &mut r.fed)
+            };
+            if let Some(f) = fed.filter(|f| **f == Fed::Queued) {
+                *f = Fed::Reported;
+                out.push(id);
+            }
+        }
+        self.feed_queued = 0;
+    }
+
+    /// [`Endpoint::take_completed`] and the waits in one step: takes every
+    /// request [`Endpoint::take_completed`] would report, removes it and
+    /// appends its id with what [`Endpoint::wait_send`] (to `sends`) or
+    /// [`Endpoint::wait`] (to `recvs`) would return for it, each exactly
+    /// once, in completion order per kind. For an upper layer that collects
+    /// completions in its progress pass: one lookup per request.
+    #[allow(clippy::type_complexity)]
+    pub fn take_finished(
+        &mut self,
+        sends: &mut Vec<(u64, Result<Option<Vec<u8>>>)>,
+        recvs: &mut Vec<(u64, Result<(Status, Vec<u8>)>)>,
+    ) {
+        if self.feed.is_empty() {
+            return;
+        }
+        let mut feed = core::mem::take(&mut self.feed);
+        for (id, send) in feed.drain(..) {
+            // A request still held with a feed entry is complete and queued
+            // (an entry is pushed once, on `Fed::No` → `Fed::Queued`, and
+            // drained here or by `take_completed`).
+            if send {
+                if let std::collections::hash_map::Entry::Occupied(o) = self.sends.entry(id) {
+                    if o.get().fed == Fed::Queued && o.get().done() {
+                        sends.push((id, Ok(o.remove().owned)));
+                    }
+                }
+            } else if let Some(req) = self.requests.remove_if_done(id) {
+                if req.fed != Fed::Queued {
+                    // Reported already: not ours to take (put it back).
+                    self.requests.insert(id, req);
+                    continue;
+                }
+                let buf = match req.buf {
+                    ReqBuf::Owned(v) => v,
+                    ReqBuf::Caller => Vec::new(),
+                };
+                let result = match req.done {
+                    Some(Ok(st)) => Ok((st, buf)),
+                    Some(Err(e)) => Err(e),
+                    None => Err(Error::InvalidArgument("receive request not complete")),
+                };
+                recvs.push((id, result));
+            }
+        }
+        self.feed = feed;
+        self.feed_queued = 0;
     }
 
     /// Whether request `id` has completed (no progress). An id that is no
@@ -2264,9 +2515,10 @@ impl Endpoint {
                 done: Some(result),
                 id: None,
                 user: true,
+                fed: Fed::No,
             },
         );
-        self.record(key);
+        self.record_recv(key);
         Ok(RecvRequest(key))
     }
 
@@ -2351,6 +2603,7 @@ impl Endpoint {
             }
         }
         if let Some(r) = self.requests.remove(key) {
+            self.unfeed(r.fed);
             if let ReqBuf::Owned(v) = r.buf {
                 let claimed = self.requests.engine.values().any(|e| e.key == key);
                 if claimed {
@@ -2377,14 +2630,16 @@ impl Endpoint {
     /// and, if it is queued, its handle (if it matched a queued message at
     /// once, it is complete: delivered into `buf` or its owned buffer).
     /// `may_prepost`: the caller keeps the buffer at `addr` valid until the
-    /// request completes.
+    /// request completes. `(user, user_at_once)`: whether the request is
+    /// the user's (its completion goes to the feed), if it is queued and if
+    /// it matches at once.
     fn post(
         &mut self,
         spec: MatchSpec,
         rbuf: ReqBuf,
         addr: u64,
         may_prepost: bool,
-        user: bool,
+        (user, user_at_once): (bool, bool),
         buf: &mut [u8],
     ) -> Result<(u64, Option<RecvId>)> {
         let key = self.next_id;
@@ -2429,7 +2684,8 @@ impl Endpoint {
                 buf: rbuf,
                 done: None,
                 id,
-                user,
+                user: if id.is_some() { user } else { user_at_once },
+                fed: Fed::No,
             },
         );
         match outcome {
@@ -2638,5 +2894,174 @@ impl Endpoint {
         tracing::info!(rank = self.rank(), counters = %c, "shmem endpoint finalized");
         self.node.finalize();
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The upper layer's fast paths: sends and receives finished inside
+    //! their call, and the completion feed taken with its results.
+    #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
+
+    use super::*;
+    use crate::config::Config;
+    use std::collections::HashSet;
+    use std::time::Duration;
+    use tm_proto::Tag;
+
+    fn spec(source: u32, tag: u32) -> MatchSpec {
+        MatchSpec {
+            context_id: 4,
+            source: Source::Rank(source),
+            tag: Tag::Value(tag),
+        }
+    }
+
+    fn data(seed: u32, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u32 * 7 + seed) as u8).collect()
+    }
+
+    /// Runs `f(rank, endpoint)` on two threads, each attaching its node.
+    fn pair(name: &str, f: impl Fn(u32, Endpoint) + Send + Sync + Clone + 'static) {
+        let job = format!("ut{}-{name}", std::process::id());
+        let cfg = Config {
+            ring_slots: 8,
+            heap_bytes: 1 << 20,
+            eager_bytes: 1 << 20,
+            attach_timeout: Duration::from_secs(20),
+            ..Config::default()
+        };
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let (job, cfg, f) = (job.clone(), cfg.clone(), f.clone());
+                std::thread::spawn(move || {
+                    f(r, Endpoint::new(Node::init(&job, r, 2, cfg).unwrap()))
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+
+    /// Lengths across the inline, eager and CMA (or staged) paths.
+    const LENS: [usize; 4] = [0, 24, 3000, 200_000];
+
+    #[test]
+    fn take_finished_hands_each_request_over_once() {
+        pair("finished", |me, mut ep| {
+            let peer = 1 - me;
+            let n = 24u32;
+            let mut issued = HashSet::new();
+            let mut recvs = Vec::new();
+            let mut sends = Vec::new();
+            for k in 0..n {
+                let len = LENS[k as usize % 4];
+                let r = ep.irecv(spec(peer, k), vec![0; len]).unwrap();
+                issued.insert(r.id());
+                recvs.push(r);
+                let s = ep
+                    .isend(peer, k, 4, data(k + me, len), SendMode::Standard)
+                    .unwrap();
+                issued.insert(s.id());
+                sends.push(s);
+            }
+            let (mut sd, mut rd) = (Vec::new(), Vec::new());
+            while sd.len() + rd.len() < issued.len() {
+                ep.progress().unwrap();
+                ep.take_finished(&mut sd, &mut rd);
+            }
+            let ids: HashSet<u64> = sd
+                .iter()
+                .map(|(id, _)| *id)
+                .chain(rd.iter().map(|(id, _)| *id))
+                .collect();
+            assert_eq!(ids.len(), sd.len() + rd.len(), "an id handed over twice");
+            assert_eq!(ids, issued);
+            for (id, r) in &sd {
+                let k = sends.iter().position(|s| s.id() == *id).unwrap() as u32;
+                let back = r.as_ref().unwrap().as_ref().unwrap();
+                assert_eq!(
+                    *back,
+                    data(k + me, LENS[k as usize % 4]),
+                    "send buffer handed back"
+                );
+            }
+            for (id, r) in &rd {
+                let k = recvs.iter().position(|q| q.id() == *id).unwrap() as u32;
+                let (st, v) = r.as_ref().unwrap();
+                let len = LENS[k as usize % 4];
+                assert_eq!((st.source, st.tag, st.len, st.msg_len), (peer, k, len, len));
+                assert_eq!(*v, data(k + peer, len));
+            }
+            // Taken: neither reported again nor waitable.
+            let mut more = Vec::new();
+            ep.take_completed(&mut more);
+            assert!(more.is_empty(), "{more:?}");
+            ep.take_finished(&mut sd, &mut rd);
+            assert_eq!(sd.len() + rd.len(), issued.len());
+            assert!(ep.wait(recvs.pop().unwrap()).is_err());
+            assert!(ep.wait_send(sends.pop().unwrap()).is_err());
+            ep.finalize().unwrap();
+        });
+    }
+
+    #[test]
+    fn sends_and_receives_finished_in_their_call() {
+        pair("at-once", |me, mut ep| {
+            let peer = 1 - me;
+            if me == 1 {
+                // Inline and eager sends complete inside the call: the owned
+                // buffer comes straight back, nothing is recorded.
+                for (k, len) in [(1u32, 8usize), (2, 3000)] {
+                    let back = ep
+                        .isend_or_done(peer, k, 4, data(k, len), SendMode::Standard)
+                        .unwrap();
+                    assert_eq!(back.unwrap_err(), data(k, len));
+                }
+                assert!(ep
+                    .send_or_start(peer, 3, 4, &data(3, 16), SendMode::Standard)
+                    .unwrap()
+                    .is_none());
+                // A synchronous send waits for its match: a pending request.
+                let s = ep
+                    .isend_or_done(peer, 4, 4, data(4, 100), SendMode::Synchronous)
+                    .unwrap()
+                    .unwrap();
+                assert!(!ep.is_complete(s.id()));
+                let mut ids = Vec::new();
+                ep.take_completed(&mut ids);
+                assert!(ids.is_empty(), "{ids:?}");
+                assert_eq!(ep.wait_send(s).unwrap(), Some(data(4, 100)));
+            } else {
+                // Wait until tags 1..=3 have arrived (probe leaves them queued).
+                while ep.iprobe(spec(peer, 3)).unwrap().is_none() {}
+                for (k, len) in [(1u32, 8usize), (2, 3000), (3, 16)] {
+                    match ep.irecv_or_done(spec(peer, k), vec![0; len + 5]).unwrap() {
+                        Err((Ok(st), buf)) => {
+                            assert_eq!((st.tag, st.len, st.msg_len), (k, len, len));
+                            assert_eq!(buf[..len], data(k, len)[..]);
+                        }
+                        other => panic!("tag {k}: not finished at once: {other:?}"),
+                    }
+                }
+                // Truncation is reported in the status, as `wait` does.
+                let r = ep.irecv_or_done(spec(peer, 4), vec![0; 10]).unwrap();
+                let (st, buf) = match r {
+                    Ok(req) => ep.wait(req).unwrap(),
+                    Err((res, buf)) => (res.unwrap(), buf),
+                };
+                assert!(st.truncated());
+                assert_eq!((st.len, st.msg_len), (10, 100));
+                assert_eq!(buf, data(4, 100)[..10]);
+                let mut ids = Vec::new();
+                ep.take_completed(&mut ids);
+                assert!(
+                    ids.is_empty(),
+                    "finished-at-once requests are not reported: {ids:?}"
+                );
+            }
+            ep.finalize().unwrap();
+        });
     }
 }

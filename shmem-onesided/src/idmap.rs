@@ -9,20 +9,19 @@
 //! bytes from.
 
 use core::hash::BuildHasherDefault;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// tm-match's folded-multiply hasher (the same mixing its matcher uses).
 pub(crate) use tm_match::hash::FoldHasher as IdHasher;
 
 /// A `HashMap` with [`IdHasher`].
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
-/// A `HashSet` with [`IdHasher`].
-pub(crate) type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use core::hash::BuildHasher;
+    use std::collections::HashSet;
 
     #[test]
     fn dense_keys_spread_over_the_top_bits() {
