@@ -380,7 +380,7 @@ impl Comm {
             return Ok(self.proc_null_request(Some(buf)));
         };
         self.dev()
-            .start_recv(spec, buf, RecvInto::Owned, Arc::clone(&self.inner.group))
+            .start_recv_in(spec, buf, RecvInto::Owned, &self.inner.group)
     }
 
     // --------------------------------------------------------- datatypes

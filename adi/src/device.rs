@@ -5,7 +5,11 @@
 //! self-sends live in `shmem_onesided::Endpoint` (which matches through
 //! `tm-match`); the device chooses a transport per peer ([`choose_route`]),
 //! starts operations on it, and turns the endpoint's completion feed
-//! (`Endpoint::take_completed`) into completed [`Request`]s.
+//! (`Endpoint::take_finished`) into completed [`Request`]s. An operation
+//! the endpoint finishes inside its call (an inline, eager or self send; a
+//! receive whose message had arrived) is born complete instead: no
+//! operation-table entry, and for a plain success no shared slot
+//! ([`Request::ready_with_buffer`]).
 //!
 //! # Locks (paper §6.3: per-structure locks, no global lock around waits)
 //!
@@ -142,6 +146,9 @@ pub(crate) struct Group {
     pub(crate) world: Vec<u32>,
     /// World rank → communicator rank (`-1`: not a member).
     pub(crate) of_world: Vec<i32>,
+    /// Communicator rank = world rank for every world rank (the world's
+    /// group and its duplicates): operations need not keep the group.
+    identity: bool,
 }
 
 impl Group {
@@ -152,7 +159,19 @@ impl Group {
                 *slot = i as i32;
             }
         }
-        Group { world, of_world }
+        let identity =
+            world.len() == world_size && world.iter().enumerate().all(|(i, w)| *w as usize == i);
+        Group {
+            world,
+            of_world,
+            identity,
+        }
+    }
+
+    /// The group an operation keeps for its completion: `None` for an
+    /// identity group (no reference counting per operation).
+    fn kept(group: &Arc<Group>) -> Option<Arc<Group>> {
+        (!group.identity).then(|| Arc::clone(group))
     }
 
     fn comm_rank_of(&self, world: u32) -> i32 {
@@ -254,6 +273,12 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Bumps a counter that is only ever bumped under the core lock: a plain
+/// load and store (no read-modify-write; the lock orders the bumps).
+fn bump_locked(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
 /// Where a receive's data goes once the endpoint delivers it.
 #[derive(Debug)]
 pub(crate) enum RecvInto {
@@ -280,7 +305,8 @@ enum OpKind {
     Recv {
         rreq: RecvRequest,
         into: RecvInto,
-        group: Arc<Group>,
+        /// `None`: the identity group.
+        group: Option<Arc<Group>>,
     },
 }
 
@@ -304,7 +330,8 @@ enum Finished {
         completer: Completer,
         result: Result<(EpStatus, Vec<u8>), Error>,
         into: RecvInto,
-        group: Arc<Group>,
+        /// `None`: the identity group.
+        group: Option<Arc<Group>>,
     },
 }
 
@@ -336,8 +363,15 @@ type OpTable = HashMap<u64, Op, BuildHasherDefault<IdHasher>>;
 struct Core {
     ep: Endpoint,
     ops: OpTable,
-    ids: Vec<u64>,
+    /// Spare lists for the endpoint's finished sends and receives.
+    sends_done: Vec<(u64, SendDone)>,
+    recvs_done: Vec<(u64, RecvDone)>,
 }
+
+/// What `Endpoint::take_finished` reports for a send (as `wait_send`).
+type SendDone = shmem_onesided::Result<Option<Vec<u8>>>;
+/// What `Endpoint::take_finished` reports for a receive (as `wait`).
+type RecvDone = shmem_onesided::Result<(EpStatus, Vec<u8>)>;
 
 thread_local! {
     /// This thread's spare list of harvested operations: every progress pass
@@ -560,7 +594,8 @@ impl Device {
             core: Mutex::new(Some(Core {
                 ep,
                 ops: OpTable::default(),
-                ids: Vec::new(),
+                sends_done: Vec::new(),
+                recvs_done: Vec::new(),
             })),
             epoch: AtomicU64::new(0),
             routes,
@@ -620,11 +655,12 @@ impl Device {
         }
     }
 
+    /// Counts a send by route; only under the core lock.
     fn count_route(&self, world: u32) {
         if world == self.world_rank {
-            bump(&self.counters.self_sends);
+            bump_locked(&self.counters.self_sends);
         } else {
-            bump(&self.counters.shmem_sends);
+            bump_locked(&self.counters.shmem_sends);
         }
     }
 
@@ -636,14 +672,20 @@ impl Device {
         bump(&self.counters.proc_null_ops);
     }
 
-    /// Converts an endpoint status into an MPI status for `group`.
-    fn status_of(&self, st: &EpStatus, group: &Group) -> Status {
+    /// Converts an endpoint status into an MPI status for `group` (`None`:
+    /// the identity group).
+    fn status_of(&self, st: &EpStatus, group: Option<&Group>) -> Status {
         let world = self
             .local_to_world
             .get(st.source as usize)
             .copied()
             .unwrap_or(u32::MAX);
-        Status::new(group.comm_rank_of(world), st.tag as i32, st.len)
+        let rank = match group {
+            Some(g) => g.comm_rank_of(world),
+            None if world < self.world_size => world as i32,
+            None => -1,
+        };
+        Status::new(rank, st.tag as i32, st.len)
     }
 
     // ------------------------------------------------------------ sends
@@ -668,13 +710,25 @@ impl Device {
             // the endpoint has no cheaper path for "receive known posted".
             Mode::Standard | Mode::Ready => SendMode::Standard,
         };
-        let (req, completer) = request();
-        let id = self.with_core(|core| {
+        // An owned send that completes inside the endpoint call (inline,
+        // eager, prepost-direct, self) is born complete: no slot, no
+        // operation-table entry, nothing for progress to harvest.
+        let started = self.with_core(|core| {
             let sreq = match data {
-                SendData::Owned(v) => core.ep.isend(local, tag, context, v, ep_mode)?,
+                SendData::Owned(v) => {
+                    match core.ep.isend_or_done(local, tag, context, v, ep_mode)? {
+                        Ok(sreq) => sreq,
+                        Err(buf) => {
+                            self.count_route(dest);
+                            return Ok(Err(buf));
+                        }
+                    }
+                }
                 SendData::Borrowed(s) => core.ep.isend_borrowed(local, tag, context, s, ep_mode)?,
             };
+            self.count_route(dest);
             let id = sreq.id();
+            let (req, completer) = request();
             core.ops.insert(
                 id,
                 Op {
@@ -687,16 +741,26 @@ impl Device {
                     completer,
                 },
             );
-            Ok(id)
+            Ok(Ok(req.with_op(id)))
         })?;
-        self.count_route(dest);
         match mode {
             Mode::Synchronous => bump(&self.counters.sync_sends),
             Mode::Ready => bump(&self.counters.ready_sends),
             Mode::Standard => {}
         }
-        tracing::debug!(dest, tag, context, len, ?mode, id, "send started");
-        Ok(req.with_op(id))
+        tracing::debug!(
+            dest,
+            tag,
+            context,
+            len,
+            ?mode,
+            at_once = started.is_err(),
+            "send started"
+        );
+        Ok(match started {
+            Ok(req) => req,
+            Err(buf) => Request::ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf),
+        })
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
@@ -720,12 +784,12 @@ impl Device {
             Mode::Standard | Mode::Ready => SendMode::Standard,
         };
         let pending = self.with_core(|core| {
-            let sreq = core.ep.isend_borrowed(local, tag, context, data, ep_mode)?;
-            let id = sreq.id();
-            if core.ep.is_complete(id) {
-                core.ep.wait_send(sreq)?;
+            let Some(sreq) = core.ep.send_or_start(local, tag, context, data, ep_mode)? else {
+                self.count_route(dest);
                 return Ok(None);
-            }
+            };
+            self.count_route(dest);
+            let id = sreq.id();
             let (req, completer) = request();
             core.ops.insert(
                 id,
@@ -741,7 +805,6 @@ impl Device {
             );
             Ok(Some(req.with_op(id)))
         })?;
-        self.count_route(dest);
         match mode {
             Mode::Synchronous => bump(&self.counters.sync_sends),
             Mode::Ready => bump(&self.counters.ready_sends),
@@ -880,6 +943,11 @@ impl Device {
 
     /// Starts a receive into `buf` (owned by the operation until it
     /// completes).
+    ///
+    /// A receive that matches a message already arrived is finished inside
+    /// the call: no operation-table entry, nothing for progress to
+    /// harvest, and (for a plain successful receive into the user's buffer)
+    /// a request born complete with no slot.
     pub(crate) fn start_recv(
         &self,
         spec: MatchSpec,
@@ -887,7 +955,58 @@ impl Device {
         into: RecvInto,
         group: Arc<Group>,
     ) -> Result<Request, Error> {
-        self.track_recv(into, group, |ep| ep.irecv(spec, buf))
+        self.start_recv_in(spec, buf, into, &group)
+    }
+
+    /// [`Device::start_recv`] with the communicator's group borrowed: an
+    /// operation keeps a reference only if it stays pending on a
+    /// non-identity group.
+    pub(crate) fn start_recv_in(
+        &self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        into: RecvInto,
+        group: &Arc<Group>,
+    ) -> Result<Request, Error> {
+        let started = self.with_core(|core| {
+            bump_locked(&self.counters.recvs);
+            let rreq = match core.ep.irecv_or_done(spec, buf)? {
+                Ok(rreq) => rreq,
+                Err(done) => return Ok(Err((done, into))),
+            };
+            let id = rreq.id();
+            let (req, completer) = request();
+            core.ops.insert(
+                id,
+                Op {
+                    kind: OpKind::Recv {
+                        rreq,
+                        into,
+                        group: Group::kept(group),
+                    },
+                    completer,
+                },
+            );
+            Ok(Ok(req.with_op(id)))
+        })?;
+        let ((result, buf), into) = match started {
+            Ok(req) => return Ok(req),
+            Err(done) => done,
+        };
+        let group = (!group.identity).then_some(&**group);
+        match (result, into) {
+            (Ok(st), RecvInto::Owned) if !st.cancelled && !st.truncated() => {
+                Ok(Request::ready_with_buffer(self.status_of(&st, group), buf))
+            }
+            (result, into) => {
+                let (req, completer) = request();
+                match result {
+                    Err(e) => completer.fail(Status::EMPTY, e.into()),
+                    Ok(st) => self.complete_recv(completer, &st, buf, into, group),
+                }
+                Ok(req)
+            }
+        }
     }
 
     /// Starts a receive of matched message `msg` into `buf`.
@@ -912,18 +1031,22 @@ impl Device {
     ) -> Result<Request, Error> {
         let (req, completer) = request();
         let id = self.with_core(|core| {
+            bump_locked(&self.counters.recvs);
             let rreq = start(&mut core.ep)?;
             let id = rreq.id();
             core.ops.insert(
                 id,
                 Op {
-                    kind: OpKind::Recv { rreq, into, group },
+                    kind: OpKind::Recv {
+                        rreq,
+                        into,
+                        group: Group::kept(&group),
+                    },
                     completer,
                 },
             );
             Ok(id)
         })?;
-        bump(&self.counters.recvs);
         Ok(req.with_op(id))
     }
 
@@ -943,24 +1066,30 @@ impl Device {
         buf: &mut [u8],
         group: &Arc<Group>,
     ) -> Result<Status, Error> {
-        bump(&self.counters.recvs);
         let mut idle = 0u32;
+        let mut first = true;
         loop {
-            let mut finished = take_scratch();
+            // Empty (no allocation); `harvest` fills it from the thread's
+            // spare list only when something finished.
+            let mut finished = Vec::new();
             let got = self.with_core(|core| {
                 let r = core.ep.try_recv(spec, buf);
+                if first {
+                    bump_locked(&self.counters.recvs);
+                    if matches!(r, Ok(Some(_))) {
+                        bump_locked(&self.counters.recv_fast_hits);
+                    }
+                }
                 Self::harvest(core, &mut finished);
                 Ok(r)
             })?;
+            first = false;
             self.complete_all(finished);
             // Passive-target RMA progress also runs in blocking receives;
             // applying RMA packets counts as activity (keeps spinning).
             let rma_active = crate::win::progress(self)?.packets > 0;
             if let Some(st) = got? {
-                if idle == 0 {
-                    bump(&self.counters.recv_fast_hits);
-                }
-                return self.recv_result(&st, group);
+                return self.recv_result(&st, (!group.identity).then_some(&**group));
             }
             idle = if rma_active { 1 } else { idle.wrapping_add(1) };
             if idle % 64 == 0 {
@@ -970,7 +1099,7 @@ impl Device {
                         if let Some(st) =
                             self.with_core(|core| Ok(core.ep.try_recv(spec, buf)?))?
                         {
-                            return self.recv_result(&st, group);
+                            return self.recv_result(&st, (!group.identity).then_some(&**group));
                         }
                     }
                     return Err(e);
@@ -1014,7 +1143,7 @@ impl Device {
 
     /// The MPI result of a completed endpoint receive: truncation is an
     /// error carrying the status of what was delivered.
-    fn recv_result(&self, st: &EpStatus, group: &Group) -> Result<Status, Error> {
+    fn recv_result(&self, st: &EpStatus, group: Option<&Group>) -> Result<Status, Error> {
         let status = self.status_of(st, group);
         if st.msg_len > st.len {
             bump(&self.counters.truncations);
@@ -1032,7 +1161,7 @@ impl Device {
         let st = self.with_core(|core| Ok(core.ep.iprobe(spec)?))?;
         Ok(st.map(|st| {
             bump(&self.counters.probes_matched);
-            let mut s = self.status_of(&st, group);
+            let mut s = self.status_of(&st, Some(group));
             s.count = st.msg_len;
             s
         }))
@@ -1046,7 +1175,7 @@ impl Device {
         let m = self.with_core(|core| Ok(core.ep.improbe(spec)?))?;
         Ok(m.map(|(msg, st)| {
             bump(&self.counters.probes_matched);
-            let mut s = self.status_of(&st, group);
+            let mut s = self.status_of(&st, Some(group));
             s.count = st.msg_len;
             (msg, s)
         }))
@@ -1101,7 +1230,7 @@ impl Device {
     /// One progress pass under the lock; completes what finished outside it.
     /// Returns how many requests it completed.
     fn poll(&self) -> Result<usize, Error> {
-        let mut finished = take_scratch();
+        let mut finished = Vec::new();
         let progressed = self.with_core(|core| {
             let r = core.ep.progress();
             Self::harvest(core, &mut finished);
@@ -1155,23 +1284,69 @@ impl Device {
         }))
     }
 
-    /// Takes the endpoint's completion feed and finishes those operations'
+    /// Takes the endpoint's finished requests and finishes those operations'
     /// endpoint side (under the lock).
     fn harvest(core: &mut Core, finished: &mut Vec<Finished>) {
-        let mut ids = std::mem::take(&mut core.ids);
-        ids.clear();
-        core.ep.take_completed(&mut ids);
-        for id in &ids {
-            if let Some(op) = core.ops.remove(id) {
-                finished.push(Self::finish_locked(&mut core.ep, op));
+        let Core {
+            ep,
+            ops,
+            sends_done,
+            recvs_done,
+        } = core;
+        ep.take_finished(sends_done, recvs_done);
+        if sends_done.is_empty() && recvs_done.is_empty() {
+            return;
+        }
+        if finished.capacity() == 0 {
+            *finished = take_scratch();
+        }
+        for (id, result) in sends_done.drain(..) {
+            match ops.remove(&id) {
+                Some(Op {
+                    kind:
+                        OpKind::Send {
+                            len,
+                            bsend,
+                            cancelled,
+                            ..
+                        },
+                    completer,
+                }) => finished.push(Finished::Send {
+                    completer,
+                    result: result.map_err(Error::from),
+                    len,
+                    bsend,
+                    cancelled,
+                }),
+                // Not a send of ours (cannot happen: ids are unique): its
+                // completer, if any, completes the request as abandoned.
+                Some(op) => drop(op),
+                None => {}
             }
         }
-        core.ids = ids;
+        for (id, result) in recvs_done.drain(..) {
+            match ops.remove(&id) {
+                Some(Op {
+                    kind: OpKind::Recv { into, group, .. },
+                    completer,
+                }) => finished.push(Finished::Recv {
+                    completer,
+                    result: result.map_err(Error::from),
+                    into,
+                    group,
+                }),
+                Some(op) => drop(op),
+                None => {}
+            }
+        }
     }
 
     /// Completes harvested operations (outside the lock) and bumps the
     /// completion epoch; returns how many.
     fn complete_all(&self, mut finished: Vec<Finished>) -> usize {
+        if finished.capacity() == 0 {
+            return 0;
+        }
         let n = finished.len();
         for f in finished.drain(..) {
             self.complete(f);
@@ -1181,29 +1356,6 @@ impl Device {
         }
         give_scratch(finished);
         n
-    }
-
-    fn finish_locked(ep: &mut Endpoint, op: Op) -> Finished {
-        match op.kind {
-            OpKind::Send {
-                sreq,
-                len,
-                bsend,
-                cancelled,
-            } => Finished::Send {
-                completer: op.completer,
-                result: ep.wait_send(sreq).map_err(Error::from),
-                len,
-                bsend,
-                cancelled,
-            },
-            OpKind::Recv { rreq, into, group } => Finished::Recv {
-                completer: op.completer,
-                result: ep.wait(rreq).map_err(Error::from),
-                into,
-                group,
-            },
-        }
     }
 
     /// Completes a finished operation's request (outside the core lock).
@@ -1237,7 +1389,7 @@ impl Device {
                 group,
             } => match result {
                 Err(e) => completer.fail(Status::EMPTY, e),
-                Ok((st, buf)) => self.complete_recv(completer, &st, buf, into, &group),
+                Ok((st, buf)) => self.complete_recv(completer, &st, buf, into, group.as_deref()),
             },
         }
     }
@@ -1248,7 +1400,7 @@ impl Device {
         st: &EpStatus,
         buf: Vec<u8>,
         into: RecvInto,
-        group: &Group,
+        group: Option<&Group>,
     ) {
         if st.cancelled {
             let user = match into {

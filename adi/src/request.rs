@@ -21,6 +21,12 @@
 //! `tests/loom.rs` checks this hand-off, including a negative control in
 //! which a `Relaxed` publish lets the waiter read a stale status.
 //!
+//! A wait or test that takes the completion when the completer has already
+//! let go of the slot (the usual case) owns it alone (`Arc::get_mut`): it
+//! takes the buffer and the detailed error without locking, and keeps the
+//! reset slot in a per-thread spare list, so a steady stream of requests
+//! allocates nothing.
+//!
 //! # Freeing and abandoning
 //!
 //! Dropping a [`Request`] (or [`Request::free`]) before completion is
@@ -263,10 +269,93 @@ impl Slot {
     }
 }
 
+/// Spare slots of this thread: a request's slot goes back here when the
+/// request hands over its completion and the completer is gone (the
+/// request holds the only reference), so that a steady stream of requests
+/// allocates nothing. Not under loom (whose objects live in one execution).
+#[cfg(not(tmx_adi_loom))]
+mod spare {
+    use super::Slot;
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    /// Slots kept per thread (a window of this many requests in flight
+    /// allocates once).
+    const KEEP: usize = 256;
+
+    thread_local! {
+        static FREE: RefCell<Vec<Arc<Slot>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A fresh slot: a spare one if this thread has one.
+    pub(super) fn take() -> Arc<Slot> {
+        FREE.try_with(|f| f.try_borrow_mut().ok().and_then(|mut f| f.pop()))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Arc::new(Slot::new()))
+    }
+
+    /// Keeps `slot`, already reset and unshared, for a later request.
+    pub(super) fn give(slot: Arc<Slot>) {
+        let _ = FREE.try_with(|f| {
+            if let Ok(mut f) = f.try_borrow_mut() {
+                if f.len() < KEEP {
+                    f.push(slot);
+                }
+            }
+        });
+    }
+}
+
+#[cfg(tmx_adi_loom)]
+mod spare {
+    use super::Slot;
+    use crate::sync::Arc;
+
+    pub(super) fn take() -> Arc<Slot> {
+        Arc::new(Slot::new())
+    }
+
+    pub(super) fn give(_slot: Arc<Slot>) {}
+}
+
+/// Takes the detailed error and the buffer a completed slot holds (as its
+/// published `state` says) and releases the request's reference. When the
+/// completer has already dropped its reference, the fields are taken
+/// without locking and the slot is reset and kept for reuse.
+fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>) {
+    if let Some(s) = Arc::get_mut(&mut slot) {
+        let detail = if state & DETAIL != 0 {
+            s.detail.get_mut().unwrap_or_else(|p| p.into_inner()).take()
+        } else {
+            None
+        };
+        let data = if state & DATA != 0 {
+            s.data.get_mut().unwrap_or_else(|p| p.into_inner()).take()
+        } else {
+            None
+        };
+        *s = Slot::new();
+        spare::give(slot);
+        return (detail, data);
+    }
+    let detail = if state & DETAIL != 0 {
+        slot.take_detail()
+    } else {
+        None
+    };
+    let data = if state & DATA != 0 {
+        slot.take_data()
+    } else {
+        None
+    };
+    (detail, data)
+}
+
 /// Creates a pending request: the [`Request`] for the upper layer and the
 /// [`Completer`] for the operation.
 pub fn request() -> (Request, Completer) {
-    let slot = Arc::new(Slot::new());
+    let slot = spare::take();
     (
         Request {
             slot: Some(Arc::clone(&slot)),
@@ -360,20 +449,16 @@ impl Request {
             return Some(Ok(st));
         }
         let slot = self.slot.as_ref()?;
-        if !slot.is_complete() {
+        let state = slot.state.load(Ordering::Acquire);
+        if state & COMPLETE == 0 {
             return None;
         }
-        let state = slot.state.load(Ordering::Acquire);
         let status = slot.read_status();
-        let detail = if state & DETAIL != 0 {
-            slot.take_detail()
-        } else {
-            None
-        };
-        if state & DATA != 0 {
-            self.buffer = slot.take_data();
+        let slot = self.slot.take()?;
+        let (detail, data) = release(slot, state);
+        if data.is_some() {
+            self.buffer = data;
         }
-        self.slot = None;
         self.op = None;
         Some(if status.error.is_success() {
             Ok(status)
@@ -393,20 +478,19 @@ impl Request {
             None => return Some(Status::EMPTY),
             Some(slot) => slot,
         };
-        if !slot.is_complete() {
+        let state = slot.state.load(Ordering::Acquire);
+        if state & COMPLETE == 0 {
             return None;
         }
-        let state = slot.state.load(Ordering::Acquire);
         let status = slot.read_status();
-        if state & DETAIL != 0 {
-            if let Some(detail) = slot.take_detail() {
-                tracing::debug!(%detail, "request of a set failed");
-            }
+        let slot = self.slot.take()?;
+        let (detail, data) = release(slot, state);
+        if let Some(detail) = detail {
+            tracing::debug!(%detail, "request of a set failed");
         }
-        if state & DATA != 0 {
-            self.buffer = slot.take_data();
+        if data.is_some() {
+            self.buffer = data;
         }
-        self.slot = None;
         self.op = None;
         Some(status)
     }
@@ -664,30 +748,22 @@ fn strip_index(v: Vec<(usize, Status)>) -> Vec<Status> {
 /// incomplete, in order) are null and their statuses are lost (MPI reports
 /// them as `MPI_ERR_PENDING`/done in that case); later ones stay active.
 pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec<Status>, Error> {
-    let mut out: Vec<Option<Status>> = vec![None; reqs.len()];
+    let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
     // Every request must complete, so each pass takes the statuses from the
     // first request not yet taken up to the first one still incomplete and
     // stops there: requests mostly complete in order, and rescanning the
     // whole list after every progress pass made a window of n requests
     // cost O(n^2). Requests past the stop are taken on a later pass.
-    let mut first = 0;
-    while first < reqs.len() {
-        let (Some(r), Some(slot)) = (reqs.get_mut(first), out.get_mut(first)) else {
-            break;
-        };
-        *slot = r.take_status();
-        if slot.is_some() {
-            first += 1;
-        } else {
-            progress.progress(true)?;
+    while let Some(r) = reqs.get_mut(out.len()) {
+        match r.take_status() {
+            Some(status) => out.push(status),
+            None => progress.progress(true)?,
         }
     }
-    let statuses = out
-        .into_iter()
-        .enumerate()
-        .map(|(i, s)| (i, s.unwrap_or(Status::EMPTY)))
-        .collect();
-    in_status(statuses).map(strip_index)
+    if out.iter().all(|s| s.error.is_success()) {
+        return Ok(out);
+    }
+    in_status(out.into_iter().enumerate().collect()).map(strip_index)
 }
 
 /// `MPI_Testall`: if every request is complete (checked, then again after one
