@@ -1608,6 +1608,11 @@ impl Device {
             if let Some(c) = shmem {
                 eprintln!("shmem counters (rank {}): {c}", self.world_rank);
             }
+            eprintln!(
+                "rma counters (rank {}): {}",
+                self.world_rank,
+                crate::win::rma_counters()
+            );
         }
         let pmi = lock(&self.pmi).take();
         if let Some(p) = pmi {
