@@ -269,6 +269,36 @@ atomic_counters!(
     cancelled
 );
 
+/// The endpoint's mode of a send. A ready send may be sent as a standard
+/// one (MPI allows it): the endpoint has no cheaper path for "receive
+/// known posted".
+fn endpoint_mode(mode: Mode) -> SendMode {
+    match mode {
+        Mode::Synchronous => SendMode::Synchronous,
+        Mode::Standard | Mode::Ready => SendMode::Standard,
+    }
+}
+
+/// Records a send the endpoint did not finish in its call: an
+/// operation-table entry and the request the caller waits on.
+fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usize>) -> Request {
+    let id = sreq.id();
+    let (req, completer) = request();
+    core.ops.insert(
+        id,
+        Op {
+            kind: OpKind::Send {
+                sreq,
+                len,
+                bsend,
+                cancelled: false,
+            },
+            completer,
+        },
+    );
+    req.with_op(id)
+}
+
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
@@ -690,6 +720,15 @@ impl Device {
 
     // ------------------------------------------------------------ sends
 
+    /// Counts a send by its mode (synchronous and ready sends).
+    fn count_mode(&self, mode: Mode) {
+        match mode {
+            Mode::Synchronous => bump(&self.counters.sync_sends),
+            Mode::Ready => bump(&self.counters.ready_sends),
+            Mode::Standard => {}
+        }
+    }
+
     /// Starts a send of `data` to world rank `dest`. The returned request
     /// completes when the endpoint says the send is complete (for a
     /// synchronous send: once the receiver matched it).
@@ -704,12 +743,7 @@ impl Device {
     ) -> Result<Request, Error> {
         let local = self.local_of(dest)?;
         let len = data.len();
-        let ep_mode = match mode {
-            Mode::Synchronous => SendMode::Synchronous,
-            // A ready send may be sent as a standard one (MPI allows it):
-            // the endpoint has no cheaper path for "receive known posted".
-            Mode::Standard | Mode::Ready => SendMode::Standard,
-        };
+        let ep_mode = endpoint_mode(mode);
         // An owned send that completes inside the endpoint call (inline,
         // eager, prepost-direct, self) is born complete: no slot, no
         // operation-table entry, nothing for progress to harvest.
@@ -727,27 +761,9 @@ impl Device {
                 SendData::Borrowed(s) => core.ep.isend_borrowed(local, tag, context, s, ep_mode)?,
             };
             self.count_route(dest);
-            let id = sreq.id();
-            let (req, completer) = request();
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Send {
-                        sreq,
-                        len,
-                        bsend,
-                        cancelled: false,
-                    },
-                    completer,
-                },
-            );
-            Ok(Ok(req.with_op(id)))
+            Ok(Ok(record_send(core, sreq, len, bsend)))
         })?;
-        match mode {
-            Mode::Synchronous => bump(&self.counters.sync_sends),
-            Mode::Ready => bump(&self.counters.ready_sends),
-            Mode::Standard => {}
-        }
+        self.count_mode(mode);
         tracing::debug!(
             dest,
             tag,
@@ -779,37 +795,16 @@ impl Device {
     ) -> Result<(), Error> {
         let local = self.local_of(dest)?;
         let len = data.len();
-        let ep_mode = match mode {
-            Mode::Synchronous => SendMode::Synchronous,
-            Mode::Standard | Mode::Ready => SendMode::Standard,
-        };
+        let ep_mode = endpoint_mode(mode);
         let pending = self.with_core(|core| {
             let Some(sreq) = core.ep.send_or_start(local, tag, context, data, ep_mode)? else {
                 self.count_route(dest);
                 return Ok(None);
             };
             self.count_route(dest);
-            let id = sreq.id();
-            let (req, completer) = request();
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Send {
-                        sreq,
-                        len,
-                        bsend: None,
-                        cancelled: false,
-                    },
-                    completer,
-                },
-            );
-            Ok(Some(req.with_op(id)))
+            Ok(Some(record_send(core, sreq, len, None)))
         })?;
-        match mode {
-            Mode::Synchronous => bump(&self.counters.sync_sends),
-            Mode::Ready => bump(&self.counters.ready_sends),
-            Mode::Standard => {}
-        }
+        self.count_mode(mode);
         tracing::debug!(
             dest,
             tag,
