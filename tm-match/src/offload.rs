@@ -925,6 +925,64 @@ impl<R, M> Offload<R, M> {
         })
     }
 
+    /// The blocked-receive fast path: a message that has just arrived is
+    /// taken at once by a receive the caller has **not** posted (a blocking
+    /// receive that polls before posting). Allowed only while no receive is
+    /// queued (software or engine) and nothing is parked, so no posted
+    /// receive could claim the message first; the caller also checks that
+    /// its receive matches the envelope and that no queued unexpected
+    /// message matches it (it would be older). The model then changes
+    /// exactly as after [`Offload::arrive`] (`from_engine = false`) or
+    /// [`EngineEvent::Unexpected`] (`from_engine = true`) followed by a
+    /// [`Offload::post`] that takes the message: an engine-path message is
+    /// counted (and a sync emitted when due), no completion is queued.
+    ///
+    /// Returns `false`, changing nothing, when the preconditions do not
+    /// hold: take the normal path then.
+    pub fn consume_arrival(&mut self, from_engine: bool) -> bool {
+        if self.shadow.posted_len() != 0 || self.parked_len() != 0 {
+            return false;
+        }
+        self.stats.sw_matches += 1;
+        if from_engine {
+            self.counted();
+        }
+        true
+    }
+
+    /// The arrival fast path: if a message with envelope `env` that arrives
+    /// now would complete a software-resident posted receive at once (the
+    /// oldest matching one is in software and nothing is parked), takes
+    /// that receive and returns its handle and the caller's `R`. The model
+    /// then changes exactly as after [`Offload::arrive`] (`from_engine =
+    /// false`) or [`EngineEvent::Unexpected`] (`from_engine = true`) and
+    /// the [`Completion::Matched`] it would queue, which is not queued: the
+    /// caller holds the message and completes the receive itself.
+    ///
+    /// Returns `None`, changing nothing, in every other case (no match, the
+    /// match is held by the engine, a message is parked): hand the message
+    /// to [`Offload::arrive`] / [`Offload::handle_event`] then.
+    pub fn take_matching_posted(
+        &mut self,
+        env: &Envelope,
+        from_engine: bool,
+    ) -> Option<(RecvId, R)> {
+        if self.parked_len() != 0 || self.shadow.posted_len() == 0 {
+            return None;
+        }
+        let loc = self.shadow.find_posted(env)?;
+        if self.shadow.recv_at(loc).state != HwState::Sw {
+            return None;
+        }
+        let (rid, spec, slot) = self.shadow.take_posted(loc);
+        self.sw.remove(&spec);
+        self.stats.sw_matches += 1;
+        if from_engine {
+            self.counted();
+        }
+        Some((rid, slot.recv))
+    }
+
     fn state(&self, id: RecvId) -> Option<HwState> {
         self.shadow.get_posted(id).map(|e| e.recv.state)
     }
@@ -1309,6 +1367,164 @@ mod tests {
         assert!(
             saw_stale > 0 && saw_indexed > 0,
             "a form was never exercised"
+        );
+    }
+
+    /// `consume_arrival` leaves the model exactly as an arrival followed by
+    /// a post that takes it: same counter, same actions, same stats, nothing
+    /// queued; and it refuses (changing nothing) while a receive is queued.
+    #[test]
+    fn consume_arrival_equals_arrive_then_post() {
+        let layout = TagLayout::DEFAULT;
+        let mut cfg = OffloadConfig::new(layout, 4);
+        cfg.sync_interval = 3;
+        let mut slow: Offload<u32, u32> = Offload::new(cfg).unwrap();
+        let mut fast: Offload<u32, u32> = Offload::new(cfg).unwrap();
+        let spec = MatchSpec {
+            context_id: 1,
+            source: Source::Rank(2),
+            tag: Tag::Value(7),
+        };
+        let env = Envelope {
+            context_id: 1,
+            source: 2,
+            tag: 7,
+        };
+        let tag = layout.encode(env).unwrap();
+        for i in 0..10u32 {
+            let from_engine = i % 3 != 1;
+            if from_engine {
+                slow.handle_event(EngineEvent::Unexpected {
+                    tag,
+                    msg: i,
+                    sync_request: false,
+                })
+                .unwrap();
+            } else {
+                slow.arrive(env, i).unwrap();
+            }
+            match slow.post(spec, i, false).unwrap() {
+                PostOutcome::Matched { msg, .. } => assert_eq!(msg, i),
+                PostOutcome::Queued { .. } => panic!("the arrival was not taken"),
+            }
+            assert!(fast.consume_arrival(from_engine));
+            assert_eq!(fast.count(), slow.count());
+            assert_eq!(fast.unexpected_len(), 0);
+            while let Some(c) = slow.poll_completion() {
+                assert!(matches!(c, Completion::Queued { .. }), "{c:?}");
+            }
+            assert!(fast.poll_completion().is_none());
+            loop {
+                let (a, b) = (slow.poll_action(), fast.poll_action());
+                assert_eq!(a, b);
+                if a.is_none() {
+                    break;
+                }
+            }
+        }
+        assert_eq!(fast.stats().unexpected, slow.stats().unexpected);
+        assert_eq!(fast.stats().sw_matches, slow.stats().sw_matches);
+        assert_eq!(fast.stats().syncs, slow.stats().syncs);
+        assert!(
+            fast.stats().syncs > 0,
+            "the sync interval was never reached"
+        );
+        // A queued receive could claim the message first: refused.
+        let _ = fast.post(spec, 99, false).unwrap();
+        let (count, stats) = (fast.count(), fast.stats());
+        assert!(!fast.consume_arrival(true));
+        assert_eq!((fast.count(), fast.stats()), (count, stats));
+    }
+
+    /// `take_matching_posted` against `arrive` + the queued completion, on
+    /// random posts (exact, wildcard, some offloaded) and arrivals: the same
+    /// receives complete with the same messages in the same order, and the
+    /// counters, actions and queues agree.
+    #[test]
+    fn take_matching_posted_equals_arrive() {
+        let layout = TagLayout::DEFAULT;
+        let mut cfg = OffloadConfig::new(layout, 3);
+        cfg.sync_interval = 5;
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut fast_hits, mut refusals) = (0, 0);
+        for _round in 0..20 {
+            let mut slow: Offload<u32, u32> = Offload::new(cfg).unwrap();
+            let mut fast: Offload<u32, u32> = Offload::new(cfg).unwrap();
+            let (mut done_slow, mut done_fast) = (Vec::new(), Vec::new());
+            for step in 0..400u32 {
+                if rng.below(2) == 0 {
+                    let spec = random_spec(&mut rng);
+                    let eligible = rng.below(4) == 0;
+                    let a = slow.post(spec, step, eligible).unwrap();
+                    let b = fast.post(spec, step, eligible).unwrap();
+                    for (o, done) in [(a, &mut done_slow), (b, &mut done_fast)] {
+                        if let PostOutcome::Matched { recv, msg, .. } = o {
+                            done.push((recv, msg));
+                        }
+                    }
+                } else {
+                    let env = Envelope {
+                        context_id: rng.below(2) as u32,
+                        source: rng.below(12) as u32,
+                        tag: rng.below(12) as u32,
+                    };
+                    let from_engine = rng.below(3) != 0;
+                    let feed = |o: &mut Offload<u32, u32>| {
+                        if from_engine {
+                            o.handle_event(EngineEvent::Unexpected {
+                                tag: layout.encode(env).unwrap(),
+                                msg: step,
+                                sync_request: false,
+                            })
+                            .unwrap();
+                        } else {
+                            o.arrive(env, step).unwrap();
+                        }
+                    };
+                    feed(&mut slow);
+                    match fast.take_matching_posted(&env, from_engine) {
+                        Some((_, recv)) => {
+                            fast_hits += 1;
+                            done_fast.push((recv, step));
+                        }
+                        None => {
+                            refusals += 1;
+                            feed(&mut fast);
+                        }
+                    }
+                }
+                // Answer the engine's deletes at once (the entry was never
+                // claimed), in both models alike.
+                for (o, done) in [(&mut slow, &mut done_slow), (&mut fast, &mut done_fast)] {
+                    loop {
+                        if let Some(a) = o.poll_action() {
+                            if let Action::Delete { handle, .. } = a {
+                                o.handle_event(EngineEvent::Deleted {
+                                    handle,
+                                    sync_request: false,
+                                })
+                                .unwrap();
+                            }
+                        } else if let Some(c) = o.poll_completion() {
+                            if let Completion::Matched { recv, msg, .. } = c {
+                                done.push((recv, msg));
+                            }
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                assert_eq!(done_fast, done_slow, "step {step}");
+                assert_eq!(fast.count(), slow.count());
+                assert_eq!(fast.posted_len(), slow.posted_len());
+                assert_eq!(fast.unexpected_len(), slow.unexpected_len());
+                assert_eq!(fast.engine_len(), slow.engine_len());
+            }
+            assert_eq!(fast.stats(), slow.stats());
+        }
+        assert!(
+            fast_hits > 100 && refusals > 100,
+            "{fast_hits} hits, {refusals} refusals"
         );
     }
 }
