@@ -104,7 +104,7 @@
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::heap::SymHeap;
-use crate::idmap::IdMap;
+use crate::idmap::{IdMap, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{Consumer, Header, Outbox, Sent, INLINE_MAX};
@@ -516,8 +516,7 @@ pub struct Endpoint {
     off: Offload<u64, Msg>,
     requests: Requests,
     /// Unexpected messages by key (the matcher keeps their order).
-    store: IdMap<u64, Unexpected>,
-    next_key: u64,
+    store: KeySlab<Unexpected>,
     /// Request ids (sends and receives share the sequence).
     next_id: u64,
     /// Send requests not yet complete, and completed user ones not waited for.
@@ -700,8 +699,7 @@ impl Endpoint {
             prepost,
             layout,
             node,
-            store: IdMap::default(),
-            next_key: 0,
+            store: KeySlab::default(),
             next_id: 1,
             sends: Sends::default(),
             feed: Vec::new(),
@@ -1178,15 +1176,10 @@ impl Endpoint {
         }
         self.counters.self_sends += 1;
         tracing::trace!(len = data.len(), "self send (local copy)");
-        let key = self.next_key;
-        self.next_key += 1;
-        self.store.insert(
-            key,
-            Unexpected {
-                hdr,
-                data: Some(data),
-            },
-        );
+        let key = self.store.insert(Unexpected {
+            hdr,
+            data: Some(data),
+        });
         self.off.arrive(envelope(&hdr), Msg::Stored(key))?;
         self.pump(&mut [])
     }
@@ -1411,6 +1404,22 @@ impl Endpoint {
     /// One progress pass; a message matched to the receive of the blocked
     /// `recv`/`try_recv` call (if any) is delivered into `buf`.
     fn progress_for(&mut self, buf: &mut [u8]) -> Result<usize> {
+        self.progress_want(None, buf).map(|(n, _)| n)
+    }
+
+    /// [`Endpoint::progress_for`] for a blocked receive that is **not**
+    /// posted (`try_recv`'s first pass): the first arrival of this pass
+    /// that matches `want` is delivered into `buf` at once, without
+    /// queueing it as unexpected and posting against it, when the model
+    /// allows it ([`Offload::consume_arrival`]: no receive queued, nothing
+    /// parked; the caller checked that no queued message matches `want`).
+    /// Returns the events and that receive's result.
+    fn progress_want(
+        &mut self,
+        mut want: Option<MatchSpec>,
+        buf: &mut [u8],
+    ) -> Result<(usize, Option<Result<Status>>)> {
+        let mut got = None;
         let mut events = 0;
         let mut batch = core::mem::take(&mut self.scratch);
         // While the offload model waits for a claimed prepost's DONE, later
@@ -1440,6 +1449,17 @@ impl Endpoint {
             if h.kind == KIND_ACK {
                 self.on_ack(h.word);
                 continue;
+            }
+            if let Some(spec) = want {
+                if spec.matches(&envelope(&h)) {
+                    // Taken here, or queued and then the oldest match: the
+                    // receive must not take a later arrival either way.
+                    want = None;
+                    if (h.kind == KIND_INLINE || h.kind == KIND_EAGER) && self.take_direct(&h)? {
+                        got = Some(self.deliver(h, None, buf));
+                        continue;
+                    }
+                }
             }
             let u = if h.kind == KIND_FRAG {
                 // The last fragment completes a message: it arrives then.
@@ -1481,7 +1501,26 @@ impl Endpoint {
             self.node.segment().set_eager_pressure(staged);
             tracing::debug!(pressure = staged, "eager-pressure flag changed");
         }
-        Ok(events)
+        Ok((events, got))
+    }
+
+    /// Whether the model lets a blocked, unposted receive take arrival `h`
+    /// directly ([`Offload::consume_arrival`]); if so, `h` is accounted
+    /// for (counted in the phase if its sender counted it). A counted
+    /// message the tag layout cannot carry takes the normal path.
+    fn take_direct(&mut self, h: &Header) -> Result<bool> {
+        let counted = h.flags & FLAG_COUNTED != 0;
+        if counted && self.layout.encode(envelope(h)).is_err() {
+            return Ok(false);
+        }
+        if !self.off.consume_arrival(counted) {
+            return Ok(false);
+        }
+        // A sync the count made due: store it in our phase now.
+        while let Some(a) = self.off.poll_action() {
+            self.execute(a)?;
+        }
+        Ok(true)
     }
 
     /// Hands one message from a header ring to the offload model: as an
@@ -1489,14 +1528,25 @@ impl Endpoint {
     /// counted it, otherwise as one that bypassed the engine. A receive it
     /// completes is delivered (into `buf` for the blocked call's receive).
     fn arrive(&mut self, u: Unexpected, buf: &mut [u8]) -> Result<()> {
-        let key = self.next_key;
-        self.next_key += 1;
         let env = envelope(&u.hdr);
         let counted = u.hdr.flags & FLAG_COUNTED != 0;
+        // The common case first: a software receive is waiting for it. The
+        // model takes that receive as `arrive` would, and the message goes
+        // straight into it (no store, no queued completion).
+        if !counted || self.layout.encode(env).is_ok() {
+            if let Some((_, recv)) = self.off.take_matching_posted(&env, counted) {
+                // A sync the count made due: store it in our phase now.
+                while let Some(a) = self.off.poll_action() {
+                    self.execute(a)?;
+                }
+                self.complete_stored(recv, u, buf);
+                return Ok(());
+            }
+        }
         if u.hdr.kind == KIND_EAGER && u.data.is_none() {
             self.uncopied += 1;
         }
-        self.store.insert(key, u);
+        let key = self.store.insert(u);
         match (counted, self.layout.encode(env)) {
             (true, Ok(tag)) => self.off.handle_event(EngineEvent::Unexpected {
                 tag,
@@ -1664,71 +1714,13 @@ impl Endpoint {
     /// Handles one completion of the offload model.
     fn complete(&mut self, c: Completion<u64, Msg>, buf: &mut [u8]) -> Result<()> {
         match c {
-            Completion::Matched { recv, env, msg, .. } => {
-                let stored = match msg {
-                    Msg::Stored(k) => Some(self.take_stored(k)?),
-                    Msg::Direct(_) => None,
-                };
-                let Some(req) = self.requests.get_mut(recv) else {
-                    // The receive was abandoned (its call failed): consume
-                    // the message so that its sender's eager block is
-                    // released (or its CMA send gets the FIN).
-                    if let Some(u) = stored {
-                        let _ = self.deliver(u.hdr, u.data, &mut []);
-                    }
-                    return Ok(());
-                };
-                // An owned buffer taken out for the delivery, put back by
-                // `finish_recv` (one lookup for both).
-                let mut back = None;
-                let result = match (stored, msg) {
-                    (Some(u), _) => match &mut req.buf {
-                        ReqBuf::Caller => self.deliver(u.hdr, u.data, buf),
-                        ReqBuf::Owned(v) => {
-                            let mut v = core::mem::take(v);
-                            let r = self.deliver(u.hdr, u.data, &mut v);
-                            back = Some(v);
-                            r
-                        }
-                    },
-                    (None, Msg::Direct(word)) if word & RESULT_FAILED != 0 => {
-                        Err(Error::PrepostWriteFailed { pe: env.source })
-                    }
-                    (None, Msg::Direct(word)) => {
-                        let len = (word & 0xffff_ffff) as usize;
-                        let cap = match &req.buf {
-                            ReqBuf::Owned(v) => v.len(),
-                            ReqBuf::Caller => buf.len(),
-                        };
-                        self.counters.received += 1;
-                        if len > cap {
-                            // The claimer checked the capacity: a peer bug.
-                            Err(Error::BadHeader {
-                                source_pe: env.source,
-                                reason: "prepost result longer than the receive buffer",
-                            })
-                        } else {
-                            Ok(Status {
-                                source: env.source,
-                                tag: env.tag,
-                                context: env.context_id,
-                                len,
-                                msg_len: len,
-                                cancelled: false,
-                            })
-                        }
-                    }
-                    (None, Msg::Stored(_)) => {
-                        Err(Error::InvalidArgument("stored message vanished"))
-                    }
-                };
-                if let Ok(st) = &result {
-                    if st.truncated() {
-                        self.counters.truncated += 1;
-                    }
+            Completion::Matched { recv, env, msg, .. } => match msg {
+                Msg::Stored(k) => {
+                    let u = self.take_stored(k)?;
+                    self.complete_stored(recv, u, buf);
                 }
-                self.finish_recv_with(recv, result, back);
-            }
+                Msg::Direct(word) => self.complete_direct(recv, env, word, buf),
+            },
             Completion::Queued { .. } => self.counters.unexpected += 1,
             Completion::Cancelled { recv, .. } => {
                 self.counters.cancelled_recvs += 1;
@@ -1737,6 +1729,70 @@ impl Endpoint {
             Completion::CancelFailed { .. } => {}
         }
         Ok(())
+    }
+
+    /// Receive `recv` matched message `u` from a header ring (or a
+    /// self-send): delivers it into the request's buffer (`buf` for the
+    /// blocked call's receive) and completes the request.
+    fn complete_stored(&mut self, recv: u64, u: Unexpected, buf: &mut [u8]) {
+        let Some(req) = self.requests.get_mut(recv) else {
+            // The receive was abandoned (its call failed): consume the
+            // message so that its sender's eager block is released (or its
+            // CMA send gets the FIN).
+            let _ = self.deliver(u.hdr, u.data, &mut []);
+            return;
+        };
+        // An owned buffer taken out for the delivery, put back by
+        // `finish_recv_with` (one lookup for both).
+        let mut back = None;
+        let result = match &mut req.buf {
+            ReqBuf::Caller => self.deliver(u.hdr, u.data, buf),
+            ReqBuf::Owned(v) => {
+                let mut v = core::mem::take(v);
+                let r = self.deliver(u.hdr, u.data, &mut v);
+                back = Some(v);
+                r
+            }
+        };
+        if matches!(&result, Ok(st) if st.truncated()) {
+            self.counters.truncated += 1;
+        }
+        self.finish_recv_with(recv, result, back);
+    }
+
+    /// Receive `recv` was written by its sender through a prepost
+    /// (`word`: the prepost result word): completes it.
+    fn complete_direct(&mut self, recv: u64, env: Envelope, word: u64, buf: &[u8]) {
+        let Some(req) = self.requests.get_mut(recv) else {
+            return;
+        };
+        let result = if word & RESULT_FAILED != 0 {
+            Err(Error::PrepostWriteFailed { pe: env.source })
+        } else {
+            let len = (word & 0xffff_ffff) as usize;
+            let cap = match &req.buf {
+                ReqBuf::Owned(v) => v.len(),
+                ReqBuf::Caller => buf.len(),
+            };
+            self.counters.received += 1;
+            if len > cap {
+                // The claimer checked the capacity: a peer bug.
+                Err(Error::BadHeader {
+                    source_pe: env.source,
+                    reason: "prepost result longer than the receive buffer",
+                })
+            } else {
+                Ok(Status {
+                    source: env.source,
+                    tag: env.tag,
+                    context: env.context_id,
+                    len,
+                    msg_len: len,
+                    cancelled: false,
+                })
+            }
+        };
+        self.finish_recv_with(recv, result, None);
     }
 
     /// Marks receive `key` complete (to the feed if it is the user's).
@@ -1945,7 +2001,12 @@ impl Endpoint {
         };
         let mut pass = true;
         if !pressured && self.off.unexpected_len() == 0 && self.off.parked_len() == 0 {
-            self.progress_for(buf)?;
+            // Nothing queued can match: the first matching arrival of this
+            // pass is taken directly when nothing is posted either.
+            let (_, got) = self.progress_want(Some(spec), buf)?;
+            if let Some(r) = got {
+                return r.map(Some);
+            }
             if self.off.unexpected_len() == 0 {
                 return Ok(None);
             }
@@ -3060,6 +3121,50 @@ mod tests {
                     ids.is_empty(),
                     "finished-at-once requests are not reported: {ids:?}"
                 );
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// A polling receive (`try_recv`) takes inline and eager arrivals
+    /// directly, but never one that overtakes an older matching message of
+    /// another kind from the same pass (a CMA message or fragments), and
+    /// the direct path keeps the model's count: the protocol stays usable.
+    #[test]
+    fn try_recv_takes_the_oldest_matching_arrival() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        pair("direct", move |me, mut ep| {
+            let peer = 1 - me;
+            let big = 2 << 20;
+            if me == 1 {
+                let s = ep
+                    .isend(peer, 5, 4, data(50, big), SendMode::Standard)
+                    .unwrap();
+                ep.send(peer, 5, 4, &data(51, 16)).unwrap();
+                ep.send(peer, 6, 4, &data(60, 3000)).unwrap();
+                ep.send(peer, 5, 4, &data(52, 24)).unwrap();
+                // All four headers are in the ring (or staged behind the
+                // first) before the receiver's first pass.
+                gate.wait();
+                assert_eq!(ep.wait_send(s).unwrap(), Some(data(50, big)));
+            } else {
+                gate.wait();
+                let mut buf = vec![0u8; big + 1];
+                let mut want = |ep: &mut Endpoint, tag: u32| loop {
+                    if let Some(st) = ep.try_recv(spec(peer, tag), &mut buf).unwrap() {
+                        return (st, buf[..st.len].to_vec());
+                    }
+                };
+                let (st, got) = want(&mut ep, 5);
+                assert_eq!((st.len, st.msg_len), (big, big), "overtaken: {st:?}");
+                assert_eq!(got, data(50, big));
+                let (st, got) = want(&mut ep, 5);
+                assert_eq!((st.len, got), (16, data(51, 16)));
+                let (st, got) = want(&mut ep, 6);
+                assert_eq!((st.len, got), (3000, data(60, 3000)));
+                let (st, got) = want(&mut ep, 5);
+                assert_eq!((st.len, got), (24, data(52, 24)));
+                assert_eq!(ep.counters().received, 4);
             }
             ep.finalize().unwrap();
         });
