@@ -532,17 +532,38 @@ impl SwIndex {
         self.idle = 0;
         self.stale = false;
         for spec in all {
-            self.add(&spec);
+            let s = SwSpec::of(&spec);
+            if !self.indexed {
+                if self.small.len() < SW_SMALL {
+                    self.small.push(s);
+                    continue;
+                }
+                // Past the list: the counter form, built now (a query waits).
+                self.indexed = true;
+                for x in core::mem::take(&mut self.small) {
+                    self.count_in(&x);
+                }
+            }
+            self.count_in(&s);
         }
         self.idle = 0;
     }
 
+    /// The list is full: switch to the counter form, built lazily. The
+    /// counters are only worth keeping while someone queries them, so the
+    /// form starts stale and the first query rebuilds it (O(len), paid for
+    /// by the more than [`SW_SMALL`] adds since the list form began). Many
+    /// receives posted and matched with no offload decision in between
+    /// (small messages) then cost no hashing at all.
     #[inline(never)]
     fn migrate(&mut self) {
         self.indexed = true;
-        for s in core::mem::take(&mut self.small) {
-            self.count_in(&s);
-        }
+        self.stale = true;
+        self.counts.clear();
+        self.zero = 0;
+        self.idle = 0;
+        self.len = self.small.len();
+        self.small.clear();
     }
 
     fn count_in(&mut self, s: &SwSpec) {
