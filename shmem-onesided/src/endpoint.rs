@@ -411,8 +411,11 @@ impl Requests {
         }
     }
 
-    fn insert(&mut self, key: u64, req: Req) {
-        if matches!(req.buf, ReqBuf::Caller) {
+    /// Records `req`. The blocked call's request, and one that completes
+    /// inside its call (`at_once`: taken back before the call returns), go
+    /// to the `caller` slot (no hashing); the others to the map.
+    fn insert(&mut self, key: u64, req: Req, at_once: bool) {
+        if at_once || matches!(req.buf, ReqBuf::Caller) {
             // A caller request left behind (never, normally) goes to the map.
             if let Some((k, old)) = self.caller.replace((key, req)) {
                 self.reqs.insert(k, old);
@@ -2368,7 +2371,7 @@ impl Endpoint {
             } else if let Some(req) = self.requests.remove_if_done(id) {
                 if req.fed != Fed::Queued {
                     // Reported already: not ours to take (put it back).
-                    self.requests.insert(id, req);
+                    self.requests.insert(id, req, false);
                     continue;
                 }
                 let buf = match req.buf {
@@ -2578,6 +2581,7 @@ impl Endpoint {
                 user: true,
                 fed: Fed::No,
             },
+            false,
         );
         self.record_recv(key);
         Ok(RecvRequest(key))
@@ -2748,6 +2752,7 @@ impl Endpoint {
                 user: if id.is_some() { user } else { user_at_once },
                 fed: Fed::No,
             },
+            id.is_none() && !user_at_once,
         );
         match outcome {
             PostOutcome::Matched { msg, env, .. } => {
