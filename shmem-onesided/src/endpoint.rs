@@ -161,6 +161,9 @@ const EAGER_PREFIX: u64 = 64;
 const STAGE_TO_CMA_MIN: u64 = 32 << 10;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
+/// A spinning `try_recv` that finds its source's ring empty runs a full
+/// progress pass only every this many times (unless it has local work).
+const IDLE_FULL_PASS: u32 = 8;
 
 /// What a completed receive matched (or what a probe found).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -342,6 +345,16 @@ enum Msg {
     /// Written by the sender straight into a preposted receive buffer: the
     /// prepost result word (length | tag << 32, or `RESULT_FAILED`).
     Direct(u64),
+}
+
+/// What [`Endpoint::poll_direct`] found.
+enum Quick {
+    /// The receive's message, delivered.
+    Taken(Result<Status>),
+    /// A header that was something else (handled as a full pass would).
+    Other,
+    /// Nothing in the ring(s).
+    Empty,
 }
 
 /// Where a receive request's data goes.
@@ -537,6 +550,10 @@ pub struct Endpoint {
     in_flight: Vec<u64>,
     /// Unexpected eager messages still in their sender's eager area.
     uncopied: usize,
+    /// Consecutive `try_recv` quick looks that found nothing.
+    idle_polls: u32,
+    /// The ring an `ANY_SOURCE` quick look starts at.
+    rr: u32,
     /// Our eager-pressure flag is raised.
     pressure: bool,
     counters: Counters,
@@ -711,6 +728,8 @@ impl Endpoint {
             eager,
             in_flight: Vec::new(),
             uncopied: 0,
+            idle_polls: 0,
+            rr: 0,
             pressure: false,
             counters: Counters::default(),
         }
@@ -1005,6 +1024,34 @@ impl Endpoint {
                 size: self.size(),
             });
         }
+        let me = self.rank();
+        // The inline fast path: an internal standard send of at most
+        // INLINE_MAX bytes to another local rank with nothing held for it
+        // completes here (what the general path below does for it, without
+        // its request bookkeeping).
+        if !user && mode != SendMode::Synchronous && dest != me && dest < self.size() {
+            let data = owned.as_deref().unwrap_or(borrowed);
+            let p = &self.peers[dest as usize];
+            if data.len() <= INLINE_MAX && p.staged.is_empty() && p.out.pending() == 0 {
+                let id = self.next_id;
+                self.next_id += 1;
+                let mut h = Header {
+                    kind: KIND_INLINE,
+                    flags: self.counted_flag(),
+                    // <= INLINE_MAX
+                    nbytes: data.len() as u32,
+                    source: me,
+                    tag,
+                    context,
+                    ..Header::default()
+                };
+                h.set_inline(data);
+                self.counters.inline_sends += 1;
+                tracing::trace!(dest, len = data.len(), "inline send");
+                self.enqueue(dest, h);
+                return Ok((id, true, owned));
+            }
+        }
         let len = owned.as_ref().map_or(borrowed.len(), Vec::len) as u64;
         if len > u64::from(u32::MAX) {
             return Err(Error::MessageTooLarge {
@@ -1028,7 +1075,6 @@ impl Endpoint {
             fed: Fed::No,
             orphan: false,
         };
-        let me = self.rank();
         if dest == me {
             // The ack may come during the arrival itself (a posted receive
             // matches at once): record the request first.
@@ -1445,35 +1491,7 @@ impl Endpoint {
         }
         events += batch.len();
         for h in batch.drain(..) {
-            if h.kind == KIND_FIN {
-                self.on_fin(h.word, h.flags & FLAG_MATCHED != 0);
-                continue;
-            }
-            if h.kind == KIND_ACK {
-                self.on_ack(h.word);
-                continue;
-            }
-            if let Some(spec) = want {
-                if spec.matches(&envelope(&h)) {
-                    // Taken here, or queued and then the oldest match: the
-                    // receive must not take a later arrival either way.
-                    want = None;
-                    if (h.kind == KIND_INLINE || h.kind == KIND_EAGER) && self.take_direct(&h)? {
-                        got = Some(self.deliver(h, None, buf));
-                        continue;
-                    }
-                }
-            }
-            let u = if h.kind == KIND_FRAG {
-                // The last fragment completes a message: it arrives then.
-                match self.take_fragment(h) {
-                    Some(u) => u,
-                    None => continue,
-                }
-            } else {
-                Unexpected { hdr: h, data: None }
-            };
-            self.arrive(u, buf)?;
+            self.handle_header(h, &mut want, &mut got, buf)?;
         }
         if !self.requests.engine.is_empty() {
             events += self.poll_engine(buf)?;
@@ -1505,6 +1523,98 @@ impl Endpoint {
             tracing::debug!(pressure = staged, "eager-pressure flag changed");
         }
         Ok((events, got))
+    }
+
+    /// One header from a ring (its `source` set from the ring): a FIN or
+    /// ACK for our sends, a fragment, or a message for the model. With
+    /// `want` (a blocked receive that is not posted), the first message
+    /// matching it is delivered into `buf` directly if the model allows
+    /// ([`Endpoint::take_direct`]), its result left in `got`; `want` is
+    /// cleared at the first matching message either way (a later one must
+    /// not overtake it).
+    fn handle_header(
+        &mut self,
+        h: Header,
+        want: &mut Option<MatchSpec>,
+        got: &mut Option<Result<Status>>,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        if h.kind == KIND_FIN {
+            self.on_fin(h.word, h.flags & FLAG_MATCHED != 0);
+            return Ok(());
+        }
+        if h.kind == KIND_ACK {
+            self.on_ack(h.word);
+            return Ok(());
+        }
+        if let Some(spec) = *want {
+            if spec.matches(&envelope(&h)) {
+                *want = None;
+                if (h.kind == KIND_INLINE || h.kind == KIND_EAGER) && self.take_direct(&h)? {
+                    *got = Some(self.deliver(h, None, buf));
+                    return Ok(());
+                }
+            }
+        }
+        let u = if h.kind == KIND_FRAG {
+            // The last fragment completes a message: it arrives then.
+            match self.take_fragment(h) {
+                Some(u) => u,
+                None => return Ok(()),
+            }
+        } else {
+            Unexpected { hdr: h, data: None }
+        };
+        self.arrive(u, buf)
+    }
+
+    /// `try_recv`'s quick look, when nothing is posted, queued or parked:
+    /// takes the next header of the ring(s) `spec` can match (one header
+    /// at most) and delivers it into `buf` if it is the receive's message.
+    fn poll_direct(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Quick> {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let n = seg.size();
+        // ANY_SOURCE looks at the rings round-robin, so that a flooding
+        // sender does not starve the others.
+        let (first, count) = match spec.source {
+            Source::Rank(pe) => (pe, 1),
+            Source::Any => {
+                self.rr = (self.rr + 1) % n;
+                (self.rr, n)
+            }
+        };
+        for i in 0..count {
+            let s = (first + i) % n;
+            if s == me {
+                // Self-sends never use a ring.
+                continue;
+            }
+            let ring = seg.ring(s, me);
+            let Some(mut h) = self.peers[s as usize].inb.poll(ring) else {
+                continue;
+            };
+            h.source = s;
+            let (mut want, mut got) = (Some(spec), None);
+            self.handle_header(h, &mut want, &mut got, buf)?;
+            return Ok(match got {
+                Some(r) => Quick::Taken(r),
+                None => Quick::Other,
+            });
+        }
+        Ok(Quick::Empty)
+    }
+
+    /// Work of our own that a progress pass does besides reading rings:
+    /// sends held locally, copies owed to a pressured sender, preposts.
+    fn local_work(&self) -> bool {
+        self.uncopied > 0
+            || self.pressure
+            || !self.requests.engine.is_empty()
+            || self
+                .peers
+                .iter()
+                .any(|p| p.out.pending() > 0 || !p.staged.is_empty())
     }
 
     /// Whether the model lets a blocked, unposted receive take arrival `h`
@@ -2003,6 +2113,29 @@ impl Endpoint {
             Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
         };
         let mut pass = true;
+        if !pressured
+            && self.off.unexpected_len() == 0
+            && self.off.parked_len() == 0
+            && self.off.posted_len() == 0
+        {
+            // The quick look first: the next header of the source's ring.
+            match self.poll_direct(spec, buf)? {
+                Quick::Taken(r) => {
+                    self.idle_polls = 0;
+                    return r.map(Some);
+                }
+                Quick::Other => self.idle_polls = 0,
+                Quick::Empty => {
+                    // A spinning receive runs the full pass (other rings,
+                    // FINs, reclaim) every IDLE_FULL_PASS-th empty look,
+                    // or at once when it has sends or copies of its own.
+                    self.idle_polls = self.idle_polls.wrapping_add(1);
+                    if self.idle_polls % IDLE_FULL_PASS != 0 && !self.local_work() {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
         if !pressured && self.off.unexpected_len() == 0 && self.off.parked_len() == 0 {
             // Nothing queued can match: the first matching arrival of this
             // pass is taken directly when nothing is posted either.
