@@ -1551,7 +1551,11 @@ impl Endpoint {
             if spec.matches(&envelope(&h)) {
                 *want = None;
                 if (h.kind == KIND_INLINE || h.kind == KIND_EAGER) && self.take_direct(&h)? {
-                    *got = Some(self.deliver(h, None, buf));
+                    let r = self.deliver(h, None, buf);
+                    if matches!(&r, Ok(st) if st.truncated()) {
+                        self.counters.truncated += 1;
+                    }
+                    *got = Some(r);
                     return Ok(());
                 }
             }
@@ -2178,6 +2182,16 @@ impl Endpoint {
     /// straight into `buf`.
     pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
         let watch = self.check_source(spec)?;
+        let me = self.rank();
+        let advertisable = self.prepost
+            && matches!(spec.source, Source::Rank(src) if src != me)
+            && buf.len() > INLINE_MAX
+            && buf.len() as u64 >= self.node.config().prepost_min;
+        if !advertisable {
+            // Never preposted: poll as `try_recv` does (its quick look at
+            // the source's ring, no post and cancel per pass).
+            return self.block(watch, |ep| Ok((ep.try_recv(spec, buf)?, 0)));
+        }
         let addr = buf.as_mut_ptr() as u64;
         let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, (false, false), buf)?;
         if let Some(done) = self.take_done(key) {
