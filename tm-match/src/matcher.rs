@@ -165,16 +165,41 @@ struct ListIndex {
     lists: Vec<List>,
     free: Vec<u32>,
     empty: usize,
+    /// The last key looked up and its list: a run of receives or messages
+    /// with one envelope (a window of `irecv`s, a stream from one sender)
+    /// then hashes once. Cleared whenever a list slot is freed.
+    last: core::cell::Cell<Option<(u128, u32)>>,
 }
 
 impl ListIndex {
     #[inline]
     fn find(&self, key: u128) -> Option<u32> {
-        self.map.get(&key).copied()
+        if let Some((k, li)) = self.last.get() {
+            if k == key {
+                return Some(li);
+            }
+        }
+        let li = self.map.get(&key).copied()?;
+        self.last.set(Some((key, li)));
+        Some(li)
     }
 
     #[inline]
     fn find_or_insert(&mut self, key: u128) -> u32 {
+        if let Some((k, li)) = self.last.get() {
+            if k == key {
+                if self.lists[li as usize].len == 0 {
+                    self.empty -= 1;
+                }
+                return li;
+            }
+        }
+        let li = self.find_or_insert_slow(key);
+        self.last.set(Some((key, li)));
+        li
+    }
+
+    fn find_or_insert_slow(&mut self, key: u128) -> u32 {
         match self.map.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let li = *e.get();
@@ -210,6 +235,7 @@ impl ListIndex {
     #[inline]
     fn maybe_sweep(&mut self, live: usize) {
         if self.empty > live + 64 {
+            self.last.set(None);
             let lists = &self.lists;
             let free = &mut self.free;
             self.map.retain(|_, li| {
@@ -225,6 +251,7 @@ impl ListIndex {
     }
 
     fn clear(&mut self) {
+        self.last.set(None);
         self.map.clear();
         self.lists.clear();
         self.free.clear();

@@ -560,3 +560,65 @@ fn x06_many_ranks_few_peers_state_is_keyed_not_sized_by_rank() {
 //   requires per-(source, context) send order; a transport that can reorder
 //   puts a sequence stage in front of it.
 // - 14 (`MPI_PROC_NULL`): completes in the caller and never reaches a matcher.
+
+/// The index's one-entry key cache across list reuse: hundreds of distinct
+/// envelopes queued and emptied (so empty lists are swept and their slots
+/// reused for other keys), with runs of one key in between, on both queues;
+/// every match is checked against the literal reference matcher.
+#[test]
+fn key_cache_survives_sweeps_and_slot_reuse() {
+    use tm_match::reference::ReferenceMatcher;
+    let mut m = M::new();
+    let mut r: ReferenceMatcher<u32, u32> = ReferenceMatcher::new();
+    let mut n = 0u32;
+    for round in 0..6u32 {
+        // A background of 20 receives and 20 messages that match nothing
+        // else keeps both queues in their indexed form.
+        for _ in 0..20 {
+            n += 1;
+            let (s, e) = (spec(9, Some(9), Some(9)), env(8, 8, 8));
+            assert_eq!(post(&mut m, s, n), r.post(s, n).map(|(_, msg)| msg));
+            assert_eq!(arrive(&mut m, e, n), r.arrive(e, n).map(|(_, rv)| rv));
+        }
+        // Many keys, each used once: receives first (posted side), then
+        // messages first (unexpected side), on alternate rounds.
+        // Each key twice in a row: the second use follows the take that
+        // may have swept the key's own list.
+        for k in (0..600u32).map(|k| k / 2) {
+            n += 1;
+            let (s, e) = (
+                spec(round % 2, Some(k % 7), Some(k)),
+                env(round % 2, k % 7, k),
+            );
+            if round % 2 == 0 {
+                assert_eq!(post(&mut m, s, n), r.post(s, n).map(|(_, msg)| msg));
+                assert_eq!(arrive(&mut m, e, n), r.arrive(e, n).map(|(_, rv)| rv));
+            } else {
+                assert_eq!(arrive(&mut m, e, n), r.arrive(e, n).map(|(_, rv)| rv));
+                assert_eq!(post(&mut m, s, n), r.post(s, n).map(|(_, msg)| msg));
+            }
+        }
+        // A run of one key deep enough for the indexed form, then drained.
+        let (s, e) = (spec(0, Some(1), Some(round)), env(0, 1, round));
+        for _ in 0..40 {
+            n += 1;
+            assert_eq!(post(&mut m, s, n), r.post(s, n).map(|(_, msg)| msg));
+        }
+        for _ in 0..40 {
+            n += 1;
+            let got = arrive(&mut m, e, n);
+            assert!(got.is_some());
+            assert_eq!(got, r.arrive(e, n).map(|(_, rv)| rv));
+        }
+        for _ in 0..20 {
+            n += 1;
+            let (s, e) = (spec(8, Some(8), Some(8)), env(9, 9, 9));
+            assert!(arrive(&mut m, e, n).is_some());
+            assert!(r.arrive(e, n).is_some());
+            assert!(post(&mut m, s, n).is_some());
+            assert!(r.post(s, n).is_some());
+        }
+    }
+    assert_eq!(m.posted_len(), 0);
+    assert_eq!(m.unexpected_len(), 0);
+}
