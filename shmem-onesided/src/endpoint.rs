@@ -54,6 +54,18 @@
 //!   order, so MPI's rules hold exactly (`ANY_SOURCE`/`ANY_TAG`,
 //!   non-overtaking per source and context) at O(1) expected cost per
 //!   operation whatever the queue depth.
+//! - **Receive fast paths**, each equivalent to that rule: a blocking
+//!   receive that can never be preposted ([`Endpoint::try_recv`], and
+//!   [`Endpoint::recv`] below `TMX_SHMEM_PREPOST_MIN`) is not posted while
+//!   it polls; when nothing is posted, queued or parked it looks at the
+//!   next header of its source's ring (round-robin for `ANY_SOURCE`) and
+//!   takes an inline or eager message that matches straight into its
+//!   buffer ([`Offload::consume_arrival`]); anything else in the ring, or a
+//!   matching message of another kind (which then blocks later ones for
+//!   that call), goes through the model as usual. An idle look runs the
+//!   full progress pass every 8th time (at once if this rank holds sends or
+//!   owes copies). An arrival that completes a posted software receive goes
+//!   straight into it ([`Offload::take_matching_posted`]).
 //!
 //! # The prepost protocol
 //!
