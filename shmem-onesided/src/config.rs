@@ -11,6 +11,7 @@
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
+//! | `TMX_SHMEM_INLINE_EXT` | 280 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
 //!
@@ -56,6 +57,11 @@ pub struct Config {
     /// (`TMX_SHMEM_PREPOST_MIN`): one CMA write costs more than an eager
     /// copy below a few MiB on the project's VM.
     pub prepost_min: u64,
+    /// Largest message sent inline in the header ring
+    /// (`TMX_SHMEM_INLINE_EXT`): beyond the 40 bytes of the header slot the
+    /// payload continues in the following slots. Capped at run time to a
+    /// quarter of the ring; 40 or less turns the continuation off.
+    pub inline_ext: u64,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -74,6 +80,7 @@ impl Default for Config {
             cma_threshold: 8 << 20,
             prepost: true,
             prepost_min: 8 << 20,
+            inline_ext: 280,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -181,6 +188,11 @@ impl Config {
                 )
             })?;
         }
+        if let Some(v) = get("TMX_SHMEM_INLINE_EXT") {
+            c.inline_ext = parse_size(&v)
+                .filter(|n| *n <= 1 << 20)
+                .ok_or_else(|| bad("TMX_SHMEM_INLINE_EXT", &v, "a size in bytes, at most 1M"))?;
+        }
         let millis = |var: &'static str, lo: u64| -> Result<Option<Duration>> {
             let Some(v) = get(var) else { return Ok(None) };
             match v.trim().parse::<u64>() {
@@ -230,9 +242,11 @@ mod tests {
             ("TMX_SHMEM_PREPOST", "off"),
             ("TMX_SHMEM_PREPOST_MIN", "1K"),
             ("TMX_SHMEM_ATTACH_TIMEOUT_MS", "500"),
+            ("TMX_SHMEM_INLINE_EXT", "1K"),
         ])
         .unwrap();
         assert_eq!((c.prepost, c.prepost_min), (false, 1024));
+        assert_eq!(c.inline_ext, 1024);
         assert_eq!(
             (c.ring_slots, c.publish_batch, c.prepost_slots, c.heap_bytes),
             (8, 3, 4, 2 << 20)
@@ -262,6 +276,8 @@ mod tests {
             ("TMX_SHMEM_CMA", "maybe"),
             ("TMX_SHMEM_PREPOST", "sometimes"),
             ("TMX_SHMEM_PREPOST_MIN", "big"),
+            ("TMX_SHMEM_INLINE_EXT", "2M"),
+            ("TMX_SHMEM_INLINE_EXT", "some"),
             ("TMX_SHMEM_LIVENESS_MS", "0"),
         ] {
             match with(&[(k, v)]) {

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
+//! | 41 B – `TMX_SHMEM_INLINE_EXT` (280 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`KIND_INLINE_EXT`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
 //! | ≤ eager area − 64 B | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
 //! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally; CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
 //! | larger than the eager area, no CMA | fragments | consecutive eager fragments of ≤ ¼ of the eager area; the receiver copies each out on arrival and reassembles; the send request stays pending and [`Endpoint::progress`] publishes the next fragments as eager space frees |
@@ -119,7 +120,7 @@ use crate::heap::SymHeap;
 use crate::idmap::{IdMap, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
-use crate::ring::{Consumer, Header, Outbox, Sent, INLINE_MAX};
+use crate::ring::{ext_slots, Consumer, Header, Outbox, RingRef, Sent, INLINE_MAX};
 use crate::segment::Segment;
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::VecDeque;
@@ -145,6 +146,12 @@ pub const KIND_FRAG: u8 = 5;
 /// [`FLAG_SYNC`] messages, except a CMA message read at match time, whose FIN
 /// carries [`FLAG_MATCHED`] instead).
 pub const KIND_ACK: u8 = 6;
+/// Header kind: an inline message longer than one slot: its first 40 bytes
+/// ride in the header (`word` + `ext`), the other `nbytes - 40` in the
+/// following ring slots (continuation slots, 60 bytes each; see
+/// [`crate::ring::Producer::try_push_ext`]). Up to `TMX_SHMEM_INLINE_EXT`
+/// bytes, never synchronous.
+pub const KIND_INLINE_EXT: u8 = 7;
 /// Header flag: the first fragment of a fragmented message.
 pub const FLAG_FIRST: u8 = 1;
 /// Header flag: a synchronous-mode message; the receiver acknowledges its
@@ -557,7 +564,11 @@ pub struct Endpoint {
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
     prepost: bool,
-    scratch: Vec<Header>,
+    scratch: Vec<(Header, Option<Vec<u8>>)>,
+    /// Largest message sent inline with continuation slots
+    /// (`TMX_SHMEM_INLINE_EXT`, capped to a quarter of the ring; at most
+    /// `INLINE_MAX` turns it off).
+    ext_max: usize,
     eager: SymHeap,
     in_flight: Vec<u64>,
     /// Unexpected eager messages still in their sender's eager area.
@@ -584,6 +595,33 @@ fn envelope(h: &Header) -> Envelope {
         source: h.source,
         tag: h.tag,
     }
+}
+
+/// The largest inline-with-continuation message for `inline_ext` and a ring
+/// of `ring_slots`: the header and its continuation slots take at most a
+/// quarter of the ring (so a ring of fewer than 8 slots has none).
+fn ext_max(inline_ext: u64, ring_slots: u32) -> usize {
+    let slots = u64::from(ring_slots / 4);
+    if slots < 2 {
+        return INLINE_MAX;
+    }
+    let cap = INLINE_MAX as u64 + (slots - 1) * crate::ring::EXT_SLOT_BYTES as u64;
+    inline_ext.min(cap).max(INLINE_MAX as u64) as usize
+}
+
+/// Takes the continuation of inline-ext header `h` (just polled from `ring`)
+/// out of the ring: the whole payload (the header's 40 bytes, then the
+/// tail), or `None` for a length the ring cannot carry (a corrupt header;
+/// the receive reports it).
+fn take_ext_vec(inb: &mut Consumer, ring: RingRef<'_>, h: &Header) -> Option<Vec<u8>> {
+    let len = h.nbytes as usize;
+    if len <= INLINE_MAX || ext_slots(len - INLINE_MAX) + 1 > ring.capacity() {
+        return None;
+    }
+    let (head, _) = h.inline_payload();
+    let mut v = vec![0u8; len];
+    v[..INLINE_MAX].copy_from_slice(&head);
+    inb.take_ext(ring, &mut v[INLINE_MAX..]).then_some(v)
 }
 
 /// The fragment size for an eager area of `eager_bytes`: a quarter of it,
@@ -707,6 +745,8 @@ impl Endpoint {
         let batch = u64::from(node.config().publish_batch);
         let eager = SymHeap::new(node.config().eager_bytes);
         let layout = TagLayout::DEFAULT;
+        let node_cfg_inline_ext = node.config().inline_ext;
+        let node_cfg_ring_slots = node.config().ring_slots;
         let prepost = node.config().prepost
             && *node.cma_status() == CmaStatus::Available
             && u64::from(n) * u64::from(node.config().ring_slots) < PHASE_WINDOW;
@@ -737,6 +777,7 @@ impl Endpoint {
             feed: Vec::new(),
             feed_queued: 0,
             scratch: Vec::new(),
+            ext_max: ext_max(node_cfg_inline_ext, node_cfg_ring_slots),
             eager,
             in_flight: Vec::new(),
             uncopied: 0,
@@ -814,6 +855,47 @@ impl Endpoint {
         if p.out.send_with(seg.ring(seg.rank(), dest), hdr, &mut count) == Sent::Queued {
             tracing::debug!(dest, kind = hdr.kind, "send queued locally (backpressure)");
         }
+    }
+
+    /// Sends `data` (more than [`INLINE_MAX`], at most `ext_max` bytes) to
+    /// `dest` inline with continuation slots, if nothing is held for `dest`
+    /// and its ring has room for all of it now; otherwise returns `false`
+    /// and the caller sends it another way (eager).
+    fn send_inline_ext(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let mut h = Header {
+            kind: KIND_INLINE_EXT,
+            flags: self.counted_flag(),
+            // <= ext_max < 2^20
+            nbytes: data.len() as u32,
+            source: me,
+            tag,
+            context,
+            ..Header::default()
+        };
+        h.set_inline(&data[..INLINE_MAX]);
+        let p = &mut self.peers[dest as usize];
+        if !p.staged.is_empty() {
+            return false;
+        }
+        let phase = seg.phase(dest);
+        let sent = p
+            .out
+            .try_send_ext(seg.ring(me, dest), h, &data[INLINE_MAX..], &mut |h| {
+                if h.flags & FLAG_COUNTED != 0 {
+                    phase.count_message();
+                }
+            });
+        if sent {
+            self.counters.inline_sends += 1;
+            tracing::trace!(
+                dest,
+                len = data.len(),
+                "inline send with continuation slots"
+            );
+        }
+        sent
     }
 
     /// Publishes a control header (FIN, ACK) to `dest`: straight to the
@@ -1044,7 +1126,17 @@ impl Endpoint {
         if !user && mode != SendMode::Synchronous && dest != me && dest < self.size() {
             let data = owned.as_deref().unwrap_or(borrowed);
             let p = &self.peers[dest as usize];
-            if data.len() <= INLINE_MAX && p.staged.is_empty() && p.out.pending() == 0 {
+            let clear = p.staged.is_empty() && p.out.pending() == 0;
+            if clear
+                && data.len() > INLINE_MAX
+                && data.len() <= self.ext_max
+                && self.send_inline_ext(dest, tag, context, data)
+            {
+                let id = self.next_id;
+                self.next_id += 1;
+                return Ok((id, true, owned));
+            }
+            if data.len() <= INLINE_MAX && clear {
                 let id = self.next_id;
                 self.next_id += 1;
                 let mut h = Header {
@@ -1143,6 +1235,12 @@ impl Endpoint {
             self.counters.inline_sends += 1;
             tracing::trace!(dest, len, "inline send");
             self.enqueue(dest, h);
+        } else if !sync
+            && data.len() <= self.ext_max
+            && self.queued_for(dest) == 0
+            && self.send_inline_ext(dest, tag, context, data)
+        {
+            // Inline in the ring, continued in the following slots.
         } else if self.cma_ok() && (len > self.node.config().cma_threshold || len > eager_max) {
             self.publish_cma(dest, tmpl, data, id, "CMA rendezvous send");
             // The receiver reads the buffer (owned: kept in the request;
@@ -1497,13 +1595,18 @@ impl Endpoint {
                     let Some(mut h) = p.inb.poll(ring) else { break };
                     // The ring identifies the sender; never trust the field.
                     h.source = s;
-                    batch.push(h);
+                    let data = if h.kind == KIND_INLINE_EXT {
+                        take_ext_vec(&mut p.inb, ring, &h)
+                    } else {
+                        None
+                    };
+                    batch.push((h, data));
                 }
             }
         }
         events += batch.len();
-        for h in batch.drain(..) {
-            self.handle_header(h, &mut want, &mut got, buf)?;
+        for (h, data) in batch.drain(..) {
+            self.handle_header(h, data, &mut want, &mut got, buf)?;
         }
         if !self.requests.engine.is_empty() {
             events += self.poll_engine(buf)?;
@@ -1537,6 +1640,59 @@ impl Endpoint {
         Ok((events, got))
     }
 
+    /// Delivers inline-ext message `h`, just polled from `source`'s ring
+    /// and taken by the blocked receive, straight from its continuation
+    /// slots into `buf` (`min(nbytes, buf.len())` bytes; the whole
+    /// continuation is consumed either way).
+    fn deliver_ext(&mut self, source: u32, h: Header, buf: &mut [u8]) -> Result<Status> {
+        let seg = self.node.segment();
+        let ring = seg.ring(source, seg.rank());
+        let msg_len = h.nbytes as usize;
+        let bad = Error::BadHeader {
+            source_pe: source,
+            reason: "inline message longer than its ring could carry",
+        };
+        if msg_len <= INLINE_MAX || ext_slots(msg_len - INLINE_MAX) + 1 > ring.capacity() {
+            return Err(bad);
+        }
+        let n = msg_len.min(buf.len());
+        let (head, _) = h.inline_payload();
+        let first = n.min(INLINE_MAX);
+        buf[..first].copy_from_slice(&head[..first]);
+        let inb = &mut self.peers[source as usize].inb;
+        let ok = if n == msg_len {
+            inb.take_ext(ring, &mut buf[INLINE_MAX..msg_len])
+        } else {
+            let mut tail = vec![0u8; msg_len - INLINE_MAX];
+            let ok = inb.take_ext(ring, &mut tail);
+            if n > INLINE_MAX {
+                buf[INLINE_MAX..n].copy_from_slice(&tail[..n - INLINE_MAX]);
+            }
+            ok
+        };
+        if !ok {
+            return Err(bad);
+        }
+        self.counters.received += 1;
+        if n < msg_len {
+            self.counters.truncated += 1;
+            tracing::debug!(
+                source,
+                msg_len,
+                capacity = buf.len(),
+                "message truncated to the receive buffer"
+            );
+        }
+        Ok(Status {
+            source,
+            tag: h.tag,
+            context: h.context,
+            len: n,
+            msg_len,
+            cancelled: false,
+        })
+    }
+
     /// One header from a ring (its `source` set from the ring): a FIN or
     /// ACK for our sends, a fragment, or a message for the model. With
     /// `want` (a blocked receive that is not posted), the first message
@@ -1547,6 +1703,7 @@ impl Endpoint {
     fn handle_header(
         &mut self,
         h: Header,
+        data: Option<Vec<u8>>,
         want: &mut Option<MatchSpec>,
         got: &mut Option<Result<Status>>,
         buf: &mut [u8],
@@ -1562,8 +1719,9 @@ impl Endpoint {
         if let Some(spec) = *want {
             if spec.matches(&envelope(&h)) {
                 *want = None;
-                if (h.kind == KIND_INLINE || h.kind == KIND_EAGER) && self.take_direct(&h)? {
-                    let r = self.deliver(h, None, buf);
+                let direct = matches!(h.kind, KIND_INLINE | KIND_EAGER | KIND_INLINE_EXT);
+                if direct && self.take_direct(&h)? {
+                    let r = self.deliver(h, data, buf);
                     if matches!(&r, Ok(st) if st.truncated()) {
                         self.counters.truncated += 1;
                     }
@@ -1579,7 +1737,7 @@ impl Endpoint {
                 None => return Ok(()),
             }
         } else {
-            Unexpected { hdr: h, data: None }
+            Unexpected { hdr: h, data }
         };
         self.arrive(u, buf)
     }
@@ -1611,8 +1769,23 @@ impl Endpoint {
                 continue;
             };
             h.source = s;
-            let (mut want, mut got) = (Some(spec), None);
-            self.handle_header(h, &mut want, &mut got, buf)?;
+            let mut want = Some(spec);
+            let data = if h.kind == KIND_INLINE_EXT {
+                if spec.matches(&envelope(&h)) {
+                    if self.take_direct(&h)? {
+                        // Straight from the continuation slots into `buf`.
+                        return Ok(Quick::Taken(self.deliver_ext(s, h, buf)));
+                    }
+                    // Taken the normal way: nothing later may overtake it.
+                    want = None;
+                }
+                let seg = self.node.segment();
+                take_ext_vec(&mut self.peers[s as usize].inb, seg.ring(s, me), &h)
+            } else {
+                None
+            };
+            let mut got = None;
+            self.handle_header(h, data, &mut want, &mut got, buf)?;
             return Ok(match got {
                 Some(r) => Quick::Taken(r),
                 None => Quick::Other,
@@ -2987,7 +3160,7 @@ impl Endpoint {
                     Ok(())
                 }
             }
-            KIND_EAGER | KIND_FRAG | KIND_CMA if data.is_some() => {
+            KIND_EAGER | KIND_FRAG | KIND_CMA | KIND_INLINE_EXT if data.is_some() => {
                 // Copied out already (eager pressure, a fragmented message,
                 // a CMA message pulled while we were blocked, a self-send).
                 match data.as_ref().and_then(|v| v.get(..n)) {
@@ -3004,6 +3177,10 @@ impl Endpoint {
             KIND_FRAG => Err(Error::BadHeader {
                 source_pe: h.source,
                 reason: "incomplete fragmented message",
+            }),
+            KIND_INLINE_EXT => Err(Error::BadHeader {
+                source_pe: h.source,
+                reason: "inline message longer than its ring could carry",
             }),
             KIND_EAGER => self.get_eager(&h, dst),
             KIND_CMA => {
@@ -3148,9 +3325,18 @@ mod tests {
 
     /// Runs `f(rank, endpoint)` on two threads, each attaching its node.
     fn pair(name: &str, f: impl Fn(u32, Endpoint) + Send + Sync + Clone + 'static) {
+        pair_with(name, 8, f)
+    }
+
+    fn pair_with(
+        name: &str,
+        ring_slots: u32,
+        f: impl Fn(u32, Endpoint) + Send + Sync + Clone + 'static,
+    ) {
         let job = format!("ut{}-{name}", std::process::id());
         let cfg = Config {
-            ring_slots: 8,
+            ring_slots,
+            publish_batch: ring_slots / 2,
             heap_bytes: 1 << 20,
             eager_bytes: 1 << 20,
             attach_timeout: Duration::from_secs(20),
@@ -3329,6 +3515,70 @@ mod tests {
                 let (st, got) = want(&mut ep, 5);
                 assert_eq!((st.len, got), (24, data(52, 24)));
                 assert_eq!(ep.counters().received, 4);
+            }
+            ep.finalize().unwrap();
+        });
+    }
+    /// Inline messages with continuation slots (41..=280 B with a 64-slot
+    /// ring) on every receive path: posted `irecv`s, a blocking receive
+    /// that takes them straight from the ring, queued (unexpected) ones
+    /// with truncation, `ANY_SOURCE`; the ring fills, so some fall back to
+    /// the eager path, and per-tag order holds throughout.
+    #[test]
+    fn inline_ext_messages_on_every_receive_path() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let sizes = [41usize, 60, 100, 101, 160, 221, 280, 281, 40, 8];
+        pair_with("ext", 64, move |me, mut ep| {
+            let peer = 1 - me;
+            let n = 90u32;
+            if me == 1 {
+                gate.wait();
+                for i in 0..n {
+                    let len = sizes[i as usize % sizes.len()];
+                    ep.send(peer, i % 3, 4, &data(i, len)).unwrap();
+                }
+                let c = ep.counters();
+                assert_eq!(c.inline_sends + c.buffered_sends, u64::from(n), "{c}");
+                assert!(c.inline_sends > 27, "continuation slots unused: {c}");
+            } else {
+                // Tag 1: posted before anything arrives.
+                let posted: Vec<_> = (0..n)
+                    .filter(|i| i % 3 == 1)
+                    .map(|_| ep.irecv(spec(peer, 1), vec![0u8; 300]).unwrap())
+                    .collect();
+                gate.wait();
+                // Tag 0: blocking receives, in send order.
+                let mut buf = vec![0u8; 300];
+                for i in (0..n).filter(|i| i % 3 == 0) {
+                    let len = sizes[i as usize % sizes.len()];
+                    let st = ep.recv(spec(peer, 0), &mut buf).unwrap();
+                    assert_eq!((st.tag, st.len, st.msg_len), (0, len, len), "message {i}");
+                    assert_eq!(buf[..len], data(i, len)[..], "message {i}");
+                }
+                // Tag 2: mostly queued by now; received with ANY_SOURCE into a
+                // 50-byte buffer (truncating the longer ones).
+                let any = MatchSpec {
+                    context_id: 4,
+                    source: Source::Any,
+                    tag: Tag::Value(2),
+                };
+                let mut short = vec![0u8; 50];
+                for i in (0..n).filter(|i| i % 3 == 2) {
+                    let len = sizes[i as usize % sizes.len()];
+                    let st = ep.recv(any, &mut short).unwrap();
+                    assert_eq!((st.source, st.msg_len), (peer, len), "message {i}");
+                    assert_eq!(st.len, len.min(50));
+                    assert_eq!(short[..st.len], data(i, len)[..st.len], "message {i}");
+                }
+                for (r, i) in posted.into_iter().zip((0..n).filter(|i| i % 3 == 1)) {
+                    let len = sizes[i as usize % sizes.len()];
+                    let (st, got) = ep.wait(r).unwrap();
+                    assert_eq!((st.len, st.msg_len), (len, len), "message {i}");
+                    assert_eq!(got[..len], data(i, len)[..], "message {i}");
+                }
+                let c = ep.counters();
+                assert_eq!(c.received, u64::from(n), "{c}");
+                assert!(c.truncated > 0, "{c}");
             }
             ep.finalize().unwrap();
         });

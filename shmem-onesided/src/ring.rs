@@ -47,6 +47,9 @@ pub const SLOT_BYTES: usize = 64;
 const BODY_BYTES: usize = SLOT_BYTES - 4;
 /// Largest payload carried inline in a slot (`word` + `ext`).
 pub const INLINE_MAX: usize = 40;
+/// Payload bytes of one continuation slot (a slot's body; its `seq` word is
+/// left alone). See [`Producer::try_push_ext`].
+pub const EXT_SLOT_BYTES: usize = BODY_BYTES;
 /// Bytes of the ring control block (the `consumed` index on its own 128-byte
 /// pair of cache lines, against the adjacent-line prefetcher).
 pub const RING_CTL_BYTES: usize = 128;
@@ -197,6 +200,12 @@ impl Header {
     }
 }
 
+/// Continuation slots that carry a tail of `len` bytes.
+#[inline]
+pub const fn ext_slots(len: usize) -> u64 {
+    len.div_ceil(EXT_SLOT_BYTES) as u64
+}
+
 /// The producer found the ring full even after re-reading the consumer index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
@@ -307,6 +316,62 @@ impl Producer {
         self.push_with(ring, hdr, Ordering::Release)
     }
 
+    /// Publishes `hdr` followed by `tail` in the next
+    /// `ext_slots(tail.len())` slots ("continuation slots", whose bodies
+    /// carry the bytes and whose `seq` words are never written), all or
+    /// nothing: [`Full`] if the ring lacks `1 + ext_slots` free slots after
+    /// one re-read of the consumer index. The continuation bodies are
+    /// written before the header's `seq` (Release), so a consumer that
+    /// acquired it reads them with [`Consumer::take_ext`]. The transport
+    /// must tell its consumer the tail's length (in the header).
+    #[inline]
+    pub fn try_push_ext(
+        &mut self,
+        ring: RingRef<'_>,
+        hdr: &Header,
+        tail: &[u8],
+    ) -> Result<(), Full> {
+        let n = ring.capacity();
+        let need = 1 + ext_slots(tail.len());
+        if self.head.wrapping_sub(self.cached_consumed) + need > n {
+            self.rereads += 1;
+            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
+            if self.head.wrapping_sub(self.cached_consumed) + need > n {
+                return Err(Full);
+            }
+        }
+        for (i, chunk) in tail.chunks(EXT_SLOT_BYTES).enumerate() {
+            let slot = ring.slot(self.head + 1 + i as u64);
+            let mut body = [0u8; BODY_BYTES];
+            body[..chunk.len()].copy_from_slice(chunk);
+            // SAFETY: as in `push_with`: these slots are free (`consumed`
+            // is past `head + need - 1 - n`), the consumer reads them only
+            // after acquiring the header's `seq` stored below, and we are
+            // the only producer.
+            slot.body.with_mut(|p| unsafe { p.write(body) });
+        }
+        let slot = ring.slot(self.head);
+        let body = hdr.encode();
+        // SAFETY: see the loop above.
+        slot.body.with_mut(|p| unsafe { p.write(body) });
+        // Truncation to u32 is the sequence word's wrap-around by design.
+        slot.seq
+            .store((self.head as u32).wrapping_add(1), Ordering::Release);
+        self.head += need;
+        Ok(())
+    }
+
+    /// Whether `1 + ext` slots are free, re-reading the consumer index once
+    /// if the cached one says they are not.
+    pub fn has_room_for(&mut self, ring: RingRef<'_>, ext: u64) -> bool {
+        let n = ring.capacity();
+        if self.head.wrapping_sub(self.cached_consumed) + 1 + ext > n {
+            self.rereads += 1;
+            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
+        }
+        self.head.wrapping_sub(self.cached_consumed) + 1 + ext <= n
+    }
+
     /// **Negative control for loom only**: the same as [`Producer::try_push`]
     /// but publishing `seq` with `Relaxed`, which is too weak. `tests/loom.rs`
     /// asserts that loom rejects it.
@@ -411,6 +476,35 @@ impl Consumer {
         Some(Header::decode(&body))
     }
 
+    /// Copies the `dst.len()` tail bytes that follow the header just taken
+    /// by [`Consumer::poll`] out of their continuation slots (see
+    /// [`Producer::try_push_ext`]) and steps over those slots. Call it once,
+    /// right after that `poll`, with the length the header announced.
+    ///
+    /// # Errors
+    /// [`Full`]-free: returns `false` (copying nothing, consuming nothing)
+    /// if the length is more than the ring could ever hold (a corrupt
+    /// header); the caller then treats the message as malformed.
+    pub fn take_ext(&mut self, ring: RingRef<'_>, dst: &mut [u8]) -> bool {
+        let k = ext_slots(dst.len());
+        if k + 1 > ring.capacity() {
+            return false;
+        }
+        for (i, chunk) in dst.chunks_mut(EXT_SLOT_BYTES).enumerate() {
+            let slot = ring.slot(self.next + i as u64);
+            // SAFETY: the producer wrote these bodies before its Release
+            // store of the header's `seq`, which our `poll` acquired; it
+            // does not reuse them until we publish `consumed` past them.
+            let body = slot.body.with(|p| unsafe { p.read() });
+            chunk.copy_from_slice(&body[..chunk.len()]);
+        }
+        self.next += k;
+        if self.next - self.published >= self.batch {
+            self.publish(ring);
+        }
+        true
+    }
+
     /// Publishes the consumer index now (Release) if it moved.
     #[inline]
     pub fn publish(&mut self, ring: RingRef<'_>) {
@@ -483,6 +577,25 @@ impl Outbox {
         }
         self.pending.push_back(hdr);
         Sent::Queued
+    }
+
+    /// Publishes `hdr` with a tail in continuation slots
+    /// ([`Producer::try_push_ext`]) if nothing is pending and the ring has
+    /// room for all of it now, calling `before` just before; otherwise does
+    /// nothing and returns `false` (the caller sends the message another
+    /// way: pending headers never carry tails).
+    pub fn try_send_ext(
+        &mut self,
+        ring: RingRef<'_>,
+        hdr: Header,
+        tail: &[u8],
+        before: &mut dyn FnMut(&Header),
+    ) -> bool {
+        if !self.pending.is_empty() || !self.producer.has_room_for(ring, ext_slots(tail.len())) {
+            return false;
+        }
+        before(&hdr);
+        self.producer.try_push_ext(ring, &hdr, tail).is_ok()
     }
 
     /// Moves pending headers into the ring, in order, until it is full.

@@ -202,6 +202,49 @@ fn wrap_around_fifo() {
     });
 }
 
+/// Continuation slots: a header plus a 2-slot tail ([`Producer::try_push_ext`])
+/// interleaved with plain headers in a 4-slot ring, wrapping around: the
+/// consumer reads every tail byte the producer wrote ([`Consumer::take_ext`])
+/// and the producer never overwrites a tail the consumer is still reading.
+#[test]
+fn continuation_slots_wrap_around() {
+    loom::model(|| {
+        let mem = Arc::new(RingMem::new(4));
+        let m2 = mem.clone();
+        let tail = |i: u32| -> Vec<u8> { (0..100).map(|k| (k as u32 * 7 + i) as u8).collect() };
+        let t = thread::spawn(move || {
+            let mut p = Producer::new();
+            for i in 0..3 {
+                if i % 2 == 0 {
+                    while p.try_push_ext(m2.view(), &hdr(i), &tail(i)).is_err() {
+                        thread::yield_now();
+                    }
+                } else {
+                    while p.try_push(m2.view(), &hdr(i)).is_err() {
+                        thread::yield_now();
+                    }
+                }
+            }
+        });
+        let mut c = Consumer::new(1);
+        for i in 0..3 {
+            let h = loop {
+                match c.poll(mem.view()) {
+                    Some(h) => break h,
+                    None => thread::yield_now(),
+                }
+            };
+            check(&h, i);
+            if i % 2 == 0 {
+                let mut got = vec![0u8; 100];
+                assert!(c.take_ext(mem.view(), &mut got));
+                assert_eq!(got, tail(i), "tail bytes");
+            }
+        }
+        t.join().unwrap();
+    });
+}
+
 #[test]
 fn batched_publication_no_stall() {
     loom::model(|| {
