@@ -231,12 +231,10 @@ impl Comm {
 
     fn proc_null_request(&self, buf: Option<Vec<u8>>) -> Request {
         self.dev().note_proc_null();
-        let (req, completer) = request::request();
         match buf {
-            Some(b) => completer.complete_with_buffer(PROC_NULL_STATUS, b),
-            None => completer.complete(PROC_NULL_STATUS),
+            Some(b) => Request::ready_with_buffer(PROC_NULL_STATUS, b),
+            None => Request::completed(PROC_NULL_STATUS),
         }
-        req
     }
 
     // ------------------------------------------------------------- sends
@@ -670,12 +668,12 @@ impl Comm {
 
     /// `MPI_Test`.
     pub fn test(&self, req: &mut Request) -> Result<Option<Status>, Error> {
-        req.test(&mut DeviceProgress::new(self.dev()))
+        self.dev().test(req)
     }
 
     /// `MPI_Waitall`.
     pub fn waitall(&self, reqs: &mut [Request]) -> Result<Vec<Status>, Error> {
-        request::waitall(reqs, &mut DeviceProgress::new(self.dev()))
+        self.dev().waitall(reqs)
     }
 
     /// `MPI_Waitany`.

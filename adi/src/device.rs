@@ -31,7 +31,7 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
-use crate::request::{request, Completer, Progress, Request, Status};
+use crate::request::{request, Completer, Outcome, Progress, Request, Status};
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
@@ -993,14 +993,14 @@ impl Device {
             (Ok(st), RecvInto::Owned) if !st.cancelled && !st.truncated() => {
                 Ok(Request::ready_with_buffer(self.status_of(&st, group), buf))
             }
-            (result, into) => {
-                let (req, completer) = request();
-                match result {
-                    Err(e) => completer.fail(Status::EMPTY, e.into()),
-                    Ok(st) => self.complete_recv(completer, &st, buf, into, group),
-                }
-                Ok(req)
-            }
+            (result, into) => Ok(Request::from_outcome(match result {
+                Err(e) => Outcome {
+                    status: Status::EMPTY,
+                    error: Some(e.into()),
+                    buffer: None,
+                },
+                Ok(st) => self.recv_outcome(&st, buf, into, group),
+            })),
         }
     }
 
@@ -1079,7 +1079,7 @@ impl Device {
                 Ok(r)
             })?;
             first = false;
-            self.complete_all(finished);
+            self.complete_all_into(finished, &mut [], &mut 0);
             // Passive-target RMA progress also runs in blocking receives;
             // applying RMA packets counts as activity (keeps spinning).
             let rma_active = crate::win::progress(self)?.packets > 0;
@@ -1225,13 +1225,23 @@ impl Device {
     /// One progress pass under the lock; completes what finished outside it.
     /// Returns how many requests it completed.
     fn poll(&self) -> Result<usize, Error> {
+        self.poll_into(&mut [], &mut 0)
+    }
+
+    /// [`poll`](Self::poll) by the thread that owns `mine`: the
+    /// completions of those requests are delivered in place
+    /// ([`Request::finish_here`]: no publish through their shared slots),
+    /// the others through their completers. `hint` is where in `mine` the
+    /// next completion is looked for first (requests mostly complete in
+    /// order); it moves past each one found.
+    fn poll_into(&self, mine: &mut [Request], hint: &mut usize) -> Result<usize, Error> {
         let mut finished = Vec::new();
         let progressed = self.with_core(|core| {
             let r = core.ep.progress();
             Self::harvest(core, &mut finished);
             Ok(r)
         })?;
-        let mut n = self.complete_all(finished);
+        let mut n = self.complete_all_into(finished, mine, hint);
         progressed?;
         // MAKE_RMA_PROGRESS: drain RMA packets and engine actions.
         let m = crate::win::progress(self)?.completed;
@@ -1336,15 +1346,31 @@ impl Device {
         }
     }
 
-    /// Completes harvested operations (outside the lock) and bumps the
-    /// completion epoch; returns how many.
-    fn complete_all(&self, mut finished: Vec<Finished>) -> usize {
+    /// Completes harvested operations (outside the lock): those of `mine`
+    /// in place, the others through their completers (see
+    /// [`poll_into`](Self::poll_into)); bumps the completion epoch and
+    /// returns how many.
+    fn complete_all_into(
+        &self,
+        mut finished: Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+    ) -> usize {
         if finished.capacity() == 0 {
             return 0;
         }
         let n = finished.len();
         for f in finished.drain(..) {
-            self.complete(f);
+            let (completer, outcome) = self.outcome(f);
+            match find_mine(mine, &completer, *hint) {
+                Some(i) => {
+                    *hint = i + 1;
+                    if let Some(r) = mine.get_mut(i) {
+                        r.finish_here(completer, outcome);
+                    }
+                }
+                None => completer.finish(outcome),
+            }
         }
         if n > 0 {
             self.epoch.fetch_add(1, Ordering::Release);
@@ -1353,8 +1379,9 @@ impl Device {
         n
     }
 
-    /// Completes a finished operation's request (outside the core lock).
-    fn complete(&self, f: Finished) {
+    /// What a finished operation's request completes with (outside the core
+    /// lock), and its completer.
+    fn outcome(&self, f: Finished) -> (Completer, Outcome) {
         match f {
             Finished::Send {
                 completer,
@@ -1371,32 +1398,50 @@ impl Device {
                 } else {
                     Status::new(ANY_SOURCE, ANY_TAG, len)
                 };
-                match result {
-                    Ok(Some(buf)) => completer.complete_with_buffer(status, buf),
-                    Ok(None) => completer.complete(status),
-                    Err(e) => completer.fail(Status::EMPTY, e),
-                }
+                let outcome = match result {
+                    Ok(buffer) => Outcome {
+                        status,
+                        error: None,
+                        buffer,
+                    },
+                    Err(e) => Outcome {
+                        status: Status::EMPTY,
+                        error: Some(e),
+                        buffer: None,
+                    },
+                };
+                (completer, outcome)
             }
             Finished::Recv {
                 completer,
                 result,
                 into,
                 group,
-            } => match result {
-                Err(e) => completer.fail(Status::EMPTY, e),
-                Ok((st, buf)) => self.complete_recv(completer, &st, buf, into, group.as_deref()),
-            },
+            } => {
+                let outcome = match result {
+                    Err(e) => Outcome {
+                        status: Status::EMPTY,
+                        error: Some(e),
+                        buffer: None,
+                    },
+                    Ok((st, buf)) => self.recv_outcome(&st, buf, into, group.as_deref()),
+                };
+                (completer, outcome)
+            }
         }
     }
 
-    fn complete_recv(
+    /// What a receive the endpoint finished with `st` into `buf` completes
+    /// with: the user's buffer back (unpacked first for a datatype
+    /// receive), a truncation error with the status of what was delivered,
+    /// or the cancelled status.
+    fn recv_outcome(
         &self,
-        completer: Completer,
         st: &EpStatus,
         buf: Vec<u8>,
         into: RecvInto,
         group: Option<&Group>,
-    ) {
+    ) -> Outcome {
         if st.cancelled {
             let user = match into {
                 RecvInto::Owned => buf,
@@ -1405,20 +1450,15 @@ impl Device {
                     user
                 }
             };
-            completer.complete_with_buffer(Status::cancelled(), user);
-            return;
+            return Outcome {
+                status: Status::cancelled(),
+                error: None,
+                buffer: Some(user),
+            };
         }
         let res = self.recv_result(st, group);
-        match into {
-            RecvInto::Owned => match res {
-                Ok(s) => completer.complete_with_buffer(s, buf),
-                Err(Error::RecvTruncated { status, msg_len }) => completer.fail_with_buffer(
-                    status,
-                    Error::RecvTruncated { status, msg_len },
-                    buf,
-                ),
-                Err(e) => completer.fail_with_buffer(Status::EMPTY, e, buf),
-            },
+        let (user, unpack_error) = match into {
+            RecvInto::Owned => (buf, None),
             RecvInto::Typed {
                 mut user,
                 datatype,
@@ -1428,17 +1468,21 @@ impl Device {
                 let n = st.len.min(buf.len());
                 let unpacked = datatype.unpack_part(&buf[..n], &mut user, count, 0);
                 self.give_back_staging(buf);
-                match (unpacked, res) {
-                    (Err(e), r) => {
-                        let status = r.unwrap_or(Status::EMPTY);
-                        completer.fail_with_buffer(status, e, user);
-                    }
-                    (Ok(_), Ok(s)) => completer.complete_with_buffer(s, user),
-                    (Ok(_), Err(Error::RecvTruncated { status, msg_len })) => completer
-                        .fail_with_buffer(status, Error::RecvTruncated { status, msg_len }, user),
-                    (Ok(_), Err(e)) => completer.fail_with_buffer(Status::EMPTY, e, user),
-                }
+                (user, unpacked.err())
             }
+        };
+        let (status, error) = match (unpack_error, res) {
+            (Some(e), r) => (r.unwrap_or(Status::EMPTY), Some(e)),
+            (None, Ok(s)) => (s, None),
+            (None, Err(Error::RecvTruncated { status, msg_len })) => {
+                (status, Some(Error::RecvTruncated { status, msg_len }))
+            }
+            (None, Err(e)) => (Status::EMPTY, Some(e)),
+        };
+        Outcome {
+            status,
+            error,
+            buffer: Some(user),
         }
     }
 
@@ -1504,9 +1548,83 @@ impl Device {
         Ok(())
     }
 
-    /// Waits for one request with this device's progress.
+    /// `MPI_Wait` with this device's progress: as [`Request::wait`] with
+    /// [`DeviceProgress`], except that a completion of `req` harvested by
+    /// this thread is delivered in place (no publish through the slot).
     pub(crate) fn wait(&self, req: &mut Request) -> Result<Status, Error> {
-        req.wait(&mut DeviceProgress::new(self))
+        if req.is_null() {
+            return Ok(Status::EMPTY);
+        }
+        let mut seen = self.epoch();
+        let mut idle = 0u32;
+        let mut hint = 0usize;
+        loop {
+            if let Some(r) = req.take_result() {
+                return r;
+            }
+            let done = self.poll_into(std::slice::from_mut(req), &mut hint)?;
+            self.idle_step(done, &mut seen, &mut idle)?;
+        }
+    }
+
+    /// `MPI_Test` with this device's progress (as [`Request::test`], with
+    /// the completion of `req` delivered in place when this thread
+    /// harvests it).
+    pub(crate) fn test(&self, req: &mut Request) -> Result<Option<Status>, Error> {
+        if req.is_null() {
+            return Ok(Some(Status::EMPTY));
+        }
+        if let Some(r) = req.take_result() {
+            return r.map(Some);
+        }
+        self.poll_into(std::slice::from_mut(req), &mut 0)?;
+        req.take_result().transpose()
+    }
+
+    /// `MPI_Waitall` with this device's progress, as [`crate::waitall`]
+    /// (statuses in order, [`Error::InStatus`] on failures, a progress error
+    /// ends the wait early with the requests not yet taken left active),
+    /// but each progress pass delivers the completions of `reqs` it
+    /// harvests in place: no publish, lock or reference-count traffic on
+    /// their slots. Completions of other threads' requests (or of these,
+    /// harvested by another thread) go through the slots as usual.
+    pub(crate) fn waitall(&self, reqs: &mut [Request]) -> Result<Vec<Status>, Error> {
+        let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
+        let mut seen = self.epoch();
+        let mut idle = 0u32;
+        let mut hint = 0usize;
+        loop {
+            // Take from the first request not yet taken up to the first one
+            // still incomplete (requests mostly complete in order; see
+            // `crate::waitall`).
+            while let Some(r) = reqs.get_mut(out.len()) {
+                match r.take_status() {
+                    Some(status) => out.push(status),
+                    None => break,
+                }
+            }
+            if out.len() == reqs.len() {
+                return crate::request::all_statuses(out);
+            }
+            hint = hint.max(out.len());
+            let done = self.poll_into(reqs, &mut hint)?;
+            self.idle_step(done, &mut seen, &mut idle)?;
+        }
+    }
+
+    /// The idle policy of this device's own wait loops after a pass that
+    /// completed `done` requests: any completion (or a move of the epoch
+    /// past `*seen`: another thread completed something) resets the idle
+    /// count; otherwise [`relax`](Self::relax).
+    fn idle_step(&self, done: usize, seen: &mut u64, idle: &mut u32) -> Result<(), Error> {
+        let now = self.epoch();
+        if done > 0 || now != *seen {
+            *seen = now;
+            *idle = 0;
+            return Ok(());
+        }
+        *idle = idle.saturating_add(1);
+        self.relax(*idle)
     }
 
     /// Number of send operations (also freed ones and buffered sends)
@@ -1643,6 +1761,24 @@ impl Progress for DeviceProgress<'_> {
     fn progress(&mut self, blocking: bool) -> Result<(), Error> {
         self.dev.check_since(blocking, &mut self.seen)
     }
+}
+
+/// How far [`find_mine`] looks for the request a completion belongs to.
+const FIND_MINE_SCAN: usize = 64;
+
+/// The index in `mine` of the request `completer` completes, looked for
+/// from `hint` on (wrapping) among at most [`FIND_MINE_SCAN`] requests;
+/// `None` if not found there (the completion then goes through the slot,
+/// which is always correct).
+fn find_mine(mine: &[Request], completer: &Completer, hint: usize) -> Option<usize> {
+    let n = mine.len();
+    if n == 0 {
+        return None;
+    }
+    let start = if hint < n { hint } else { 0 };
+    (0..n.min(FIND_MINE_SCAN))
+        .map(|k| (start + k) % n)
+        .find(|&i| mine.get(i).is_some_and(|r| completer.completes(r)))
 }
 
 /// The status of an operation on `MPI_PROC_NULL`.

@@ -27,6 +27,20 @@
 //! reset slot in a per-thread spare list, so a steady stream of requests
 //! allocates nothing.
 //!
+//! # Completion in place
+//!
+//! The device's own waits (`Comm::wait`, `test`, `waitall`) know which
+//! requests the calling thread owns. When such a wait's progress pass
+//! harvests the operation of one of them, it completes that request in
+//! place (`Request::finish_here`, crate-internal): the status, detailed
+//! error and buffer go straight into the request, nothing is published
+//! through the shared slot (no lock, no read-modify-write), and both
+//! references to the untouched slot go to the thread's spare list as a
+//! pair, so the next [`request`] costs no reference-count update either.
+//! This is not a hand-off between threads (the owner holds both halves),
+//! so the loom models of the hand-off above still cover every cross-thread
+//! path; a completion harvested by any other thread goes through the slot.
+//!
 //! # Freeing and abandoning
 //!
 //! Dropping a [`Request`] (or [`Request::free`]) before completion is
@@ -272,35 +286,74 @@ impl Slot {
 /// Spare slots of this thread: a request's slot goes back here when the
 /// request hands over its completion and the completer is gone (the
 /// request holds the only reference), so that a steady stream of requests
-/// allocates nothing. Not under loom (whose objects live in one execution).
+/// allocates nothing. A completion delivered in place
+/// ([`Request::finish_here`]) gives back both halves' references at once:
+/// such a *pair* makes the next [`request`] without touching the reference
+/// count. Not under loom (whose objects live in one execution).
 #[cfg(not(tmx_adi_loom))]
 mod spare {
     use super::Slot;
     use std::cell::RefCell;
     use std::sync::Arc;
 
-    /// Slots kept per thread (a window of this many requests in flight
-    /// allocates once).
+    /// Slots kept per thread in each list (a window of this many requests
+    /// in flight allocates once).
     const KEEP: usize = 256;
 
-    thread_local! {
-        static FREE: RefCell<Vec<Arc<Slot>>> = const { RefCell::new(Vec::new()) };
+    struct Spare {
+        /// Two references to one pristine slot, and nobody else's.
+        pairs: Vec<(Arc<Slot>, Arc<Slot>)>,
+        /// The only reference to a pristine slot.
+        singles: Vec<Arc<Slot>>,
     }
 
-    /// A fresh slot: a spare one if this thread has one.
-    pub(super) fn take() -> Arc<Slot> {
-        FREE.try_with(|f| f.try_borrow_mut().ok().and_then(|mut f| f.pop()))
+    thread_local! {
+        static FREE: RefCell<Spare> = const {
+            RefCell::new(Spare {
+                pairs: Vec::new(),
+                singles: Vec::new(),
+            })
+        };
+    }
+
+    /// A fresh slot as the two references of a request and its completer:
+    /// a spare pair (no reference-count traffic), else a spare single,
+    /// else a new slot.
+    pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
+        let spare = FREE
+            .try_with(|f| {
+                let mut f = f.try_borrow_mut().ok()?;
+                if let Some(p) = f.pairs.pop() {
+                    return Some(p);
+                }
+                f.singles.pop().map(|s| (Arc::clone(&s), s))
+            })
             .ok()
-            .flatten()
-            .unwrap_or_else(|| Arc::new(Slot::new()))
+            .flatten();
+        spare.unwrap_or_else(|| {
+            let s = Arc::new(Slot::new());
+            (Arc::clone(&s), s)
+        })
     }
 
     /// Keeps `slot`, already reset and unshared, for a later request.
     pub(super) fn give(slot: Arc<Slot>) {
         let _ = FREE.try_with(|f| {
             if let Ok(mut f) = f.try_borrow_mut() {
-                if f.len() < KEEP {
-                    f.push(slot);
+                if f.singles.len() < KEEP {
+                    f.singles.push(slot);
+                }
+            }
+        });
+    }
+
+    /// Keeps the two references of a pristine slot that nobody else
+    /// references (a request and its completer, both given up here).
+    pub(super) fn give_pair(a: Arc<Slot>, b: Arc<Slot>) {
+        let _ = FREE.try_with(|f| {
+            if let Ok(mut f) = f.try_borrow_mut() {
+                if f.pairs.len() < KEEP {
+                    f.pairs.push((a, b));
                 }
             }
         });
@@ -312,11 +365,14 @@ mod spare {
     use super::Slot;
     use crate::sync::Arc;
 
-    pub(super) fn take() -> Arc<Slot> {
-        Arc::new(Slot::new())
+    pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
+        let s = Arc::new(Slot::new());
+        (Arc::clone(&s), s)
     }
 
     pub(super) fn give(_slot: Arc<Slot>) {}
+
+    pub(super) fn give_pair(_a: Arc<Slot>, _b: Arc<Slot>) {}
 }
 
 /// Takes the detailed error and the buffer a completed slot holds (as its
@@ -355,16 +411,65 @@ fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>
 /// Creates a pending request: the [`Request`] for the upper layer and the
 /// [`Completer`] for the operation.
 pub fn request() -> (Request, Completer) {
-    let slot = spare::take();
+    let (mine, theirs) = spare::take_pair();
     (
         Request {
-            slot: Some(Arc::clone(&slot)),
+            slot: Some(mine),
             op: None,
             buffer: None,
             ready: None,
         },
-        Completer { slot: Some(slot) },
+        Completer { slot: Some(theirs) },
     )
+}
+
+/// A completion the device computed: the status, the detailed error of a
+/// failure (its class goes into the status), and the buffer handed back.
+/// Delivered through the [`Completer`] ([`Completer::finish`]) or, by the
+/// thread that owns the request, in place ([`Request::finish_here`]).
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) status: Status,
+    pub(crate) error: Option<Error>,
+    pub(crate) buffer: Option<Vec<u8>>,
+}
+
+/// The completion a request holds itself (born complete, or delivered in
+/// place): no shared slot.
+#[derive(Debug)]
+struct Ready {
+    status: Status,
+    buffer: Option<Vec<u8>>,
+    /// The detailed error of a failed operation (its class is in
+    /// `status.error`).
+    detail: Option<Box<Error>>,
+}
+
+impl Ready {
+    fn of(outcome: Outcome) -> Ready {
+        let Outcome {
+            mut status,
+            error,
+            buffer,
+        } = outcome;
+        if let Some(e) = &error {
+            status.error = e.class();
+        }
+        Ready {
+            status,
+            buffer,
+            detail: error.map(Box::new),
+        }
+    }
+}
+
+/// The result a single-request wait or test returns for a completion.
+fn result_of(status: Status, detail: Option<Error>) -> Result<Status, Error> {
+    if status.error.is_success() {
+        Ok(status)
+    } else {
+        Err(detail.unwrap_or(Error::Failed(status.error)))
+    }
 }
 
 /// The upper layer's handle of a nonblocking operation (`MPI_Request`).
@@ -380,9 +485,10 @@ pub struct Request {
     op: Option<u64>,
     /// The buffer handed back by a completed operation that owned one.
     buffer: Option<Vec<u8>>,
-    /// A request born complete (no slot, no allocation): its status and
-    /// buffer, handed over by the first wait or test.
-    ready: Option<(Status, Option<Vec<u8>>)>,
+    /// A request born complete (no slot, no allocation) or completed in
+    /// place: its status, buffer and detailed error, handed over by the
+    /// first wait or test.
+    ready: Option<Ready>,
 }
 
 impl Request {
@@ -405,16 +511,27 @@ impl Request {
             slot: None,
             op: None,
             buffer: None,
-            ready: Some((status, Some(buffer))),
+            ready: Some(Ready {
+                status,
+                buffer: Some(buffer),
+                detail: None,
+            }),
         }
     }
 
     /// A request that is already complete with `status` (for operations that
-    /// finish at once, such as those on `MPI_PROC_NULL`).
+    /// finish at once, such as those on `MPI_PROC_NULL`): no shared slot.
     pub fn completed(status: Status) -> Request {
-        let (req, completer) = request();
-        completer.complete(status);
-        req
+        Request {
+            slot: None,
+            op: None,
+            buffer: None,
+            ready: Some(Ready {
+                status,
+                buffer: None,
+                detail: None,
+            }),
+        }
     }
 
     /// Whether this is `MPI_REQUEST_NULL` (never started, or already
@@ -432,8 +549,8 @@ impl Request {
     /// `MPI_Request_get_status`: the status if complete, without consuming
     /// the request. A null request gives [`Status::EMPTY`].
     pub fn get_status(&self) -> Option<Status> {
-        if let Some((st, _)) = &self.ready {
-            return Some(*st);
+        if let Some(r) = &self.ready {
+            return Some(r.status);
         }
         match &self.slot {
             None => Some(Status::EMPTY),
@@ -444,9 +561,9 @@ impl Request {
 
     /// If complete, consumes the completion (the request becomes null).
     fn try_take(&mut self) -> Option<Result<Status, Error>> {
-        if let Some((st, buf)) = self.ready.take() {
-            self.buffer = buf;
-            return Some(Ok(st));
+        if let Some(r) = self.ready.take() {
+            self.buffer = r.buffer;
+            return Some(result_of(r.status, r.detail.map(|d| *d)));
         }
         let slot = self.slot.as_ref()?;
         let state = slot.state.load(Ordering::Acquire);
@@ -460,19 +577,18 @@ impl Request {
             self.buffer = data;
         }
         self.op = None;
-        Some(if status.error.is_success() {
-            Ok(status)
-        } else {
-            Err(detail.unwrap_or(Error::Failed(status.error)))
-        })
+        Some(result_of(status, detail))
     }
 
     /// Takes the completion as a status (class in [`Status::error`]), for the
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
-    fn take_status(&mut self) -> Option<Status> {
-        if let Some((st, buf)) = self.ready.take() {
-            self.buffer = buf;
-            return Some(st);
+    pub(crate) fn take_status(&mut self) -> Option<Status> {
+        if let Some(r) = self.ready.take() {
+            self.buffer = r.buffer;
+            if let Some(detail) = r.detail {
+                tracing::debug!(%detail, "request of a set failed");
+            }
+            return Some(r.status);
         }
         let slot = match &self.slot {
             None => return Some(Status::EMPTY),
@@ -543,6 +659,43 @@ impl Request {
         self.buffer.as_deref()
     }
 
+    /// If complete, consumes the completion as a single-request wait does
+    /// (the request becomes null); `None` if still pending. A null request
+    /// gives `None` too: check [`Request::is_null`] first.
+    pub(crate) fn take_result(&mut self) -> Option<Result<Status, Error>> {
+        self.try_take()
+    }
+
+    /// Completes this request in place with `outcome`, given `completer`,
+    /// the device's half of *this* request (which the caller, the thread
+    /// that owns the request, took from the device): nothing is published
+    /// through the shared slot, and both references to it go back to this
+    /// thread's spare list as a pair. A `completer` of another request is
+    /// completed through its slot as usual instead.
+    pub(crate) fn finish_here(&mut self, mut completer: Completer, outcome: Outcome) {
+        if !completer.completes(self) {
+            completer.finish(outcome);
+            return;
+        }
+        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
+            // Both references of the slot are in hand and it was never
+            // published: it is pristine and nobody else can reach it.
+            spare::give_pair(mine, theirs);
+        }
+        self.op = None;
+        self.ready = Some(Ready::of(outcome));
+    }
+
+    /// A request born complete with `outcome` (no shared slot).
+    pub(crate) fn from_outcome(outcome: Outcome) -> Request {
+        Request {
+            slot: None,
+            op: None,
+            buffer: None,
+            ready: Some(Ready::of(outcome)),
+        }
+    }
+
     /// Ties the request to a device operation (for cancel).
     pub(crate) fn with_op(mut self, op: u64) -> Request {
         self.op = Some(op);
@@ -577,6 +730,26 @@ pub struct Completer {
 }
 
 impl Completer {
+    /// Whether this completer completes `req` (they share its slot).
+    pub(crate) fn completes(&self, req: &Request) -> bool {
+        match (&self.slot, &req.slot) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Completes the request with a device-computed [`Outcome`]
+    /// ([`complete`](Self::complete), [`fail`](Self::fail), or their
+    /// `_with_buffer` forms).
+    pub(crate) fn finish(self, outcome: Outcome) {
+        match (outcome.error, outcome.buffer) {
+            (None, None) => self.complete(outcome.status),
+            (None, Some(b)) => self.complete_with_buffer(outcome.status, b),
+            (Some(e), None) => self.fail(outcome.status, e),
+            (Some(e), Some(b)) => self.fail_with_buffer(outcome.status, e, b),
+        }
+    }
+
     /// Completes the request with `status` (whose `error` should be
     /// [`ErrorClass::Success`]; use [`fail`](Self::fail) for errors).
     pub fn complete(mut self, status: Status) {
@@ -722,6 +895,15 @@ pub fn testany(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Any
     Ok(AnyOutcome::Pending)
 }
 
+/// The result of a waitall whose statuses are `out`, in order:
+/// [`Error::InStatus`] if any failed.
+pub(crate) fn all_statuses(out: Vec<Status>) -> Result<Vec<Status>, Error> {
+    if out.iter().all(|s| s.error.is_success()) {
+        return Ok(out);
+    }
+    in_status(out.into_iter().enumerate().collect()).map(strip_index)
+}
+
 fn in_status(statuses: Vec<(usize, Status)>) -> Result<Vec<(usize, Status)>, Error> {
     let failed = statuses
         .iter()
@@ -760,10 +942,7 @@ pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec
             None => progress.progress(true)?,
         }
     }
-    if out.iter().all(|s| s.error.is_success()) {
-        return Ok(out);
-    }
-    in_status(out.into_iter().enumerate().collect()).map(strip_index)
+    all_statuses(out)
 }
 
 /// `MPI_Testall`: if every request is complete (checked, then again after one
