@@ -1075,11 +1075,12 @@ impl Device {
                         bump_locked(&self.counters.recv_fast_hits);
                     }
                 }
-                Self::harvest(core, &mut finished);
+                self.harvest(core, &mut finished, &mut [], &mut 0);
                 Ok(r)
             })?;
             first = false;
-            self.complete_all_into(finished, &mut [], &mut 0);
+            let n = self.complete_all_into(finished, &mut [], &mut 0);
+            self.note_completed(n);
             // Passive-target RMA progress also runs in blocking receives;
             // applying RMA packets counts as activity (keeps spinning).
             let rma_active = crate::win::progress(self)?.packets > 0;
@@ -1236,12 +1237,13 @@ impl Device {
     /// order); it moves past each one found.
     fn poll_into(&self, mine: &mut [Request], hint: &mut usize) -> Result<usize, Error> {
         let mut finished = Vec::new();
-        let progressed = self.with_core(|core| {
+        let (progressed, here) = self.with_core(|core| {
             let r = core.ep.progress();
-            Self::harvest(core, &mut finished);
-            Ok(r)
+            let here = self.harvest(core, &mut finished, mine, hint);
+            Ok((r, here))
         })?;
-        let mut n = self.complete_all_into(finished, mine, hint);
+        let mut n = here + self.complete_all_into(finished, mine, hint);
+        self.note_completed(n);
         progressed?;
         // MAKE_RMA_PROGRESS: drain RMA packets and engine actions.
         let m = crate::win::progress(self)?.completed;
@@ -1290,8 +1292,20 @@ impl Device {
     }
 
     /// Takes the endpoint's finished requests and finishes those operations'
-    /// endpoint side (under the lock).
-    fn harvest(core: &mut Core, finished: &mut Vec<Finished>) {
+    /// endpoint side (under the lock). A plain one (a receive into the
+    /// request's own buffer, or a send not from the attached buffer) whose
+    /// request is in `mine` is completed in place right here: its outcome
+    /// is a few moves, with no other lock taken and no user code run. The
+    /// others go to `finished`, completed once the lock is released
+    /// ([`complete_all_into`](Self::complete_all_into)). Returns how many
+    /// were completed in place.
+    fn harvest(
+        &self,
+        core: &mut Core,
+        finished: &mut Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+    ) -> usize {
         let Core {
             ep,
             ops,
@@ -1300,11 +1314,9 @@ impl Device {
         } = core;
         ep.take_finished(sends_done, recvs_done);
         if sends_done.is_empty() && recvs_done.is_empty() {
-            return;
+            return 0;
         }
-        if finished.capacity() == 0 {
-            *finished = take_scratch();
-        }
+        let mut here = 0;
         for (id, result) in sends_done.drain(..) {
             match ops.remove(&id) {
                 Some(Op {
@@ -1316,13 +1328,19 @@ impl Device {
                             ..
                         },
                     completer,
-                }) => finished.push(Finished::Send {
-                    completer,
-                    result: result.map_err(Error::from),
-                    len,
-                    bsend,
-                    cancelled,
-                }),
+                }) => {
+                    let f = Finished::Send {
+                        completer,
+                        result: result.map_err(Error::from),
+                        len,
+                        bsend,
+                        cancelled,
+                    };
+                    match self.finish_mine(f, mine, hint) {
+                        None => here += 1,
+                        Some(f) => push_finished(finished, f),
+                    }
+                }
                 // Not a send of ours (cannot happen: ids are unique): its
                 // completer, if any, completes the request as abandoned.
                 Some(op) => drop(op),
@@ -1334,22 +1352,57 @@ impl Device {
                 Some(Op {
                     kind: OpKind::Recv { into, group, .. },
                     completer,
-                }) => finished.push(Finished::Recv {
-                    completer,
-                    result: result.map_err(Error::from),
-                    into,
-                    group,
-                }),
+                }) => {
+                    let f = Finished::Recv {
+                        completer,
+                        result: result.map_err(Error::from),
+                        into,
+                        group,
+                    };
+                    match self.finish_mine(f, mine, hint) {
+                        None => here += 1,
+                        Some(f) => push_finished(finished, f),
+                    }
+                }
                 Some(op) => drop(op),
                 None => {}
             }
         }
+        here
+    }
+
+    /// Under the core lock: completes `f` in place if it is plain (see
+    /// [`harvest`](Self::harvest)) and its request is in `mine`; otherwise
+    /// gives it back.
+    fn finish_mine(&self, f: Finished, mine: &mut [Request], hint: &mut usize) -> Option<Finished> {
+        let (plain, completer) = match &f {
+            Finished::Send {
+                bsend, completer, ..
+            } => (bsend.is_none(), completer),
+            Finished::Recv {
+                into, completer, ..
+            } => (matches!(into, RecvInto::Owned), completer),
+        };
+        let i = if plain {
+            find_mine(mine, completer, *hint)
+        } else {
+            None
+        };
+        let Some(r) = i.and_then(|i| mine.get_mut(i)) else {
+            return Some(f);
+        };
+        if let Some(i) = i {
+            *hint = i + 1;
+        }
+        let (completer, outcome) = self.outcome(f);
+        r.finish_here(completer, outcome);
+        None
     }
 
     /// Completes harvested operations (outside the lock): those of `mine`
     /// in place, the others through their completers (see
-    /// [`poll_into`](Self::poll_into)); bumps the completion epoch and
-    /// returns how many.
+    /// [`poll_into`](Self::poll_into)); returns how many (the caller bumps
+    /// the epoch: [`note_completed`](Self::note_completed)).
     fn complete_all_into(
         &self,
         mut finished: Vec<Finished>,
@@ -1372,11 +1425,15 @@ impl Device {
                 None => completer.finish(outcome),
             }
         }
+        give_scratch(finished);
+        n
+    }
+
+    /// Bumps the completion epoch after a pass that completed `n` requests.
+    fn note_completed(&self, n: usize) {
         if n > 0 {
             self.epoch.fetch_add(1, Ordering::Release);
         }
-        give_scratch(finished);
-        n
     }
 
     /// What a finished operation's request completes with (outside the core
@@ -1761,6 +1818,15 @@ impl Progress for DeviceProgress<'_> {
     fn progress(&mut self, blocking: bool) -> Result<(), Error> {
         self.dev.check_since(blocking, &mut self.seen)
     }
+}
+
+/// Pushes `f` to a harvest list, which takes this thread's spare list on
+/// its first push.
+fn push_finished(finished: &mut Vec<Finished>, f: Finished) {
+    if finished.capacity() == 0 {
+        *finished = take_scratch();
+    }
+    finished.push(f);
 }
 
 /// How far [`find_mine`] looks for the request a completion belongs to.

@@ -435,29 +435,25 @@ pub(crate) struct Outcome {
 }
 
 /// The completion a request holds itself (born complete, or delivered in
-/// place): no shared slot.
+/// place): no shared slot. Its buffer waits in `Request::buffer`, hidden
+/// until a wait or test takes the completion.
 #[derive(Debug)]
 struct Ready {
     status: Status,
-    buffer: Option<Vec<u8>>,
     /// The detailed error of a failed operation (its class is in
     /// `status.error`).
     detail: Option<Box<Error>>,
 }
 
 impl Ready {
-    fn of(outcome: Outcome) -> Ready {
-        let Outcome {
-            mut status,
-            error,
-            buffer,
-        } = outcome;
+    /// The ready completion of `status` and `error` (whose class goes into
+    /// the status).
+    fn of(mut status: Status, error: Option<Error>) -> Ready {
         if let Some(e) = &error {
             status.error = e.class();
         }
         Ready {
             status,
-            buffer,
             detail: error.map(Box::new),
         }
     }
@@ -483,7 +479,9 @@ pub struct Request {
     slot: Option<Arc<Slot>>,
     /// The device operation behind it (for cancel), if any.
     op: Option<u64>,
-    /// The buffer handed back by a completed operation that owned one.
+    /// The buffer handed back by a completed operation that owned one
+    /// (while `ready` holds a completion not yet taken, its buffer, not yet
+    /// visible).
     buffer: Option<Vec<u8>>,
     /// A request born complete (no slot, no allocation) or completed in
     /// place: its status, buffer and detailed error, handed over by the
@@ -510,10 +508,9 @@ impl Request {
         Request {
             slot: None,
             op: None,
-            buffer: None,
+            buffer: Some(buffer),
             ready: Some(Ready {
                 status,
-                buffer: Some(buffer),
                 detail: None,
             }),
         }
@@ -528,7 +525,6 @@ impl Request {
             buffer: None,
             ready: Some(Ready {
                 status,
-                buffer: None,
                 detail: None,
             }),
         }
@@ -562,7 +558,6 @@ impl Request {
     /// If complete, consumes the completion (the request becomes null).
     fn try_take(&mut self) -> Option<Result<Status, Error>> {
         if let Some(r) = self.ready.take() {
-            self.buffer = r.buffer;
             return Some(result_of(r.status, r.detail.map(|d| *d)));
         }
         let slot = self.slot.as_ref()?;
@@ -584,7 +579,6 @@ impl Request {
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
     pub(crate) fn take_status(&mut self) -> Option<Status> {
         if let Some(r) = self.ready.take() {
-            self.buffer = r.buffer;
             if let Some(detail) = r.detail {
                 tracing::debug!(%detail, "request of a set failed");
             }
@@ -651,11 +645,17 @@ impl Request {
     /// after a truncation error: it then holds the bytes that fit). `None`
     /// before completion, for operations on borrowed buffers, and once taken.
     pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        if self.ready.is_some() {
+            return None;
+        }
         self.buffer.take()
     }
 
     /// The buffer handed back by the completed operation, without taking it.
     pub fn buffer(&self) -> Option<&[u8]> {
+        if self.ready.is_some() {
+            return None;
+        }
         self.buffer.as_deref()
     }
 
@@ -683,7 +683,8 @@ impl Request {
             spare::give_pair(mine, theirs);
         }
         self.op = None;
-        self.ready = Some(Ready::of(outcome));
+        self.buffer = outcome.buffer;
+        self.ready = Some(Ready::of(outcome.status, outcome.error));
     }
 
     /// A request born complete with `outcome` (no shared slot).
@@ -691,8 +692,8 @@ impl Request {
         Request {
             slot: None,
             op: None,
-            buffer: None,
-            ready: Some(Ready::of(outcome)),
+            buffer: outcome.buffer,
+            ready: Some(Ready::of(outcome.status, outcome.error)),
         }
     }
 

@@ -419,6 +419,8 @@ fn completion_in_place_skips_the_slot_and_recycles_it_as_a_pair() {
     );
     assert!(req.is_complete() && !req.is_null());
     assert_eq!(req.op(), None, "complete: nothing to cancel");
+    assert_eq!(req.buffer(), None, "hidden until a wait or test takes it");
+    assert_eq!(req.take_buffer(), None);
     assert_eq!(req.get_status(), Some(Status::new(3, 4, 5)));
     assert_eq!(req.wait(&mut never()).unwrap(), Status::new(3, 4, 5));
     assert_eq!(req.take_buffer(), Some(vec![1, 2, 3, 4, 5]));
@@ -522,6 +524,14 @@ fn completion_in_place_with_another_requests_completer_goes_through_its_slot() {
         buffer: None,
     });
     assert_eq!(mine.wait(&mut never()).unwrap(), Status::new(1, 1, 1));
+    // Born complete with a buffer: hidden until taken, then handed back.
+    let mut r = Request::ready_with_buffer(Status::new(4, 4, 2), vec![4, 4]);
+    assert_eq!(r.buffer(), None);
+    assert_eq!(r.take_buffer(), None);
+    assert_eq!(r.get_status(), Some(Status::new(4, 4, 2)));
+    assert_eq!(r.wait(&mut never()).unwrap(), Status::new(4, 4, 2));
+    assert_eq!(r.buffer(), Some(&[4u8, 4][..]));
+    assert_eq!(r.take_buffer(), Some(vec![4, 4]));
     // `completed` is born complete: no slot, nothing to cancel.
     let mut c = Request::completed(Status::new(2, 2, 0));
     assert!(c.slot.is_none() && c.op().is_none() && c.is_complete());
