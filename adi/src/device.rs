@@ -31,7 +31,7 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
-use crate::request::{request, Completer, Outcome, Progress, Request, Status};
+use crate::request::{request, Completer, Outcome, Progress, ProgressOn, Request, Status};
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
@@ -1223,16 +1223,12 @@ impl Device {
 
     // ---------------------------------------------------------- progress
 
-    /// One progress pass under the lock; completes what finished outside it.
-    /// Returns how many requests it completed.
-    fn poll(&self) -> Result<usize, Error> {
-        self.poll_into(&mut [], &mut 0)
-    }
-
-    /// [`poll`](Self::poll) by the thread that owns `mine`: the
-    /// completions of those requests are delivered in place
-    /// ([`Request::finish_here`]: no publish through their shared slots),
-    /// the others through their completers. `hint` is where in `mine` the
+    /// One progress pass under the lock, by the thread that owns `mine`
+    /// (may be empty); returns how many requests it completed. Completions
+    /// of `mine` are delivered in place ([`Request::finish_here`]: no
+    /// publish through their shared slots; plain ones during the harvest,
+    /// the others after the lock is released), the others through their
+    /// completers after the lock is released. `hint` is where in `mine` the
     /// next completion is looked for first (requests mostly complete in
     /// order); it moves past each one found.
     fn poll_into(&self, mine: &mut [Request], hint: &mut usize) -> Result<usize, Error> {
@@ -1513,6 +1509,15 @@ impl Device {
                 buffer: Some(user),
             };
         }
+        if matches!(into, RecvInto::Owned) && !st.truncated() {
+            // The common case, built directly (not through `recv_result`'s
+            // `Result<Status, Error>`).
+            return Outcome {
+                status: self.status_of(st, group),
+                error: None,
+                buffer: Some(buf),
+            };
+        }
         let res = self.recv_result(st, group);
         let (user, unpack_error) = match into {
             RecvInto::Owned => (buf, None),
@@ -1574,9 +1579,22 @@ impl Device {
     /// past `*seen` (a completion by any thread since the caller last
     /// looked); updates `*seen`.
     pub(crate) fn check_since(&self, blocking: bool, seen: &mut u64) -> Result<(), Error> {
+        self.check_since_on(&mut [], &mut 0, blocking, seen)
+    }
+
+    /// [`check_since`](Self::check_since) by the thread that owns `mine`,
+    /// whose completions its passes deliver in place (see
+    /// [`poll_into`](Self::poll_into)).
+    fn check_since_on(
+        &self,
+        mine: &mut [Request],
+        hint: &mut usize,
+        blocking: bool,
+        seen: &mut u64,
+    ) -> Result<(), Error> {
         let mut idle = 0u32;
         loop {
-            let done = self.poll()?;
+            let done = self.poll_into(mine, hint)?;
             let now = self.epoch();
             if done > 0 || !blocking || now != *seen {
                 *seen = now;
@@ -1605,83 +1623,10 @@ impl Device {
         Ok(())
     }
 
-    /// `MPI_Wait` with this device's progress: as [`Request::wait`] with
-    /// [`DeviceProgress`], except that a completion of `req` harvested by
-    /// this thread is delivered in place (no publish through the slot).
+    /// `MPI_Wait` with this device's progress ([`DeviceProgress`], which
+    /// completes `req` in place when its pass harvests it).
     pub(crate) fn wait(&self, req: &mut Request) -> Result<Status, Error> {
-        if req.is_null() {
-            return Ok(Status::EMPTY);
-        }
-        let mut seen = self.epoch();
-        let mut idle = 0u32;
-        let mut hint = 0usize;
-        loop {
-            if let Some(r) = req.take_result() {
-                return r;
-            }
-            let done = self.poll_into(std::slice::from_mut(req), &mut hint)?;
-            self.idle_step(done, &mut seen, &mut idle)?;
-        }
-    }
-
-    /// `MPI_Test` with this device's progress (as [`Request::test`], with
-    /// the completion of `req` delivered in place when this thread
-    /// harvests it).
-    pub(crate) fn test(&self, req: &mut Request) -> Result<Option<Status>, Error> {
-        if req.is_null() {
-            return Ok(Some(Status::EMPTY));
-        }
-        if let Some(r) = req.take_result() {
-            return r.map(Some);
-        }
-        self.poll_into(std::slice::from_mut(req), &mut 0)?;
-        req.take_result().transpose()
-    }
-
-    /// `MPI_Waitall` with this device's progress, as [`crate::waitall`]
-    /// (statuses in order, [`Error::InStatus`] on failures, a progress error
-    /// ends the wait early with the requests not yet taken left active),
-    /// but each progress pass delivers the completions of `reqs` it
-    /// harvests in place: no publish, lock or reference-count traffic on
-    /// their slots. Completions of other threads' requests (or of these,
-    /// harvested by another thread) go through the slots as usual.
-    pub(crate) fn waitall(&self, reqs: &mut [Request]) -> Result<Vec<Status>, Error> {
-        let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
-        let mut seen = self.epoch();
-        let mut idle = 0u32;
-        let mut hint = 0usize;
-        loop {
-            // Take from the first request not yet taken up to the first one
-            // still incomplete (requests mostly complete in order; see
-            // `crate::waitall`).
-            while let Some(r) = reqs.get_mut(out.len()) {
-                match r.take_status() {
-                    Some(status) => out.push(status),
-                    None => break,
-                }
-            }
-            if out.len() == reqs.len() {
-                return crate::request::all_statuses(out);
-            }
-            hint = hint.max(out.len());
-            let done = self.poll_into(reqs, &mut hint)?;
-            self.idle_step(done, &mut seen, &mut idle)?;
-        }
-    }
-
-    /// The idle policy of this device's own wait loops after a pass that
-    /// completed `done` requests: any completion (or a move of the epoch
-    /// past `*seen`: another thread completed something) resets the idle
-    /// count; otherwise [`relax`](Self::relax).
-    fn idle_step(&self, done: usize, seen: &mut u64, idle: &mut u32) -> Result<(), Error> {
-        let now = self.epoch();
-        if done > 0 || now != *seen {
-            *seen = now;
-            *idle = 0;
-            return Ok(());
-        }
-        *idle = idle.saturating_add(1);
-        self.relax(*idle)
+        req.wait_on(&mut DeviceProgress::new(self))
     }
 
     /// Number of send operations (also freed ones and buffered sends)
@@ -1799,10 +1744,17 @@ impl Device {
 /// call returns at once when another thread completed something since the
 /// waiter last looked: no completion can slip between a wait's check of
 /// its request and its blocking progress call.
+///
+/// As the [`ProgressOn`] hook of the device's own waits and tests
+/// (`Comm::wait`, `test`, `waitall`, `waitany`, ...), its passes complete
+/// the requests the caller waits on in place when they harvest them
+/// ([`Device::poll_into`]), looking for each from where the last one was
+/// found.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DeviceProgress<'a> {
     dev: &'a Device,
     seen: u64,
+    hint: usize,
 }
 
 impl<'a> DeviceProgress<'a> {
@@ -1810,6 +1762,7 @@ impl<'a> DeviceProgress<'a> {
         DeviceProgress {
             dev,
             seen: dev.epoch(),
+            hint: 0,
         }
     }
 }
@@ -1817,6 +1770,13 @@ impl<'a> DeviceProgress<'a> {
 impl Progress for DeviceProgress<'_> {
     fn progress(&mut self, blocking: bool) -> Result<(), Error> {
         self.dev.check_since(blocking, &mut self.seen)
+    }
+}
+
+impl ProgressOn for DeviceProgress<'_> {
+    fn progress_on(&mut self, reqs: &mut [Request], blocking: bool) -> Result<(), Error> {
+        self.dev
+            .check_since_on(reqs, &mut self.hint, blocking, &mut self.seen)
     }
 }
 

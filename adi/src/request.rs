@@ -172,6 +172,24 @@ impl Progress for YieldProgress {
     }
 }
 
+/// The progress hook as the waits and tests below drive it: with the
+/// requests they wait on, which the device's hook completes in place when
+/// its pass harvests them (`Request::finish_here`). Crate-internal; a plain
+/// [`Progress`] hook ignores the requests ([`Plain`]).
+pub(crate) trait ProgressOn {
+    /// [`Progress::progress`], told which requests the caller waits on.
+    fn progress_on(&mut self, reqs: &mut [Request], blocking: bool) -> Result<(), Error>;
+}
+
+/// A [`Progress`] hook as a [`ProgressOn`] one.
+struct Plain<'a, P>(&'a mut P);
+
+impl<P: Progress> ProgressOn for Plain<'_, P> {
+    fn progress_on(&mut self, _reqs: &mut [Request], blocking: bool) -> Result<(), Error> {
+        self.0.progress(blocking)
+    }
+}
+
 const COMPLETE: usize = 1;
 const FREED: usize = 2;
 /// Published with `COMPLETE` when a detailed error waits in `Slot::detail`.
@@ -610,13 +628,21 @@ impl Request {
     /// the request null; otherwise `Ok(None)`. A failed operation returns its
     /// error (the request becomes null all the same).
     pub fn test(&mut self, progress: &mut impl Progress) -> Result<Option<Status>, Error> {
+        self.test_on(&mut Plain(progress))
+    }
+
+    /// [`test`](Self::test) with a [`ProgressOn`] hook.
+    pub(crate) fn test_on(
+        &mut self,
+        progress: &mut impl ProgressOn,
+    ) -> Result<Option<Status>, Error> {
         if self.is_null() {
             return Ok(Some(Status::EMPTY));
         }
         if let Some(r) = self.try_take() {
             return r.map(Some);
         }
-        progress.progress(false)?;
+        progress.progress_on(core::slice::from_mut(self), false)?;
         self.try_take().transpose()
     }
 
@@ -624,6 +650,11 @@ impl Request {
     /// its status and makes the request null. Never calls the hook once the
     /// request is seen complete.
     pub fn wait(&mut self, progress: &mut impl Progress) -> Result<Status, Error> {
+        self.wait_on(&mut Plain(progress))
+    }
+
+    /// [`wait`](Self::wait) with a [`ProgressOn`] hook.
+    pub(crate) fn wait_on(&mut self, progress: &mut impl ProgressOn) -> Result<Status, Error> {
         if self.is_null() {
             return Ok(Status::EMPTY);
         }
@@ -631,7 +662,7 @@ impl Request {
             if let Some(r) = self.try_take() {
                 return r;
             }
-            progress.progress(true)?;
+            progress.progress_on(core::slice::from_mut(self), true)?;
         }
     }
 
@@ -657,13 +688,6 @@ impl Request {
             return None;
         }
         self.buffer.as_deref()
-    }
-
-    /// If complete, consumes the completion as a single-request wait does
-    /// (the request becomes null); `None` if still pending. A null request
-    /// gives `None` too: check [`Request::is_null`] first.
-    pub(crate) fn take_result(&mut self) -> Option<Result<Status, Error>> {
-        self.try_take()
     }
 
     /// Completes this request in place with `outcome`, given `completer`,
@@ -869,6 +893,14 @@ pub fn waitany(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<(usize, Status)>, Error> {
+    waitany_on(reqs, &mut Plain(progress))
+}
+
+/// [`waitany`] with a [`ProgressOn`] hook.
+pub(crate) fn waitany_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<(usize, Status)>, Error> {
     loop {
         if all_null(reqs) {
             return Ok(None);
@@ -876,12 +908,20 @@ pub fn waitany(
         if let Some(r) = first_completed(reqs) {
             return r.map(Some);
         }
-        progress.progress(true)?;
+        progress.progress_on(reqs, true)?;
     }
 }
 
 /// `MPI_Testany`: like [`waitany`] with one non-blocking progress call.
 pub fn testany(reqs: &mut [Request], progress: &mut impl Progress) -> Result<AnyOutcome, Error> {
+    testany_on(reqs, &mut Plain(progress))
+}
+
+/// [`testany`] with a [`ProgressOn`] hook.
+pub(crate) fn testany_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<AnyOutcome, Error> {
     if all_null(reqs) {
         return Ok(AnyOutcome::Inactive);
     }
@@ -890,7 +930,7 @@ pub fn testany(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Any
             return r.map(|(index, status)| AnyOutcome::Completed { index, status });
         }
         if round == 0 {
-            progress.progress(false)?;
+            progress.progress_on(reqs, false)?;
         }
     }
     Ok(AnyOutcome::Pending)
@@ -931,6 +971,14 @@ fn strip_index(v: Vec<(usize, Status)>) -> Vec<Status> {
 /// incomplete, in order) are null and their statuses are lost (MPI reports
 /// them as `MPI_ERR_PENDING`/done in that case); later ones stay active.
 pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec<Status>, Error> {
+    waitall_on(reqs, &mut Plain(progress))
+}
+
+/// [`waitall`] with a [`ProgressOn`] hook.
+pub(crate) fn waitall_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Vec<Status>, Error> {
     let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
     // Every request must complete, so each pass takes the statuses from the
     // first request not yet taken up to the first one still incomplete and
@@ -940,7 +988,7 @@ pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec
     while let Some(r) = reqs.get_mut(out.len()) {
         match r.take_status() {
             Some(status) => out.push(status),
-            None => progress.progress(true)?,
+            None => progress.progress_on(reqs, true)?,
         }
     }
     all_statuses(out)
@@ -953,9 +1001,17 @@ pub fn testall(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<Vec<Status>>, Error> {
+    testall_on(reqs, &mut Plain(progress))
+}
+
+/// [`testall`] with a [`ProgressOn`] hook.
+pub(crate) fn testall_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<Vec<Status>>, Error> {
     let done = |reqs: &[Request]| reqs.iter().all(|r| r.is_null() || r.is_complete());
     if !done(reqs) {
-        progress.progress(false)?;
+        progress.progress_on(reqs, false)?;
         if !done(reqs) {
             return Ok(None);
         }
@@ -988,6 +1044,14 @@ pub fn waitsome(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<Vec<(usize, Status)>>, Error> {
+    waitsome_on(reqs, &mut Plain(progress))
+}
+
+/// [`waitsome`] with a [`ProgressOn`] hook.
+pub(crate) fn waitsome_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<Vec<(usize, Status)>>, Error> {
     loop {
         if all_null(reqs) {
             return Ok(None);
@@ -996,7 +1060,7 @@ pub fn waitsome(
         if !done.is_empty() {
             return in_status(done).map(Some);
         }
-        progress.progress(true)?;
+        progress.progress_on(reqs, true)?;
     }
 }
 
@@ -1006,12 +1070,20 @@ pub fn testsome(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<Vec<(usize, Status)>>, Error> {
+    testsome_on(reqs, &mut Plain(progress))
+}
+
+/// [`testsome`] with a [`ProgressOn`] hook.
+pub(crate) fn testsome_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<Vec<(usize, Status)>>, Error> {
     if all_null(reqs) {
         return Ok(None);
     }
     let mut done = take_some(reqs);
     if done.is_empty() {
-        progress.progress(false)?;
+        progress.progress_on(reqs, false)?;
         done = take_some(reqs);
     }
     in_status(done).map(Some)

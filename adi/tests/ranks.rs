@@ -11,7 +11,7 @@
 
 use adi::{
     attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED},
-    BasicType, Comm, Datatype, Error, ErrorClass, ReduceOp, Request, Source, Tag,
+    AnyOutcome, BasicType, Comm, Datatype, Error, ErrorClass, ReduceOp, Request, Source, Tag,
 };
 use launcher::run::{run_job, JobSpec};
 use std::process::ExitCode;
@@ -688,20 +688,61 @@ fn role_wait_mixes(w: &Comm) {
                             }
                         })
                         .collect();
-                    if round % 4 == 3 {
-                        // Complete them one by one, testing first.
-                        for r in reqs.iter_mut() {
-                            while w.test(r).unwrap().is_none() {}
-                            assert!(r.is_null());
+                    match round % 7 {
+                        0 | 1 => {
+                            let st = w.waitall(&mut reqs).unwrap();
+                            for (k, s) in st.iter().enumerate() {
+                                assert_eq!(s.count, 1 + k * 7);
+                            }
                         }
-                    } else if round % 4 == 2 {
-                        for r in reqs.iter_mut() {
-                            w.wait(r).unwrap();
+                        2 => {
+                            for r in reqs.iter_mut() {
+                                w.wait(r).unwrap();
+                            }
                         }
-                    } else {
-                        let st = w.waitall(&mut reqs).unwrap();
-                        for (k, s) in st.iter().enumerate() {
-                            assert_eq!(s.count, 1 + k * 7);
+                        3 => {
+                            // One by one, testing first.
+                            for r in reqs.iter_mut() {
+                                while w.test(r).unwrap().is_none() {}
+                                assert!(r.is_null());
+                            }
+                        }
+                        4 => {
+                            let mut seen = 0;
+                            while let Some((k, s)) = w.waitany(&mut reqs).unwrap() {
+                                assert_eq!(s.count, 1 + k * 7);
+                                seen += 1;
+                            }
+                            assert_eq!(seen, 16);
+                        }
+                        5 => {
+                            let mut seen = 0;
+                            while let Some(done) = w.waitsome(&mut reqs).unwrap() {
+                                assert!(!done.is_empty());
+                                for (k, s) in done {
+                                    assert_eq!(s.count, 1 + k * 7);
+                                    seen += 1;
+                                }
+                            }
+                            assert_eq!(seen, 16);
+                            assert_eq!(w.testany(&mut reqs).unwrap(), AnyOutcome::Inactive);
+                        }
+                        _ => {
+                            let mut seen = 0;
+                            while seen < 8 {
+                                if let Some(done) = w.testsome(&mut reqs).unwrap() {
+                                    seen += done.len();
+                                }
+                            }
+                            loop {
+                                match w.testall(&mut reqs).unwrap() {
+                                    None => continue,
+                                    Some(st) => {
+                                        assert_eq!(st.len(), 16);
+                                        break;
+                                    }
+                                }
+                            }
                         }
                     }
                     if me == 1 {
