@@ -1325,17 +1325,24 @@ impl Device {
                         },
                     completer,
                 }) => {
-                    let f = Finished::Send {
-                        completer,
-                        result: result.map_err(Error::from),
-                        len,
-                        bsend,
-                        cancelled,
-                    };
-                    match self.finish_mine(f, mine, hint) {
-                        None => here += 1,
-                        Some(f) => push_finished(finished, f),
+                    let result = result.map_err(Error::from);
+                    if bsend.is_none() {
+                        if let Some(r) = take_mine(mine, &completer, hint) {
+                            r.finish_here(completer, send_outcome(result, len, cancelled));
+                            here += 1;
+                            continue;
+                        }
                     }
+                    push_finished(
+                        finished,
+                        Finished::Send {
+                            completer,
+                            result,
+                            len,
+                            bsend,
+                            cancelled,
+                        },
+                    );
                 }
                 // Not a send of ours (cannot happen: ids are unique): its
                 // completer, if any, completes the request as abandoned.
@@ -1349,50 +1356,32 @@ impl Device {
                     kind: OpKind::Recv { into, group, .. },
                     completer,
                 }) => {
-                    let f = Finished::Recv {
-                        completer,
-                        result: result.map_err(Error::from),
-                        into,
-                        group,
-                    };
-                    match self.finish_mine(f, mine, hint) {
-                        None => here += 1,
-                        Some(f) => push_finished(finished, f),
+                    let result = result.map_err(Error::from);
+                    if matches!(into, RecvInto::Owned) {
+                        if let Some(r) = take_mine(mine, &completer, hint) {
+                            r.finish_here(
+                                completer,
+                                self.recv_done(result, into, group.as_deref()),
+                            );
+                            here += 1;
+                            continue;
+                        }
                     }
+                    push_finished(
+                        finished,
+                        Finished::Recv {
+                            completer,
+                            result,
+                            into,
+                            group,
+                        },
+                    );
                 }
                 Some(op) => drop(op),
                 None => {}
             }
         }
         here
-    }
-
-    /// Under the core lock: completes `f` in place if it is plain (see
-    /// [`harvest`](Self::harvest)) and its request is in `mine`; otherwise
-    /// gives it back.
-    fn finish_mine(&self, f: Finished, mine: &mut [Request], hint: &mut usize) -> Option<Finished> {
-        let (plain, completer) = match &f {
-            Finished::Send {
-                bsend, completer, ..
-            } => (bsend.is_none(), completer),
-            Finished::Recv {
-                into, completer, ..
-            } => (matches!(into, RecvInto::Owned), completer),
-        };
-        let i = if plain {
-            find_mine(mine, completer, *hint)
-        } else {
-            None
-        };
-        let Some(r) = i.and_then(|i| mine.get_mut(i)) else {
-            return Some(f);
-        };
-        if let Some(i) = i {
-            *hint = i + 1;
-        }
-        let (completer, outcome) = self.outcome(f);
-        r.finish_here(completer, outcome);
-        None
     }
 
     /// Completes harvested operations (outside the lock): those of `mine`
@@ -1411,13 +1400,8 @@ impl Device {
         let n = finished.len();
         for f in finished.drain(..) {
             let (completer, outcome) = self.outcome(f);
-            match find_mine(mine, &completer, *hint) {
-                Some(i) => {
-                    *hint = i + 1;
-                    if let Some(r) = mine.get_mut(i) {
-                        r.finish_here(completer, outcome);
-                    }
-                }
+            match take_mine(mine, &completer, hint) {
+                Some(r) => r.finish_here(completer, outcome),
                 None => completer.finish(outcome),
             }
         }
@@ -1446,41 +1430,31 @@ impl Device {
                 if let Some(start) = bsend {
                     lock(&self.bsend).used.remove(&start);
                 }
-                let status = if cancelled {
-                    Status::cancelled()
-                } else {
-                    Status::new(ANY_SOURCE, ANY_TAG, len)
-                };
-                let outcome = match result {
-                    Ok(buffer) => Outcome {
-                        status,
-                        error: None,
-                        buffer,
-                    },
-                    Err(e) => Outcome {
-                        status: Status::EMPTY,
-                        error: Some(e),
-                        buffer: None,
-                    },
-                };
-                (completer, outcome)
+                (completer, send_outcome(result, len, cancelled))
             }
             Finished::Recv {
                 completer,
                 result,
                 into,
                 group,
-            } => {
-                let outcome = match result {
-                    Err(e) => Outcome {
-                        status: Status::EMPTY,
-                        error: Some(e),
-                        buffer: None,
-                    },
-                    Ok((st, buf)) => self.recv_outcome(&st, buf, into, group.as_deref()),
-                };
-                (completer, outcome)
-            }
+            } => (completer, self.recv_done(result, into, group.as_deref())),
+        }
+    }
+
+    /// What a receive the endpoint reported with `result` completes with.
+    fn recv_done(
+        &self,
+        result: Result<(EpStatus, Vec<u8>), Error>,
+        into: RecvInto,
+        group: Option<&Group>,
+    ) -> Outcome {
+        match result {
+            Err(e) => Outcome {
+                status: Status::EMPTY,
+                error: Some(e),
+                buffer: None,
+            },
+            Ok((st, buf)) => self.recv_outcome(&st, buf, into, group),
         }
     }
 
@@ -1778,6 +1752,38 @@ impl ProgressOn for DeviceProgress<'_> {
         self.dev
             .check_since_on(reqs, &mut self.hint, blocking, &mut self.seen)
     }
+}
+
+/// What a send the endpoint reported with `result` completes with.
+fn send_outcome(result: Result<Option<Vec<u8>>, Error>, len: usize, cancelled: bool) -> Outcome {
+    match result {
+        Ok(buffer) => Outcome {
+            status: if cancelled {
+                Status::cancelled()
+            } else {
+                Status::new(ANY_SOURCE, ANY_TAG, len)
+            },
+            error: None,
+            buffer,
+        },
+        Err(e) => Outcome {
+            status: Status::EMPTY,
+            error: Some(e),
+            buffer: None,
+        },
+    }
+}
+
+/// The request of `mine` that `completer` completes, looked for from
+/// `*hint` on ([`find_mine`]); moves `*hint` past it.
+fn take_mine<'a>(
+    mine: &'a mut [Request],
+    completer: &Completer,
+    hint: &mut usize,
+) -> Option<&'a mut Request> {
+    let i = find_mine(mine, completer, *hint)?;
+    *hint = i + 1;
+    mine.get_mut(i)
 }
 
 /// Pushes `f` to a harvest list, which takes this thread's spare list on
