@@ -20,7 +20,10 @@
 //!   `Device::check`, which takes the lock for one pass and releases it.
 //! - each request's own state (see [`mod@crate::request`]): completers run
 //!   *after* `core` is released, so unpacking a datatype receive never
-//!   holds up other threads.
+//!   holds up other threads. The one thing done for a request under `core`
+//!   is completing a plain receive or send of the waiting thread's own
+//!   requests in place (`Device::harvest`): a few moves into a request the
+//!   caller holds, no other lock, no user code.
 //! - `bsend` (the attached buffer), `contexts` (free context ids),
 //!   `staging` (a pool of receive staging buffers), `pmi`: each its own
 //!   lock. Order when nested: `bsend` → `core`; nothing else nests.
