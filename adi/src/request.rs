@@ -29,8 +29,10 @@
 //!
 //! # Completion in place
 //!
-//! The device's own waits (`Comm::wait`, `test`, `waitall`) know which
-//! requests the calling thread owns. When such a wait's progress pass
+//! The device's own waits and tests (`Comm::wait`, `test`, `waitall`,
+//! `waitany`, `waitsome`, `testall`, `testany`, `testsome`) know which
+//! requests the calling thread owns: they hand them to the progress hook
+//! (the crate-internal `ProgressOn`). When such a wait's progress pass
 //! harvests the operation of one of them, it completes that request in
 //! place (`Request::finish_here`, crate-internal): the status, detailed
 //! error and buffer go straight into the request, nothing is published
