@@ -231,12 +231,10 @@ impl Comm {
 
     fn proc_null_request(&self, buf: Option<Vec<u8>>) -> Request {
         self.dev().note_proc_null();
-        let (req, completer) = request::request();
         match buf {
-            Some(b) => completer.complete_with_buffer(PROC_NULL_STATUS, b),
-            None => completer.complete(PROC_NULL_STATUS),
+            Some(b) => Request::ready_with_buffer(PROC_NULL_STATUS, b),
+            None => Request::completed(PROC_NULL_STATUS),
         }
-        req
     }
 
     // ------------------------------------------------------------- sends
@@ -670,37 +668,37 @@ impl Comm {
 
     /// `MPI_Test`.
     pub fn test(&self, req: &mut Request) -> Result<Option<Status>, Error> {
-        req.test(&mut DeviceProgress::new(self.dev()))
+        req.test_on(&mut DeviceProgress::new(self.dev()))
     }
 
     /// `MPI_Waitall`.
     pub fn waitall(&self, reqs: &mut [Request]) -> Result<Vec<Status>, Error> {
-        request::waitall(reqs, &mut DeviceProgress::new(self.dev()))
+        request::waitall_on(reqs, &mut DeviceProgress::new(self.dev()))
     }
 
     /// `MPI_Waitany`.
     pub fn waitany(&self, reqs: &mut [Request]) -> Result<Option<(usize, Status)>, Error> {
-        request::waitany(reqs, &mut DeviceProgress::new(self.dev()))
+        request::waitany_on(reqs, &mut DeviceProgress::new(self.dev()))
     }
 
     /// `MPI_Waitsome`.
     pub fn waitsome(&self, reqs: &mut [Request]) -> Result<Option<Vec<(usize, Status)>>, Error> {
-        request::waitsome(reqs, &mut DeviceProgress::new(self.dev()))
+        request::waitsome_on(reqs, &mut DeviceProgress::new(self.dev()))
     }
 
     /// `MPI_Testall`.
     pub fn testall(&self, reqs: &mut [Request]) -> Result<Option<Vec<Status>>, Error> {
-        request::testall(reqs, &mut DeviceProgress::new(self.dev()))
+        request::testall_on(reqs, &mut DeviceProgress::new(self.dev()))
     }
 
     /// `MPI_Testany`.
     pub fn testany(&self, reqs: &mut [Request]) -> Result<AnyOutcome, Error> {
-        request::testany(reqs, &mut DeviceProgress::new(self.dev()))
+        request::testany_on(reqs, &mut DeviceProgress::new(self.dev()))
     }
 
     /// `MPI_Testsome`.
     pub fn testsome(&self, reqs: &mut [Request]) -> Result<Option<Vec<(usize, Status)>>, Error> {
-        request::testsome(reqs, &mut DeviceProgress::new(self.dev()))
+        request::testsome_on(reqs, &mut DeviceProgress::new(self.dev()))
     }
 
     // --------------------------------------------------------- persistent

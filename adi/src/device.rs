@@ -20,7 +20,10 @@
 //!   `Device::check`, which takes the lock for one pass and releases it.
 //! - each request's own state (see [`mod@crate::request`]): completers run
 //!   *after* `core` is released, so unpacking a datatype receive never
-//!   holds up other threads.
+//!   holds up other threads. The one thing done for a request under `core`
+//!   is completing a plain receive or send of the waiting thread's own
+//!   requests in place (`Device::harvest`): a few moves into a request the
+//!   caller holds, no other lock, no user code.
 //! - `bsend` (the attached buffer), `contexts` (free context ids),
 //!   `staging` (a pool of receive staging buffers), `pmi`: each its own
 //!   lock. Order when nested: `bsend` → `core`; nothing else nests.
@@ -31,7 +34,7 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
-use crate::request::{request, Completer, Progress, Request, Status};
+use crate::request::{request, Completer, Outcome, Progress, ProgressOn, Request, Status};
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
@@ -993,14 +996,14 @@ impl Device {
             (Ok(st), RecvInto::Owned) if !st.cancelled && !st.truncated() => {
                 Ok(Request::ready_with_buffer(self.status_of(&st, group), buf))
             }
-            (result, into) => {
-                let (req, completer) = request();
-                match result {
-                    Err(e) => completer.fail(Status::EMPTY, e.into()),
-                    Ok(st) => self.complete_recv(completer, &st, buf, into, group),
-                }
-                Ok(req)
-            }
+            (result, into) => Ok(Request::from_outcome(match result {
+                Err(e) => Outcome {
+                    status: Status::EMPTY,
+                    error: Some(e.into()),
+                    buffer: None,
+                },
+                Ok(st) => self.recv_outcome(&st, buf, into, group),
+            })),
         }
     }
 
@@ -1075,11 +1078,12 @@ impl Device {
                         bump_locked(&self.counters.recv_fast_hits);
                     }
                 }
-                Self::harvest(core, &mut finished);
+                self.harvest(core, &mut finished, &mut [], &mut 0);
                 Ok(r)
             })?;
             first = false;
-            self.complete_all(finished);
+            let n = self.complete_all_into(finished, &mut [], &mut 0);
+            self.note_completed(n);
             // Passive-target RMA progress also runs in blocking receives;
             // applying RMA packets counts as activity (keeps spinning).
             let rma_active = crate::win::progress(self)?.packets > 0;
@@ -1222,16 +1226,23 @@ impl Device {
 
     // ---------------------------------------------------------- progress
 
-    /// One progress pass under the lock; completes what finished outside it.
-    /// Returns how many requests it completed.
-    fn poll(&self) -> Result<usize, Error> {
+    /// One progress pass under the lock, by the thread that owns `mine`
+    /// (may be empty); returns how many requests it completed. Completions
+    /// of `mine` are delivered in place ([`Request::finish_here`]: no
+    /// publish through their shared slots; plain ones during the harvest,
+    /// the others after the lock is released), the others through their
+    /// completers after the lock is released. `hint` is where in `mine` the
+    /// next completion is looked for first (requests mostly complete in
+    /// order); it moves past each one found.
+    fn poll_into(&self, mine: &mut [Request], hint: &mut usize) -> Result<usize, Error> {
         let mut finished = Vec::new();
-        let progressed = self.with_core(|core| {
+        let (progressed, here) = self.with_core(|core| {
             let r = core.ep.progress();
-            Self::harvest(core, &mut finished);
-            Ok(r)
+            let here = self.harvest(core, &mut finished, mine, hint);
+            Ok((r, here))
         })?;
-        let mut n = self.complete_all(finished);
+        let mut n = here + self.complete_all_into(finished, mine, hint);
+        self.note_completed(n);
         progressed?;
         // MAKE_RMA_PROGRESS: drain RMA packets and engine actions.
         let m = crate::win::progress(self)?.completed;
@@ -1280,8 +1291,20 @@ impl Device {
     }
 
     /// Takes the endpoint's finished requests and finishes those operations'
-    /// endpoint side (under the lock).
-    fn harvest(core: &mut Core, finished: &mut Vec<Finished>) {
+    /// endpoint side (under the lock). A plain one (a receive into the
+    /// request's own buffer, or a send not from the attached buffer) whose
+    /// request is in `mine` is completed in place right here: its outcome
+    /// is a few moves, with no other lock taken and no user code run. The
+    /// others go to `finished`, completed once the lock is released
+    /// ([`complete_all_into`](Self::complete_all_into)). Returns how many
+    /// were completed in place.
+    fn harvest(
+        &self,
+        core: &mut Core,
+        finished: &mut Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+    ) -> usize {
         let Core {
             ep,
             ops,
@@ -1290,11 +1313,9 @@ impl Device {
         } = core;
         ep.take_finished(sends_done, recvs_done);
         if sends_done.is_empty() && recvs_done.is_empty() {
-            return;
+            return 0;
         }
-        if finished.capacity() == 0 {
-            *finished = take_scratch();
-        }
+        let mut here = 0;
         for (id, result) in sends_done.drain(..) {
             match ops.remove(&id) {
                 Some(Op {
@@ -1306,13 +1327,26 @@ impl Device {
                             ..
                         },
                     completer,
-                }) => finished.push(Finished::Send {
-                    completer,
-                    result: result.map_err(Error::from),
-                    len,
-                    bsend,
-                    cancelled,
-                }),
+                }) => {
+                    let result = result.map_err(Error::from);
+                    if bsend.is_none() {
+                        if let Some(r) = take_mine(mine, &completer, hint) {
+                            r.finish_here(completer, send_outcome(result, len, cancelled));
+                            here += 1;
+                            continue;
+                        }
+                    }
+                    push_finished(
+                        finished,
+                        Finished::Send {
+                            completer,
+                            result,
+                            len,
+                            bsend,
+                            cancelled,
+                        },
+                    );
+                }
                 // Not a send of ours (cannot happen: ids are unique): its
                 // completer, if any, completes the request as abandoned.
                 Some(op) => drop(op),
@@ -1324,37 +1358,70 @@ impl Device {
                 Some(Op {
                     kind: OpKind::Recv { into, group, .. },
                     completer,
-                }) => finished.push(Finished::Recv {
-                    completer,
-                    result: result.map_err(Error::from),
-                    into,
-                    group,
-                }),
+                }) => {
+                    let result = result.map_err(Error::from);
+                    if matches!(into, RecvInto::Owned) {
+                        if let Some(r) = take_mine(mine, &completer, hint) {
+                            r.finish_here(
+                                completer,
+                                self.recv_done(result, into, group.as_deref()),
+                            );
+                            here += 1;
+                            continue;
+                        }
+                    }
+                    push_finished(
+                        finished,
+                        Finished::Recv {
+                            completer,
+                            result,
+                            into,
+                            group,
+                        },
+                    );
+                }
                 Some(op) => drop(op),
                 None => {}
             }
         }
+        here
     }
 
-    /// Completes harvested operations (outside the lock) and bumps the
-    /// completion epoch; returns how many.
-    fn complete_all(&self, mut finished: Vec<Finished>) -> usize {
+    /// Completes harvested operations (outside the lock): those of `mine`
+    /// in place, the others through their completers (see
+    /// [`poll_into`](Self::poll_into)); returns how many (the caller bumps
+    /// the epoch: [`note_completed`](Self::note_completed)).
+    fn complete_all_into(
+        &self,
+        mut finished: Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+    ) -> usize {
         if finished.capacity() == 0 {
             return 0;
         }
         let n = finished.len();
         for f in finished.drain(..) {
-            self.complete(f);
-        }
-        if n > 0 {
-            self.epoch.fetch_add(1, Ordering::Release);
+            let (completer, outcome) = self.outcome(f);
+            match take_mine(mine, &completer, hint) {
+                Some(r) => r.finish_here(completer, outcome),
+                None => completer.finish(outcome),
+            }
         }
         give_scratch(finished);
         n
     }
 
-    /// Completes a finished operation's request (outside the core lock).
-    fn complete(&self, f: Finished) {
+    /// Bumps the completion epoch after a pass that completed `n` requests.
+    fn note_completed(&self, n: usize) {
+        if n > 0 {
+            self.epoch.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// What a finished operation's request completes with (outside the core
+    /// lock), and its completer.
+    fn outcome(&self, f: Finished) -> (Completer, Outcome) {
         match f {
             Finished::Send {
                 completer,
@@ -1366,37 +1433,45 @@ impl Device {
                 if let Some(start) = bsend {
                     lock(&self.bsend).used.remove(&start);
                 }
-                let status = if cancelled {
-                    Status::cancelled()
-                } else {
-                    Status::new(ANY_SOURCE, ANY_TAG, len)
-                };
-                match result {
-                    Ok(Some(buf)) => completer.complete_with_buffer(status, buf),
-                    Ok(None) => completer.complete(status),
-                    Err(e) => completer.fail(Status::EMPTY, e),
-                }
+                (completer, send_outcome(result, len, cancelled))
             }
             Finished::Recv {
                 completer,
                 result,
                 into,
                 group,
-            } => match result {
-                Err(e) => completer.fail(Status::EMPTY, e),
-                Ok((st, buf)) => self.complete_recv(completer, &st, buf, into, group.as_deref()),
-            },
+            } => (completer, self.recv_done(result, into, group.as_deref())),
         }
     }
 
-    fn complete_recv(
+    /// What a receive the endpoint reported with `result` completes with.
+    fn recv_done(
         &self,
-        completer: Completer,
+        result: Result<(EpStatus, Vec<u8>), Error>,
+        into: RecvInto,
+        group: Option<&Group>,
+    ) -> Outcome {
+        match result {
+            Err(e) => Outcome {
+                status: Status::EMPTY,
+                error: Some(e),
+                buffer: None,
+            },
+            Ok((st, buf)) => self.recv_outcome(&st, buf, into, group),
+        }
+    }
+
+    /// What a receive the endpoint finished with `st` into `buf` completes
+    /// with: the user's buffer back (unpacked first for a datatype
+    /// receive), a truncation error with the status of what was delivered,
+    /// or the cancelled status.
+    fn recv_outcome(
+        &self,
         st: &EpStatus,
         buf: Vec<u8>,
         into: RecvInto,
         group: Option<&Group>,
-    ) {
+    ) -> Outcome {
         if st.cancelled {
             let user = match into {
                 RecvInto::Owned => buf,
@@ -1405,20 +1480,24 @@ impl Device {
                     user
                 }
             };
-            completer.complete_with_buffer(Status::cancelled(), user);
-            return;
+            return Outcome {
+                status: Status::cancelled(),
+                error: None,
+                buffer: Some(user),
+            };
+        }
+        if matches!(into, RecvInto::Owned) && !st.truncated() {
+            // The common case, built directly (not through `recv_result`'s
+            // `Result<Status, Error>`).
+            return Outcome {
+                status: self.status_of(st, group),
+                error: None,
+                buffer: Some(buf),
+            };
         }
         let res = self.recv_result(st, group);
-        match into {
-            RecvInto::Owned => match res {
-                Ok(s) => completer.complete_with_buffer(s, buf),
-                Err(Error::RecvTruncated { status, msg_len }) => completer.fail_with_buffer(
-                    status,
-                    Error::RecvTruncated { status, msg_len },
-                    buf,
-                ),
-                Err(e) => completer.fail_with_buffer(Status::EMPTY, e, buf),
-            },
+        let (user, unpack_error) = match into {
+            RecvInto::Owned => (buf, None),
             RecvInto::Typed {
                 mut user,
                 datatype,
@@ -1428,17 +1507,21 @@ impl Device {
                 let n = st.len.min(buf.len());
                 let unpacked = datatype.unpack_part(&buf[..n], &mut user, count, 0);
                 self.give_back_staging(buf);
-                match (unpacked, res) {
-                    (Err(e), r) => {
-                        let status = r.unwrap_or(Status::EMPTY);
-                        completer.fail_with_buffer(status, e, user);
-                    }
-                    (Ok(_), Ok(s)) => completer.complete_with_buffer(s, user),
-                    (Ok(_), Err(Error::RecvTruncated { status, msg_len })) => completer
-                        .fail_with_buffer(status, Error::RecvTruncated { status, msg_len }, user),
-                    (Ok(_), Err(e)) => completer.fail_with_buffer(Status::EMPTY, e, user),
-                }
+                (user, unpacked.err())
             }
+        };
+        let (status, error) = match (unpack_error, res) {
+            (Some(e), r) => (r.unwrap_or(Status::EMPTY), Some(e)),
+            (None, Ok(s)) => (s, None),
+            (None, Err(Error::RecvTruncated { status, msg_len })) => {
+                (status, Some(Error::RecvTruncated { status, msg_len }))
+            }
+            (None, Err(e)) => (Status::EMPTY, Some(e)),
+        };
+        Outcome {
+            status,
+            error,
+            buffer: Some(user),
         }
     }
 
@@ -1473,9 +1556,22 @@ impl Device {
     /// past `*seen` (a completion by any thread since the caller last
     /// looked); updates `*seen`.
     pub(crate) fn check_since(&self, blocking: bool, seen: &mut u64) -> Result<(), Error> {
+        self.check_since_on(&mut [], &mut 0, blocking, seen)
+    }
+
+    /// [`check_since`](Self::check_since) by the thread that owns `mine`,
+    /// whose completions its passes deliver in place (see
+    /// [`poll_into`](Self::poll_into)).
+    fn check_since_on(
+        &self,
+        mine: &mut [Request],
+        hint: &mut usize,
+        blocking: bool,
+        seen: &mut u64,
+    ) -> Result<(), Error> {
         let mut idle = 0u32;
         loop {
-            let done = self.poll()?;
+            let done = self.poll_into(mine, hint)?;
             let now = self.epoch();
             if done > 0 || !blocking || now != *seen {
                 *seen = now;
@@ -1504,9 +1600,10 @@ impl Device {
         Ok(())
     }
 
-    /// Waits for one request with this device's progress.
+    /// `MPI_Wait` with this device's progress ([`DeviceProgress`], which
+    /// completes `req` in place when its pass harvests it).
     pub(crate) fn wait(&self, req: &mut Request) -> Result<Status, Error> {
-        req.wait(&mut DeviceProgress::new(self))
+        req.wait_on(&mut DeviceProgress::new(self))
     }
 
     /// Number of send operations (also freed ones and buffered sends)
@@ -1624,10 +1721,17 @@ impl Device {
 /// call returns at once when another thread completed something since the
 /// waiter last looked: no completion can slip between a wait's check of
 /// its request and its blocking progress call.
+///
+/// As the [`ProgressOn`] hook of the device's own waits and tests
+/// (`Comm::wait`, `test`, `waitall`, `waitany`, ...), its passes complete
+/// the requests the caller waits on in place when they harvest them
+/// ([`Device::poll_into`]), looking for each from where the last one was
+/// found.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DeviceProgress<'a> {
     dev: &'a Device,
     seen: u64,
+    hint: usize,
 }
 
 impl<'a> DeviceProgress<'a> {
@@ -1635,6 +1739,7 @@ impl<'a> DeviceProgress<'a> {
         DeviceProgress {
             dev,
             seen: dev.epoch(),
+            hint: 0,
         }
     }
 }
@@ -1643,6 +1748,72 @@ impl Progress for DeviceProgress<'_> {
     fn progress(&mut self, blocking: bool) -> Result<(), Error> {
         self.dev.check_since(blocking, &mut self.seen)
     }
+}
+
+impl ProgressOn for DeviceProgress<'_> {
+    fn progress_on(&mut self, reqs: &mut [Request], blocking: bool) -> Result<(), Error> {
+        self.dev
+            .check_since_on(reqs, &mut self.hint, blocking, &mut self.seen)
+    }
+}
+
+/// What a send the endpoint reported with `result` completes with.
+fn send_outcome(result: Result<Option<Vec<u8>>, Error>, len: usize, cancelled: bool) -> Outcome {
+    match result {
+        Ok(buffer) => Outcome {
+            status: if cancelled {
+                Status::cancelled()
+            } else {
+                Status::new(ANY_SOURCE, ANY_TAG, len)
+            },
+            error: None,
+            buffer,
+        },
+        Err(e) => Outcome {
+            status: Status::EMPTY,
+            error: Some(e),
+            buffer: None,
+        },
+    }
+}
+
+/// The request of `mine` that `completer` completes, looked for from
+/// `*hint` on ([`find_mine`]); moves `*hint` past it.
+fn take_mine<'a>(
+    mine: &'a mut [Request],
+    completer: &Completer,
+    hint: &mut usize,
+) -> Option<&'a mut Request> {
+    let i = find_mine(mine, completer, *hint)?;
+    *hint = i + 1;
+    mine.get_mut(i)
+}
+
+/// Pushes `f` to a harvest list, which takes this thread's spare list on
+/// its first push.
+fn push_finished(finished: &mut Vec<Finished>, f: Finished) {
+    if finished.capacity() == 0 {
+        *finished = take_scratch();
+    }
+    finished.push(f);
+}
+
+/// How far [`find_mine`] looks for the request a completion belongs to.
+const FIND_MINE_SCAN: usize = 64;
+
+/// The index in `mine` of the request `completer` completes, looked for
+/// from `hint` on (wrapping) among at most [`FIND_MINE_SCAN`] requests;
+/// `None` if not found there (the completion then goes through the slot,
+/// which is always correct).
+fn find_mine(mine: &[Request], completer: &Completer, hint: usize) -> Option<usize> {
+    let n = mine.len();
+    if n == 0 {
+        return None;
+    }
+    let start = if hint < n { hint } else { 0 };
+    (0..n.min(FIND_MINE_SCAN))
+        .map(|k| (start + k) % n)
+        .find(|&i| mine.get(i).is_some_and(|r| completer.completes(r)))
 }
 
 /// The status of an operation on `MPI_PROC_NULL`.

@@ -27,6 +27,22 @@
 //! reset slot in a per-thread spare list, so a steady stream of requests
 //! allocates nothing.
 //!
+//! # Completion in place
+//!
+//! The device's own waits and tests (`Comm::wait`, `test`, `waitall`,
+//! `waitany`, `waitsome`, `testall`, `testany`, `testsome`) know which
+//! requests the calling thread owns: they hand them to the progress hook
+//! (the crate-internal `ProgressOn`). When such a wait's progress pass
+//! harvests the operation of one of them, it completes that request in
+//! place (`Request::finish_here`, crate-internal): the status, detailed
+//! error and buffer go straight into the request, nothing is published
+//! through the shared slot (no lock, no read-modify-write), and both
+//! references to the untouched slot go to the thread's spare list as a
+//! pair, so the next [`request`] costs no reference-count update either.
+//! This is not a hand-off between threads (the owner holds both halves),
+//! so the loom models of the hand-off above still cover every cross-thread
+//! path; a completion harvested by any other thread goes through the slot.
+//!
 //! # Freeing and abandoning
 //!
 //! Dropping a [`Request`] (or [`Request::free`]) before completion is
@@ -158,6 +174,24 @@ impl Progress for YieldProgress {
     }
 }
 
+/// The progress hook as the waits and tests below drive it: with the
+/// requests they wait on, which the device's hook completes in place when
+/// its pass harvests them (`Request::finish_here`). Crate-internal; a plain
+/// [`Progress`] hook ignores the requests ([`Plain`]).
+pub(crate) trait ProgressOn {
+    /// [`Progress::progress`], told which requests the caller waits on.
+    fn progress_on(&mut self, reqs: &mut [Request], blocking: bool) -> Result<(), Error>;
+}
+
+/// A [`Progress`] hook as a [`ProgressOn`] one.
+struct Plain<'a, P>(&'a mut P);
+
+impl<P: Progress> ProgressOn for Plain<'_, P> {
+    fn progress_on(&mut self, _reqs: &mut [Request], blocking: bool) -> Result<(), Error> {
+        self.0.progress(blocking)
+    }
+}
+
 const COMPLETE: usize = 1;
 const FREED: usize = 2;
 /// Published with `COMPLETE` when a detailed error waits in `Slot::detail`.
@@ -272,35 +306,74 @@ impl Slot {
 /// Spare slots of this thread: a request's slot goes back here when the
 /// request hands over its completion and the completer is gone (the
 /// request holds the only reference), so that a steady stream of requests
-/// allocates nothing. Not under loom (whose objects live in one execution).
+/// allocates nothing. A completion delivered in place
+/// ([`Request::finish_here`]) gives back both halves' references at once:
+/// such a *pair* makes the next [`request`] without touching the reference
+/// count. Not under loom (whose objects live in one execution).
 #[cfg(not(tmx_adi_loom))]
 mod spare {
     use super::Slot;
     use std::cell::RefCell;
     use std::sync::Arc;
 
-    /// Slots kept per thread (a window of this many requests in flight
-    /// allocates once).
+    /// Slots kept per thread in each list (a window of this many requests
+    /// in flight allocates once).
     const KEEP: usize = 256;
 
-    thread_local! {
-        static FREE: RefCell<Vec<Arc<Slot>>> = const { RefCell::new(Vec::new()) };
+    struct Spare {
+        /// Two references to one pristine slot, and nobody else's.
+        pairs: Vec<(Arc<Slot>, Arc<Slot>)>,
+        /// The only reference to a pristine slot.
+        singles: Vec<Arc<Slot>>,
     }
 
-    /// A fresh slot: a spare one if this thread has one.
-    pub(super) fn take() -> Arc<Slot> {
-        FREE.try_with(|f| f.try_borrow_mut().ok().and_then(|mut f| f.pop()))
+    thread_local! {
+        static FREE: RefCell<Spare> = const {
+            RefCell::new(Spare {
+                pairs: Vec::new(),
+                singles: Vec::new(),
+            })
+        };
+    }
+
+    /// A fresh slot as the two references of a request and its completer:
+    /// a spare pair (no reference-count traffic), else a spare single,
+    /// else a new slot.
+    pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
+        let spare = FREE
+            .try_with(|f| {
+                let mut f = f.try_borrow_mut().ok()?;
+                if let Some(p) = f.pairs.pop() {
+                    return Some(p);
+                }
+                f.singles.pop().map(|s| (Arc::clone(&s), s))
+            })
             .ok()
-            .flatten()
-            .unwrap_or_else(|| Arc::new(Slot::new()))
+            .flatten();
+        spare.unwrap_or_else(|| {
+            let s = Arc::new(Slot::new());
+            (Arc::clone(&s), s)
+        })
     }
 
     /// Keeps `slot`, already reset and unshared, for a later request.
     pub(super) fn give(slot: Arc<Slot>) {
         let _ = FREE.try_with(|f| {
             if let Ok(mut f) = f.try_borrow_mut() {
-                if f.len() < KEEP {
-                    f.push(slot);
+                if f.singles.len() < KEEP {
+                    f.singles.push(slot);
+                }
+            }
+        });
+    }
+
+    /// Keeps the two references of a pristine slot that nobody else
+    /// references (a request and its completer, both given up here).
+    pub(super) fn give_pair(a: Arc<Slot>, b: Arc<Slot>) {
+        let _ = FREE.try_with(|f| {
+            if let Ok(mut f) = f.try_borrow_mut() {
+                if f.pairs.len() < KEEP {
+                    f.pairs.push((a, b));
                 }
             }
         });
@@ -312,11 +385,14 @@ mod spare {
     use super::Slot;
     use crate::sync::Arc;
 
-    pub(super) fn take() -> Arc<Slot> {
-        Arc::new(Slot::new())
+    pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
+        let s = Arc::new(Slot::new());
+        (Arc::clone(&s), s)
     }
 
     pub(super) fn give(_slot: Arc<Slot>) {}
+
+    pub(super) fn give_pair(_a: Arc<Slot>, _b: Arc<Slot>) {}
 }
 
 /// Takes the detailed error and the buffer a completed slot holds (as its
@@ -355,16 +431,61 @@ fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>
 /// Creates a pending request: the [`Request`] for the upper layer and the
 /// [`Completer`] for the operation.
 pub fn request() -> (Request, Completer) {
-    let slot = spare::take();
+    let (mine, theirs) = spare::take_pair();
     (
         Request {
-            slot: Some(Arc::clone(&slot)),
+            slot: Some(mine),
             op: None,
             buffer: None,
             ready: None,
         },
-        Completer { slot: Some(slot) },
+        Completer { slot: Some(theirs) },
     )
+}
+
+/// A completion the device computed: the status, the detailed error of a
+/// failure (its class goes into the status), and the buffer handed back.
+/// Delivered through the [`Completer`] ([`Completer::finish`]) or, by the
+/// thread that owns the request, in place ([`Request::finish_here`]).
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) status: Status,
+    pub(crate) error: Option<Error>,
+    pub(crate) buffer: Option<Vec<u8>>,
+}
+
+/// The completion a request holds itself (born complete, or delivered in
+/// place): no shared slot. Its buffer waits in `Request::buffer`, hidden
+/// until a wait or test takes the completion.
+#[derive(Debug)]
+struct Ready {
+    status: Status,
+    /// The detailed error of a failed operation (its class is in
+    /// `status.error`).
+    detail: Option<Box<Error>>,
+}
+
+impl Ready {
+    /// The ready completion of `status` and `error` (whose class goes into
+    /// the status).
+    fn of(mut status: Status, error: Option<Error>) -> Ready {
+        if let Some(e) = &error {
+            status.error = e.class();
+        }
+        Ready {
+            status,
+            detail: error.map(Box::new),
+        }
+    }
+}
+
+/// The result a single-request wait or test returns for a completion.
+fn result_of(status: Status, detail: Option<Error>) -> Result<Status, Error> {
+    if status.error.is_success() {
+        Ok(status)
+    } else {
+        Err(detail.unwrap_or(Error::Failed(status.error)))
+    }
 }
 
 /// The upper layer's handle of a nonblocking operation (`MPI_Request`).
@@ -378,11 +499,14 @@ pub struct Request {
     slot: Option<Arc<Slot>>,
     /// The device operation behind it (for cancel), if any.
     op: Option<u64>,
-    /// The buffer handed back by a completed operation that owned one.
+    /// The buffer handed back by a completed operation that owned one
+    /// (while `ready` holds a completion not yet taken, its buffer, not yet
+    /// visible).
     buffer: Option<Vec<u8>>,
-    /// A request born complete (no slot, no allocation): its status and
-    /// buffer, handed over by the first wait or test.
-    ready: Option<(Status, Option<Vec<u8>>)>,
+    /// A request born complete (no slot, no allocation) or completed in
+    /// place: its status, buffer and detailed error, handed over by the
+    /// first wait or test.
+    ready: Option<Ready>,
 }
 
 impl Request {
@@ -404,17 +528,26 @@ impl Request {
         Request {
             slot: None,
             op: None,
-            buffer: None,
-            ready: Some((status, Some(buffer))),
+            buffer: Some(buffer),
+            ready: Some(Ready {
+                status,
+                detail: None,
+            }),
         }
     }
 
     /// A request that is already complete with `status` (for operations that
-    /// finish at once, such as those on `MPI_PROC_NULL`).
+    /// finish at once, such as those on `MPI_PROC_NULL`): no shared slot.
     pub fn completed(status: Status) -> Request {
-        let (req, completer) = request();
-        completer.complete(status);
-        req
+        Request {
+            slot: None,
+            op: None,
+            buffer: None,
+            ready: Some(Ready {
+                status,
+                detail: None,
+            }),
+        }
     }
 
     /// Whether this is `MPI_REQUEST_NULL` (never started, or already
@@ -432,8 +565,8 @@ impl Request {
     /// `MPI_Request_get_status`: the status if complete, without consuming
     /// the request. A null request gives [`Status::EMPTY`].
     pub fn get_status(&self) -> Option<Status> {
-        if let Some((st, _)) = &self.ready {
-            return Some(*st);
+        if let Some(r) = &self.ready {
+            return Some(r.status);
         }
         match &self.slot {
             None => Some(Status::EMPTY),
@@ -444,9 +577,8 @@ impl Request {
 
     /// If complete, consumes the completion (the request becomes null).
     fn try_take(&mut self) -> Option<Result<Status, Error>> {
-        if let Some((st, buf)) = self.ready.take() {
-            self.buffer = buf;
-            return Some(Ok(st));
+        if let Some(r) = self.ready.take() {
+            return Some(result_of(r.status, r.detail.map(|d| *d)));
         }
         let slot = self.slot.as_ref()?;
         let state = slot.state.load(Ordering::Acquire);
@@ -460,19 +592,17 @@ impl Request {
             self.buffer = data;
         }
         self.op = None;
-        Some(if status.error.is_success() {
-            Ok(status)
-        } else {
-            Err(detail.unwrap_or(Error::Failed(status.error)))
-        })
+        Some(result_of(status, detail))
     }
 
     /// Takes the completion as a status (class in [`Status::error`]), for the
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
-    fn take_status(&mut self) -> Option<Status> {
-        if let Some((st, buf)) = self.ready.take() {
-            self.buffer = buf;
-            return Some(st);
+    pub(crate) fn take_status(&mut self) -> Option<Status> {
+        if let Some(r) = self.ready.take() {
+            if let Some(detail) = r.detail {
+                tracing::debug!(%detail, "request of a set failed");
+            }
+            return Some(r.status);
         }
         let slot = match &self.slot {
             None => return Some(Status::EMPTY),
@@ -500,13 +630,21 @@ impl Request {
     /// the request null; otherwise `Ok(None)`. A failed operation returns its
     /// error (the request becomes null all the same).
     pub fn test(&mut self, progress: &mut impl Progress) -> Result<Option<Status>, Error> {
+        self.test_on(&mut Plain(progress))
+    }
+
+    /// [`test`](Self::test) with a [`ProgressOn`] hook.
+    pub(crate) fn test_on(
+        &mut self,
+        progress: &mut impl ProgressOn,
+    ) -> Result<Option<Status>, Error> {
         if self.is_null() {
             return Ok(Some(Status::EMPTY));
         }
         if let Some(r) = self.try_take() {
             return r.map(Some);
         }
-        progress.progress(false)?;
+        progress.progress_on(core::slice::from_mut(self), false)?;
         self.try_take().transpose()
     }
 
@@ -514,6 +652,11 @@ impl Request {
     /// its status and makes the request null. Never calls the hook once the
     /// request is seen complete.
     pub fn wait(&mut self, progress: &mut impl Progress) -> Result<Status, Error> {
+        self.wait_on(&mut Plain(progress))
+    }
+
+    /// [`wait`](Self::wait) with a [`ProgressOn`] hook.
+    pub(crate) fn wait_on(&mut self, progress: &mut impl ProgressOn) -> Result<Status, Error> {
         if self.is_null() {
             return Ok(Status::EMPTY);
         }
@@ -521,7 +664,7 @@ impl Request {
             if let Some(r) = self.try_take() {
                 return r;
             }
-            progress.progress(true)?;
+            progress.progress_on(core::slice::from_mut(self), true)?;
         }
     }
 
@@ -535,12 +678,49 @@ impl Request {
     /// after a truncation error: it then holds the bytes that fit). `None`
     /// before completion, for operations on borrowed buffers, and once taken.
     pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        if self.ready.is_some() {
+            return None;
+        }
         self.buffer.take()
     }
 
     /// The buffer handed back by the completed operation, without taking it.
     pub fn buffer(&self) -> Option<&[u8]> {
+        if self.ready.is_some() {
+            return None;
+        }
         self.buffer.as_deref()
+    }
+
+    /// Completes this request in place with `outcome`, given `completer`,
+    /// the device's half of *this* request (which the caller, the thread
+    /// that owns the request, took from the device): nothing is published
+    /// through the shared slot, and both references to it go back to this
+    /// thread's spare list as a pair. A `completer` of another request is
+    /// completed through its slot as usual instead.
+    pub(crate) fn finish_here(&mut self, mut completer: Completer, outcome: Outcome) {
+        if !completer.completes(self) {
+            completer.finish(outcome);
+            return;
+        }
+        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
+            // Both references of the slot are in hand and it was never
+            // published: it is pristine and nobody else can reach it.
+            spare::give_pair(mine, theirs);
+        }
+        self.op = None;
+        self.buffer = outcome.buffer;
+        self.ready = Some(Ready::of(outcome.status, outcome.error));
+    }
+
+    /// A request born complete with `outcome` (no shared slot).
+    pub(crate) fn from_outcome(outcome: Outcome) -> Request {
+        Request {
+            slot: None,
+            op: None,
+            buffer: outcome.buffer,
+            ready: Some(Ready::of(outcome.status, outcome.error)),
+        }
     }
 
     /// Ties the request to a device operation (for cancel).
@@ -577,6 +757,26 @@ pub struct Completer {
 }
 
 impl Completer {
+    /// Whether this completer completes `req` (they share its slot).
+    pub(crate) fn completes(&self, req: &Request) -> bool {
+        match (&self.slot, &req.slot) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Completes the request with a device-computed [`Outcome`]
+    /// ([`complete`](Self::complete), [`fail`](Self::fail), or their
+    /// `_with_buffer` forms).
+    pub(crate) fn finish(self, outcome: Outcome) {
+        match (outcome.error, outcome.buffer) {
+            (None, None) => self.complete(outcome.status),
+            (None, Some(b)) => self.complete_with_buffer(outcome.status, b),
+            (Some(e), None) => self.fail(outcome.status, e),
+            (Some(e), Some(b)) => self.fail_with_buffer(outcome.status, e, b),
+        }
+    }
+
     /// Completes the request with `status` (whose `error` should be
     /// [`ErrorClass::Success`]; use [`fail`](Self::fail) for errors).
     pub fn complete(mut self, status: Status) {
@@ -695,6 +895,14 @@ pub fn waitany(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<(usize, Status)>, Error> {
+    waitany_on(reqs, &mut Plain(progress))
+}
+
+/// [`waitany`] with a [`ProgressOn`] hook.
+pub(crate) fn waitany_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<(usize, Status)>, Error> {
     loop {
         if all_null(reqs) {
             return Ok(None);
@@ -702,12 +910,20 @@ pub fn waitany(
         if let Some(r) = first_completed(reqs) {
             return r.map(Some);
         }
-        progress.progress(true)?;
+        progress.progress_on(reqs, true)?;
     }
 }
 
 /// `MPI_Testany`: like [`waitany`] with one non-blocking progress call.
 pub fn testany(reqs: &mut [Request], progress: &mut impl Progress) -> Result<AnyOutcome, Error> {
+    testany_on(reqs, &mut Plain(progress))
+}
+
+/// [`testany`] with a [`ProgressOn`] hook.
+pub(crate) fn testany_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<AnyOutcome, Error> {
     if all_null(reqs) {
         return Ok(AnyOutcome::Inactive);
     }
@@ -716,10 +932,19 @@ pub fn testany(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Any
             return r.map(|(index, status)| AnyOutcome::Completed { index, status });
         }
         if round == 0 {
-            progress.progress(false)?;
+            progress.progress_on(reqs, false)?;
         }
     }
     Ok(AnyOutcome::Pending)
+}
+
+/// The result of a waitall whose statuses are `out`, in order:
+/// [`Error::InStatus`] if any failed.
+pub(crate) fn all_statuses(out: Vec<Status>) -> Result<Vec<Status>, Error> {
+    if out.iter().all(|s| s.error.is_success()) {
+        return Ok(out);
+    }
+    in_status(out.into_iter().enumerate().collect()).map(strip_index)
 }
 
 fn in_status(statuses: Vec<(usize, Status)>) -> Result<Vec<(usize, Status)>, Error> {
@@ -748,6 +973,14 @@ fn strip_index(v: Vec<(usize, Status)>) -> Vec<Status> {
 /// incomplete, in order) are null and their statuses are lost (MPI reports
 /// them as `MPI_ERR_PENDING`/done in that case); later ones stay active.
 pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec<Status>, Error> {
+    waitall_on(reqs, &mut Plain(progress))
+}
+
+/// [`waitall`] with a [`ProgressOn`] hook.
+pub(crate) fn waitall_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Vec<Status>, Error> {
     let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
     // Every request must complete, so each pass takes the statuses from the
     // first request not yet taken up to the first one still incomplete and
@@ -757,13 +990,10 @@ pub fn waitall(reqs: &mut [Request], progress: &mut impl Progress) -> Result<Vec
     while let Some(r) = reqs.get_mut(out.len()) {
         match r.take_status() {
             Some(status) => out.push(status),
-            None => progress.progress(true)?,
+            None => progress.progress_on(reqs, true)?,
         }
     }
-    if out.iter().all(|s| s.error.is_success()) {
-        return Ok(out);
-    }
-    in_status(out.into_iter().enumerate().collect()).map(strip_index)
+    all_statuses(out)
 }
 
 /// `MPI_Testall`: if every request is complete (checked, then again after one
@@ -773,9 +1003,17 @@ pub fn testall(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<Vec<Status>>, Error> {
+    testall_on(reqs, &mut Plain(progress))
+}
+
+/// [`testall`] with a [`ProgressOn`] hook.
+pub(crate) fn testall_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<Vec<Status>>, Error> {
     let done = |reqs: &[Request]| reqs.iter().all(|r| r.is_null() || r.is_complete());
     if !done(reqs) {
-        progress.progress(false)?;
+        progress.progress_on(reqs, false)?;
         if !done(reqs) {
             return Ok(None);
         }
@@ -808,6 +1046,14 @@ pub fn waitsome(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<Vec<(usize, Status)>>, Error> {
+    waitsome_on(reqs, &mut Plain(progress))
+}
+
+/// [`waitsome`] with a [`ProgressOn`] hook.
+pub(crate) fn waitsome_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<Vec<(usize, Status)>>, Error> {
     loop {
         if all_null(reqs) {
             return Ok(None);
@@ -816,7 +1062,7 @@ pub fn waitsome(
         if !done.is_empty() {
             return in_status(done).map(Some);
         }
-        progress.progress(true)?;
+        progress.progress_on(reqs, true)?;
     }
 }
 
@@ -826,12 +1072,20 @@ pub fn testsome(
     reqs: &mut [Request],
     progress: &mut impl Progress,
 ) -> Result<Option<Vec<(usize, Status)>>, Error> {
+    testsome_on(reqs, &mut Plain(progress))
+}
+
+/// [`testsome`] with a [`ProgressOn`] hook.
+pub(crate) fn testsome_on(
+    reqs: &mut [Request],
+    progress: &mut impl ProgressOn,
+) -> Result<Option<Vec<(usize, Status)>>, Error> {
     if all_null(reqs) {
         return Ok(None);
     }
     let mut done = take_some(reqs);
     if done.is_empty() {
-        progress.progress(false)?;
+        progress.progress_on(reqs, false)?;
         done = take_some(reqs);
     }
     in_status(done).map(Some)

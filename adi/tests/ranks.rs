@@ -11,7 +11,7 @@
 
 use adi::{
     attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB, UNDEFINED},
-    BasicType, Comm, Datatype, Error, ErrorClass, ReduceOp, Request, Source, Tag,
+    AnyOutcome, BasicType, Comm, Datatype, Error, ErrorClass, ReduceOp, Request, Source, Tag,
 };
 use launcher::run::{run_job, JobSpec};
 use std::process::ExitCode;
@@ -579,6 +579,192 @@ fn role_threads(w: &Comm) {
     }
 }
 
+/// `waitall`/`wait`/`test` over a mix of requests (null, born complete,
+/// pending receives completing out of order, a truncation, a typed
+/// receive, a self pair, a cancelled receive, a synchronous send), a
+/// receive freed before completion that still consumes its message, and
+/// threads whose waits harvest (and so complete) each other's requests
+/// while another thread only drives `device_check`.
+fn role_wait_mixes(w: &Comm) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let mut go = [0u8; 1];
+    let i32s = Datatype::vector(2, 1, 2, &Datatype::basic(BasicType::I32)).unwrap();
+    i32s.commit().unwrap();
+    if me == 0 {
+        w.recv(&mut go, peer, 10).unwrap();
+        w.send(&pattern(16, 8), peer, 16).unwrap();
+        w.send(&pattern(12, 10), peer, 12).unwrap();
+        w.send(&[1, 0, 0, 0, 2, 0, 0, 0], peer, 18).unwrap();
+        w.send(&pattern(11, 8), peer, 11).unwrap();
+        let mut b = [0u8; 5];
+        assert_eq!(w.recv(&mut b, peer, 15).unwrap().count, 5);
+        w.send(b"end", peer, 17).unwrap();
+    } else {
+        let mut freed = w.irecv(vec![0u8; 8], peer, 16).unwrap();
+        assert_eq!(w.test(&mut freed).unwrap(), None, "nothing sent yet");
+        drop(freed);
+        let mut reqs = vec![
+            Request::null(),
+            w.irecv(vec![0u8; 8], peer, 11).unwrap(),
+            w.irecv(vec![5u8; 4], PROC_NULL, 0).unwrap(),
+            w.irecv(vec![0u8; 4], peer, 12).unwrap(),
+            w.irecv_typed(vec![0u8; 16], 1, &i32s, peer, 18).unwrap(),
+            w.irecv(vec![0u8; 3], me, 13).unwrap(),
+            w.isend(vec![9u8; 3], me, 13).unwrap(),
+            w.irecv(vec![0u8; 8], peer, 14).unwrap(),
+            w.issend(vec![1u8; 5], peer, 15).unwrap(),
+        ];
+        assert!(w.cancel(&reqs[7]).unwrap(), "an unmatched receive cancels");
+        w.send(&go, peer, 10).unwrap();
+        let statuses = match w.waitall(&mut reqs) {
+            Err(Error::InStatus { failed, statuses }) => {
+                assert_eq!(failed, 1, "only the truncated receive failed");
+                statuses
+            }
+            other => panic!("expected InStatus, got {other:?}"),
+        };
+        assert!(reqs.iter().all(Request::is_null));
+        let st: Vec<_> = statuses.iter().map(|(_, s)| *s).collect();
+        assert_eq!(st[0], adi::Status::EMPTY);
+        assert_eq!((st[1].source, st[1].tag, st[1].count), (peer, 11, 8));
+        assert_eq!(reqs[1].take_buffer().unwrap(), pattern(11, 8));
+        assert_eq!(st[2].source, PROC_NULL);
+        assert_eq!(reqs[2].take_buffer().unwrap(), vec![5u8; 4]);
+        assert_eq!((st[3].tag, st[3].count), (12, 4));
+        assert_eq!(st[3].error, ErrorClass::Truncate);
+        assert_eq!(reqs[3].take_buffer().unwrap(), pattern(12, 10)[..4]);
+        assert_eq!(
+            (st[4].tag, st[4].count, st[4].error),
+            (18, 8, ErrorClass::Success)
+        );
+        assert_eq!(
+            reqs[4].take_buffer().unwrap(),
+            [1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!((st[5].source, st[5].tag, st[5].count), (me, 13, 3));
+        assert_eq!(reqs[5].take_buffer().unwrap(), vec![9u8; 3]);
+        assert_eq!(st[6].count, 3);
+        assert_eq!(reqs[6].take_buffer().unwrap(), vec![9u8; 3]);
+        assert!(st[7].cancelled);
+        assert_eq!(reqs[7].take_buffer().unwrap(), vec![0u8; 8]);
+        assert_eq!((st[8].count, st[8].error), (5, ErrorClass::Success));
+        // The freed receive consumed tag 16, which came before tag 17.
+        let mut b = [0u8; 3];
+        w.recv(&mut b, peer, 17).unwrap();
+        w.device_check(false).unwrap();
+        assert_eq!(
+            w.iprobe(peer, 16).unwrap(),
+            None,
+            "the freed receive took it"
+        );
+    }
+    // Threads: two per rank exchange windows of 16 on their own tags; each
+    // thread's waits harvest the other's completions too. On rank 1 a third
+    // thread only runs device_check, completing others' requests.
+    let stop = Arc::new(AtomicBool::new(false));
+    let checker = (me == 1).then(|| {
+        let (w, stop) = (w.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                w.device_check(true).unwrap();
+            }
+        })
+    });
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                let tag = 100 + t as i32;
+                for round in 0..40usize {
+                    let mut reqs: Vec<Request> = (0..16)
+                        .map(|k| {
+                            let seed = t * 100_000 + round * 16 + k;
+                            if me == 0 {
+                                w.isend(pattern(seed, 1 + k * 7), peer, tag).unwrap()
+                            } else {
+                                w.irecv(vec![0u8; 1 + k * 7], peer, tag).unwrap()
+                            }
+                        })
+                        .collect();
+                    match round % 7 {
+                        0 | 1 => {
+                            let st = w.waitall(&mut reqs).unwrap();
+                            for (k, s) in st.iter().enumerate() {
+                                assert_eq!(s.count, 1 + k * 7);
+                            }
+                        }
+                        2 => {
+                            for r in reqs.iter_mut() {
+                                w.wait(r).unwrap();
+                            }
+                        }
+                        3 => {
+                            // One by one, testing first.
+                            for r in reqs.iter_mut() {
+                                while w.test(r).unwrap().is_none() {}
+                                assert!(r.is_null());
+                            }
+                        }
+                        4 => {
+                            let mut seen = 0;
+                            while let Some((k, s)) = w.waitany(&mut reqs).unwrap() {
+                                assert_eq!(s.count, 1 + k * 7);
+                                seen += 1;
+                            }
+                            assert_eq!(seen, 16);
+                        }
+                        5 => {
+                            let mut seen = 0;
+                            while let Some(done) = w.waitsome(&mut reqs).unwrap() {
+                                assert!(!done.is_empty());
+                                for (k, s) in done {
+                                    assert_eq!(s.count, 1 + k * 7);
+                                    seen += 1;
+                                }
+                            }
+                            assert_eq!(seen, 16);
+                            assert_eq!(w.testany(&mut reqs).unwrap(), AnyOutcome::Inactive);
+                        }
+                        _ => {
+                            let mut seen = 0;
+                            while seen < 8 {
+                                if let Some(done) = w.testsome(&mut reqs).unwrap() {
+                                    seen += done.len();
+                                }
+                            }
+                            loop {
+                                match w.testall(&mut reqs).unwrap() {
+                                    None => continue,
+                                    Some(st) => {
+                                        assert_eq!(st.len(), 16);
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    if me == 1 {
+                        for (k, r) in reqs.iter_mut().enumerate() {
+                            let seed = t * 100_000 + round * 16 + k;
+                            assert_eq!(r.take_buffer().unwrap(), pattern(seed, 1 + k * 7));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in workers {
+        h.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = checker {
+        h.join().unwrap();
+    }
+    w.barrier().unwrap();
+}
+
 /// Rank 1 aborts with code 7: the launcher must exit with 7.
 fn role_abort(w: &Comm) {
     if w.rank() == 1 {
@@ -672,6 +858,7 @@ fn roles() -> Vec<Role> {
         ("bad_input", role_bad_input),
         ("comms", role_comms),
         ("threads", role_threads),
+        ("wait_mixes", role_wait_mixes),
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
         ("many_to_one", role_many_to_one),
@@ -799,6 +986,7 @@ fn main() -> ExitCode {
         ("comms_4_ranks".into(), "comms", 4, &[], 0),
         ("comms_3_ranks".into(), "comms", 3, &[], 0),
         ("threads".into(), "threads", 2, &[], 0),
+        ("wait_mixes".into(), "wait_mixes", 2, &[], 0),
         ("lifecycle".into(), "lifecycle", 2, &[], 0),
         (
             "many_to_one_any_source_4_ranks".into(),

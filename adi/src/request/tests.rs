@@ -403,3 +403,137 @@ fn buffers_come_back_with_the_completion() {
     assert_eq!(reqs[0].take_buffer(), Some(vec![1]));
     assert_eq!(reqs[1].take_buffer(), None);
 }
+
+#[test]
+fn completion_in_place_skips_the_slot_and_recycles_it_as_a_pair() {
+    let (mut req, done) = request();
+    assert!(done.completes(&req));
+    let slot_ptr = Arc::as_ptr(req.slot.as_ref().unwrap());
+    req.finish_here(
+        done,
+        Outcome {
+            status: Status::new(3, 4, 5),
+            error: None,
+            buffer: Some(vec![1, 2, 3, 4, 5]),
+        },
+    );
+    assert!(req.is_complete() && !req.is_null());
+    assert_eq!(req.op(), None, "complete: nothing to cancel");
+    assert_eq!(req.buffer(), None, "hidden until a wait or test takes it");
+    assert_eq!(req.take_buffer(), None);
+    assert_eq!(req.get_status(), Some(Status::new(3, 4, 5)));
+    assert_eq!(req.wait(&mut never()).unwrap(), Status::new(3, 4, 5));
+    assert_eq!(req.take_buffer(), Some(vec![1, 2, 3, 4, 5]));
+    assert!(req.is_null());
+    // The pair of references went to this thread's spare list: the next
+    // request and its completer share that very slot, pristine.
+    let (mut again, done) = request();
+    assert_eq!(Arc::as_ptr(again.slot.as_ref().unwrap()), slot_ptr);
+    assert!(done.completes(&again));
+    assert!(!again.is_complete());
+    assert!(!done.is_freed());
+    done.complete(Status::new(0, 0, 1));
+    assert_eq!(again.wait(&mut never()).unwrap(), Status::new(0, 0, 1));
+}
+
+#[test]
+fn completion_in_place_keeps_the_detailed_error() {
+    let (mut req, done) = request();
+    let e = Error::RecvTruncated {
+        status: Status::new(1, 2, 4),
+        msg_len: 10,
+    };
+    req.finish_here(
+        done,
+        Outcome {
+            status: Status::new(1, 2, 4),
+            error: Some(e.clone()),
+            buffer: Some(vec![7; 4]),
+        },
+    );
+    let st = req.get_status().unwrap();
+    assert_eq!((st.count, st.error), (4, ErrorClass::Truncate));
+    assert_eq!(req.wait(&mut never()), Err(e));
+    assert_eq!(req.take_buffer(), Some(vec![7; 4]));
+
+    // In a set, the class goes into the status and the set reports it.
+    let (mut a, da) = request();
+    let (b, db) = request();
+    a.finish_here(
+        da,
+        Outcome {
+            status: Status::EMPTY,
+            error: Some(Error::Abandoned),
+            buffer: None,
+        },
+    );
+    db.complete(Status::new(0, 0, 2));
+    let mut reqs = [a, b];
+    match waitall(&mut reqs, &mut never()) {
+        Err(Error::InStatus { failed, statuses }) => {
+            assert_eq!(failed, 1);
+            assert_eq!(statuses[0].1.error, ErrorClass::Intern);
+            assert_eq!(statuses[1].1, Status::new(0, 0, 2));
+        }
+        other => panic!("expected InStatus, got {other:?}"),
+    }
+
+    // Born complete from an outcome: the same.
+    let mut r = Request::from_outcome(Outcome {
+        status: Status::EMPTY,
+        error: Some(Error::Abandoned),
+        buffer: Some(vec![1]),
+    });
+    assert_eq!(r.get_status().unwrap().error, ErrorClass::Intern);
+    assert_eq!(r.test(&mut never()), Err(Error::Abandoned));
+    assert_eq!(r.take_buffer(), Some(vec![1]));
+}
+
+#[test]
+fn completion_in_place_with_another_requests_completer_goes_through_its_slot() {
+    let (mut mine, my_done) = request();
+    let (mut other, other_done) = request();
+    assert!(!other_done.completes(&mine));
+    mine.finish_here(
+        other_done,
+        Outcome {
+            status: Status::new(9, 9, 9),
+            error: None,
+            buffer: Some(vec![9]),
+        },
+    );
+    assert!(!mine.is_complete(), "not this request's completion");
+    assert_eq!(other.wait(&mut never()).unwrap(), Status::new(9, 9, 9));
+    assert_eq!(other.take_buffer(), Some(vec![9]));
+    // A freed request's completer completes through its slot as well.
+    let (freed, freed_done) = request();
+    drop(freed);
+    assert!(freed_done.is_freed());
+    mine.finish_here(
+        freed_done,
+        Outcome {
+            status: Status::EMPTY,
+            error: None,
+            buffer: None,
+        },
+    );
+    assert!(!mine.is_complete());
+    my_done.finish(Outcome {
+        status: Status::new(1, 1, 1),
+        error: None,
+        buffer: None,
+    });
+    assert_eq!(mine.wait(&mut never()).unwrap(), Status::new(1, 1, 1));
+    // Born complete with a buffer: hidden until taken, then handed back.
+    let mut r = Request::ready_with_buffer(Status::new(4, 4, 2), vec![4, 4]);
+    assert_eq!(r.buffer(), None);
+    assert_eq!(r.take_buffer(), None);
+    assert_eq!(r.get_status(), Some(Status::new(4, 4, 2)));
+    assert_eq!(r.wait(&mut never()).unwrap(), Status::new(4, 4, 2));
+    assert_eq!(r.buffer(), Some(&[4u8, 4][..]));
+    assert_eq!(r.take_buffer(), Some(vec![4, 4]));
+    // `completed` is born complete: no slot, nothing to cancel.
+    let mut c = Request::completed(Status::new(2, 2, 0));
+    assert!(c.slot.is_none() && c.op().is_none() && c.is_complete());
+    assert_eq!(c.test(&mut never()).unwrap(), Some(Status::new(2, 2, 0)));
+}
