@@ -1794,6 +1794,58 @@ impl Endpoint {
         Ok(Quick::Empty)
     }
 
+    /// For a receive about to be posted: hands the headers waiting in the
+    /// ring(s) `spec` can match to the model one by one, in ring order, as
+    /// a progress pass would (earlier posted receives take their messages,
+    /// the rest are queued), until it meets the receive's own message. That
+    /// one is delivered into `buf` directly when nothing is posted or
+    /// queued that could claim it first ([`Offload::consume_arrival`]):
+    /// its result is returned and the receive is never posted. At most
+    /// [`POLL_BUDGET`] headers per ring; nothing while a message is parked
+    /// or a sender is under eager pressure.
+    fn drain_source(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Result<Status>>> {
+        let seg = self.node.segment();
+        let pressured = match spec.source {
+            Source::Rank(pe) => seg.eager_pressure(pe),
+            Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
+        };
+        if pressured || self.off.parked_len() != 0 {
+            return Ok(None);
+        }
+        let me = seg.rank();
+        let n = seg.size();
+        let (first, count) = match spec.source {
+            Source::Rank(pe) => (pe, 1),
+            Source::Any => (0, n),
+        };
+        // A queued message could match: only the model may choose.
+        let mut want = (self.off.unexpected_len() == 0).then_some(spec);
+        for i in 0..count {
+            let s = (first + i) % n;
+            if s == me {
+                continue;
+            }
+            for _ in 0..POLL_BUDGET {
+                let seg = self.node.segment();
+                let ring = seg.ring(s, me);
+                let p = &mut self.peers[s as usize];
+                let Some(mut h) = p.inb.poll(ring) else { break };
+                h.source = s;
+                let data = if h.kind == KIND_INLINE_EXT {
+                    take_ext_vec(&mut p.inb, ring, &h)
+                } else {
+                    None
+                };
+                let mut got = None;
+                self.handle_header(h, data, &mut want, &mut got, buf)?;
+                if got.is_some() {
+                    return Ok(got);
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Work of our own that a progress pass does besides reading rings:
     /// sends held locally, copies owed to a pressured sender, preposts.
     fn local_work(&self) -> bool {
@@ -2426,6 +2478,13 @@ impl Endpoint {
         mut buf: Vec<u8>,
     ) -> Result<core::result::Result<RecvRequest, (Result<Status>, Vec<u8>)>> {
         self.check_source(spec)?;
+        // What has arrived from the source goes to the model first, so that
+        // a receive whose message is already here completes in this call
+        // (taken straight into `buf` when nothing posted or queued could
+        // claim it first).
+        if let Some(result) = self.drain_source(spec, &mut buf)? {
+            return Ok(Err((result, buf)));
+        }
         let addr = buf.as_mut_ptr() as u64;
         let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut [])?;
         if id.is_some() {
@@ -3579,6 +3638,56 @@ mod tests {
                 let c = ep.counters();
                 assert_eq!(c.received, u64::from(n), "{c}");
                 assert!(c.truncated > 0, "{c}");
+            }
+            ep.finalize().unwrap();
+        });
+    }
+    /// `irecv_or_done` drains what has arrived before posting: an older
+    /// posted receive still takes the first matching message, and the new
+    /// one completes at once with the next (the direct take from the ring
+    /// is covered by the window test in `tests/nonblocking.rs` and by
+    /// `try_recv_takes_the_oldest_matching_arrival`).
+    #[test]
+    fn irecv_or_done_drains_in_order() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        pair("drain", move |me, mut ep| {
+            let peer = 1 - me;
+            if me == 1 {
+                gate.wait();
+                for (k, len) in [(1u32, 8usize), (2, 100), (3, 24)] {
+                    ep.send(peer, 5, 4, &data(k, len)).unwrap();
+                }
+                gate.wait();
+                ep.send(peer, 6, 4, &data(9, 16)).unwrap();
+                gate.wait();
+            } else {
+                let older = match ep.irecv_or_done(spec(peer, 5), vec![0; 128]).unwrap() {
+                    Ok(r) => r,
+                    Err(done) => panic!("nothing was sent yet: {done:?}"),
+                };
+                gate.wait();
+                gate.wait();
+                // m1 goes to `older`; this receive completes with m2.
+                match ep.irecv_or_done(spec(peer, 5), vec![0; 128]).unwrap() {
+                    Err((Ok(st), buf)) => {
+                        assert_eq!(st.len, 100);
+                        assert_eq!(buf[..100], data(2, 100)[..]);
+                    }
+                    other => panic!("not finished at once: {other:?}"),
+                }
+                let (st, buf) = ep.wait(older).unwrap();
+                assert_eq!((st.len, &buf[..8]), (8, &data(1, 8)[..]));
+                // m3 is queued (so the model chooses); the tag-6 message,
+                // queued or still in the ring, completes this one at once.
+                match ep.irecv_or_done(spec(peer, 6), vec![0; 16]).unwrap() {
+                    Err((Ok(st), buf)) => assert_eq!((st.len, buf), (16, data(9, 16))),
+                    other => panic!("not finished at once: {other:?}"),
+                }
+                match ep.irecv_or_done(spec(peer, 5), vec![0; 24]).unwrap() {
+                    Err((Ok(st), buf)) => assert_eq!((st.len, buf), (24, data(3, 24))),
+                    other => panic!("not finished at once: {other:?}"),
+                }
+                gate.wait();
             }
             ep.finalize().unwrap();
         });
