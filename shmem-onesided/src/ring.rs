@@ -580,10 +580,13 @@ impl Outbox {
     }
 
     /// Publishes `hdr` with a tail in continuation slots
-    /// ([`Producer::try_push_ext`]) if nothing is pending and the ring has
-    /// room for all of it now, calling `before` just before; otherwise does
-    /// nothing and returns `false` (the caller sends the message another
-    /// way: pending headers never carry tails).
+    /// ([`Producer::try_push_ext`]) if nothing is pending and, after it, at
+    /// least half the ring stays free, calling `before` just before;
+    /// otherwise does nothing and returns `false` (the caller sends the
+    /// message another way: pending headers never carry tails). The half
+    /// kept free is for the headers of a stream: a window of sends fills the
+    /// ring with continuation slots otherwise, and its later messages wait
+    /// for ring space instead of going by the eager area.
     pub fn try_send_ext(
         &mut self,
         ring: RingRef<'_>,
@@ -591,7 +594,12 @@ impl Outbox {
         tail: &[u8],
         before: &mut dyn FnMut(&Header),
     ) -> bool {
-        if !self.pending.is_empty() || !self.producer.has_room_for(ring, ext_slots(tail.len())) {
+        let keep = ring.capacity() / 2;
+        if !self.pending.is_empty()
+            || !self
+                .producer
+                .has_room_for(ring, ext_slots(tail.len()) + keep)
+        {
             return false;
         }
         before(&hdr);
