@@ -3647,10 +3647,10 @@ mod tests {
         });
     }
     /// `irecv_or_done` drains what has arrived before posting: an older
-    /// posted receive still takes the first matching message, and the new
-    /// one completes at once with the next (the direct take from the ring
-    /// is covered by the window test in `tests/nonblocking.rs` and by
-    /// `try_recv_takes_the_oldest_matching_arrival`).
+    /// posted receive still takes the first matching message, the new one
+    /// completes at once with the next, and with nothing posted or queued a
+    /// receive takes its message (inline, or inline with continuation
+    /// slots) straight from the ring, never queueing it as unexpected.
     #[test]
     fn irecv_or_done_drains_in_order() {
         let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
@@ -3663,6 +3663,9 @@ mod tests {
                 }
                 gate.wait();
                 ep.send(peer, 6, 4, &data(9, 16)).unwrap();
+                gate.wait();
+                ep.send(peer, 7, 4, &data(10, 8)).unwrap();
+                ep.send(peer, 7, 4, &data(11, 100)).unwrap();
                 gate.wait();
             } else {
                 let older = match ep.irecv_or_done(spec(peer, 5), vec![0; 128]).unwrap() {
@@ -3692,6 +3695,15 @@ mod tests {
                     Err((Ok(st), buf)) => assert_eq!((st.len, buf), (24, data(3, 24))),
                     other => panic!("not finished at once: {other:?}"),
                 }
+                gate.wait();
+                let queued = ep.counters().unexpected;
+                for (k, len) in [(10u32, 8usize), (11, 100)] {
+                    match ep.irecv_or_done(spec(peer, 7), vec![0; len]).unwrap() {
+                        Err((Ok(st), buf)) => assert_eq!((st.len, buf), (len, data(k, len))),
+                        other => panic!("not finished at once: {other:?}"),
+                    }
+                }
+                assert_eq!(ep.counters().unexpected, queued, "taken through the queue");
             }
             ep.finalize().unwrap();
         });
