@@ -121,7 +121,7 @@ use crate::idmap::{IdMap, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{ext_slots, Consumer, Header, Outbox, RingRef, Sent, INLINE_MAX};
-use crate::segment::Segment;
+use crate::segment::{ArrivalWatch, Segment};
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -1848,6 +1848,22 @@ impl Endpoint {
             }
         }
         Ok(None)
+    }
+
+    /// For a waiter outside this endpoint's lock: a handle on `source`'s
+    /// header ring into this rank and the index of the next header this
+    /// endpoint will take from it. While [`ArrivalWatch::published`] says
+    /// `false` for that index, no new header has come from `source`, so a
+    /// blocked receive from it can spin on the watch instead of taking its
+    /// lock for a progress pass. `None` for this rank itself (self-sends use
+    /// no ring) or a rank out of range.
+    pub fn arrival_watch(&self, source: u32) -> Option<(ArrivalWatch, u64)> {
+        let seg = self.node.segment();
+        if source == seg.rank() || source >= seg.size() {
+            return None;
+        }
+        let next = self.peers[source as usize].inb.consumed();
+        Some((seg.arrival_watch(source, seg.rank()), next))
     }
 
     /// Work of our own that a progress pass does besides reading rings:
@@ -3704,6 +3720,41 @@ mod tests {
                     }
                 }
                 assert_eq!(ep.counters().unexpected, queued, "taken through the queue");
+            }
+            ep.finalize().unwrap();
+        });
+    }
+    /// `arrival_watch` tells, without the endpoint, whether the source has
+    /// published a header at the endpoint's next index: false before the
+    /// send, true after it (also for a message with continuation slots),
+    /// and false again at the new index once the receive took it.
+    #[test]
+    fn arrival_watch_sees_headers_at_the_next_index() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        pair_with("watch", 64, move |me, mut ep| {
+            let peer = 1 - me;
+            if me == 1 {
+                for len in [8usize, 100] {
+                    gate.wait();
+                    ep.send(peer, 3, 4, &data(1, len)).unwrap();
+                    gate.wait();
+                }
+            } else {
+                assert!(ep.arrival_watch(me).is_none(), "no ring to oneself");
+                assert!(ep.arrival_watch(2).is_none(), "no such rank");
+                for len in [8usize, 100] {
+                    let (w, next) = ep.arrival_watch(peer).unwrap();
+                    assert!(!w.published(next), "nothing sent yet");
+                    gate.wait();
+                    gate.wait();
+                    assert!(w.published(next), "the header is published");
+                    let mut buf = vec![0u8; len];
+                    let st = ep.recv(spec(peer, 3), &mut buf).unwrap();
+                    assert_eq!((st.len, buf), (len, data(1, len)));
+                    let (w2, next2) = ep.arrival_watch(peer).unwrap();
+                    assert!(next2 > next);
+                    assert!(!w2.published(next2), "nothing after it");
+                }
             }
             ep.finalize().unwrap();
         });

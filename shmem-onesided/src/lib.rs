@@ -74,4 +74,4 @@ pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
 pub use node::{CmaStatus, Node, NodeView, SymAddr};
 #[cfg(not(tmx_shmem_loom))]
-pub use segment::{segment_name, Layout, Segment};
+pub use segment::{segment_name, ArrivalWatch, Layout, Segment};

@@ -93,6 +93,36 @@ fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
 
+/// A handle that tells, without the consumer's state or any lock, whether
+/// a header has been published in one ring at a given consumer index: the
+/// slot's sequence word says so ([`crate::ring`] protocol). Only a hint for
+/// a waiter that then takes its lock and polls for real: a header another
+/// thread took out since is still reported (the slot keeps its sequence
+/// word until the producer's next lap). Keeps the mapping alive.
+#[derive(Debug, Clone)]
+pub struct ArrivalWatch {
+    map: Arc<MmapRaw>,
+    /// Offset of the ring's first slot.
+    slots: u64,
+    mask: u64,
+}
+
+impl ArrivalWatch {
+    /// Whether the slot of consumer index `next` holds a header published
+    /// for that index (a Relaxed load: a hint, not a synchronisation).
+    #[inline]
+    pub fn published(&self, next: u64) -> bool {
+        let off = self.slots + (next & self.mask) * SLOT_BYTES as u64;
+        // SAFETY: `off` is a slot of this ring inside the mapping (Layout:
+        // `slots` and the mask come from the segment's own geometry), 64-byte
+        // aligned; a slot starts with its `seq` word, an `AtomicU32` that
+        // every process only ever accesses atomically; the Arc keeps the
+        // mapping alive.
+        let seq = unsafe { &*self.map.as_ptr().add(off as usize).cast::<AtomicU32>() };
+        seq.load(Ordering::Relaxed) == (next as u32).wrapping_add(1)
+    }
+}
+
 /// Byte offsets of everything in the segment, computed from the parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -515,6 +545,18 @@ impl Segment {
     }
 
     /// The mapping, for handles that must keep it alive.
+    /// A lock-free look at the ring `src → dst` ([`ArrivalWatch`]).
+    pub fn arrival_watch(&self, src: u32, dst: u32) -> ArrivalWatch {
+        let off = self.layout.region(dst)
+            + u64::from(src) * self.layout.ring_bytes
+            + RING_CTL_BYTES as u64;
+        ArrivalWatch {
+            map: Arc::clone(&self.map),
+            slots: off,
+            mask: u64::from(self.layout.ring_slots) - 1,
+        }
+    }
+
     pub(crate) fn map_arc(&self) -> Arc<MmapRaw> {
         Arc::clone(&self.map)
     }
