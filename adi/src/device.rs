@@ -67,6 +67,11 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(200);
 /// (default [`DEFAULT_SPIN`]; `0` yields at once, which suits more threads
 /// than cores but costs latency).
 pub const ENV_SPIN: &str = "TMX_ADI_SPIN";
+
+/// A blocking exact-source receive that found nothing spins this many times
+/// on its source's ring (lock-free, [`shmem_onesided::ArrivalWatch`])
+/// before its next progress pass under the core lock.
+const WATCH_SPINS: u32 = 32;
 /// Default of [`ENV_SPIN`] when the node has at least as many CPUs as
 /// local ranks (otherwise the default is 0). Busy-polling is what gives
 /// MPICH-like latency between processes on different cores; yielding after
@@ -1066,6 +1071,9 @@ impl Device {
     ) -> Result<Status, Error> {
         let mut idle = 0u32;
         let mut first = true;
+        // Between passes, an exact-source receive watches its source's ring
+        // without the lock (see `ArrivalWatch`).
+        let mut watch = None;
         loop {
             // Empty (no allocation); `harvest` fills it from the thread's
             // spare list only when something finished.
@@ -1077,6 +1085,9 @@ impl Device {
                     if matches!(r, Ok(Some(_))) {
                         bump_locked(&self.counters.recv_fast_hits);
                     }
+                }
+                if let (Ok(None), tm_proto::Source::Rank(p)) = (&r, spec.source) {
+                    watch = core.ep.arrival_watch(p);
                 }
                 self.harvest(core, &mut finished, &mut [], &mut 0);
                 Ok(r)
@@ -1105,7 +1116,19 @@ impl Device {
                 }
             }
             if idle < self.spin {
-                std::hint::spin_loop();
+                match &watch {
+                    // Nothing new from the source: spin on its ring's next
+                    // slot, up to WATCH_SPINS times, before the next pass.
+                    Some((w, next)) => {
+                        for _ in 0..WATCH_SPINS {
+                            if w.published(*next) {
+                                break;
+                            }
+                            std::hint::spin_loop();
+                        }
+                    }
+                    None => std::hint::spin_loop(),
+                }
             } else {
                 std::thread::yield_now();
             }
