@@ -145,6 +145,14 @@ pub const FLAG_MATCHED: u8 = 8;
 /// [`Phase`](crate::prepost::Phase) before publishing it (an
 /// engine-unexpected message of the prepost protocol).
 pub const FLAG_COUNTED: u8 = 2;
+/// Local marker on a reassembled fragmented message (never sent, cleared
+/// from every arriving header): its payload was copied straight into the
+/// buffer of the blocked receive it is bound to match.
+const FLAG_IN_PLACE: u8 = 0x80;
+/// Local marker on a reassembled fragmented message (never sent): its
+/// fragments are still in the sender's eager area, their headers in
+/// `Endpoint::held` under `(source, first fragment's offset)`.
+const FLAG_HELD: u8 = 0x40;
 
 /// Prepost result word: the claimer's CMA write failed (no data).
 const RESULT_FAILED: u64 = 1 << 63;
@@ -238,16 +246,32 @@ enum Staged {
     Data { hdr: Header, bytes: Vec<u8> },
     /// A header queued behind staged data (to keep order).
     Ready(Header),
-    /// A message larger than the eager area (no CMA), published fragment by
-    /// fragment as eager space frees (by [`Endpoint::progress`]); `off`
-    /// bytes are out. The data is `bytes` (a private copy of a borrowed
-    /// buffer) or else the owned buffer of send request `id`.
+    /// A pipelined message, or one larger than the eager area (no CMA),
+    /// whose remaining chunks are published one by one as eager space and
+    /// ring slots free (by [`Endpoint::progress`]); `off` bytes of the data
+    /// are out; `bytes` says where the data is. `first`: the next chunk is
+    /// the message's first (carries the envelope and [`FLAG_FIRST`]).
     Frag {
         id: u64,
         tmpl: Header,
-        bytes: Option<Vec<u8>>,
+        bytes: FragData,
         off: usize,
+        first: bool,
     },
+}
+
+/// Where the data of a staged chunked send ([`Staged::Frag`]) is.
+#[derive(Debug)]
+enum FragData {
+    /// The owned buffer of the send request.
+    Owned,
+    /// A private copy of what was left of a borrowed buffer.
+    Copy(Vec<u8>),
+    /// The borrowed buffer of the blocking [`Endpoint::send`] /
+    /// [`Endpoint::ssend`] call that staged it: that call waits until the
+    /// message is out, and turns this into a [`FragData::Copy`]
+    /// ([`Endpoint::unlend`]) before it returns any other way.
+    Lent { ptr: usize, len: usize },
 }
 
 /// A send request that has not completed, or a user request that completed
@@ -326,12 +350,41 @@ struct Peer {
     out: Outbox,
     inb: Consumer,
     staged: VecDeque<Staged>,
-    /// A fragmented message from this peer being reassembled.
-    assembly: Option<Unexpected>,
+    /// A fragmented (pipelined) message from this peer being received.
+    assembly: Option<Assembly>,
     /// Our side of the prepost ring on which we advertise receives to it.
     poster: Poster,
     /// Our side of the prepost ring on which it advertises receives to us.
     claimer: Claimer,
+}
+
+/// A fragmented or pipelined message being received from one peer. It
+/// arrives (is handed to the matcher) with its last fragment, as a whole.
+#[derive(Debug)]
+struct Assembly {
+    /// The first fragment's header: envelope, whole length, flags.
+    hdr: Header,
+    /// Bytes of the message received so far.
+    got: usize,
+    /// Where its fragments go.
+    into: AsmTarget,
+}
+
+/// Where the fragments of a message being received go.
+#[derive(Debug)]
+enum AsmTarget {
+    /// Left in the sender's eager area (these fragment headers, in order)
+    /// until a receive is known: then copied once, straight into it. Copied
+    /// out to a private buffer if the sender runs short of eager space.
+    Held(Vec<Header>),
+    /// A private buffer: the receive that matches it copies it once more.
+    Private(Vec<u8>),
+    /// Straight into the buffer (`ptr`, `cap` bytes) of the blocked
+    /// [`Endpoint::recv`] whose request is `key`: that receive names this
+    /// peer, matches the envelope, and no other posted receive can take the
+    /// message, so the message will match it when its last fragment
+    /// arrives (no receive can be posted or cancelled while `recv` blocks).
+    Caller { key: u64, ptr: usize, cap: usize },
 }
 
 /// A message as the offload model holds it.
@@ -537,6 +590,20 @@ pub struct Endpoint {
     uncopied: usize,
     /// Our eager-pressure flag is raised.
     pressure: bool,
+    /// The request of the blocked [`Endpoint::recv`] call, while it waits:
+    /// a pipelined message bound to match it is copied straight into its
+    /// buffer.
+    blocked_recv: Option<u64>,
+    /// Set by a blocking send around its `start_send`: chunks that cannot
+    /// go at once are published later from the caller's buffer.
+    lend: bool,
+    /// `(address, length)` of the buffer the last message reassembled in
+    /// place was written into (checked when it is delivered).
+    in_place: Option<(usize, usize)>,
+    /// Fragment headers of arrived fragmented messages whose data is still
+    /// in the sender's eager area ([`FLAG_HELD`]), by `(source, offset of
+    /// the first fragment)` (unique while the block is not released).
+    held: std::collections::HashMap<(u32, u64), Vec<Header>>,
     counters: Counters,
 }
 
@@ -559,6 +626,56 @@ fn envelope(h: &Header) -> Envelope {
 /// less the flag line.
 fn frag_size(eager_bytes: u64) -> usize {
     (eager_bytes / 4).saturating_sub(EAGER_PREFIX).max(64) as usize
+}
+
+/// The chunk size of pipelined and fragmented messages: the configured
+/// `TMX_SHMEM_PIPELINE_CHUNK`, at most [`frag_size`] of the eager area.
+fn chunk_size(cfg: &crate::config::Config) -> usize {
+    (cfg.pipeline_chunk.min(frag_size(cfg.eager_bytes) as u64) as usize).max(64)
+}
+
+/// Copies chunks of `data[*off..]` into fresh eager blocks and publishes
+/// each one at once (after anything already queued in `out`), so that the
+/// receiver copies a chunk out while the next one is copied in. Before each
+/// chunk, blocks the receiver has released are reclaimed, so that the
+/// first-fit allocator hands back a block that is still in cache. Stops
+/// when all is out (returns true), when the eager area is full or when the
+/// ring is full (false: the rest waits for progress). `first`: the next
+/// chunk is the message's first.
+#[allow(clippy::too_many_arguments)]
+fn publish_chunks(
+    seg: &Segment,
+    eager: &mut SymHeap,
+    in_flight: &mut Vec<u64>,
+    out: &mut Outbox,
+    dest: u32,
+    count: &mut dyn FnMut(&Header),
+    tmpl: &Header,
+    data: &[u8],
+    off: &mut usize,
+    first: &mut bool,
+    chunk: usize,
+) -> bool {
+    let ring = seg.ring(seg.rank(), dest);
+    while *off < data.len() {
+        let c = &data[*off..data.len().min(*off + chunk)];
+        let mut h = *tmpl;
+        h.kind = KIND_FRAG;
+        h.flags = if *first { FLAG_FIRST | tmpl.flags } else { 0 };
+        h.ext[..8].copy_from_slice(&(c.len() as u64).to_le_bytes());
+        if !in_flight.is_empty() {
+            reclaim(seg, eager, in_flight);
+        }
+        let Some(h) = eager_block(seg, eager, in_flight, c, h) else {
+            return false;
+        };
+        *off += c.len();
+        *first = false;
+        if out.send_with(ring, h, count) == Sent::Queued && *off < data.len() {
+            return false;
+        }
+    }
+    true
 }
 
 /// The synchronous-send id a [`FLAG_SYNC`] header quotes (`ext[8..16]`).
@@ -618,6 +735,53 @@ fn get_eager(seg: &Segment, area: u64, h: &Header, dst: &mut [u8]) -> Result<()>
             n,
         )
     };
+    eager_flag(seg, h.source, h.word).store(1, Ordering::Release);
+    Ok(())
+}
+
+/// Discards a message being received: releases its held fragments (one
+/// `uncopied` message less).
+fn drop_assembly(seg: &Segment, area: u64, uncopied: &mut usize, a: Assembly) {
+    if let AsmTarget::Held(frags) = a.into {
+        for f in &frags {
+            let _ = get_eager(seg, area, f, &mut []);
+        }
+        *uncopied -= 1;
+    }
+}
+
+/// Copies the payloads of consecutive fragments `frags` into `dst` (the
+/// first at offset 0; clipped to `dst.len()`) and releases their blocks.
+/// The headers were checked by `take_fragment` (`eager_src`).
+fn copy_fragments(seg: &Segment, area: u64, frags: &[Header], dst: &mut [u8]) {
+    let mut at = 0usize;
+    for f in frags {
+        let n = eager_len(f) as usize;
+        let (lo, hi) = (at.min(dst.len()), at.saturating_add(n).min(dst.len()));
+        let _ = get_eager(seg, area, f, &mut dst[lo..hi]);
+        at = at.saturating_add(n);
+    }
+}
+
+/// Appends an eager (fragment) payload to `v` and releases the sender's
+/// block.
+fn get_eager_append(seg: &Segment, area: u64, h: &Header, v: &mut Vec<u8>) -> Result<()> {
+    let src = eager_src(area, h)?;
+    let n = eager_len(h) as usize;
+    v.reserve(n);
+    // SAFETY: [src, src + n) is inside the sender's eager area (eager_src
+    // checked src + eager_len <= area); the sender wrote it before
+    // publishing the header we acquired and does not reuse it before we
+    // raise the flag below. The destination is the spare capacity of `v`
+    // (at least n bytes after the reserve), which we then mark initialised.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            seg.eager_ptr(h.source).add(src as usize),
+            v.as_mut_ptr().add(v.len()),
+            n,
+        );
+        v.set_len(v.len() + n);
+    }
     eager_flag(seg, h.source, h.word).store(1, Ordering::Release);
     Ok(())
 }
@@ -711,6 +875,10 @@ impl Endpoint {
             in_flight: Vec::new(),
             uncopied: 0,
             pressure: false,
+            blocked_recv: None,
+            lend: false,
+            in_place: None,
+            held: std::collections::HashMap::new(),
             counters: Counters::default(),
         }
     }
@@ -813,7 +981,7 @@ impl Endpoint {
                 phase.count_message();
             }
         };
-        let frag = frag_size(self.node.config().eager_bytes);
+        let chunk = chunk_size(self.node.config());
         let mut frags_done = None;
         let mut chunks = 0;
         if p.out.flush_with(ring, &mut count) == 0 {
@@ -831,36 +999,43 @@ impl Endpoint {
                         tmpl,
                         bytes,
                         off,
+                        first,
                     } => {
-                        let data = match bytes {
-                            Some(v) => &v[..],
-                            None => self
+                        let data: &[u8] = match bytes {
+                            FragData::Copy(v) => &v[..],
+                            FragData::Owned => self
                                 .sends
                                 .get(id)
                                 .and_then(|r| r.owned.as_deref())
                                 .unwrap_or(&[]),
+                            // SAFETY: a lent buffer is the `&[u8]` of the
+                            // blocking send call that staged it, which is
+                            // still running (blocked in `wait_send_id`,
+                            // whose progress runs this): it waits until this
+                            // entry is popped, and `unlend` replaces the
+                            // entry with a copy before the call returns
+                            // otherwise. `len` is that slice's length.
+                            FragData::Lent { ptr, len } => unsafe {
+                                core::slice::from_raw_parts(*ptr as *const u8, *len)
+                            },
                         };
-                        while *off < data.len() {
-                            let chunk = &data[*off..data.len().min(*off + frag)];
-                            let mut h = *tmpl;
-                            h.kind = KIND_FRAG;
-                            h.flags = if *off == 0 {
-                                FLAG_FIRST | tmpl.flags
-                            } else {
-                                0
-                            };
-                            h.ext[..8].copy_from_slice(&(chunk.len() as u64).to_le_bytes());
-                            let Some(h) =
-                                eager_block(seg, &mut self.eager, &mut self.in_flight, chunk, h)
-                            else {
-                                break 'staged;
-                            };
-                            *off += chunk.len();
-                            chunks += 1;
-                            let sent = p.out.send_with(ring, h, &mut count);
-                            if *off < data.len() && sent == Sent::Queued {
-                                break 'staged;
-                            }
+                        let was = *off;
+                        let all_out = publish_chunks(
+                            seg,
+                            &mut self.eager,
+                            &mut self.in_flight,
+                            &mut p.out,
+                            dest,
+                            &mut count,
+                            tmpl,
+                            data,
+                            off,
+                            first,
+                            chunk,
+                        );
+                        chunks += (*off - was).div_ceil(chunk);
+                        if !all_out {
+                            break 'staged;
                         }
                         frags_done = Some(*id);
                         p.staged.pop_front();
@@ -974,12 +1149,50 @@ impl Endpoint {
     /// when the ring or the eager area is full it queues locally. A send to
     /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        let (id, done, _) =
-            self.start_send(dest, tag, context, None, data, SendMode::Standard, false)?;
-        if done {
-            return Ok(());
+        self.send_blocking(dest, tag, context, data, SendMode::Standard)
+    }
+
+    /// A blocking send: the chunks of a pipelined (or fragmented) message
+    /// that cannot go at once are published later straight from `data`,
+    /// which stays borrowed until this returns ([`FragData::Lent`]).
+    fn send_blocking(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> Result<()> {
+        self.lend = true;
+        let r = self.start_send(dest, tag, context, None, data, mode, false);
+        self.lend = false;
+        let r = match r {
+            Ok((_, true, _)) => return Ok(()),
+            Ok((id, false, _)) => self.wait_send_id(id).map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if r.is_err() {
+            self.unlend(data);
         }
-        self.wait_send_id(id).map(|_| ())
+        r
+    }
+
+    /// Replaces a staged chunked send's lent buffer (`data`, the blocking
+    /// send's) with a private copy of what is left of it: the blocking
+    /// send returns with the send still pending (an error).
+    fn unlend(&mut self, data: &[u8]) {
+        for p in &mut self.peers {
+            for st in &mut p.staged {
+                if let Staged::Frag { bytes, off, .. } = st {
+                    if let FragData::Lent { ptr, len } = *bytes {
+                        if ptr == data.as_ptr() as usize && len == data.len() {
+                            *bytes = FragData::Copy(data.get(*off..).unwrap_or(&[]).to_vec());
+                            *off = 0;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Starts a send; never blocks. Returns its id, whether it is complete
@@ -1090,7 +1303,7 @@ impl Endpoint {
             // borrowed: the caller's contract) until its FIN.
             req.fin = true;
             req.ack = sync;
-        } else if len <= eager_max {
+        } else if len <= eager_max && len <= self.node.config().pipeline_min {
             let by_pointer = if self.cma_ok() && len >= STAGE_TO_CMA_MIN {
                 // A large message that finds the eager area full (or sends
                 // to that peer held locally) would be copied aside: hand it
@@ -1113,36 +1326,91 @@ impl Endpoint {
             }
             req.ack = sync;
         } else {
-            // Larger than the eager area, no CMA: fragments, published by
-            // progress as eager space frees.
-            self.counters.fragmented_sends += 1;
-            tracing::debug!(
-                dest,
-                len,
-                frag = frag_size(self.node.config().eager_bytes),
-                "fragmented send (no CMA)"
-            );
-            let bytes = if req.owned.is_some() {
-                None
-            } else {
-                Some(borrowed.to_vec())
+            // Pipelined (above `TMX_SHMEM_PIPELINE_MIN`, within the eager
+            // area) or fragmented (larger than the eager area, no CMA):
+            // consecutive chunks, each published as soon as it is copied;
+            // what does not fit now is published by progress as eager space
+            // and ring slots free.
+            let chunk = chunk_size(self.node.config());
+            let pipelined = len <= eager_max;
+            let (mut off, mut first) = (0usize, true);
+            let seg = self.node.segment();
+            let p = &mut self.peers[dest as usize];
+            let all_out = p.staged.is_empty() && {
+                let phase = seg.phase(dest);
+                let mut count = |h: &Header| {
+                    if h.flags & FLAG_COUNTED != 0 {
+                        phase.count_message();
+                    }
+                };
+                publish_chunks(
+                    seg,
+                    &mut self.eager,
+                    &mut self.in_flight,
+                    &mut p.out,
+                    dest,
+                    &mut count,
+                    &tmpl,
+                    data,
+                    &mut off,
+                    &mut first,
+                    chunk,
+                )
             };
-            self.peers[dest as usize].staged.push_back(Staged::Frag {
-                id,
-                tmpl,
-                bytes,
-                off: 0,
-            });
-            req.frags = true;
-            req.ack = sync;
-            self.sends.insert(id, req);
-            self.flush_peer(dest);
-            let done = self.sends.get(&id).is_some_and(SendReq::done);
-            let mut back = None;
-            if done && !user {
-                back = self.sends.remove(&id).and_then(|r| r.owned);
+            if off == 0 && pipelined && self.cma_ok() && len >= STAGE_TO_CMA_MIN {
+                // Nothing could go (eager area full, or sends to that peer
+                // held locally): hand it over by pointer instead of copying
+                // it aside, as for an eager message.
+                self.publish_cma(
+                    dest,
+                    tmpl,
+                    data,
+                    id,
+                    "eager area full or sends queued: CMA rendezvous send",
+                );
+                req.fin = true;
+            } else {
+                if pipelined {
+                    self.counters.pipelined_sends += 1;
+                } else {
+                    self.counters.fragmented_sends += 1;
+                }
+                tracing::debug!(
+                    dest,
+                    len,
+                    chunk,
+                    pipelined,
+                    out = off,
+                    "chunked send (pipelined, or larger than the eager area without CMA)"
+                );
+                if !all_out {
+                    // The rest goes from the owned buffer (kept in the
+                    // request) or from a private copy of what is left.
+                    let bytes = if req.owned.is_some() {
+                        FragData::Owned
+                    } else if self.lend {
+                        // A blocking send: published from the caller's
+                        // buffer while it waits (no copy aside).
+                        FragData::Lent {
+                            ptr: borrowed.as_ptr() as usize,
+                            len: borrowed.len(),
+                        }
+                    } else {
+                        let rest = borrowed[off..].to_vec();
+                        off = 0;
+                        FragData::Copy(rest)
+                    };
+                    self.peers[dest as usize].staged.push_back(Staged::Frag {
+                        id,
+                        tmpl,
+                        bytes,
+                        off,
+                        first,
+                    });
+                    req.frags = true;
+                }
             }
-            return Ok((id, done, back));
+            req.ack = sync;
         }
         let done = req.done();
         if done && !user {
@@ -1443,7 +1711,7 @@ impl Endpoint {
             }
             let u = if h.kind == KIND_FRAG {
                 // The last fragment completes a message: it arrives then.
-                match self.take_fragment(h) {
+                match self.take_fragment(h, buf) {
                     Some(u) => u,
                     None => continue,
                 }
@@ -1773,25 +2041,38 @@ impl Endpoint {
         Ok(u)
     }
 
-    /// Copies a fragment out of the sender's eager area (freeing its block)
-    /// into the message being reassembled; returns the message once whole.
-    fn take_fragment(&mut self, h: Header) -> Option<Unexpected> {
+    /// Takes one fragment of the message being received from its sender;
+    /// returns the message once whole. While no receive is known, the
+    /// fragments stay in the sender's eager area ([`AsmTarget::Held`], one
+    /// `uncopied` message, copied out under eager pressure). When the
+    /// message is bound to match the blocked receive (see
+    /// [`Endpoint::can_bind`]; checked at every fragment), what arrived so
+    /// far and every later fragment are copied straight into `buf`, the
+    /// blocked receive's buffer ([`AsmTarget::Caller`]). A message complete
+    /// while still held arrives held ([`FLAG_HELD`]): the receive that
+    /// matches it copies it once, from the sender's eager area.
+    fn take_fragment(&mut self, mut h: Header, buf: &mut [u8]) -> Option<Unexpected> {
+        // Local markers only: never taken from the wire.
+        h.flags &= !(FLAG_IN_PLACE | FLAG_HELD);
         let seg = self.node.segment();
         let area = self.node.config().eager_bytes;
-        let p = &mut self.peers[h.source as usize];
+        let src = h.source as usize;
         if h.flags & FLAG_FIRST != 0 {
-            if p.assembly.is_some() {
+            if let Some(old) = self.peers[src].assembly.take() {
                 tracing::warn!(
                     source = h.source,
                     "fragmented message restarted before completion"
                 );
+                drop_assembly(seg, area, &mut self.uncopied, old);
             }
-            p.assembly = Some(Unexpected {
+            self.uncopied += 1;
+            self.peers[src].assembly = Some(Assembly {
                 hdr: h,
-                data: Some(Vec::with_capacity(h.nbytes as usize)),
+                got: 0,
+                into: AsmTarget::Held(Vec::new()),
             });
         }
-        let Some(a) = p.assembly.as_mut() else {
+        let Some(mut a) = self.peers[src].assembly.take() else {
             tracing::warn!(
                 source = h.source,
                 "fragment without a first fragment ignored"
@@ -1800,27 +2081,110 @@ impl Endpoint {
             return None;
         };
         let total = a.hdr.nbytes as usize;
-        let data = a.data.get_or_insert_with(Vec::new);
-        let start = data.len();
         let n = eager_len(&h) as usize;
-        if start.saturating_add(n) > total || eager_src(area, &h).is_err() {
+        // The blocked receive it was bound to gave up (an error): what was
+        // copied into its buffer is gone.
+        let lost = matches!(a.into, AsmTarget::Caller { key, ptr, cap }
+            if self.blocked_recv != Some(key) || buf.as_ptr() as usize != ptr || buf.len() != cap);
+        if lost || a.got.saturating_add(n) > total || eager_src(area, &h).is_err() {
             tracing::warn!(
                 source = h.source,
-                "malformed fragment: message marked corrupt"
+                lost,
+                "malformed or abandoned fragmented message: marked corrupt"
             );
             let _ = get_eager(seg, area, &h, &mut []);
+            let hdr = a.hdr;
+            drop_assembly(seg, area, &mut self.uncopied, a);
             // The receive reports it: an incomplete message with no data.
-            let mut bad = p.assembly.take()?;
-            bad.data = None;
-            return Some(bad);
+            return Some(Unexpected { hdr, data: None });
         }
-        data.resize(start + n, 0);
-        // Bounds were checked just above; cannot fail.
-        let _ = get_eager(seg, area, &h, &mut data[start..]);
-        if data.len() == total {
-            return p.assembly.take();
+        if !matches!(a.into, AsmTarget::Caller { .. }) && self.can_bind(&a.hdr) {
+            let k = a.got.min(buf.len());
+            match core::mem::replace(&mut a.into, AsmTarget::Private(Vec::new())) {
+                AsmTarget::Held(frags) => {
+                    copy_fragments(seg, area, &frags, buf);
+                    self.uncopied -= 1;
+                }
+                AsmTarget::Private(v) => buf[..k].copy_from_slice(&v[..k]),
+                AsmTarget::Caller { .. } => {}
+            }
+            a.into = AsmTarget::Caller {
+                // can_bind checked it is there
+                key: self.blocked_recv.unwrap_or(u64::MAX),
+                ptr: buf.as_ptr() as usize,
+                cap: buf.len(),
+            };
+            tracing::debug!(
+                source = h.source,
+                moved = k,
+                "pipelined message bound to the blocked receive: copied in place"
+            );
         }
-        None
+        // Bounds were checked just above; the copies cannot fail.
+        match &mut a.into {
+            AsmTarget::Held(frags) => frags.push(h),
+            AsmTarget::Private(v) => {
+                if v.capacity() == 0 {
+                    v.reserve_exact(total);
+                }
+                let _ = get_eager_append(seg, area, &h, v);
+            }
+            AsmTarget::Caller { cap, .. } => {
+                let (lo, hi) = (a.got.min(*cap), (a.got + n).min(*cap));
+                let _ = get_eager(seg, area, &h, &mut buf[lo..hi]);
+            }
+        }
+        a.got += n;
+        if a.got < total {
+            self.peers[src].assembly = Some(a);
+            return None;
+        }
+        let mut hdr = a.hdr;
+        let data = match a.into {
+            AsmTarget::Held(frags) => {
+                // Stays counted in `uncopied` until delivered or copied out.
+                hdr.flags |= FLAG_HELD;
+                self.held.insert((hdr.source, hdr.word), frags);
+                None
+            }
+            AsmTarget::Private(v) => Some(v),
+            AsmTarget::Caller { ptr, cap, .. } => {
+                self.counters.pipelined_in_place += 1;
+                self.in_place = Some((ptr, cap));
+                hdr.flags |= FLAG_IN_PLACE;
+                None
+            }
+        };
+        Some(Unexpected { hdr, data })
+    }
+
+    /// Whether a fragmented message with first header `h` is bound to match
+    /// the blocked [`Endpoint::recv`]'s receive when it arrives: that receive
+    /// names its sender and matches it, and no other receive is posted that
+    /// could match it (so none can take it first; while `recv` blocks, no
+    /// receive is posted or cancelled, and no other message from that
+    /// sender can come before this one's last fragment; its counted first
+    /// fragment keeps the sender from trusting a prepost until then).
+    fn can_bind(&self, h: &Header) -> bool {
+        let Some(key) = self.blocked_recv else {
+            return false;
+        };
+        let Some(r) = self.requests.get(key) else {
+            return false;
+        };
+        let env = envelope(h);
+        // Not while advertised as a prepost: a sender may have written an
+        // earlier message straight into the buffer (its DONE not seen yet).
+        r.done.is_none()
+            && r.id.is_some_and(|id| !self.requests.engine.contains_key(&id))
+            && matches!(r.buf, ReqBuf::Caller)
+            && r.spec.source == Source::Rank(h.source)
+            && r.spec.matches(&env)
+            && !self
+                .requests
+                .reqs
+                .values()
+                .any(|o| o.done.is_none() && o.id.is_some() && o.spec.matches(&env))
     }
 
     fn get_eager(&self, h: &Header, dst: &mut [u8]) -> Result<()> {
@@ -1842,6 +2206,41 @@ impl Endpoint {
             // A malformed header keeps `None`: its receive reports the error.
             if get_eager(seg, area, &h, &mut v).is_ok() {
                 u.data = Some(v);
+                self.uncopied -= 1;
+                copied += 1;
+            }
+        }
+        // Fragmented messages whose data is still held in such a sender's
+        // eager area: arrived ones and ones still being received.
+        for u in self.store.values_mut() {
+            if u.hdr.kind != KIND_FRAG
+                || u.hdr.flags & FLAG_HELD == 0
+                || u.data.is_some()
+                || !seg.eager_pressure(u.hdr.source)
+            {
+                continue;
+            }
+            if let Some(frags) = self.held.remove(&(u.hdr.source, u.hdr.word)) {
+                let mut v = vec![0u8; u.hdr.nbytes as usize];
+                copy_fragments(seg, area, &frags, &mut v);
+                u.data = Some(v);
+                u.hdr.flags &= !FLAG_HELD;
+                self.uncopied -= 1;
+                copied += 1;
+            }
+        }
+        for (s, p) in self.peers.iter_mut().enumerate() {
+            let Some(a) = p.assembly.as_mut() else {
+                continue;
+            };
+            if !seg.eager_pressure(s as u32) {
+                continue;
+            }
+            if let AsmTarget::Held(frags) = &a.into {
+                let mut v = Vec::with_capacity(a.hdr.nbytes as usize);
+                v.resize(a.got, 0);
+                copy_fragments(seg, area, frags, &mut v);
+                a.into = AsmTarget::Private(v);
                 self.uncopied -= 1;
                 copied += 1;
             }
@@ -1989,6 +2388,9 @@ impl Endpoint {
         let Some(id) = id else {
             return Err(Error::InvalidArgument("receive neither queued nor matched"));
         };
+        // A pipelined message bound to match this receive is copied
+        // straight into `buf` (see `take_fragment`).
+        self.blocked_recv = Some(key);
         let r = self.block(watch, |ep| {
             let ev = ep.progress_for(buf)?;
             // A receive completes only through an event of this pass.
@@ -1997,6 +2399,7 @@ impl Endpoint {
             }
             Ok((ep.take_done(key), ev))
         });
+        self.blocked_recv = None;
         match r {
             Ok(done) => done,
             Err(e) => {
@@ -2238,12 +2641,7 @@ impl Endpoint {
     /// by construction; a CMA read at match time answers with a FIN that
     /// says so; otherwise the receiver acknowledges the match).
     pub fn ssend(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        let (id, done, _) =
-            self.start_send(dest, tag, context, None, data, SendMode::Synchronous, false)?;
-        if done {
-            return Ok(());
-        }
-        self.wait_send_id(id).map(|_| ())
+        self.send_blocking(dest, tag, context, data, SendMode::Synchronous)
     }
 
     /// `MPI_Cancel` of a send: always `Ok(false)` (not cancelled; MPI
@@ -2748,6 +3146,7 @@ impl Endpoint {
             );
         }
         self.counters.received += 1;
+        let cap = buf.len();
         let dst = &mut buf[..n];
         let r = match h.kind {
             KIND_INLINE => {
@@ -2776,6 +3175,27 @@ impl Endpoint {
                     }),
                 }
             }
+            KIND_FRAG if h.flags & FLAG_HELD != 0 => match self.held.remove(&(h.source, h.word)) {
+                // Still in the sender's eager area: one copy, straight in.
+                Some(frags) => {
+                    self.uncopied -= 1;
+                    let seg = self.node.segment();
+                    copy_fragments(seg, self.node.config().eager_bytes, &frags, dst);
+                    Ok(())
+                }
+                None => Err(Error::BadHeader {
+                    source_pe: h.source,
+                    reason: "held fragmented message without its fragments",
+                }),
+            },
+            KIND_FRAG if h.flags & FLAG_IN_PLACE != 0 => match self.in_place.take() {
+                // Copied into this very buffer fragment by fragment.
+                Some((ptr, len)) if ptr == dst.as_ptr() as usize && len == cap => Ok(()),
+                _ => Err(Error::BadHeader {
+                    source_pe: h.source,
+                    reason: "pipelined message received in place into another buffer",
+                }),
+            },
             KIND_FRAG => Err(Error::BadHeader {
                 source_pe: h.source,
                 reason: "incomplete fragmented message",
