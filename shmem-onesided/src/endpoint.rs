@@ -2176,7 +2176,8 @@ impl Endpoint {
         // Not while advertised as a prepost: a sender may have written an
         // earlier message straight into the buffer (its DONE not seen yet).
         r.done.is_none()
-            && r.id.is_some_and(|id| !self.requests.engine.contains_key(&id))
+            && r.id
+                .is_some_and(|id| !self.requests.engine.contains_key(&id))
             && matches!(r.buf, ReqBuf::Caller)
             && r.spec.source == Source::Rank(h.source)
             && r.spec.matches(&env)
