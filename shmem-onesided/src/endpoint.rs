@@ -7,9 +7,10 @@
 //! |---|---|---|
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
-//! | ≤ eager area − 64 B | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
+//! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
+//! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
 //! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally; CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
-//! | larger than the eager area, no CMA | fragments | consecutive eager fragments of ≤ ¼ of the eager area; the receiver copies each out on arrival and reassembles; the send request stays pending and [`Endpoint::progress`] publishes the next fragments as eager space frees |
+//! | larger than the eager area, no CMA | fragments | the pipelined path with chunks of at most ¼ of the eager area; the send request stays pending and [`Endpoint::progress`] publishes the next chunks as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
 //! # Completion and ordering
@@ -47,6 +48,16 @@
 //! - Per ordered pair, messages are delivered in send order: the ring is FIFO,
 //!   and once anything is queued locally for a peer, later sends to that peer
 //!   queue behind it (backpressure never reorders and never drops).
+//! - A fragmented or pipelined message is handed to the matcher when its
+//!   last chunk arrives (per-pair order: its chunks are consecutive in the
+//!   ring). Its chunks are copied straight into the buffer of the blocked
+//!   [`Endpoint::recv`] only when that receive names the sender, matches
+//!   the envelope, is not advertised as a prepost, and no other posted
+//!   receive could match the message: then, since nothing can be posted or
+//!   cancelled while `recv` blocks and nothing else from that sender comes
+//!   first, the matcher is bound to give the message to that receive, and
+//!   a receive never sees bytes of a message it does not get. Otherwise
+//!   the chunks wait in the sender's eager area.
 //! - Matching is tm-match's [`Offload`] model over its exact matcher: a
 //!   receive ([`Endpoint::recv`], [`Endpoint::irecv`]) is posted there
 //!   (taking the earliest-arrived matching unexpected message if there is
@@ -1163,18 +1174,38 @@ impl Endpoint {
         data: &[u8],
         mode: SendMode,
     ) -> Result<()> {
-        self.lend = true;
-        let r = self.start_send(dest, tag, context, None, data, mode, false);
-        self.lend = false;
-        let r = match r {
-            Ok((_, true, _)) => return Ok(()),
-            Ok((id, false, _)) => self.wait_send_id(id).map(|_| ()),
-            Err(e) => Err(e),
-        };
-        if r.is_err() {
-            self.unlend(data);
+        if data.len() as u64 <= self.node.config().pipeline_min.min(self.eager_max()) {
+            // Never chunked: the plain path.
+            let (id, done, _) = self.start_send(dest, tag, context, None, data, mode, false)?;
+            if done {
+                return Ok(());
+            }
+            return self.wait_send_id(id).map(|_| ());
         }
-        r
+        // A panic unwinding out of here must not leave chunks staged that
+        // point into `data` either: caught, unlent, resumed.
+        let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+            self.lend = true;
+            let r = self.start_send(dest, tag, context, None, data, mode, false);
+            self.lend = false;
+            match r {
+                Ok((_, true, _)) => Ok(()),
+                Ok((id, false, _)) => self.wait_send_id(id).map(|_| ()),
+                Err(e) => Err(e),
+            }
+        }));
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.unlend(data);
+                Err(e)
+            }
+            Err(panic) => {
+                self.lend = false;
+                self.unlend(data);
+                std::panic::resume_unwind(panic)
+            }
+        }
     }
 
     /// Replaces a staged chunked send's lent buffer (`data`, the blocking
