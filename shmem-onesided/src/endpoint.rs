@@ -8,7 +8,7 @@
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
 //! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
-//! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
+//! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
 //! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally; CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
 //! | larger than the eager area, no CMA | fragments | the pipelined path with chunks of at most ¼ of the eager area; the send request stays pending and [`Endpoint::progress`] publishes the next chunks as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
@@ -50,14 +50,15 @@
 //!   queue behind it (backpressure never reorders and never drops).
 //! - A fragmented or pipelined message is handed to the matcher when its
 //!   last chunk arrives (per-pair order: its chunks are consecutive in the
-//!   ring). Its chunks are copied straight into the buffer of the blocked
-//!   [`Endpoint::recv`] only when that receive names the sender, matches
-//!   the envelope, is not advertised as a prepost, and no other posted
-//!   receive could match the message: then, since nothing can be posted or
-//!   cancelled while `recv` blocks and nothing else from that sender comes
-//!   first, the matcher is bound to give the message to that receive, and
-//!   a receive never sees bytes of a message it does not get. Otherwise
-//!   the chunks wait in the sender's eager area.
+//!   ring). Its chunks are copied straight into a receive's buffer only
+//!   when that receive is the oldest posted one that matches the message,
+//!   names the sender, is not advertised as a prepost, and is the blocked
+//!   [`Endpoint::recv`]'s or an [`Endpoint::irecv`]'s (owned buffer): then,
+//!   since later receives are younger, nothing else from that sender comes
+//!   first and [`Endpoint::cancel_recv`] refuses such a receive, the
+//!   matcher is bound to give the message to it, and a receive never sees
+//!   bytes of a message it does not get. Otherwise the chunks wait in the
+//!   sender's eager area.
 //! - Matching is tm-match's [`Offload`] model over its exact matcher: a
 //!   receive ([`Endpoint::recv`], [`Endpoint::irecv`]) is posted there
 //!   (taking the earliest-arrived matching unexpected message if there is
@@ -390,12 +391,16 @@ enum AsmTarget {
     Held(Vec<Header>),
     /// A private buffer: the receive that matches it copies it once more.
     Private(Vec<u8>),
-    /// Straight into the buffer (`ptr`, `cap` bytes) of the blocked
-    /// [`Endpoint::recv`] whose request is `key`: that receive names this
-    /// peer, matches the envelope, and no other posted receive can take the
-    /// message, so the message will match it when its last fragment
-    /// arrives (no receive can be posted or cancelled while `recv` blocks).
-    Caller { key: u64, ptr: usize, cap: usize },
+    /// Straight into the buffer (`ptr`, `cap` bytes) of receive request
+    /// `key` (`owned`: an `irecv`'s buffer; otherwise the blocked
+    /// [`Endpoint::recv`]'s), which the message is bound to match when its
+    /// last fragment arrives (see [`Endpoint::bind_target`]).
+    Bound {
+        key: u64,
+        ptr: usize,
+        cap: usize,
+        owned: bool,
+    },
 }
 
 /// A message as the offload model holds it.
@@ -748,6 +753,32 @@ fn get_eager(seg: &Segment, area: u64, h: &Header, dst: &mut [u8]) -> Result<()>
     };
     eager_flag(seg, h.source, h.word).store(1, Ordering::Release);
     Ok(())
+}
+
+/// The buffer of the receive a fragmented message is bound to
+/// (`(key, ptr, cap, owned)` of [`AsmTarget::Bound`]), if it is still
+/// there: the owned buffer of pending request `key`, or `buf` while it is
+/// the blocked `recv`'s (`blocked`).
+fn bound_dst<'a>(
+    requests: &'a mut Requests,
+    blocked: Option<u64>,
+    (key, ptr, cap, owned): (u64, usize, usize, bool),
+    buf: &'a mut [u8],
+) -> Option<&'a mut [u8]> {
+    if owned {
+        match requests.reqs.get_mut(&key) {
+            Some(Req {
+                done: None,
+                buf: ReqBuf::Owned(v),
+                ..
+            }) if v.as_ptr() as usize == ptr && v.len() == cap => Some(&mut v[..]),
+            _ => None,
+        }
+    } else if blocked == Some(key) && buf.as_ptr() as usize == ptr && buf.len() == cap {
+        Some(buf)
+    } else {
+        None
+    }
 }
 
 /// Discards a message being received: releases its held fragments (one
@@ -2075,13 +2106,14 @@ impl Endpoint {
     /// Takes one fragment of the message being received from its sender;
     /// returns the message once whole. While no receive is known, the
     /// fragments stay in the sender's eager area ([`AsmTarget::Held`], one
-    /// `uncopied` message, copied out under eager pressure). When the
-    /// message is bound to match the blocked receive (see
-    /// [`Endpoint::can_bind`]; checked at every fragment), what arrived so
-    /// far and every later fragment are copied straight into `buf`, the
-    /// blocked receive's buffer ([`AsmTarget::Caller`]). A message complete
-    /// while still held arrives held ([`FLAG_HELD`]): the receive that
-    /// matches it copies it once, from the sender's eager area.
+    /// `uncopied` message, copied out under eager pressure). Once the
+    /// message is bound to match a receive (see [`Endpoint::bind_target`];
+    /// checked at every fragment), what arrived so far and every later
+    /// fragment are copied straight into that receive's buffer
+    /// ([`AsmTarget::Bound`]: `buf`, the blocked `recv`'s, or an `irecv`'s
+    /// owned one). A message complete while still held arrives held
+    /// ([`FLAG_HELD`]): the receive that matches it copies it once, from
+    /// the sender's eager area.
     fn take_fragment(&mut self, mut h: Header, buf: &mut [u8]) -> Option<Unexpected> {
         // Local markers only: never taken from the wire.
         h.flags &= !(FLAG_IN_PLACE | FLAG_HELD);
@@ -2113,10 +2145,10 @@ impl Endpoint {
         };
         let total = a.hdr.nbytes as usize;
         let n = eager_len(&h) as usize;
-        // The blocked receive it was bound to gave up (an error): what was
-        // copied into its buffer is gone.
-        let lost = matches!(a.into, AsmTarget::Caller { key, ptr, cap }
-            if self.blocked_recv != Some(key) || buf.as_ptr() as usize != ptr || buf.len() != cap);
+        // The receive it was bound to gave up (an error): what was copied
+        // into its buffer is gone.
+        let lost = matches!(a.into, AsmTarget::Bound { key, ptr, cap, owned }
+            if bound_dst(&mut self.requests, self.blocked_recv, (key, ptr, cap, owned), buf).is_none());
         if lost || a.got.saturating_add(n) > total || eager_src(area, &h).is_err() {
             tracing::warn!(
                 source = h.source,
@@ -2129,27 +2161,40 @@ impl Endpoint {
             // The receive reports it: an incomplete message with no data.
             return Some(Unexpected { hdr, data: None });
         }
-        if !matches!(a.into, AsmTarget::Caller { .. }) && self.can_bind(&a.hdr) {
-            let k = a.got.min(buf.len());
-            match core::mem::replace(&mut a.into, AsmTarget::Private(Vec::new())) {
-                AsmTarget::Held(frags) => {
-                    copy_fragments(seg, area, &frags, buf);
-                    self.uncopied -= 1;
+        if !matches!(a.into, AsmTarget::Bound { .. }) {
+            if let Some(target) = self.bind_target(&a.hdr, buf) {
+                let AsmTarget::Bound {
+                    key,
+                    ptr,
+                    cap,
+                    owned,
+                } = target
+                else {
+                    return None; // bind_target returns Bound only
+                };
+                if let Some(dst) = bound_dst(
+                    &mut self.requests,
+                    self.blocked_recv,
+                    (key, ptr, cap, owned),
+                    buf,
+                ) {
+                    let k = a.got.min(dst.len());
+                    match core::mem::replace(&mut a.into, target) {
+                        AsmTarget::Held(frags) => {
+                            copy_fragments(seg, area, &frags, dst);
+                            self.uncopied -= 1;
+                        }
+                        AsmTarget::Private(v) => dst[..k].copy_from_slice(&v[..k]),
+                        AsmTarget::Bound { .. } => {}
+                    }
+                    tracing::debug!(
+                        source = h.source,
+                        moved = k,
+                        owned,
+                        "pipelined message bound to its receive: copied in place"
+                    );
                 }
-                AsmTarget::Private(v) => buf[..k].copy_from_slice(&v[..k]),
-                AsmTarget::Caller { .. } => {}
             }
-            a.into = AsmTarget::Caller {
-                // can_bind checked it is there
-                key: self.blocked_recv.unwrap_or(u64::MAX),
-                ptr: buf.as_ptr() as usize,
-                cap: buf.len(),
-            };
-            tracing::debug!(
-                source = h.source,
-                moved = k,
-                "pipelined message bound to the blocked receive: copied in place"
-            );
         }
         // Bounds were checked just above; the copies cannot fail.
         match &mut a.into {
@@ -2160,9 +2205,17 @@ impl Endpoint {
                 }
                 let _ = get_eager_append(seg, area, &h, v);
             }
-            AsmTarget::Caller { cap, .. } => {
-                let (lo, hi) = (a.got.min(*cap), (a.got + n).min(*cap));
-                let _ = get_eager(seg, area, &h, &mut buf[lo..hi]);
+            AsmTarget::Bound {
+                key,
+                ptr,
+                cap,
+                owned,
+            } => {
+                let t = (*key, *ptr, *cap, *owned);
+                if let Some(dst) = bound_dst(&mut self.requests, self.blocked_recv, t, buf) {
+                    let (lo, hi) = (a.got.min(*cap), (a.got + n).min(*cap));
+                    let _ = get_eager(seg, area, &h, &mut dst[lo..hi]);
+                }
             }
         }
         a.got += n;
@@ -2179,7 +2232,7 @@ impl Endpoint {
                 None
             }
             AsmTarget::Private(v) => Some(v),
-            AsmTarget::Caller { ptr, cap, .. } => {
+            AsmTarget::Bound { ptr, cap, .. } => {
                 self.counters.pipelined_in_place += 1;
                 self.in_place = Some((ptr, cap));
                 hdr.flags |= FLAG_IN_PLACE;
@@ -2189,34 +2242,57 @@ impl Endpoint {
         Some(Unexpected { hdr, data })
     }
 
-    /// Whether a fragmented message with first header `h` is bound to match
-    /// the blocked [`Endpoint::recv`]'s receive when it arrives: that receive
-    /// names its sender and matches it, and no other receive is posted that
-    /// could match it (so none can take it first; while `recv` blocks, no
-    /// receive is posted or cancelled, and no other message from that
-    /// sender can come before this one's last fragment; its counted first
-    /// fragment keeps the sender from trusting a prepost until then).
-    fn can_bind(&self, h: &Header) -> bool {
-        let Some(key) = self.blocked_recv else {
-            return false;
-        };
-        let Some(r) = self.requests.get(key) else {
-            return false;
-        };
+    /// The receive a fragmented message with first header `h` is bound to
+    /// match when it arrives, as an [`AsmTarget::Bound`], if its buffer can
+    /// take the fragments now: the oldest posted receive that matches the
+    /// message, provided it names the sender (no other source's message can
+    /// take it first; nothing else from that sender comes before this
+    /// message's last fragment, whose counted first fragment keeps the
+    /// sender from trusting a prepost until then), is not advertised as a
+    /// prepost (a sender may have written an earlier message straight into
+    /// it, its DONE not seen yet), and is the blocked `recv`'s (its `buf`:
+    /// nothing is posted or cancelled while it blocks) or an `irecv`'s
+    /// owned buffer (later receives are younger; `cancel_recv` refuses a
+    /// bound receive). `try_recv`'s receive is never bound (it returns at
+    /// once).
+    fn bind_target(&self, h: &Header, buf: &[u8]) -> Option<AsmTarget> {
         let env = envelope(h);
-        // Not while advertised as a prepost: a sender may have written an
-        // earlier message straight into the buffer (its DONE not seen yet).
-        r.done.is_none()
-            && r.id
-                .is_some_and(|id| !self.requests.engine.contains_key(&id))
-            && matches!(r.buf, ReqBuf::Caller)
-            && r.spec.source == Source::Rank(h.source)
-            && r.spec.matches(&env)
-            && !self
-                .requests
-                .reqs
-                .values()
-                .any(|o| o.done.is_none() && o.id.is_some() && o.spec.matches(&env))
+        let pending = |r: &Req| r.done.is_none() && r.id.is_some() && r.spec.matches(&env);
+        let (key, r) = self
+            .requests
+            .reqs
+            .iter()
+            .map(|(k, r)| (*k, r))
+            .chain(self.requests.caller.iter().map(|(k, r)| (*k, r)))
+            .filter(|(_, r)| pending(r))
+            .min_by_key(|(k, _)| *k)?;
+        let offloaded =
+            r.id.is_some_and(|id| self.requests.engine.contains_key(&id));
+        if offloaded || r.spec.source != Source::Rank(h.source) {
+            return None;
+        }
+        match &r.buf {
+            ReqBuf::Caller if self.blocked_recv == Some(key) => Some(AsmTarget::Bound {
+                key,
+                ptr: buf.as_ptr() as usize,
+                cap: buf.len(),
+                owned: false,
+            }),
+            ReqBuf::Owned(v) => Some(AsmTarget::Bound {
+                key,
+                ptr: v.as_ptr() as usize,
+                cap: v.len(),
+                owned: true,
+            }),
+            ReqBuf::Caller => None,
+        }
+    }
+
+    /// Whether a fragmented message is being copied into receive `key`.
+    fn is_bound(&self, key: u64) -> bool {
+        self.peers.iter().any(|p| {
+            matches!(p.assembly, Some(Assembly { into: AsmTarget::Bound { key: k, .. }, .. }) if k == key)
+        })
     }
 
     fn get_eager(&self, h: &Header, dst: &mut [u8]) -> Result<()> {
@@ -2955,12 +3031,18 @@ impl Endpoint {
     /// Cancels a receive that has not matched (`MPI_Cancel`). `Ok(true)`:
     /// removed; the request completes with `status.cancelled` (and
     /// [`Endpoint::wait`] hands the buffer back). `Ok(false)`: already
-    /// matched, or preposted and claimed by a sender that is writing into it
+    /// matched, preposted and claimed by a sender that is writing into it,
+    /// or a pipelined message bound to match it is being copied into it
     /// (it completes normally).
     pub fn cancel_recv(&mut self, req: &RecvRequest) -> Result<bool> {
         let Some(r) = self.requests.get(req.0) else {
             return Err(Error::InvalidArgument("unknown receive request"));
         };
+        if self.is_bound(req.0) {
+            // A pipelined message is being copied into it (bound to match
+            // it): it completes with that message.
+            return Ok(false);
+        }
         let Some(id) = r.id.filter(|_| r.done.is_none()) else {
             return Ok(false);
         };

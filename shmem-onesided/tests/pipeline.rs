@@ -366,43 +366,56 @@ fn older_irecv_and_any_source_are_never_bypassed() {
     });
 }
 
-/// A receive that a pipelined message is on its way to can still be
-/// cancelled (the message has not arrived whole, so it has not matched):
-/// the buffer comes back untouched and the message goes to a later matched
-/// probe and `mrecv`.
+/// An `irecv` a pipelined message is being copied into (bound to match
+/// it) cannot be cancelled any more: it completes with the message. An
+/// `ANY_SOURCE` receive, which a message is never copied into before it
+/// matches, is cancelled with its buffer untouched; the message it would
+/// have matched goes to a later matched probe and `mrecv` (truncated).
 #[test]
 fn cancel_and_mprobe_during_pipelined_message() {
     let bar = Arc::new(Barrier::new(2));
     ranks("cancel", 2, tiny(), move |me, mut ep| {
         if me == 1 {
-            let req = ep
+            let b = ep
+                .isend(0, 6, 6, pattern(6, 40_000), SendMode::Standard)
+                .unwrap();
+            // Three chunks are out; we make no progress until the receiver
+            // has tried to cancel, so the message stays half-sent.
+            bar.wait();
+            bar.wait();
+            let a = ep
                 .isend(0, 5, 6, pattern(5, 40_000), SendMode::Standard)
                 .unwrap();
-            bar.wait(); // the first three chunks are out
-            bar.wait(); // the receiver cancelled
-            ep.wait_send(req).unwrap();
+            ep.wait_send(b).unwrap();
+            ep.wait_send(a).unwrap();
             ep.finalize().unwrap();
             return;
         }
-        let req = ep
-            .irecv(spec(Some(1), Some(5)), vec![0xab; 50_000])
-            .unwrap();
+        let any = ep.irecv(spec(None, Some(5)), vec![0xab; 50_000]).unwrap();
+        let exact = ep.irecv(spec(Some(1), Some(6)), vec![0u8; 50_000]).unwrap();
         bar.wait();
-        // One pass: some chunks arrive (at most three: the sender's area
-        // is full until we release them), the message is not whole.
-        assert!(!ep.test(&req).unwrap());
-        assert!(ep.cancel_recv(&req).unwrap());
-        let (st, v) = ep.wait(req).unwrap();
+        // One pass: the first chunks arrive and are copied into `exact`.
+        assert!(!ep.test(&exact).unwrap());
+        assert!(
+            !ep.cancel_recv(&exact).unwrap(),
+            "a bound receive was cancelled"
+        );
+        assert!(ep.cancel_recv(&any).unwrap());
+        let (st, v) = ep.wait(any).unwrap();
         assert!(st.cancelled);
         assert!(v.iter().all(|&b| b == 0xab), "cancelled buffer written");
         bar.wait();
+        let (st, v) = ep.wait(exact).unwrap();
+        assert_eq!((st.len, st.msg_len, st.cancelled), (40_000, 40_000, false));
+        assert!(v[..40_000] == pattern(6, 40_000)[..]);
         let (msg, st) = ep.mprobe(spec(Some(1), None)).unwrap();
         assert_eq!((st.tag, st.msg_len), (5, 40_000));
         let mut buf = vec![0u8; 30_000];
         let st = ep.mrecv(msg, &mut buf).unwrap();
         assert_eq!((st.len, st.msg_len), (30_000, 40_000));
         assert!(buf[..] == pattern(5, 40_000)[..30_000]);
-        ep.finalize().unwrap();
+        let c = ep.finalize().unwrap();
+        assert_eq!(c.pipelined_in_place, 1, "{c}");
     });
 }
 
