@@ -613,9 +613,10 @@ pub struct Endpoint {
     /// Set by a blocking send around its `start_send`: chunks that cannot
     /// go at once are published later from the caller's buffer.
     lend: bool,
-    /// `(address, length)` of the buffer the last message reassembled in
-    /// place was written into (checked when it is delivered).
-    in_place: Option<(usize, usize)>,
+    /// `(address, length)` of the buffers messages received in place were
+    /// written into, until delivered (checked then; normally at most one,
+    /// delivered as soon as its last chunk arrives).
+    in_place: Vec<(usize, usize)>,
     /// Fragment headers of arrived fragmented messages whose data is still
     /// in the sender's eager area ([`FLAG_HELD`]), by `(source, offset of
     /// the first fragment)` (unique while the block is not released).
@@ -919,7 +920,7 @@ impl Endpoint {
             pressure: false,
             blocked_recv: None,
             lend: false,
-            in_place: None,
+            in_place: Vec::new(),
             held: std::collections::HashMap::new(),
             counters: Counters::default(),
         }
@@ -2234,7 +2235,7 @@ impl Endpoint {
             AsmTarget::Private(v) => Some(v),
             AsmTarget::Bound { ptr, cap, .. } => {
                 self.counters.pipelined_in_place += 1;
-                self.in_place = Some((ptr, cap));
+                self.in_place.push((ptr, cap));
                 hdr.flags |= FLAG_IN_PLACE;
                 None
             }
@@ -3302,10 +3303,17 @@ impl Endpoint {
                     reason: "held fragmented message without its fragments",
                 }),
             },
-            KIND_FRAG if h.flags & FLAG_IN_PLACE != 0 => match self.in_place.take() {
+            KIND_FRAG if h.flags & FLAG_IN_PLACE != 0 => match self
+                .in_place
+                .iter()
+                .position(|&e| e == (dst.as_ptr() as usize, cap))
+            {
                 // Copied into this very buffer fragment by fragment.
-                Some((ptr, len)) if ptr == dst.as_ptr() as usize && len == cap => Ok(()),
-                _ => Err(Error::BadHeader {
+                Some(i) => {
+                    self.in_place.swap_remove(i);
+                    Ok(())
+                }
+                None => Err(Error::BadHeader {
                     source_pe: h.source,
                     reason: "pipelined message received in place into another buffer",
                 }),
