@@ -1051,13 +1051,11 @@ impl Endpoint {
                                 .get(id)
                                 .and_then(|r| r.owned.as_deref())
                                 .unwrap_or(&[]),
-                            // SAFETY: a lent buffer is the `&[u8]` of the
-                            // blocking send call that staged it, which is
-                            // still running (blocked in `wait_send_id`,
-                            // whose progress runs this): it waits until this
-                            // entry is popped, and `unlend` replaces the
-                            // entry with a copy before the call returns
-                            // otherwise. `len` is that slice's length.
+                            // SAFETY: the `&[u8]` (`len` bytes) of the
+                            // blocking send that staged it, still running
+                            // (its `wait_send_id` runs this) until the entry
+                            // is popped; `unlend` replaces the entry with a
+                            // copy if it returns (or unwinds) before that.
                             FragData::Lent { ptr, len } => unsafe {
                                 core::slice::from_raw_parts(*ptr as *const u8, *len)
                             },
