@@ -179,6 +179,10 @@ const EAGER_PREFIX: u64 = 64;
 /// aside when the eager area is full (or sends to that peer are already
 /// held locally): below it the extra copy is cheaper than the FIN round trip.
 const STAGE_TO_CMA_MIN: u64 = 32 << 10;
+/// Before each chunk of a pipelined message, every block in flight is
+/// checked for release while there are at most this many (a cheap scan);
+/// beyond, only the oldest ones are ([`reclaim_front`]).
+const RECLAIM_SCAN: usize = 64;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
 
@@ -654,8 +658,9 @@ fn chunk_size(cfg: &crate::config::Config) -> usize {
 /// Copies chunks of `data[*off..]` into fresh eager blocks and publishes
 /// each one at once (after anything already queued in `out`), so that the
 /// receiver copies a chunk out while the next one is copied in. Before each
-/// chunk, blocks the receiver has released are reclaimed, so that the
-/// first-fit allocator hands back a block that is still in cache. Stops
+/// chunk, blocks the receiver has released are reclaimed (all of them, or
+/// the oldest ones when many are in flight), so that the first-fit
+/// allocator hands back a block that is still in cache. Stops
 /// when all is out (returns true), when the eager area is full or when the
 /// ring is full (false: the rest waits for progress). `first`: the next
 /// chunk is the message's first.
@@ -680,8 +685,10 @@ fn publish_chunks(
         h.kind = KIND_FRAG;
         h.flags = if *first { FLAG_FIRST | tmpl.flags } else { 0 };
         h.ext[..8].copy_from_slice(&(c.len() as u64).to_le_bytes());
-        if !in_flight.is_empty() {
+        if in_flight.len() <= RECLAIM_SCAN {
             reclaim(seg, eager, in_flight);
+        } else {
+            reclaim_front(seg, eager, in_flight);
         }
         let Some(h) = eager_block(seg, eager, in_flight, c, h) else {
             return false;
@@ -716,6 +723,22 @@ fn reclaim(seg: &Segment, eager: &mut SymHeap, in_flight: &mut Vec<u64>) -> usiz
         }
     });
     before - in_flight.len()
+}
+
+/// Frees the oldest eager blocks in flight while their receiver has raised
+/// the release flag (stops at the first one still in use): cheap enough to
+/// run before every chunk however many blocks a lagging receiver holds;
+/// blocks released out of order wait for [`reclaim`].
+fn reclaim_front(seg: &Segment, eager: &mut SymHeap, in_flight: &mut Vec<u64>) {
+    let me = seg.rank();
+    let n = in_flight
+        .iter()
+        .take_while(|&&off| eager_flag(seg, me, off).load(Ordering::Acquire) == 1)
+        .count();
+    for off in in_flight.drain(..n) {
+        // The offset came from our own allocator.
+        let _ = eager.free(off);
+    }
 }
 
 /// Checks an eager or fragment header against the sender's eager area of
