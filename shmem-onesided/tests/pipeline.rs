@@ -433,14 +433,15 @@ mod model {
         /// 16 KiB eager area (every pipelined message stalls mid-way) while
         /// rank 0 receives in a random order of (wildcard) tags, with
         /// blocking receives (pipelined messages bound to them are copied
-        /// in place) or `irecv` + `wait`, into full or short buffers: every
+        /// in place), `irecv` + `wait` or a `try_recv` loop, into full or
+        /// short buffers: every
         /// receive gets exactly the oldest matching message, truncated to
         /// its buffer.
         #[test]
         fn pipelined_matches_like_the_reference(
             sends in proptest::collection::vec((0u32..3, 0usize..LENS.len()), 1..24),
             recvs in proptest::collection::vec(
-                (proptest::option::of(0u32..3), any::<bool>(), any::<bool>()),
+                (proptest::option::of(0u32..3), any::<bool>(), 0u8..3),
                 1..30,
             ),
         ) {
@@ -463,20 +464,33 @@ mod model {
             };
             let mut reference = reference;
             let mut ep = Endpoint::new(Node::init(&j, 0, 2, c).unwrap());
-            for (want, short, nonblocking) in recvs {
+            for (want, short, how) in recvs {
                 let spec = spec(Some(1), want);
                 let Some(i) = reference.iter().position(|(t, _)| want.is_none_or(|w| w == *t)) else {
                     continue;
                 };
                 let (tag, data) = reference.remove(i);
                 let cap = if short { data.len() / 2 } else { 40_000 };
-                let (st, buf) = if nonblocking {
-                    let r = ep.irecv(spec, vec![0xee; cap]).unwrap();
-                    ep.wait(r).unwrap()
-                } else {
-                    let mut buf = vec![0xee; cap];
-                    let st = ep.recv(spec, &mut buf).unwrap();
-                    (st, buf)
+                let (st, buf) = match how {
+                    0 => {
+                        let r = ep.irecv(spec, vec![0xee; cap]).unwrap();
+                        ep.wait(r).unwrap()
+                    }
+                    1 => {
+                        let mut buf = vec![0xee; cap];
+                        let st = ep.recv(spec, &mut buf).unwrap();
+                        (st, buf)
+                    }
+                    _ => {
+                        // The ADI's blocking receive: `try_recv` polled.
+                        let mut buf = vec![0xee; cap];
+                        let st = loop {
+                            if let Some(st) = ep.try_recv(spec, &mut buf).unwrap() {
+                                break st;
+                            }
+                        };
+                        (st, buf)
+                    }
                 };
                 prop_assert_eq!((st.tag, st.msg_len, st.len), (tag, data.len(), data.len().min(cap)));
                 prop_assert_eq!(&buf[..st.len], &data[..st.len]);
