@@ -2327,6 +2327,11 @@ impl Endpoint {
         let mut copied = 0;
         let seg = self.node.segment();
         let area = self.node.config().eager_bytes;
+        // Held chunks of a pipelined message keep `uncopied` above zero
+        // for its whole transfer: skip the scans while no one is pressed.
+        if !(0..seg.size()).any(|pe| seg.eager_pressure(pe)) {
+            return 0;
+        }
         for u in self.store.values_mut() {
             if u.hdr.kind != KIND_EAGER || u.data.is_some() || !seg.eager_pressure(u.hdr.source) {
                 continue;
