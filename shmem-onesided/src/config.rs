@@ -8,7 +8,7 @@
 //! | `TMX_SHMEM_HEAP_BYTES` | 16M | symmetric heap per rank (bytes; suffix `K`, `M`, `G` allowed) |
 //! | `TMX_SHMEM_EAGER_BYTES` | 8M | eager send area per rank; the largest two-copy message is this minus 64 bytes |
 //! | `TMX_SHMEM_CMA` | `auto` | single copy via `process_vm_readv/writev`: `auto` (probe), `on` (fail if not permitted), `off` |
-//! | `TMX_SHMEM_PIPELINE_MIN` | 512K | messages larger than this that are not sent by CMA go as consecutive chunks through the eager area, each published as soon as it is copied, so that the receiver copies one chunk while the sender copies the next (`off`: never) |
+//! | `TMX_SHMEM_PIPELINE_MIN` | 128K | messages larger than this that are not sent by CMA go as consecutive chunks through the eager area, each published as soon as it is copied, so that the receiver copies one chunk while the sender copies the next (`off`: never) |
 //! | `TMX_SHMEM_PIPELINE_CHUNK` | 128K | chunk size of pipelined messages (and of fragments of messages larger than the eager area; at most a quarter of the eager area) |
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
@@ -82,7 +82,7 @@ impl Default for Config {
             eager_bytes: 8 << 20,
             cma: CmaMode::Auto,
             cma_threshold: 8 << 20,
-            pipeline_min: 512 << 10,
+            pipeline_min: 128 << 10,
             pipeline_chunk: 128 << 10,
             prepost: true,
             prepost_min: 8 << 20,
