@@ -1213,12 +1213,21 @@ impl Endpoint {
     /// when the ring or the eager area is full it queues locally. A send to
     /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        self.send_blocking(dest, tag, context, data, SendMode::Standard)
+        if data.len() as u64 > INLINE_MAX as u64 {
+            return self.send_blocking(dest, tag, context, data, SendMode::Standard);
+        }
+        let (id, done, _) =
+            self.start_send(dest, tag, context, None, data, SendMode::Standard, false)?;
+        if done {
+            return Ok(());
+        }
+        self.wait_send_id(id).map(|_| ())
     }
 
     /// A blocking send: the chunks of a pipelined (or fragmented) message
     /// that cannot go at once are published later straight from `data`,
     /// which stays borrowed until this returns ([`FragData::Lent`]).
+    #[inline(never)]
     fn send_blocking(
         &mut self,
         dest: u32,
