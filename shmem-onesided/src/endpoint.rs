@@ -1226,7 +1226,8 @@ impl Endpoint {
 
     /// A blocking send: the chunks of a pipelined (or fragmented) message
     /// that cannot go at once are published later straight from `data`,
-    /// which stays borrowed until this returns ([`FragData::Lent`]).
+    /// which stays borrowed until this returns ([`FragData::Lent`]). Returns
+    /// once every chunk is in the ring (none queued locally).
     #[inline(never)]
     fn send_blocking(
         &mut self,
@@ -1257,7 +1258,20 @@ impl Endpoint {
             }
         }));
         match r {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                // Its last chunks may still be queued here behind a full
+                // ring: a blocking send returns once they are in the ring,
+                // so that the receiver gets the message even if this rank
+                // makes no endpoint call for a while (one-sided waits).
+                if self.peers[dest as usize].out.pending() == 0 {
+                    return Ok(());
+                }
+                self.block(Watch::One(dest), |ep| {
+                    let ev = ep.progress()?;
+                    let idle = ep.peers[dest as usize].out.pending() == 0;
+                    Ok((idle.then_some(()), ev))
+                })
+            }
             Ok(Err(e)) => {
                 self.unlend(data);
                 Err(e)
