@@ -10,7 +10,8 @@
 //!   endpoints in one thread, a `#` line): the overhead above the ring
 //!
 //! Each configuration runs in a fresh job, one per path: `eager` (CMA off:
-//! inline <= 40 B, copied through the eager area above), `cma` (CMA
+//! inline <= 40 B, copied through the eager area above, in pipelined chunks
+//! above `TMX_SHMEM_PIPELINE_MIN`), `cma` (CMA
 //! rendezvous for every message above 40 B, when permitted, prepost protocol
 //! off) and `prepost` (the prepost protocol for every message above 40 B: a
 //! CMA write into the receiver's advertised buffer; a send that finds no

@@ -8,6 +8,8 @@
 //! | `TMX_SHMEM_HEAP_BYTES` | 16M | symmetric heap per rank (bytes; suffix `K`, `M`, `G` allowed) |
 //! | `TMX_SHMEM_EAGER_BYTES` | 8M | eager send area per rank; the largest two-copy message is this minus 64 bytes |
 //! | `TMX_SHMEM_CMA` | `auto` | single copy via `process_vm_readv/writev`: `auto` (probe), `on` (fail if not permitted), `off` |
+//! | `TMX_SHMEM_PIPELINE_MIN` | 128K | messages larger than this that are not sent by CMA go as consecutive chunks through the eager area, each published as soon as it is copied, so that the receiver copies one chunk while the sender copies the next (`off`: never) |
+//! | `TMX_SHMEM_PIPELINE_CHUNK` | 128K | chunk size of pipelined messages (and of fragments of messages larger than the eager area; at most a quarter of the eager area) |
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
@@ -50,6 +52,14 @@ pub struct Config {
     pub cma: CmaMode,
     /// Messages above this size use CMA when available.
     pub cma_threshold: u64,
+    /// Messages above this size that are not sent by CMA are pipelined:
+    /// sent as consecutive chunks through the eager area, each published as
+    /// soon as it is copied (`TMX_SHMEM_PIPELINE_MIN`; `u64::MAX`: never).
+    pub pipeline_min: u64,
+    /// Chunk size of pipelined and fragmented messages
+    /// (`TMX_SHMEM_PIPELINE_CHUNK`; at most a quarter of the eager area is
+    /// used).
+    pub pipeline_chunk: u64,
     /// The MP_Lite prepost protocol (`TMX_SHMEM_PREPOST`): receives may be
     /// advertised to their sender, which then writes straight into them.
     pub prepost: bool,
@@ -78,6 +88,8 @@ impl Default for Config {
             eager_bytes: 8 << 20,
             cma: CmaMode::Auto,
             cma_threshold: 8 << 20,
+            pipeline_min: 128 << 10,
+            pipeline_chunk: 128 << 10,
             prepost: true,
             prepost_min: 8 << 20,
             inline_ext: 280,
@@ -172,6 +184,31 @@ impl Config {
                 )
             })?;
         }
+        if let Some(v) = get("TMX_SHMEM_PIPELINE_MIN") {
+            c.pipeline_min = if v.trim().eq_ignore_ascii_case("off") {
+                u64::MAX
+            } else {
+                parse_size(&v).ok_or_else(|| {
+                    bad(
+                        "TMX_SHMEM_PIPELINE_MIN",
+                        &v,
+                        "a size (bytes, or with suffix K, M or G), or off",
+                    )
+                })?
+            };
+        }
+        if let Some(v) = get("TMX_SHMEM_PIPELINE_CHUNK") {
+            match parse_size(&v) {
+                Some(n) if (4096..=(1u64 << 30)).contains(&n) => c.pipeline_chunk = n,
+                _ => {
+                    return Err(bad(
+                        "TMX_SHMEM_PIPELINE_CHUNK",
+                        &v,
+                        "a size from 4K to 1G (bytes, or with suffix K, M or G)",
+                    ))
+                }
+            }
+        }
         if let Some(v) = get("TMX_SHMEM_PREPOST") {
             c.prepost = match v.trim().to_ascii_lowercase().as_str() {
                 "on" | "1" | "yes" => true,
@@ -241,10 +278,19 @@ mod tests {
             ("TMX_SHMEM_CMA_THRESHOLD", "64k"),
             ("TMX_SHMEM_PREPOST", "off"),
             ("TMX_SHMEM_PREPOST_MIN", "1K"),
+            ("TMX_SHMEM_PIPELINE_MIN", "256K"),
+            ("TMX_SHMEM_PIPELINE_CHUNK", "64K"),
             ("TMX_SHMEM_ATTACH_TIMEOUT_MS", "500"),
             ("TMX_SHMEM_INLINE_EXT", "1K"),
         ])
         .unwrap();
+        assert_eq!((c.pipeline_min, c.pipeline_chunk), (256 << 10, 64 << 10));
+        assert_eq!(
+            with(&[("TMX_SHMEM_PIPELINE_MIN", "off")])
+                .unwrap()
+                .pipeline_min,
+            u64::MAX
+        );
         assert_eq!((c.prepost, c.prepost_min), (false, 1024));
         assert_eq!(c.inline_ext, 1024);
         assert_eq!(
@@ -278,6 +324,9 @@ mod tests {
             ("TMX_SHMEM_PREPOST_MIN", "big"),
             ("TMX_SHMEM_INLINE_EXT", "2M"),
             ("TMX_SHMEM_INLINE_EXT", "some"),
+            ("TMX_SHMEM_PIPELINE_MIN", "soon"),
+            ("TMX_SHMEM_PIPELINE_CHUNK", "1K"),
+            ("TMX_SHMEM_PIPELINE_CHUNK", "2G"),
             ("TMX_SHMEM_LIVENESS_MS", "0"),
         ] {
             match with(&[(k, v)]) {

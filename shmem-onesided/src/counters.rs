@@ -24,6 +24,12 @@ pub struct Counters {
     pub cma_sends: u64,
     /// Sends larger than the eager area, cut into fragments (CMA unavailable).
     pub fragmented_sends: u64,
+    /// Sends above `TMX_SHMEM_PIPELINE_MIN` that fit the eager area, sent
+    /// as pipelined chunks (each published as soon as it is copied).
+    pub pipelined_sends: u64,
+    /// Pipelined or fragmented messages whose chunks the receiver copied
+    /// straight into the receive buffer (no reassembly copy; receiver side).
+    pub pipelined_in_place: u64,
     /// Times a send found the peer's ring full after re-reading its consumer
     /// index and started queueing locally (backpressure events).
     pub backpressure_events: u64,
@@ -56,7 +62,7 @@ impl fmt::Display for Counters {
             f,
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
              preposts {} (withdrawn {}), cma sends {}, fragmented sends {}, \
-             backpressure events {}, \
+             pipelined sends {} (received in place {}), backpressure events {}, \
              staged sends {}, index re-reads {}, received {}, unexpected {} (max held {}), \
              sync sends {}, sync acks {}, self sends {}, truncated {}, cancelled receives {}",
             self.inline_sends,
@@ -67,6 +73,8 @@ impl fmt::Display for Counters {
             self.preposts_withdrawn,
             self.cma_sends,
             self.fragmented_sends,
+            self.pipelined_sends,
+            self.pipelined_in_place,
             self.backpressure_events,
             self.staged_sends,
             self.index_rereads,

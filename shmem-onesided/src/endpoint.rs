@@ -8,9 +8,10 @@
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
 //! | 41 B – `TMX_SHMEM_INLINE_EXT` (280 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`KIND_INLINE_EXT`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
-//! | ≤ eager area − 64 B | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
+//! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
+//! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
 //! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally; CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
-//! | larger than the eager area, no CMA | fragments | consecutive eager fragments of ≤ ¼ of the eager area; the receiver copies each out on arrival and reassembles; the send request stays pending and [`Endpoint::progress`] publishes the next fragments as eager space frees |
+//! | larger than the eager area, no CMA | fragments | the pipelined path with chunks of at most ¼ of the eager area; the send request stays pending and [`Endpoint::progress`] publishes the next chunks as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
 //! # Completion and ordering
@@ -48,6 +49,17 @@
 //! - Per ordered pair, messages are delivered in send order: the ring is FIFO,
 //!   and once anything is queued locally for a peer, later sends to that peer
 //!   queue behind it (backpressure never reorders and never drops).
+//! - A fragmented or pipelined message is handed to the matcher when its
+//!   last chunk arrives (per-pair order: its chunks are consecutive in the
+//!   ring). Its chunks are copied straight into a receive's buffer only
+//!   when that receive is the oldest posted one that matches the message,
+//!   names the sender, is not advertised as a prepost, and is the blocked
+//!   [`Endpoint::recv`]'s or an [`Endpoint::irecv`]'s (owned buffer): then,
+//!   since later receives are younger, nothing else from that sender comes
+//!   first and [`Endpoint::cancel_recv`] refuses such a receive, the
+//!   matcher is bound to give the message to it, and a receive never sees
+//!   bytes of a message it does not get. Otherwise the chunks wait in the
+//!   sender's eager area.
 //! - Matching is tm-match's [`Offload`] model over its exact matcher: a
 //!   receive ([`Endpoint::recv`], [`Endpoint::irecv`]) is posted there
 //!   (taking the earliest-arrived matching unexpected message if there is
@@ -57,7 +69,8 @@
 //!   operation whatever the queue depth.
 //! - **Receive fast paths**, each equivalent to that rule: a blocking
 //!   receive that can never be preposted ([`Endpoint::try_recv`], and
-//!   [`Endpoint::recv`] below `TMX_SHMEM_PREPOST_MIN`) is not posted while
+//!   [`Endpoint::recv`] below `TMX_SHMEM_PREPOST_MIN` into a buffer of at
+//!   most `TMX_SHMEM_PIPELINE_MIN`) is not posted while
 //!   it polls; when nothing is posted, queued or parked it looks at the
 //!   next header of its source's ring (round-robin for `ANY_SOURCE`) and
 //!   takes an inline or eager message that matches straight into its
@@ -164,6 +177,14 @@ pub const FLAG_MATCHED: u8 = 8;
 /// [`Phase`](crate::prepost::Phase) before publishing it (an
 /// engine-unexpected message of the prepost protocol).
 pub const FLAG_COUNTED: u8 = 2;
+/// Local marker on a reassembled fragmented message (never sent, cleared
+/// from every arriving header): its payload was copied straight into the
+/// buffer of the blocked receive it is bound to match.
+const FLAG_IN_PLACE: u8 = 0x80;
+/// Local marker on a reassembled fragmented message (never sent): its
+/// fragments are still in the sender's eager area, their headers in
+/// `Endpoint::held` under `(source, first fragment's offset)`.
+const FLAG_HELD: u8 = 0x40;
 
 /// Prepost result word: the claimer's CMA write failed (no data).
 const RESULT_FAILED: u64 = 1 << 63;
@@ -178,6 +199,10 @@ const EAGER_PREFIX: u64 = 64;
 /// aside when the eager area is full (or sends to that peer are already
 /// held locally): below it the extra copy is cheaper than the FIN round trip.
 const STAGE_TO_CMA_MIN: u64 = 32 << 10;
+/// Before each chunk of a pipelined message, every block in flight is
+/// checked for release while there are at most this many (a cheap scan);
+/// beyond, only the oldest ones are ([`reclaim_front`]).
+const RECLAIM_SCAN: usize = 64;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
 /// A spinning `try_recv` that finds its source's ring empty runs a full
@@ -260,16 +285,32 @@ enum Staged {
     Data { hdr: Header, bytes: Vec<u8> },
     /// A header queued behind staged data (to keep order).
     Ready(Header),
-    /// A message larger than the eager area (no CMA), published fragment by
-    /// fragment as eager space frees (by [`Endpoint::progress`]); `off`
-    /// bytes are out. The data is `bytes` (a private copy of a borrowed
-    /// buffer) or else the owned buffer of send request `id`.
+    /// A pipelined message, or one larger than the eager area (no CMA),
+    /// whose remaining chunks are published one by one as eager space and
+    /// ring slots free (by [`Endpoint::progress`]); `off` bytes of the data
+    /// are out; `bytes` says where the data is. `first`: the next chunk is
+    /// the message's first (carries the envelope and [`FLAG_FIRST`]).
     Frag {
         id: u64,
         tmpl: Header,
-        bytes: Option<Vec<u8>>,
+        bytes: FragData,
         off: usize,
+        first: bool,
     },
+}
+
+/// Where the data of a staged chunked send ([`Staged::Frag`]) is.
+#[derive(Debug)]
+enum FragData {
+    /// The owned buffer of the send request.
+    Owned,
+    /// A private copy of what was left of a borrowed buffer.
+    Copy(Vec<u8>),
+    /// The borrowed buffer of the blocking [`Endpoint::send`] /
+    /// [`Endpoint::ssend`] call that staged it: that call waits until the
+    /// message is out, and turns this into a [`FragData::Copy`]
+    /// ([`Endpoint::unlend`]) before it returns any other way.
+    Lent { ptr: usize, len: usize },
 }
 
 /// A send request that has not completed, or a user request that completed
@@ -348,12 +389,45 @@ struct Peer {
     out: Outbox,
     inb: Consumer,
     staged: VecDeque<Staged>,
-    /// A fragmented message from this peer being reassembled.
-    assembly: Option<Unexpected>,
+    /// A fragmented (pipelined) message from this peer being received.
+    assembly: Option<Assembly>,
     /// Our side of the prepost ring on which we advertise receives to it.
     poster: Poster,
     /// Our side of the prepost ring on which it advertises receives to us.
     claimer: Claimer,
+}
+
+/// A fragmented or pipelined message being received from one peer. It
+/// arrives (is handed to the matcher) with its last fragment, as a whole.
+#[derive(Debug)]
+struct Assembly {
+    /// The first fragment's header: envelope, whole length, flags.
+    hdr: Header,
+    /// Bytes of the message received so far.
+    got: usize,
+    /// Where its fragments go.
+    into: AsmTarget,
+}
+
+/// Where the fragments of a message being received go.
+#[derive(Debug)]
+enum AsmTarget {
+    /// Left in the sender's eager area (these fragment headers, in order)
+    /// until a receive is known: then copied once, straight into it. Copied
+    /// out to a private buffer if the sender runs short of eager space.
+    Held(Vec<Header>),
+    /// A private buffer: the receive that matches it copies it once more.
+    Private(Vec<u8>),
+    /// Straight into the buffer (`ptr`, `cap` bytes) of receive request
+    /// `key` (`owned`: an `irecv`'s buffer; otherwise the blocked
+    /// [`Endpoint::recv`]'s), which the message is bound to match when its
+    /// last fragment arrives (see [`Endpoint::bind_target`]).
+    Bound {
+        key: u64,
+        ptr: usize,
+        cap: usize,
+        owned: bool,
+    },
 }
 
 /// A message as the offload model holds it.
@@ -579,6 +653,21 @@ pub struct Endpoint {
     rr: u32,
     /// Our eager-pressure flag is raised.
     pressure: bool,
+    /// The request of the blocked [`Endpoint::recv`] call, while it waits:
+    /// a pipelined message bound to match it is copied straight into its
+    /// buffer.
+    blocked_recv: Option<u64>,
+    /// Set by a blocking send around its `start_send`: chunks that cannot
+    /// go at once are published later from the caller's buffer.
+    lend: bool,
+    /// `(address, length)` of the buffers messages received in place were
+    /// written into, until delivered (checked then; normally at most one,
+    /// delivered as soon as its last chunk arrives).
+    in_place: Vec<(usize, usize)>,
+    /// Fragment headers of arrived fragmented messages whose data is still
+    /// in the sender's eager area ([`FLAG_HELD`]), by `(source, offset of
+    /// the first fragment)` (unique while the block is not released).
+    held: std::collections::HashMap<(u32, u64), Vec<Header>>,
     counters: Counters,
 }
 
@@ -630,6 +719,59 @@ fn frag_size(eager_bytes: u64) -> usize {
     (eager_bytes / 4).saturating_sub(EAGER_PREFIX).max(64) as usize
 }
 
+/// The chunk size of pipelined and fragmented messages: the configured
+/// `TMX_SHMEM_PIPELINE_CHUNK`, at most [`frag_size`] of the eager area.
+fn chunk_size(cfg: &crate::config::Config) -> usize {
+    (cfg.pipeline_chunk.min(frag_size(cfg.eager_bytes) as u64) as usize).max(64)
+}
+
+/// Copies chunks of `data[*off..]` into fresh eager blocks and publishes
+/// each one at once (after anything already queued in `out`), so that the
+/// receiver copies a chunk out while the next one is copied in. Before each
+/// chunk, blocks the receiver has released are reclaimed (all of them, or
+/// the oldest ones when many are in flight), so that the first-fit
+/// allocator hands back a block that is still in cache. Stops
+/// when all is out (returns true), when the eager area is full or when the
+/// ring is full (false: the rest waits for progress). `first`: the next
+/// chunk is the message's first.
+#[allow(clippy::too_many_arguments)]
+fn publish_chunks(
+    seg: &Segment,
+    eager: &mut SymHeap,
+    in_flight: &mut Vec<u64>,
+    out: &mut Outbox,
+    dest: u32,
+    count: &mut dyn FnMut(&Header),
+    tmpl: &Header,
+    data: &[u8],
+    off: &mut usize,
+    first: &mut bool,
+    chunk: usize,
+) -> bool {
+    let ring = seg.ring(seg.rank(), dest);
+    while *off < data.len() {
+        let c = &data[*off..data.len().min(*off + chunk)];
+        let mut h = *tmpl;
+        h.kind = KIND_FRAG;
+        h.flags = if *first { FLAG_FIRST | tmpl.flags } else { 0 };
+        h.ext[..8].copy_from_slice(&(c.len() as u64).to_le_bytes());
+        if in_flight.len() <= RECLAIM_SCAN {
+            reclaim(seg, eager, in_flight);
+        } else {
+            reclaim_front(seg, eager, in_flight);
+        }
+        let Some(h) = eager_block(seg, eager, in_flight, c, h) else {
+            return false;
+        };
+        *off += c.len();
+        *first = false;
+        if out.send_with(ring, h, count) == Sent::Queued && *off < data.len() {
+            return false;
+        }
+    }
+    true
+}
+
 /// The synchronous-send id a [`FLAG_SYNC`] header quotes (`ext[8..16]`).
 fn sync_id(h: &Header) -> u64 {
     let mut b = [0u8; 8];
@@ -651,6 +793,22 @@ fn reclaim(seg: &Segment, eager: &mut SymHeap, in_flight: &mut Vec<u64>) -> usiz
         }
     });
     before - in_flight.len()
+}
+
+/// Frees the oldest eager blocks in flight while their receiver has raised
+/// the release flag (stops at the first one still in use): cheap enough to
+/// run before every chunk however many blocks a lagging receiver holds;
+/// blocks released out of order wait for [`reclaim`].
+fn reclaim_front(seg: &Segment, eager: &mut SymHeap, in_flight: &mut Vec<u64>) {
+    let me = seg.rank();
+    let n = in_flight
+        .iter()
+        .take_while(|&&off| eager_flag(seg, me, off).load(Ordering::Acquire) == 1)
+        .count();
+    for off in in_flight.drain(..n) {
+        // The offset came from our own allocator.
+        let _ = eager.free(off);
+    }
 }
 
 /// Checks an eager or fragment header against the sender's eager area of
@@ -687,6 +845,79 @@ fn get_eager(seg: &Segment, area: u64, h: &Header, dst: &mut [u8]) -> Result<()>
             n,
         )
     };
+    eager_flag(seg, h.source, h.word).store(1, Ordering::Release);
+    Ok(())
+}
+
+/// The buffer of the receive a fragmented message is bound to
+/// (`(key, ptr, cap, owned)` of [`AsmTarget::Bound`]), if it is still
+/// there: the owned buffer of pending request `key`, or `buf` while it is
+/// the blocked `recv`'s (`blocked`).
+fn bound_dst<'a>(
+    requests: &'a mut Requests,
+    blocked: Option<u64>,
+    (key, ptr, cap, owned): (u64, usize, usize, bool),
+    buf: &'a mut [u8],
+) -> Option<&'a mut [u8]> {
+    if owned {
+        match requests.reqs.get_mut(&key) {
+            Some(Req {
+                done: None,
+                buf: ReqBuf::Owned(v),
+                ..
+            }) if v.as_ptr() as usize == ptr && v.len() == cap => Some(&mut v[..]),
+            _ => None,
+        }
+    } else if blocked == Some(key) && buf.as_ptr() as usize == ptr && buf.len() == cap {
+        Some(buf)
+    } else {
+        None
+    }
+}
+
+/// Discards a message being received: releases its held fragments (one
+/// `uncopied` message less).
+fn drop_assembly(seg: &Segment, area: u64, uncopied: &mut usize, a: Assembly) {
+    if let AsmTarget::Held(frags) = a.into {
+        for f in &frags {
+            let _ = get_eager(seg, area, f, &mut []);
+        }
+        *uncopied -= 1;
+    }
+}
+
+/// Copies the payloads of consecutive fragments `frags` into `dst` (the
+/// first at offset 0; clipped to `dst.len()`) and releases their blocks.
+/// The headers were checked by `take_fragment` (`eager_src`).
+fn copy_fragments(seg: &Segment, area: u64, frags: &[Header], dst: &mut [u8]) {
+    let mut at = 0usize;
+    for f in frags {
+        let n = eager_len(f) as usize;
+        let (lo, hi) = (at.min(dst.len()), at.saturating_add(n).min(dst.len()));
+        let _ = get_eager(seg, area, f, &mut dst[lo..hi]);
+        at = at.saturating_add(n);
+    }
+}
+
+/// Appends an eager (fragment) payload to `v` and releases the sender's
+/// block.
+fn get_eager_append(seg: &Segment, area: u64, h: &Header, v: &mut Vec<u8>) -> Result<()> {
+    let src = eager_src(area, h)?;
+    let n = eager_len(h) as usize;
+    v.reserve(n);
+    // SAFETY: [src, src + n) is inside the sender's eager area (eager_src
+    // checked src + eager_len <= area); the sender wrote it before
+    // publishing the header we acquired and does not reuse it before we
+    // raise the flag below. The destination is the spare capacity of `v`
+    // (at least n bytes after the reserve), which we then mark initialised.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            seg.eager_ptr(h.source).add(src as usize),
+            v.as_mut_ptr().add(v.len()),
+            n,
+        );
+        v.set_len(v.len() + n);
+    }
     eager_flag(seg, h.source, h.word).store(1, Ordering::Release);
     Ok(())
 }
@@ -784,6 +1015,10 @@ impl Endpoint {
             idle_polls: 0,
             rr: 0,
             pressure: false,
+            blocked_recv: None,
+            lend: false,
+            in_place: Vec::new(),
+            held: std::collections::HashMap::new(),
             counters: Counters::default(),
         }
     }
@@ -927,7 +1162,7 @@ impl Endpoint {
                 phase.count_message();
             }
         };
-        let frag = frag_size(self.node.config().eager_bytes);
+        let chunk = chunk_size(self.node.config());
         let mut frags_done = None;
         let mut chunks = 0;
         if p.out.flush_with(ring, &mut count) == 0 {
@@ -945,36 +1180,41 @@ impl Endpoint {
                         tmpl,
                         bytes,
                         off,
+                        first,
                     } => {
-                        let data = match bytes {
-                            Some(v) => &v[..],
-                            None => self
+                        let data: &[u8] = match bytes {
+                            FragData::Copy(v) => &v[..],
+                            FragData::Owned => self
                                 .sends
                                 .get(id)
                                 .and_then(|r| r.owned.as_deref())
                                 .unwrap_or(&[]),
+                            // SAFETY: the `&[u8]` (`len` bytes) of the
+                            // blocking send that staged it, still running
+                            // (its `wait_send_id` runs this) until the entry
+                            // is popped; `unlend` replaces the entry with a
+                            // copy if it returns (or unwinds) before that.
+                            FragData::Lent { ptr, len } => unsafe {
+                                core::slice::from_raw_parts(*ptr as *const u8, *len)
+                            },
                         };
-                        while *off < data.len() {
-                            let chunk = &data[*off..data.len().min(*off + frag)];
-                            let mut h = *tmpl;
-                            h.kind = KIND_FRAG;
-                            h.flags = if *off == 0 {
-                                FLAG_FIRST | tmpl.flags
-                            } else {
-                                0
-                            };
-                            h.ext[..8].copy_from_slice(&(chunk.len() as u64).to_le_bytes());
-                            let Some(h) =
-                                eager_block(seg, &mut self.eager, &mut self.in_flight, chunk, h)
-                            else {
-                                break 'staged;
-                            };
-                            *off += chunk.len();
-                            chunks += 1;
-                            let sent = p.out.send_with(ring, h, &mut count);
-                            if *off < data.len() && sent == Sent::Queued {
-                                break 'staged;
-                            }
+                        let was = *off;
+                        let all_out = publish_chunks(
+                            seg,
+                            &mut self.eager,
+                            &mut self.in_flight,
+                            &mut p.out,
+                            dest,
+                            &mut count,
+                            tmpl,
+                            data,
+                            off,
+                            first,
+                            chunk,
+                        );
+                        chunks += (*off - was).div_ceil(chunk);
+                        if !all_out {
+                            break 'staged;
                         }
                         frags_done = Some(*id);
                         p.staged.pop_front();
@@ -1088,12 +1328,93 @@ impl Endpoint {
     /// when the ring or the eager area is full it queues locally. A send to
     /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
+        if data.len() as u64 > INLINE_MAX as u64 {
+            return self.send_blocking(dest, tag, context, data, SendMode::Standard);
+        }
         let (id, done, _) =
             self.start_send(dest, tag, context, None, data, SendMode::Standard, false)?;
         if done {
             return Ok(());
         }
         self.wait_send_id(id).map(|_| ())
+    }
+
+    /// A blocking send: the chunks of a pipelined (or fragmented) message
+    /// that cannot go at once are published later straight from `data`,
+    /// which stays borrowed until this returns ([`FragData::Lent`]). Returns
+    /// once every chunk is in the ring (none queued locally).
+    #[inline(never)]
+    fn send_blocking(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> Result<()> {
+        if data.len() as u64 <= self.node.config().pipeline_min.min(self.eager_max()) {
+            // Never chunked: the plain path.
+            let (id, done, _) = self.start_send(dest, tag, context, None, data, mode, false)?;
+            if done {
+                return Ok(());
+            }
+            return self.wait_send_id(id).map(|_| ());
+        }
+        // A panic unwinding out of here must not leave chunks staged that
+        // point into `data` either: caught, unlent, resumed.
+        let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+            self.lend = true;
+            let r = self.start_send(dest, tag, context, None, data, mode, false);
+            self.lend = false;
+            match r {
+                Ok((_, true, _)) => Ok(()),
+                Ok((id, false, _)) => self.wait_send_id(id).map(|_| ()),
+                Err(e) => Err(e),
+            }
+        }));
+        match r {
+            Ok(Ok(())) => {
+                // Its last chunks may still be queued here behind a full
+                // ring: a blocking send returns once they are in the ring,
+                // so that the receiver gets the message even if this rank
+                // makes no endpoint call for a while (one-sided waits).
+                if self.peers[dest as usize].out.pending() == 0 {
+                    return Ok(());
+                }
+                self.block(Watch::One(dest), |ep| {
+                    let ev = ep.progress()?;
+                    let idle = ep.peers[dest as usize].out.pending() == 0;
+                    Ok((idle.then_some(()), ev))
+                })
+            }
+            Ok(Err(e)) => {
+                self.unlend(data);
+                Err(e)
+            }
+            Err(panic) => {
+                self.lend = false;
+                self.unlend(data);
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Replaces a staged chunked send's lent buffer (`data`, the blocking
+    /// send's) with a private copy of what is left of it: the blocking
+    /// send returns with the send still pending (an error).
+    fn unlend(&mut self, data: &[u8]) {
+        for p in &mut self.peers {
+            for st in &mut p.staged {
+                if let Staged::Frag { bytes, off, .. } = st {
+                    if let FragData::Lent { ptr, len } = *bytes {
+                        if ptr == data.as_ptr() as usize && len == data.len() {
+                            *bytes = FragData::Copy(data.get(*off..).unwrap_or(&[]).to_vec());
+                            *off = 0;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Starts a send; never blocks. Returns its id, whether it is complete
@@ -1247,7 +1568,7 @@ impl Endpoint {
             // borrowed: the caller's contract) until its FIN.
             req.fin = true;
             req.ack = sync;
-        } else if len <= eager_max {
+        } else if len <= eager_max && len <= self.node.config().pipeline_min {
             let by_pointer = if self.cma_ok() && len >= STAGE_TO_CMA_MIN {
                 // A large message that finds the eager area full (or sends
                 // to that peer held locally) would be copied aside: hand it
@@ -1270,36 +1591,91 @@ impl Endpoint {
             }
             req.ack = sync;
         } else {
-            // Larger than the eager area, no CMA: fragments, published by
-            // progress as eager space frees.
-            self.counters.fragmented_sends += 1;
-            tracing::debug!(
-                dest,
-                len,
-                frag = frag_size(self.node.config().eager_bytes),
-                "fragmented send (no CMA)"
-            );
-            let bytes = if req.owned.is_some() {
-                None
-            } else {
-                Some(borrowed.to_vec())
+            // Pipelined (above `TMX_SHMEM_PIPELINE_MIN`, within the eager
+            // area) or fragmented (larger than the eager area, no CMA):
+            // consecutive chunks, each published as soon as it is copied;
+            // what does not fit now is published by progress as eager space
+            // and ring slots free.
+            let chunk = chunk_size(self.node.config());
+            let pipelined = len <= eager_max;
+            let (mut off, mut first) = (0usize, true);
+            let seg = self.node.segment();
+            let p = &mut self.peers[dest as usize];
+            let all_out = p.staged.is_empty() && {
+                let phase = seg.phase(dest);
+                let mut count = |h: &Header| {
+                    if h.flags & FLAG_COUNTED != 0 {
+                        phase.count_message();
+                    }
+                };
+                publish_chunks(
+                    seg,
+                    &mut self.eager,
+                    &mut self.in_flight,
+                    &mut p.out,
+                    dest,
+                    &mut count,
+                    &tmpl,
+                    data,
+                    &mut off,
+                    &mut first,
+                    chunk,
+                )
             };
-            self.peers[dest as usize].staged.push_back(Staged::Frag {
-                id,
-                tmpl,
-                bytes,
-                off: 0,
-            });
-            req.frags = true;
-            req.ack = sync;
-            self.sends.insert(id, req);
-            self.flush_peer(dest);
-            let done = self.sends.get(&id).is_some_and(SendReq::done);
-            let mut back = None;
-            if done && !user {
-                back = self.sends.remove(&id).and_then(|r| r.owned);
+            if off == 0 && pipelined && self.cma_ok() && len >= STAGE_TO_CMA_MIN {
+                // Nothing could go (eager area full, or sends to that peer
+                // held locally): hand it over by pointer instead of copying
+                // it aside, as for an eager message.
+                self.publish_cma(
+                    dest,
+                    tmpl,
+                    data,
+                    id,
+                    "eager area full or sends queued: CMA rendezvous send",
+                );
+                req.fin = true;
+            } else {
+                if pipelined {
+                    self.counters.pipelined_sends += 1;
+                } else {
+                    self.counters.fragmented_sends += 1;
+                }
+                tracing::debug!(
+                    dest,
+                    len,
+                    chunk,
+                    pipelined,
+                    out = off,
+                    "chunked send (pipelined, or larger than the eager area without CMA)"
+                );
+                if !all_out {
+                    // The rest goes from the owned buffer (kept in the
+                    // request) or from a private copy of what is left.
+                    let bytes = if req.owned.is_some() {
+                        FragData::Owned
+                    } else if self.lend {
+                        // A blocking send: published from the caller's
+                        // buffer while it waits (no copy aside).
+                        FragData::Lent {
+                            ptr: borrowed.as_ptr() as usize,
+                            len: borrowed.len(),
+                        }
+                    } else {
+                        let rest = borrowed[off..].to_vec();
+                        off = 0;
+                        FragData::Copy(rest)
+                    };
+                    self.peers[dest as usize].staged.push_back(Staged::Frag {
+                        id,
+                        tmpl,
+                        bytes,
+                        off,
+                        first,
+                    });
+                    req.frags = true;
+                }
             }
-            return Ok((id, done, back));
+            req.ack = sync;
         }
         let done = req.done();
         if done && !user {
@@ -1732,7 +2108,7 @@ impl Endpoint {
         }
         let u = if h.kind == KIND_FRAG {
             // The last fragment completes a message: it arrives then.
-            match self.take_fragment(h) {
+            match self.take_fragment(h, buf) {
                 Some(u) => u,
                 None => return Ok(()),
             }
@@ -2203,25 +2579,39 @@ impl Endpoint {
         Ok(u)
     }
 
-    /// Copies a fragment out of the sender's eager area (freeing its block)
-    /// into the message being reassembled; returns the message once whole.
-    fn take_fragment(&mut self, h: Header) -> Option<Unexpected> {
+    /// Takes one fragment of the message being received from its sender;
+    /// returns the message once whole. While no receive is known, the
+    /// fragments stay in the sender's eager area ([`AsmTarget::Held`], one
+    /// `uncopied` message, copied out under eager pressure). Once the
+    /// message is bound to match a receive (see [`Endpoint::bind_target`];
+    /// checked at every fragment), what arrived so far and every later
+    /// fragment are copied straight into that receive's buffer
+    /// ([`AsmTarget::Bound`]: `buf`, the blocked `recv`'s, or an `irecv`'s
+    /// owned one). A message complete while still held arrives held
+    /// ([`FLAG_HELD`]): the receive that matches it copies it once, from
+    /// the sender's eager area.
+    fn take_fragment(&mut self, mut h: Header, buf: &mut [u8]) -> Option<Unexpected> {
+        // Local markers only: never taken from the wire.
+        h.flags &= !(FLAG_IN_PLACE | FLAG_HELD);
         let seg = self.node.segment();
         let area = self.node.config().eager_bytes;
-        let p = &mut self.peers[h.source as usize];
+        let src = h.source as usize;
         if h.flags & FLAG_FIRST != 0 {
-            if p.assembly.is_some() {
+            if let Some(old) = self.peers[src].assembly.take() {
                 tracing::warn!(
                     source = h.source,
                     "fragmented message restarted before completion"
                 );
+                drop_assembly(seg, area, &mut self.uncopied, old);
             }
-            p.assembly = Some(Unexpected {
+            self.uncopied += 1;
+            self.peers[src].assembly = Some(Assembly {
                 hdr: h,
-                data: Some(Vec::with_capacity(h.nbytes as usize)),
+                got: 0,
+                into: AsmTarget::Held(Vec::new()),
             });
         }
-        let Some(a) = p.assembly.as_mut() else {
+        let Some(mut a) = self.peers[src].assembly.take() else {
             tracing::warn!(
                 source = h.source,
                 "fragment without a first fragment ignored"
@@ -2230,27 +2620,155 @@ impl Endpoint {
             return None;
         };
         let total = a.hdr.nbytes as usize;
-        let data = a.data.get_or_insert_with(Vec::new);
-        let start = data.len();
         let n = eager_len(&h) as usize;
-        if start.saturating_add(n) > total || eager_src(area, &h).is_err() {
+        // The receive it was bound to gave up (an error): what was copied
+        // into its buffer is gone.
+        let lost = matches!(a.into, AsmTarget::Bound { key, ptr, cap, owned }
+            if bound_dst(&mut self.requests, self.blocked_recv, (key, ptr, cap, owned), buf).is_none());
+        if lost || a.got.saturating_add(n) > total || eager_src(area, &h).is_err() {
             tracing::warn!(
                 source = h.source,
-                "malformed fragment: message marked corrupt"
+                lost,
+                "malformed or abandoned fragmented message: marked corrupt"
             );
             let _ = get_eager(seg, area, &h, &mut []);
+            let hdr = a.hdr;
+            drop_assembly(seg, area, &mut self.uncopied, a);
             // The receive reports it: an incomplete message with no data.
-            let mut bad = p.assembly.take()?;
-            bad.data = None;
-            return Some(bad);
+            return Some(Unexpected { hdr, data: None });
         }
-        data.resize(start + n, 0);
-        // Bounds were checked just above; cannot fail.
-        let _ = get_eager(seg, area, &h, &mut data[start..]);
-        if data.len() == total {
-            return p.assembly.take();
+        if !matches!(a.into, AsmTarget::Bound { .. }) {
+            if let Some(target) = self.bind_target(&a.hdr, buf) {
+                let AsmTarget::Bound {
+                    key,
+                    ptr,
+                    cap,
+                    owned,
+                } = target
+                else {
+                    return None; // bind_target returns Bound only
+                };
+                if let Some(dst) = bound_dst(
+                    &mut self.requests,
+                    self.blocked_recv,
+                    (key, ptr, cap, owned),
+                    buf,
+                ) {
+                    let k = a.got.min(dst.len());
+                    match core::mem::replace(&mut a.into, target) {
+                        AsmTarget::Held(frags) => {
+                            copy_fragments(seg, area, &frags, dst);
+                            self.uncopied -= 1;
+                        }
+                        AsmTarget::Private(v) => dst[..k].copy_from_slice(&v[..k]),
+                        AsmTarget::Bound { .. } => {}
+                    }
+                    tracing::debug!(
+                        source = h.source,
+                        moved = k,
+                        owned,
+                        "pipelined message bound to its receive: copied in place"
+                    );
+                }
+            }
         }
-        None
+        // Bounds were checked just above; the copies cannot fail.
+        match &mut a.into {
+            AsmTarget::Held(frags) => frags.push(h),
+            AsmTarget::Private(v) => {
+                if v.capacity() == 0 {
+                    v.reserve_exact(total);
+                }
+                let _ = get_eager_append(seg, area, &h, v);
+            }
+            AsmTarget::Bound {
+                key,
+                ptr,
+                cap,
+                owned,
+            } => {
+                let t = (*key, *ptr, *cap, *owned);
+                if let Some(dst) = bound_dst(&mut self.requests, self.blocked_recv, t, buf) {
+                    let (lo, hi) = (a.got.min(*cap), (a.got + n).min(*cap));
+                    let _ = get_eager(seg, area, &h, &mut dst[lo..hi]);
+                }
+            }
+        }
+        a.got += n;
+        if a.got < total {
+            self.peers[src].assembly = Some(a);
+            return None;
+        }
+        let mut hdr = a.hdr;
+        let data = match a.into {
+            AsmTarget::Held(frags) => {
+                // Stays counted in `uncopied` until delivered or copied out.
+                hdr.flags |= FLAG_HELD;
+                self.held.insert((hdr.source, hdr.word), frags);
+                None
+            }
+            AsmTarget::Private(v) => Some(v),
+            AsmTarget::Bound { ptr, cap, .. } => {
+                self.counters.pipelined_in_place += 1;
+                self.in_place.push((ptr, cap));
+                hdr.flags |= FLAG_IN_PLACE;
+                None
+            }
+        };
+        Some(Unexpected { hdr, data })
+    }
+
+    /// The receive a fragmented message with first header `h` is bound to
+    /// match when it arrives, as an [`AsmTarget::Bound`], if its buffer can
+    /// take the fragments now: the oldest posted receive that matches the
+    /// message, provided it names the sender (no other source's message can
+    /// take it first; nothing else from that sender comes before this
+    /// message's last fragment, whose counted first fragment keeps the
+    /// sender from trusting a prepost until then), is not advertised as a
+    /// prepost (a sender may have written an earlier message straight into
+    /// it, its DONE not seen yet), and is the blocked `recv`'s (its `buf`:
+    /// nothing is posted or cancelled while it blocks) or an `irecv`'s
+    /// owned buffer (later receives are younger; `cancel_recv` refuses a
+    /// bound receive). `try_recv`'s receive is never bound (it returns at
+    /// once).
+    fn bind_target(&self, h: &Header, buf: &[u8]) -> Option<AsmTarget> {
+        let env = envelope(h);
+        let pending = |r: &Req| r.done.is_none() && r.id.is_some() && r.spec.matches(&env);
+        let (key, r) = self
+            .requests
+            .reqs
+            .iter()
+            .map(|(k, r)| (*k, r))
+            .chain(self.requests.caller.iter().map(|(k, r)| (*k, r)))
+            .filter(|(_, r)| pending(r))
+            .min_by_key(|(k, _)| *k)?;
+        let offloaded =
+            r.id.is_some_and(|id| self.requests.engine.contains_key(&id));
+        if offloaded || r.spec.source != Source::Rank(h.source) {
+            return None;
+        }
+        match &r.buf {
+            ReqBuf::Caller if self.blocked_recv == Some(key) => Some(AsmTarget::Bound {
+                key,
+                ptr: buf.as_ptr() as usize,
+                cap: buf.len(),
+                owned: false,
+            }),
+            ReqBuf::Owned(v) => Some(AsmTarget::Bound {
+                key,
+                ptr: v.as_ptr() as usize,
+                cap: v.len(),
+                owned: true,
+            }),
+            ReqBuf::Caller => None,
+        }
+    }
+
+    /// Whether a fragmented message is being copied into receive `key`.
+    fn is_bound(&self, key: u64) -> bool {
+        self.peers.iter().any(|p| {
+            matches!(p.assembly, Some(Assembly { into: AsmTarget::Bound { key: k, .. }, .. }) if k == key)
+        })
     }
 
     fn get_eager(&self, h: &Header, dst: &mut [u8]) -> Result<()> {
@@ -2263,6 +2781,11 @@ impl Endpoint {
         let mut copied = 0;
         let seg = self.node.segment();
         let area = self.node.config().eager_bytes;
+        // Held chunks of a pipelined message keep `uncopied` above zero
+        // for its whole transfer: skip the scans while no one is pressed.
+        if !(0..seg.size()).any(|pe| seg.eager_pressure(pe)) {
+            return 0;
+        }
         for u in self.store.values_mut() {
             if u.hdr.kind != KIND_EAGER || u.data.is_some() || !seg.eager_pressure(u.hdr.source) {
                 continue;
@@ -2272,6 +2795,41 @@ impl Endpoint {
             // A malformed header keeps `None`: its receive reports the error.
             if get_eager(seg, area, &h, &mut v).is_ok() {
                 u.data = Some(v);
+                self.uncopied -= 1;
+                copied += 1;
+            }
+        }
+        // Fragmented messages whose data is still held in such a sender's
+        // eager area: arrived ones and ones still being received.
+        for u in self.store.values_mut() {
+            if u.hdr.kind != KIND_FRAG
+                || u.hdr.flags & FLAG_HELD == 0
+                || u.data.is_some()
+                || !seg.eager_pressure(u.hdr.source)
+            {
+                continue;
+            }
+            if let Some(frags) = self.held.remove(&(u.hdr.source, u.hdr.word)) {
+                let mut v = vec![0u8; u.hdr.nbytes as usize];
+                copy_fragments(seg, area, &frags, &mut v);
+                u.data = Some(v);
+                u.hdr.flags &= !FLAG_HELD;
+                self.uncopied -= 1;
+                copied += 1;
+            }
+        }
+        for (s, p) in self.peers.iter_mut().enumerate() {
+            let Some(a) = p.assembly.as_mut() else {
+                continue;
+            };
+            if !seg.eager_pressure(s as u32) {
+                continue;
+            }
+            if let AsmTarget::Held(frags) = &a.into {
+                let mut v = Vec::with_capacity(a.hdr.nbytes as usize);
+                v.resize(a.got, 0);
+                copy_fragments(seg, area, frags, &mut v);
+                a.into = AsmTarget::Private(v);
                 self.uncopied -= 1;
                 copied += 1;
             }
@@ -2444,9 +3002,10 @@ impl Endpoint {
             && matches!(spec.source, Source::Rank(src) if src != me)
             && buf.len() > INLINE_MAX
             && buf.len() as u64 >= self.node.config().prepost_min;
-        if !advertisable {
-            // Never preposted: poll as `try_recv` does (its quick look at
-            // the source's ring, no post and cancel per pass).
+        if !advertisable && buf.len() as u64 <= self.node.config().pipeline_min {
+            // Never preposted, and too small for a pipelined message to be
+            // copied into it chunk by chunk: poll as `try_recv` does (its
+            // quick look at the source's ring, no post and cancel per pass).
             return self.block(watch, |ep| Ok((ep.try_recv(spec, buf)?, 0)));
         }
         let addr = buf.as_mut_ptr() as u64;
@@ -2457,6 +3016,9 @@ impl Endpoint {
         let Some(id) = id else {
             return Err(Error::InvalidArgument("receive neither queued nor matched"));
         };
+        // A pipelined message bound to match this receive is copied
+        // straight into `buf` (see `take_fragment`).
+        self.blocked_recv = Some(key);
         let r = self.block(watch, |ep| {
             let ev = ep.progress_for(buf)?;
             // A receive completes only through an event of this pass.
@@ -2465,6 +3027,7 @@ impl Endpoint {
             }
             Ok((ep.take_done(key), ev))
         });
+        self.blocked_recv = None;
         match r {
             Ok(done) => done,
             Err(e) => {
@@ -2713,12 +3276,7 @@ impl Endpoint {
     /// by construction; a CMA read at match time answers with a FIN that
     /// says so; otherwise the receiver acknowledges the match).
     pub fn ssend(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        let (id, done, _) =
-            self.start_send(dest, tag, context, None, data, SendMode::Synchronous, false)?;
-        if done {
-            return Ok(());
-        }
-        self.wait_send_id(id).map(|_| ())
+        self.send_blocking(dest, tag, context, data, SendMode::Synchronous)
     }
 
     /// `MPI_Cancel` of a send: always `Ok(false)` (not cancelled; MPI
@@ -3001,12 +3559,18 @@ impl Endpoint {
     /// Cancels a receive that has not matched (`MPI_Cancel`). `Ok(true)`:
     /// removed; the request completes with `status.cancelled` (and
     /// [`Endpoint::wait`] hands the buffer back). `Ok(false)`: already
-    /// matched, or preposted and claimed by a sender that is writing into it
+    /// matched, preposted and claimed by a sender that is writing into it,
+    /// or a pipelined message bound to match it is being copied into it
     /// (it completes normally).
     pub fn cancel_recv(&mut self, req: &RecvRequest) -> Result<bool> {
         let Some(r) = self.requests.get(req.0) else {
             return Err(Error::InvalidArgument("unknown receive request"));
         };
+        if self.is_bound(req.0) {
+            // A pipelined message is being copied into it (bound to match
+            // it): it completes with that message.
+            return Ok(false);
+        }
         let Some(id) = r.id.filter(|_| r.done.is_none()) else {
             return Ok(false);
         };
@@ -3225,6 +3789,7 @@ impl Endpoint {
             );
         }
         self.counters.received += 1;
+        let cap = buf.len();
         let dst = &mut buf[..n];
         let r = match h.kind {
             KIND_INLINE => {
@@ -3253,6 +3818,34 @@ impl Endpoint {
                     }),
                 }
             }
+            KIND_FRAG if h.flags & FLAG_HELD != 0 => match self.held.remove(&(h.source, h.word)) {
+                // Still in the sender's eager area: one copy, straight in.
+                Some(frags) => {
+                    self.uncopied -= 1;
+                    let seg = self.node.segment();
+                    copy_fragments(seg, self.node.config().eager_bytes, &frags, dst);
+                    Ok(())
+                }
+                None => Err(Error::BadHeader {
+                    source_pe: h.source,
+                    reason: "held fragmented message without its fragments",
+                }),
+            },
+            KIND_FRAG if h.flags & FLAG_IN_PLACE != 0 => match self
+                .in_place
+                .iter()
+                .position(|&e| e == (dst.as_ptr() as usize, cap))
+            {
+                // Copied into this very buffer fragment by fragment.
+                Some(i) => {
+                    self.in_place.swap_remove(i);
+                    Ok(())
+                }
+                None => Err(Error::BadHeader {
+                    source_pe: h.source,
+                    reason: "pipelined message received in place into another buffer",
+                }),
+            },
             KIND_FRAG => Err(Error::BadHeader {
                 source_pe: h.source,
                 reason: "incomplete fragmented message",

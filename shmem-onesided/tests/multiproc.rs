@@ -240,6 +240,38 @@ fn child_killed() {
     }
 }
 
+/// Rank 0 starts a 200 KB message through a 64 KiB eager area in 4 KiB
+/// chunks (no CMA): the first chunks go out, the rest waits for space, and
+/// rank 0 is killed. Rank 1's blocked receive, into which the chunks are
+/// copied in place, reports the death instead of hanging, and so does the
+/// next receive from it.
+fn child_killed_pipelined() {
+    let mut ep = init();
+    if ep.rank() == 0 {
+        let _pending = ep
+            .isend(1, 5, 1, pattern(5, 200_000), SendMode::Standard)
+            .unwrap();
+        println!("SENT");
+        std::thread::sleep(Duration::from_secs(60));
+    } else {
+        let mut buf = vec![0u8; 200_000];
+        match ep.recv(exact(0, 5), &mut buf) {
+            Err(e @ Error::PeerDied { .. }) => println!("pipelined receive: {e}"),
+            other => panic!("expected PeerDied, got {other:?}"),
+        }
+        // Some chunks were copied in place before the death.
+        assert!(buf[..4096] == pattern(5, 4096)[..], "first chunk");
+        let r = ep.irecv(exact(0, 6), vec![0; 8]).unwrap();
+        match ep.wait(r) {
+            Err(e @ Error::PeerDied { .. }) => {
+                println!("then: {e}");
+                std::process::exit(3);
+            }
+            other => panic!("expected PeerDied, got {other:?}"),
+        }
+    }
+}
+
 /// A stream with the prepost protocol racing the buffered path: rank 0
 /// sends 2000 messages (tags 0..3, 41 B – 3 KiB) with no pause; rank 1
 /// receives them with exact-tag and `ANY_TAG` receives, blocking or in
@@ -487,6 +519,7 @@ fn run_child(role: &str) {
         "many_to_one" => child_many_to_one(),
         "flood" => child_flood(),
         "killed" => child_killed(),
+        "killed_pipelined" => child_killed_pipelined(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -743,6 +776,40 @@ fn sigkill_mid_transfer_is_reported() {
     assert!(job.leftovers().is_empty());
 }
 
+fn sigkill_mid_pipelined_message_is_reported() {
+    let mut job = Job::start(
+        "killed_pipelined",
+        2,
+        &[
+            ("TMX_SHMEM_LIVENESS_MS", "10"),
+            ("TMX_SHMEM_CMA", "off"),
+            ("TMX_SHMEM_EAGER_BYTES", "64K"),
+            ("TMX_SHMEM_PIPELINE_MIN", "8K"),
+            ("TMX_SHMEM_PIPELINE_CHUNK", "4K"),
+        ],
+    );
+    let so = job.children[0].stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(so).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "SENT");
+    // Let rank 1 take the first chunks, then kill rank 0 mid-message.
+    std::thread::sleep(Duration::from_millis(100));
+    let c0 = &mut job.children[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c0.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let res = job.wait(Duration::from_secs(30));
+    let (code, so, se) = &res[1];
+    assert_eq!(*code, Some(3), "rank 1 must report the death:\n{so}\n{se}");
+    assert!(
+        so.contains("pipelined receive: local rank 0") && so.contains("then: local rank 0"),
+        "{so}"
+    );
+    assert!(job.leftovers().is_empty());
+}
+
 fn isend_crossing(cma: &str, wait_first: &str) {
     let mut job = Job::start(
         "crossing",
@@ -809,6 +876,10 @@ fn main() -> ExitCode {
         (
             "sigkill_mid_transfer_is_reported",
             sigkill_mid_transfer_is_reported,
+        ),
+        (
+            "sigkill_mid_pipelined_message_is_reported",
+            sigkill_mid_pipelined_message_is_reported,
         ),
         (
             "isend_large_both_ways_then_barrier_then_wait",
