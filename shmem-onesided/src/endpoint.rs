@@ -2249,6 +2249,18 @@ impl Endpoint {
         Some((seg.arrival_watch(source, seg.rank()), next))
     }
 
+    /// Whether a receive for `spec` into `capacity` bytes may ever be
+    /// advertised to its sender (the prepost protocol is on, an exact
+    /// other source, a buffer beyond inline size and at least
+    /// `TMX_SHMEM_PREPOST_MIN`); `post` adds a free slot in that sender's
+    /// prepost ring and the model its own rules.
+    fn advertisable(&self, spec: MatchSpec, capacity: usize) -> bool {
+        self.prepost
+            && matches!(spec.source, Source::Rank(src) if src != self.rank())
+            && capacity > INLINE_MAX
+            && capacity as u64 >= self.node.config().prepost_min
+    }
+
     /// Work of our own that a progress pass does besides reading rings:
     /// sends held locally, copies owed to a pressured sender, preposts.
     fn local_work(&self) -> bool {
@@ -3004,12 +3016,9 @@ impl Endpoint {
     /// straight into `buf`.
     pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
         let watch = self.check_source(spec)?;
-        let me = self.rank();
-        let advertisable = self.prepost
-            && matches!(spec.source, Source::Rank(src) if src != me)
-            && buf.len() > INLINE_MAX
-            && buf.len() as u64 >= self.node.config().prepost_min;
-        if !advertisable && buf.len() as u64 <= self.node.config().pipeline_min {
+        if !self.advertisable(spec, buf.len())
+            && buf.len() as u64 <= self.node.config().pipeline_min
+        {
             // Never preposted, and too small for a pipelined message to be
             // copied into it chunk by chunk: poll as `try_recv` does (its
             // quick look at the source's ring, no post and cancel per pass).
@@ -3703,17 +3712,10 @@ impl Endpoint {
         // (exact source, no earlier software receive that overlaps it,
         // capacity, tag layout).
         let eligible = match spec.source {
-            Source::Rank(src)
-                if src != me
-                    && self.prepost
-                    && may_prepost
-                    && capacity > INLINE_MAX
-                    && capacity as u64 >= self.node.config().prepost_min =>
-            {
-                self.peers[src as usize]
-                    .poster
-                    .can_post(self.node.segment().prepost(me, src))
-            }
+            Source::Rank(src) if may_prepost && self.advertisable(spec, capacity) => self.peers
+                [src as usize]
+                .poster
+                .can_post(self.node.segment().prepost(me, src)),
             _ => false,
         };
         // The model hands out nothing before `post` returns (a match at once
