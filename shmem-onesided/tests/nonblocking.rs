@@ -9,18 +9,15 @@ use shmem_onesided::{
     CmaMode, CmaStatus, Config, Endpoint, Error, Node, RecvRequest, SendMode, SendRequest,
 };
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use tm_proto::{MatchSpec, Source, Tag};
 
+mod common;
+
 fn job(name: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "nb{}-{name}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    common::job("nb", name)
 }
 
 fn cfg() -> Config {
@@ -48,22 +45,7 @@ fn ranks<T: Send + 'static>(
     cfg: Config,
     f: impl Fn(u32, Endpoint) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<T> {
-    let j = job(name);
-    let hs: Vec<_> = (0..size)
-        .map(|r| {
-            let (j, f, c) = (j.clone(), f.clone(), cfg.clone());
-            std::thread::spawn(move || f(r, Endpoint::new(Node::init(&j, r, size, c).unwrap())))
-        })
-        .collect();
-    let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&format!("tmx-{j}-")))
-        .collect();
-    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
-    out
+    common::endpoint_ranks(job(name), size, cfg, f)
 }
 
 fn spec(source: Option<u32>, tag: Option<u32>) -> MatchSpec {
