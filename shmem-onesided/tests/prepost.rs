@@ -10,19 +10,15 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use proptest::prelude::*;
-use shmem_onesided::{CmaStatus, Config, Endpoint, Error, Node, RecvRequest, Status};
-use std::sync::atomic::{AtomicU32, Ordering};
+use shmem_onesided::{CmaStatus, Config, Endpoint, Error, RecvRequest, Status};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tm_proto::{MatchSpec, Source, Tag};
 
+mod common;
+
 fn job(name: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "pp{}-{name}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    common::job("pp", name)
 }
 
 fn cfg() -> Config {
@@ -45,22 +41,7 @@ fn ranks<T: Send + 'static>(
     size: u32,
     f: impl Fn(u32, Endpoint) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<T> {
-    let j = job(name);
-    let hs: Vec<_> = (0..size)
-        .map(|r| {
-            let (j, f) = (j.clone(), f.clone());
-            std::thread::spawn(move || f(r, Endpoint::new(Node::init(&j, r, size, cfg()).unwrap())))
-        })
-        .collect();
-    let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&format!("tmx-{j}-")))
-        .collect();
-    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
-    out
+    common::endpoint_ranks(job(name), size, cfg(), f)
 }
 
 /// A barrier that fails the test (instead of hanging it) when the other
