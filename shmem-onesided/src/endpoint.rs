@@ -128,8 +128,8 @@
 //! and returns [`Error::PeerDied`] instead of hanging.
 
 use crate::counters::Counters;
+use crate::eager::EagerArea;
 use crate::error::{Error, Result};
-use crate::heap::SymHeap;
 use crate::idmap::{IdMap, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
@@ -201,7 +201,7 @@ const EAGER_PREFIX: u64 = 64;
 const STAGE_TO_CMA_MIN: u64 = 32 << 10;
 /// Before each chunk of a pipelined message, every block in flight is
 /// checked for release while there are at most this many (a cheap scan);
-/// beyond, only the oldest ones are ([`reclaim_front`]).
+/// beyond, only the oldest ones are ([`EagerArea::reclaim_front`]).
 const RECLAIM_SCAN: usize = 64;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
@@ -643,8 +643,7 @@ pub struct Endpoint {
     /// (`TMX_SHMEM_INLINE_EXT`, capped to a quarter of the ring; at most
     /// `INLINE_MAX` turns it off).
     ext_max: usize,
-    eager: SymHeap,
-    in_flight: Vec<u64>,
+    eager: EagerArea,
     /// Unexpected eager messages still in their sender's eager area.
     uncopied: usize,
     /// Consecutive `try_recv` quick looks that found nothing.
@@ -737,8 +736,7 @@ fn chunk_size(cfg: &crate::config::Config) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn publish_chunks(
     seg: &Segment,
-    eager: &mut SymHeap,
-    in_flight: &mut Vec<u64>,
+    eager: &mut EagerArea,
     out: &mut Outbox,
     dest: u32,
     count: &mut dyn FnMut(&Header),
@@ -755,12 +753,12 @@ fn publish_chunks(
         h.kind = KIND_FRAG;
         h.flags = if *first { FLAG_FIRST | tmpl.flags } else { 0 };
         h.ext[..8].copy_from_slice(&(c.len() as u64).to_le_bytes());
-        if in_flight.len() <= RECLAIM_SCAN {
-            reclaim(seg, eager, in_flight);
+        if eager.in_flight() <= RECLAIM_SCAN {
+            eager.reclaim(released(seg));
         } else {
-            reclaim_front(seg, eager, in_flight);
+            eager.reclaim_front(released(seg));
         }
-        let Some(h) = eager_block(seg, eager, in_flight, c, h) else {
+        let Some(h) = eager_block(seg, eager, c, h) else {
             return false;
         };
         *off += c.len();
@@ -779,36 +777,10 @@ fn sync_id(h: &Header) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Frees eager blocks whose receiver raised the release flag.
-fn reclaim(seg: &Segment, eager: &mut SymHeap, in_flight: &mut Vec<u64>) -> usize {
+/// Whether the receiver released our eager block at `off` (its flag).
+fn released(seg: &Segment) -> impl Fn(u64) -> bool + '_ {
     let me = seg.rank();
-    let before = in_flight.len();
-    in_flight.retain(|&off| {
-        if eager_flag(seg, me, off).load(Ordering::Acquire) == 1 {
-            // The offset came from our own allocator.
-            let _ = eager.free(off);
-            false
-        } else {
-            true
-        }
-    });
-    before - in_flight.len()
-}
-
-/// Frees the oldest eager blocks in flight while their receiver has raised
-/// the release flag (stops at the first one still in use): cheap enough to
-/// run before every chunk however many blocks a lagging receiver holds;
-/// blocks released out of order wait for [`reclaim`].
-fn reclaim_front(seg: &Segment, eager: &mut SymHeap, in_flight: &mut Vec<u64>) {
-    let me = seg.rank();
-    let n = in_flight
-        .iter()
-        .take_while(|&&off| eager_flag(seg, me, off).load(Ordering::Acquire) == 1)
-        .count();
-    for off in in_flight.drain(..n) {
-        // The offset came from our own allocator.
-        let _ = eager.free(off);
-    }
+    move |off| eager_flag(seg, me, off).load(Ordering::Acquire) == 1
 }
 
 /// Checks an eager or fragment header against the sender's eager area of
@@ -937,19 +909,12 @@ fn eager_len(h: &Header) -> u64 {
 /// or `None` if the eager area has no room even after reclaiming.
 fn eager_block(
     seg: &Segment,
-    eager: &mut SymHeap,
-    in_flight: &mut Vec<u64>,
+    eager: &mut EagerArea,
     data: &[u8],
     mut tmpl: Header,
 ) -> Option<Header> {
     let need = EAGER_PREFIX + data.len() as u64;
-    let off = match eager.alloc(need, 64) {
-        Ok(o) => o,
-        Err(_) => {
-            reclaim(seg, eager, in_flight);
-            eager.alloc(need, 64).ok()?
-        }
-    };
+    let off = eager.alloc(need, released(seg))?;
     let me = seg.rank();
     eager_flag(seg, me, off).store(0, Ordering::Relaxed);
     // SAFETY: [off + 64, off + 64 + len) is inside our eager area (the
@@ -963,7 +928,6 @@ fn eager_block(
             data.len(),
         )
     };
-    in_flight.push(off);
     tmpl.source = me;
     tmpl.word = off;
     Some(tmpl)
@@ -974,7 +938,7 @@ impl Endpoint {
     pub fn new(node: Node) -> Self {
         let n = node.size();
         let batch = u64::from(node.config().publish_batch);
-        let eager = SymHeap::new(node.config().eager_bytes);
+        let eager = EagerArea::new(node.config().eager_bytes);
         let layout = TagLayout::DEFAULT;
         let node_cfg_inline_ext = node.config().inline_ext;
         let node_cfg_ring_slots = node.config().ring_slots;
@@ -1010,7 +974,6 @@ impl Endpoint {
             scratch: Vec::new(),
             ext_max: ext_max(node_cfg_inline_ext, node_cfg_ring_slots),
             eager,
-            in_flight: Vec::new(),
             uncopied: 0,
             idle_polls: 0,
             rr: 0,
@@ -1170,7 +1133,7 @@ impl Endpoint {
                 let hdr = match front {
                     Staged::Ready(h) => *h,
                     Staged::Data { hdr, bytes } => {
-                        match eager_block(seg, &mut self.eager, &mut self.in_flight, bytes, *hdr) {
+                        match eager_block(seg, &mut self.eager, bytes, *hdr) {
                             Some(h) => h,
                             None => break,
                         }
@@ -1202,7 +1165,6 @@ impl Endpoint {
                         let all_out = publish_chunks(
                             seg,
                             &mut self.eager,
-                            &mut self.in_flight,
                             &mut p.out,
                             dest,
                             &mut count,
@@ -1611,7 +1573,6 @@ impl Endpoint {
                 publish_chunks(
                     seg,
                     &mut self.eager,
-                    &mut self.in_flight,
                     &mut p.out,
                     dest,
                     &mut count,
@@ -1889,7 +1850,7 @@ impl Endpoint {
     /// eager area has room now; `false` (nothing done) if it has not.
     fn try_eager(&mut self, dest: u32, tmpl: Header, data: &[u8]) -> bool {
         let seg = self.node.segment();
-        match eager_block(seg, &mut self.eager, &mut self.in_flight, data, tmpl) {
+        match eager_block(seg, &mut self.eager, data, tmpl) {
             Some(h) => {
                 self.counters.buffered_sends += 1;
                 tracing::trace!(dest, len = data.len(), "buffered (eager) send");
@@ -1906,7 +1867,7 @@ impl Endpoint {
         let seg = self.node.segment();
         let p = &mut self.peers[dest as usize];
         let hdr = if p.staged.is_empty() {
-            eager_block(seg, &mut self.eager, &mut self.in_flight, data, tmpl)
+            eager_block(seg, &mut self.eager, data, tmpl)
         } else {
             None
         };
@@ -2000,8 +1961,8 @@ impl Endpoint {
         for d in 0..self.size() {
             events += self.flush_peer(d);
         }
-        if !self.in_flight.is_empty() {
-            events += reclaim(self.node.segment(), &mut self.eager, &mut self.in_flight);
+        if self.eager.in_flight() > 0 {
+            events += self.eager.reclaim(released(self.node.segment()));
         }
         let staged = self.peers.iter().any(|p| {
             p.staged

@@ -48,6 +48,7 @@ mod sync;
 
 pub mod config;
 mod counters;
+mod eager;
 mod error;
 pub mod heap;
 #[cfg(not(tmx_shmem_loom))]

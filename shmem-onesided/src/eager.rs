@@ -1,0 +1,339 @@
+//! The sender's eager area: blocks for buffered (two-copy) messages.
+//!
+//! A buffered send copies its payload into a block of its own eager area
+//! and publishes a header naming the block; the receiver copies the data
+//! out and raises the block's release flag; the sender then reuses the
+//! block. [`EagerArea`] owns the allocator ([`SymHeap`]) and the list of
+//! blocks in flight (handed out, not yet released), oldest first.
+//!
+//! Blocks of up to [`POOL_MAX`] bytes come in size classes (four per
+//! doubling above 256 bytes, so at most a quarter is wasted) and a
+//! released one is kept on its class's stack instead of going back to the
+//! first-fit allocator: the next send of that class takes the block
+//! released last, whose lines are still in this core's and the receiver's
+//! cache, where a first-fit allocator over an 8 MiB area would hand out
+//! block after block of cold memory while older ones are still in flight.
+//! The stacks hold at most a quarter of the area; when the allocator cannot
+//! serve a request they are emptied back into it, so the area's capacity is
+//! never lost to them (a message as large as the area still fits once
+//! everything is released).
+//!
+//! The module is pure bookkeeping: whether a block was released is asked
+//! through a callback (the endpoint reads the flag in shared memory).
+
+use crate::heap::SymHeap;
+use std::collections::VecDeque;
+
+/// Largest block (flag line included) that is kept for reuse when
+/// released; larger ones go back to the allocator.
+pub(crate) const POOL_MAX: u64 = 128 << 10;
+/// Number of size classes up to [`POOL_MAX`].
+const CLASSES: usize = 40;
+/// No class: the block was allocated at its exact size.
+const NO_CLASS: u8 = u8::MAX;
+
+/// The size class of a block of `need` bytes: its index and the class's
+/// block size (a multiple of 64 and at least `need`), or `None` above
+/// [`POOL_MAX`]. Classes are 64, 128, 192, 256 and then four per doubling
+/// (320, 384, 448, 512, 640, …, 131072).
+pub(crate) fn class_of(need: u64) -> Option<(usize, u64)> {
+    if need > POOL_MAX {
+        return None;
+    }
+    let n = need.max(1).next_multiple_of(64);
+    if n <= 256 {
+        return Some(((n / 64 - 1) as usize, n));
+    }
+    // 2^lg < n <= 2^(lg + 1), lg >= 8.
+    let lg = 63 - u64::from((n - 1).leading_zeros());
+    let step = 1u64 << (lg - 2);
+    let size = n.next_multiple_of(step);
+    let idx = 4 + (lg as usize - 8) * 4 + ((size - (1 << lg)) / step) as usize - 1;
+    Some((idx, size))
+}
+
+/// A sender's eager area: allocator, per-class stacks of released blocks,
+/// and the blocks in flight.
+#[derive(Debug)]
+pub(crate) struct EagerArea {
+    heap: SymHeap,
+    /// Released blocks kept for reuse, per class; the last one pushed is
+    /// the warmest.
+    stacks: Vec<Vec<u64>>,
+    /// Bytes in `stacks`.
+    cached: u64,
+    /// At most this many bytes are kept in `stacks`.
+    cache_cap: u64,
+    /// Blocks handed out and not yet taken back, oldest first, with their
+    /// class ([`NO_CLASS`] for exact-size blocks).
+    in_flight: VecDeque<(u64, u8)>,
+}
+
+impl EagerArea {
+    /// An empty area of `size` bytes.
+    pub(crate) fn new(size: u64) -> Self {
+        let heap = SymHeap::new(size);
+        EagerArea {
+            cache_cap: heap.size() / 4,
+            heap,
+            stacks: vec![Vec::new(); CLASSES],
+            cached: 0,
+            in_flight: VecDeque::new(),
+        }
+    }
+
+    /// The area's size in bytes (a multiple of 64).
+    pub(crate) fn size(&self) -> u64 {
+        self.heap.size()
+    }
+
+    /// Blocks in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// A block of at least `need` bytes, 64-byte aligned, now in flight;
+    /// `None` if the area has no room even after taking back every block
+    /// `released` says the receiver is done with.
+    pub(crate) fn alloc(&mut self, need: u64, released: impl Fn(u64) -> bool) -> Option<u64> {
+        let class = class_of(need).filter(|&(_, size)| size <= self.heap.size());
+        if let Some((c, size)) = class {
+            if self.stacks[c].is_empty() && !self.in_flight.is_empty() {
+                // The oldest blocks are usually the ones released by now.
+                self.reclaim_front(&released);
+            }
+            if let Some(off) = self.stacks[c].pop() {
+                self.cached -= size;
+                self.in_flight.push_back((off, c as u8));
+                return Some(off);
+            }
+        }
+        for attempt in 0..3 {
+            match attempt {
+                0 => {}
+                1 => {
+                    if self.reclaim(&released) == 0 {
+                        continue;
+                    }
+                    if let Some((c, size)) = class {
+                        if let Some(off) = self.stacks[c].pop() {
+                            self.cached -= size;
+                            self.in_flight.push_back((off, c as u8));
+                            return Some(off);
+                        }
+                    }
+                }
+                _ => {
+                    if self.cached == 0 {
+                        break;
+                    }
+                    self.flush_stacks();
+                }
+            }
+            let got = match class {
+                Some((c, size)) => self.heap.alloc(size, 64).ok().map(|o| (o, c as u8)),
+                None => self.heap.alloc(need, 64).ok().map(|o| (o, NO_CLASS)),
+            };
+            if let Some((off, c)) = got {
+                self.in_flight.push_back((off, c));
+                return Some(off);
+            }
+        }
+        None
+    }
+
+    /// Takes back every block in flight that `released` says is free;
+    /// returns how many.
+    pub(crate) fn reclaim(&mut self, released: impl Fn(u64) -> bool) -> usize {
+        let before = self.in_flight.len();
+        let mut back = Vec::new();
+        self.in_flight.retain(|&(off, c)| {
+            if released(off) {
+                back.push((off, c));
+                false
+            } else {
+                true
+            }
+        });
+        for (off, c) in back {
+            self.put_back(off, c);
+        }
+        before - self.in_flight.len()
+    }
+
+    /// Takes back the oldest blocks in flight while `released` says they
+    /// are free (stops at the first one still in use): cheap however many
+    /// blocks a lagging receiver holds. Returns how many.
+    pub(crate) fn reclaim_front(&mut self, released: impl Fn(u64) -> bool) -> usize {
+        let mut n = 0;
+        while let Some(&(off, c)) = self.in_flight.front() {
+            if !released(off) {
+                break;
+            }
+            self.in_flight.pop_front();
+            self.put_back(off, c);
+            n += 1;
+        }
+        n
+    }
+
+    fn put_back(&mut self, off: u64, c: u8) {
+        if c != NO_CLASS {
+            if let Some((_, size)) = class_size(c) {
+                if self.cached + size <= self.cache_cap {
+                    self.stacks[c as usize].push(off);
+                    self.cached += size;
+                    return;
+                }
+            }
+        }
+        // The offset came from this allocator and is in flight exactly once.
+        let _ = self.heap.free(off);
+    }
+
+    /// Returns every kept block to the allocator (so that it can coalesce
+    /// them for a larger request).
+    fn flush_stacks(&mut self) {
+        for s in &mut self.stacks {
+            for off in s.drain(..) {
+                let _ = self.heap.free(off);
+            }
+        }
+        self.cached = 0;
+    }
+}
+
+/// The block size of class `c`.
+fn class_size(c: u8) -> Option<(usize, u64)> {
+    let c = usize::from(c);
+    if c >= CLASSES {
+        return None;
+    }
+    let size = if c < 4 {
+        (c as u64 + 1) * 64
+    } else {
+        let lg = 8 + (c - 4) / 4;
+        let k = (c - 4) % 4 + 1;
+        (1u64 << lg) + k as u64 * (1u64 << (lg - 2))
+    };
+    Some((c, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::cell::RefCell;
+    use std::collections::HashSet;
+
+    #[test]
+    fn classes_cover_sizes_with_little_waste() {
+        let mut last = (0, 0);
+        for need in 1..=POOL_MAX {
+            let (c, size) = class_of(need).unwrap();
+            assert!(size >= need && size % 64 == 0, "{need} -> {size}");
+            assert_eq!(class_size(c as u8), Some((c, size)), "class {c}");
+            assert!(c < CLASSES);
+            assert!(c >= last.0 && size >= last.1, "monotonic at {need}");
+            if need > 256 {
+                assert!(size - need < size / 4 + 64, "waste at {need}: {size}");
+            }
+            last = (c, size);
+        }
+        assert_eq!(last, (CLASSES - 1, POOL_MAX));
+        assert_eq!(class_of(POOL_MAX + 1), None);
+    }
+
+    #[test]
+    fn a_released_block_is_reused_first() {
+        let mut a = EagerArea::new(1 << 20);
+        let freed = RefCell::new(HashSet::new());
+        let rel = |o: u64| freed.borrow().contains(&o);
+        let x = a.alloc(1088, rel).unwrap();
+        let y = a.alloc(1088, rel).unwrap();
+        assert_ne!(x, y);
+        freed.borrow_mut().insert(x);
+        // x is the oldest in flight and released: taken back and reused.
+        assert_eq!(a.alloc(1100, rel), Some(x), "same class (1280 bytes)");
+        assert_eq!(a.in_flight(), 2);
+        freed.borrow_mut().insert(y);
+        freed.borrow_mut().insert(x);
+        assert_eq!(a.reclaim(rel), 2);
+        assert_eq!(a.in_flight(), 0);
+        // LIFO: the last one taken back comes first.
+        let z = a.alloc(1088, |_| false).unwrap();
+        assert!(z == x || z == y);
+    }
+
+    #[test]
+    fn the_whole_area_fits_once_everything_is_released() {
+        let size = 64 << 10;
+        let mut a = EagerArea::new(size);
+        let mut offs = Vec::new();
+        while let Some(o) = a.alloc(300, |_| false) {
+            offs.push(o);
+        }
+        assert!(offs.len() >= 150, "{} blocks", offs.len());
+        assert_eq!(a.alloc(size, |_| false), None);
+        // Released but never reclaimed: alloc takes them back itself.
+        assert_eq!(a.alloc(size, |_| true), Some(0));
+        assert_eq!(a.in_flight(), 1);
+    }
+
+    #[test]
+    fn small_areas_fall_back_to_exact_sizes() {
+        // 4096 + 64 rounds to a 5120-byte class, larger than the area.
+        let mut a = EagerArea::new(4160);
+        assert_eq!(a.alloc(4160, |_| false), Some(0));
+        assert_eq!(a.alloc(64, |_| false), None);
+        assert_eq!(a.alloc(4160, |_| true), Some(0));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Blocks in flight never overlap and stay in bounds; releasing
+        /// everything gives the whole area back.
+        #[test]
+        fn blocks_in_flight_are_disjoint(
+            ops in proptest::collection::vec((1u64..40_000, 0u8..4), 1..120)
+        ) {
+            let size = 256 << 10;
+            let mut a = EagerArea::new(size);
+            let freed = RefCell::new(HashSet::new());
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            for (need, op) in ops {
+                if op == 0 && !live.is_empty() {
+                    let (o, _) = live.remove(need as usize % live.len());
+                    freed.borrow_mut().insert(o);
+                    continue;
+                }
+                let got = {
+                    let rel = |o: u64| freed.borrow().contains(&o);
+                    a.alloc(need, rel)
+                };
+                if let Some(o) = got {
+                    // A reused offset is no longer released.
+                    freed.borrow_mut().remove(&o);
+                    prop_assert_eq!(o % 64, 0);
+                    prop_assert!(o + need <= size);
+                    for &(p, pl) in &live {
+                        prop_assert!(o + need <= p || p + pl <= o, "overlap");
+                    }
+                    live.push((o, need));
+                }
+                if op == 3 {
+                    let rel = |o: u64| freed.borrow().contains(&o);
+                    a.reclaim(rel);
+                }
+            }
+            for &(o, _) in &live {
+                prop_assert!(a.in_flight.iter().any(|&(f, _)| f == o));
+            }
+            for (o, _) in live {
+                freed.borrow_mut().insert(o);
+            }
+            let rel = |o: u64| freed.borrow().contains(&o);
+            prop_assert_eq!(a.alloc(size, rel), Some(0));
+        }
+    }
+}
