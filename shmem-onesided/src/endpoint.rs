@@ -1037,6 +1037,44 @@ impl Endpoint {
     }
 
     /// Publishes `hdr` to `dest` after everything queued for it.
+    /// The inline send's fast path: publishes a standard send of at most
+    /// [`INLINE_MAX`] bytes to another local rank `dest` (the caller
+    /// checked all three) straight into its ring when nothing is held for
+    /// it and the ring has room; `false` (nothing done) otherwise, and the
+    /// general path sends it. What the general path does for it, without
+    /// its request id and layers.
+    #[inline]
+    fn send_inline_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let flags = self.counted_flag();
+        let p = &mut self.peers[dest as usize];
+        if !p.staged.is_empty() {
+            return false;
+        }
+        let mut h = Header {
+            kind: KIND_INLINE,
+            flags,
+            // <= INLINE_MAX
+            nbytes: data.len() as u32,
+            source: me,
+            tag,
+            context,
+            ..Header::default()
+        };
+        h.set_inline(data);
+        let sent = p.out.try_send_now(seg.ring(me, dest), &h, |h| {
+            if h.flags & FLAG_COUNTED != 0 {
+                seg.phase(dest).count_message();
+            }
+        });
+        if sent {
+            self.counters.inline_sends += 1;
+            tracing::trace!(dest, len = data.len(), "inline send");
+        }
+        sent
+    }
+
     fn enqueue(&mut self, dest: u32, hdr: Header) {
         let seg = self.node.segment();
         let p = &mut self.peers[dest as usize];
@@ -1290,6 +1328,13 @@ impl Endpoint {
     /// when the ring or the eager area is full it queues locally. A send to
     /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
+        if data.len() <= INLINE_MAX
+            && dest != self.rank()
+            && dest < self.size()
+            && self.send_inline_now(dest, tag, context, data)
+        {
+            return Ok(());
+        }
         if data.len() as u64 > INLINE_MAX as u64 {
             return self.send_blocking(dest, tag, context, data, SendMode::Standard);
         }
@@ -2110,6 +2155,73 @@ impl Endpoint {
         Ok(Quick::Empty)
     }
 
+    /// The quick look's fast path for an exact-source receive: if the next
+    /// header of the source's ring is a plain inline message (not
+    /// synchronous) that `spec` matches and the model lets the receive take
+    /// it ([`Endpoint::take_direct`]), it is taken and copied into `buf`
+    /// here, as [`Endpoint::poll_one`] and [`Endpoint::deliver`] would
+    /// (same counters and status). Otherwise the header stays in the ring
+    /// (`None`) for the general path. The caller checked that nothing is
+    /// posted, queued or parked and the source is not under eager
+    /// pressure.
+    #[inline]
+    fn take_inline_now(
+        &mut self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<Result<Status>>> {
+        let Source::Rank(s) = spec.source else {
+            return Ok(None);
+        };
+        let seg = self.node.segment();
+        let me = seg.rank();
+        if s == me || s >= seg.size() {
+            return Ok(None);
+        }
+        let Some(mut h) = self.peers[s as usize].inb.peek(seg.ring(s, me)) else {
+            return Ok(None);
+        };
+        // The ring identifies the sender; never trust the field.
+        h.source = s;
+        let msg_len = h.nbytes as usize;
+        if h.kind != KIND_INLINE
+            || h.flags & FLAG_SYNC != 0
+            || usize::from(h.aux) != msg_len
+            || msg_len > INLINE_MAX
+            || !spec.matches(&envelope(&h))
+            || !self.take_direct(&h)?
+        {
+            return Ok(None);
+        }
+        let seg = self.node.segment();
+        self.peers[s as usize].inb.skip(seg.ring(s, me));
+        let n = msg_len.min(buf.len());
+        let word = h.word.to_le_bytes();
+        let k = n.min(8);
+        buf[..k].copy_from_slice(&word[..k]);
+        if n > 8 {
+            buf[8..n].copy_from_slice(&h.ext[..n - 8]);
+        }
+        self.counters.received += 1;
+        if n < msg_len {
+            self.counters.truncated += 1;
+            tracing::debug!(
+                source = s,
+                msg_len,
+                capacity = buf.len(),
+                "message truncated to the receive buffer"
+            );
+        }
+        Ok(Some(Ok(Status {
+            source: s,
+            tag: h.tag,
+            context: h.context,
+            len: n,
+            msg_len,
+            cancelled: false,
+        })))
+    }
+
     /// Takes the next header of `s`'s ring, if any, and handles it as
     /// [`Endpoint::handle_header`] does (with `want`); an inline-ext message
     /// the blocked receive takes is copied straight out of its continuation
@@ -2918,6 +3030,10 @@ impl Endpoint {
             && self.off.posted_len() == 0
         {
             // The quick look first: the next header of the source's ring.
+            if let Some(r) = self.take_inline_now(spec, buf)? {
+                self.idle_polls = 0;
+                return r.map(Some);
+            }
             match self.poll_direct(spec, buf)? {
                 Quick::Taken(r) => {
                     self.idle_polls = 0;
@@ -3182,6 +3298,14 @@ impl Endpoint {
         data: &[u8],
         mode: SendMode,
     ) -> Result<Option<SendRequest>> {
+        if mode != SendMode::Synchronous
+            && data.len() <= INLINE_MAX
+            && dest != self.rank()
+            && dest < self.size()
+            && self.send_inline_now(dest, tag, context, data)
+        {
+            return Ok(None);
+        }
         let (id, done, _) = self.start_send(dest, tag, context, None, data, mode, false)?;
         if done {
             return Ok(None);
@@ -3209,6 +3333,14 @@ impl Endpoint {
         data: Vec<u8>,
         mode: SendMode,
     ) -> Result<core::result::Result<SendRequest, Vec<u8>>> {
+        if mode != SendMode::Synchronous
+            && data.len() <= INLINE_MAX
+            && dest != self.rank()
+            && dest < self.size()
+            && self.send_inline_now(dest, tag, context, &data)
+        {
+            return Ok(Err(data));
+        }
         let (id, done, back) = self.start_send(dest, tag, context, Some(data), &[], mode, false)?;
         if done {
             return Ok(Err(back.unwrap_or_default()));
@@ -4161,6 +4293,85 @@ mod tests {
             ep.finalize().unwrap();
         });
     }
+    /// The inline fast paths (`send_inline_now`, `take_inline_now`): a
+    /// receive whose message is not at the front of the ring leaves the
+    /// front to the general path (queued, then matched in order); a
+    /// synchronous inline message is not taken by the fast path but still
+    /// delivered and acknowledged; zero-byte and truncated messages get the
+    /// general path's status and counters; a ring that fills queues later
+    /// inline sends behind the earlier ones (8-slot ring).
+    #[test]
+    fn inline_fast_paths_keep_order_status_and_counters() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        pair("fastinl", move |me, mut ep| {
+            let peer = 1 - me;
+            if me == 1 {
+                ep.send(peer, 7, 4, &data(1, 8)).unwrap();
+                ep.send(peer, 9, 4, &data(2, 40)).unwrap();
+                let s = ep
+                    .isend_borrowed(peer, 7, 4, &data(3, 16), SendMode::Synchronous)
+                    .unwrap();
+                assert!(ep
+                    .send_or_start(peer, 7, 4, &[], SendMode::Standard)
+                    .unwrap()
+                    .is_none());
+                ep.isend_or_done(peer, 7, 4, data(4, 20), SendMode::Standard)
+                    .unwrap()
+                    .unwrap_err();
+                // More than the ring holds: the rest queue behind.
+                for i in 0..20 {
+                    ep.send(peer, 8, 4, &data(10 + i, 1 + i as usize)).unwrap();
+                }
+                gate.wait();
+                ep.wait_send(s).unwrap();
+                // The tag-8 sends still queued here go into the ring first.
+                ep.flush().unwrap();
+                // Sent once the receiver has drained everything: taken by
+                // its fast path.
+                gate.wait();
+                ep.send(peer, 5, 4, &data(5, 20)).unwrap();
+                ep.send(peer, 5, 4, &data(6, 33)).unwrap();
+            } else {
+                gate.wait();
+                let mut buf = [0u8; 64];
+                let mut want = |ep: &mut Endpoint, tag: u32, cap: usize| loop {
+                    if let Some(st) = ep.try_recv(spec(peer, tag), &mut buf[..cap]).unwrap() {
+                        return (st, buf[..st.len].to_vec());
+                    }
+                };
+                // Tag 9 is second in the ring: tag 7's message is queued.
+                let (st, got) = want(&mut ep, 9, 64);
+                assert_eq!((st.source, st.tag, st.context), (peer, 9, 4));
+                assert_eq!((st.len, st.msg_len, got), (40, 40, data(2, 40)));
+                let (st, got) = want(&mut ep, 7, 64);
+                assert_eq!((st.len, got), (8, data(1, 8)), "order of tag 7");
+                let (st, got) = want(&mut ep, 7, 64);
+                assert_eq!((st.len, got), (16, data(3, 16)), "the synchronous one");
+                let (st, _) = want(&mut ep, 7, 64);
+                assert_eq!((st.len, st.msg_len, st.tag), (0, 0, 7), "zero bytes");
+                let (st, got) = want(&mut ep, 7, 10);
+                assert_eq!((st.len, st.msg_len), (10, 20), "truncated");
+                assert!(st.truncated());
+                assert_eq!(got, data(4, 20)[..10].to_vec());
+                for i in 0..20 {
+                    let (st, got) = want(&mut ep, 8, 64);
+                    assert_eq!(got, data(10 + i, 1 + i as usize), "queued send {i}");
+                    assert_eq!((st.source, st.tag, st.context), (peer, 8, 4));
+                }
+                gate.wait();
+                let (st, got) = want(&mut ep, 5, 10);
+                assert_eq!((st.len, st.msg_len, st.tag), (10, 20, 5), "truncated");
+                assert_eq!(got, data(5, 20)[..10].to_vec());
+                let (st, got) = want(&mut ep, 5, 64);
+                assert_eq!((st.source, st.tag, st.context), (peer, 5, 4));
+                assert_eq!((st.len, st.msg_len, got), (33, 33, data(6, 33)));
+                let c = ep.counters();
+                assert_eq!((c.received, c.truncated), (27, 2));
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
     /// Inline messages with continuation slots (41..=280 B with a 64-slot
     /// ring) on every receive path: posted `irecv`s, a blocking receive
     /// that takes them straight from the ring, queued (unexpected) ones

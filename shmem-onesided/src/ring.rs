@@ -458,6 +458,29 @@ impl Consumer {
 
     #[inline]
     fn poll_with(&mut self, ring: RingRef<'_>, release: Ordering) -> Option<Header> {
+        let h = self.peek_with(ring, release)?;
+        self.skip_with(ring, release);
+        Some(h)
+    }
+
+    /// The next header if one is published, **without taking it**: the
+    /// same header comes again until [`Consumer::skip`] steps over it
+    /// (`peek` + `skip` is [`Consumer::poll`]). When the ring is empty,
+    /// publishes any unpublished progress, as `poll` does.
+    #[inline]
+    pub fn peek(&mut self, ring: RingRef<'_>) -> Option<Header> {
+        self.peek_with(ring, Ordering::Release)
+    }
+
+    /// Takes the header the last [`Consumer::peek`] returned (call it only
+    /// after a `peek` that returned `Some`, once).
+    #[inline]
+    pub fn skip(&mut self, ring: RingRef<'_>) {
+        self.skip_with(ring, Ordering::Release);
+    }
+
+    #[inline]
+    fn peek_with(&mut self, ring: RingRef<'_>, release: Ordering) -> Option<Header> {
         let slot = ring.slot(self.next);
         // Truncation: see Producer::push_with.
         let expect = (self.next as u32).wrapping_add(1);
@@ -467,13 +490,18 @@ impl Consumer {
         }
         // SAFETY: the Acquire load above saw the producer's Release store of
         // this lap's `seq`, which follows its write of the body; the producer
-        // does not touch this slot again until we publish `consumed` past it.
+        // does not touch this slot again until we publish `consumed` past it
+        // (in `skip_with`, after this read).
         let body = slot.body.with(|p| unsafe { p.read() });
+        Some(Header::decode(&body))
+    }
+
+    #[inline]
+    fn skip_with(&mut self, ring: RingRef<'_>, release: Ordering) {
         self.next += 1;
         if self.next - self.published >= self.batch {
             self.publish_with(ring, release);
         }
-        Some(Header::decode(&body))
     }
 
     /// Copies the `dst.len()` tail bytes that follow the header just taken
@@ -577,6 +605,24 @@ impl Outbox {
         }
         self.pending.push_back(hdr);
         Sent::Queued
+    }
+
+    /// Publishes `hdr` at once if nothing is pending and the ring has room
+    /// (after one re-read of the consumer index), calling `before` just
+    /// before; otherwise does nothing and returns `false` (the caller then
+    /// sends it with [`Outbox::send_with`], which queues it).
+    #[inline]
+    pub fn try_send_now(
+        &mut self,
+        ring: RingRef<'_>,
+        hdr: &Header,
+        before: impl FnOnce(&Header),
+    ) -> bool {
+        if !self.pending.is_empty() || !self.producer.has_room(ring) {
+            return false;
+        }
+        before(hdr);
+        self.producer.try_push(ring, hdr).is_ok()
     }
 
     /// Publishes `hdr` with a tail in continuation slots
@@ -715,6 +761,39 @@ mod tests {
         assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(2));
         assert_eq!(c.poll(mem.view()), None);
         assert_eq!(c.consumed(), 3);
+    }
+
+    /// `peek` leaves the header in place (the producer cannot reuse its
+    /// slot) until `skip`; `peek` + `skip` takes headers as `poll` does,
+    /// with the same batched index publication.
+    #[test]
+    fn peek_then_skip_is_poll() {
+        let mem = RingMem::new(2);
+        let (mut p, mut c) = (Producer::new(), Consumer::new(2));
+        let h = |t| Header {
+            tag: t,
+            ..Header::default()
+        };
+        assert_eq!(c.peek(mem.view()), None);
+        assert!(p.try_push(mem.view(), &h(0)).is_ok());
+        assert!(p.try_push(mem.view(), &h(1)).is_ok());
+        assert_eq!(c.peek(mem.view()).map(|x| x.tag), Some(0));
+        assert_eq!(c.peek(mem.view()).map(|x| x.tag), Some(0), "not taken");
+        c.skip(mem.view());
+        assert_eq!(c.consumed(), 1);
+        assert_eq!(
+            p.try_push(mem.view(), &h(2)),
+            Err(Full),
+            "batch of 2 not published yet"
+        );
+        assert_eq!(c.peek(mem.view()).map(|x| x.tag), Some(1));
+        c.skip(mem.view());
+        assert!(
+            p.try_push(mem.view(), &h(2)).is_ok(),
+            "published after the batch"
+        );
+        assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(2));
+        assert_eq!(c.peek(mem.view()), None);
     }
 
     #[test]
