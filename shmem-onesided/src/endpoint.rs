@@ -2156,20 +2156,16 @@ impl Endpoint {
     }
 
     /// The quick look's fast path for an exact-source receive: if the next
-    /// header of the source's ring is a plain inline message (not
-    /// synchronous) that `spec` matches and the model lets the receive take
-    /// it ([`Endpoint::take_direct`]), it is taken and copied into `buf`
-    /// here, as [`Endpoint::poll_one`] and [`Endpoint::deliver`] would
-    /// (same counters and status). Otherwise the header stays in the ring
-    /// (`None`) for the general path. The caller checked that nothing is
-    /// posted, queued or parked and the source is not under eager
-    /// pressure.
+    /// header of the source's ring is an inline, inline-ext or eager
+    /// message (not synchronous, well formed) that `spec` matches and the
+    /// model lets the receive take it ([`Endpoint::take_direct`]), it is
+    /// taken and copied into `buf` here, as [`Endpoint::poll_one`] and
+    /// [`Endpoint::deliver`] would (same counters, status and release of
+    /// the eager block). Otherwise the header stays in the ring (`None`)
+    /// for the general path. The caller checked that nothing is posted,
+    /// queued or parked and the source is not under eager pressure.
     #[inline]
-    fn take_inline_now(
-        &mut self,
-        spec: MatchSpec,
-        buf: &mut [u8],
-    ) -> Result<Option<Result<Status>>> {
+    fn take_now(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Result<Status>>> {
         let Source::Rank(s) = spec.source else {
             return Ok(None);
         };
@@ -2184,10 +2180,14 @@ impl Endpoint {
         // The ring identifies the sender; never trust the field.
         h.source = s;
         let msg_len = h.nbytes as usize;
-        if h.kind != KIND_INLINE
+        let well_formed = match h.kind {
+            KIND_INLINE => usize::from(h.aux) == msg_len && msg_len <= INLINE_MAX,
+            KIND_INLINE_EXT => true,
+            KIND_EAGER => eager_src(self.node.config().eager_bytes, &h).is_ok(),
+            _ => false,
+        };
+        if !well_formed
             || h.flags & FLAG_SYNC != 0
-            || usize::from(h.aux) != msg_len
-            || msg_len > INLINE_MAX
             || !spec.matches(&envelope(&h))
             || !self.take_direct(&h)?
         {
@@ -2196,11 +2196,21 @@ impl Endpoint {
         let seg = self.node.segment();
         self.peers[s as usize].inb.skip(seg.ring(s, me));
         let n = msg_len.min(buf.len());
-        let word = h.word.to_le_bytes();
-        let k = n.min(8);
-        buf[..k].copy_from_slice(&word[..k]);
-        if n > 8 {
-            buf[8..n].copy_from_slice(&h.ext[..n - 8]);
+        match h.kind {
+            KIND_INLINE_EXT => return Ok(Some(self.deliver_ext(s, h, buf))),
+            KIND_INLINE => {
+                let word = h.word.to_le_bytes();
+                let k = n.min(8);
+                buf[..k].copy_from_slice(&word[..k]);
+                if n > 8 {
+                    buf[8..n].copy_from_slice(&h.ext[..n - 8]);
+                }
+            }
+            _ => {
+                if let Err(e) = self.get_eager(&h, &mut buf[..n]) {
+                    return Ok(Some(Err(e)));
+                }
+            }
         }
         self.counters.received += 1;
         if n < msg_len {
@@ -2281,6 +2291,12 @@ impl Endpoint {
             Source::Rank(pe) => (pe, 1),
             Source::Any => (0, n),
         };
+        if self.off.unexpected_len() == 0 && self.off.posted_len() == 0 {
+            // Nothing queued or posted: the fast path may take the front.
+            if let Some(r) = self.take_now(spec, buf)? {
+                return Ok(Some(r));
+            }
+        }
         // A queued message could match: only the model may choose.
         let mut want = (self.off.unexpected_len() == 0).then_some(spec);
         for i in 0..count {
@@ -3030,7 +3046,7 @@ impl Endpoint {
             && self.off.posted_len() == 0
         {
             // The quick look first: the next header of the source's ring.
-            if let Some(r) = self.take_inline_now(spec, buf)? {
+            if let Some(r) = self.take_now(spec, buf)? {
                 self.idle_polls = 0;
                 return r.map(Some);
             }
@@ -4293,7 +4309,7 @@ mod tests {
             ep.finalize().unwrap();
         });
     }
-    /// The inline fast paths (`send_inline_now`, `take_inline_now`): a
+    /// The inline fast paths (`send_inline_now`, `take_now`): a
     /// receive whose message is not at the front of the ring leaves the
     /// front to the general path (queued, then matched in order); a
     /// synchronous inline message is not taken by the fast path but still
@@ -4331,6 +4347,11 @@ mod tests {
                 gate.wait();
                 ep.send(peer, 5, 4, &data(5, 20)).unwrap();
                 ep.send(peer, 5, 4, &data(6, 33)).unwrap();
+                // Inline-ext and eager, each whole and truncated.
+                ep.send(peer, 5, 4, &data(7, 100)).unwrap();
+                ep.send(peer, 5, 4, &data(8, 100)).unwrap();
+                ep.send(peer, 5, 4, &data(9, 3000)).unwrap();
+                ep.send(peer, 5, 4, &data(10, 3000)).unwrap();
             } else {
                 gate.wait();
                 let mut buf = [0u8; 64];
@@ -4365,8 +4386,25 @@ mod tests {
                 let (st, got) = want(&mut ep, 5, 64);
                 assert_eq!((st.source, st.tag, st.context), (peer, 5, 4));
                 assert_eq!((st.len, st.msg_len, got), (33, 33, data(6, 33)));
+                let mut big = vec![0u8; 4000];
+                let mut take = |ep: &mut Endpoint, cap: usize| loop {
+                    if let Some(st) = ep.try_recv(spec(peer, 5), &mut big[..cap]).unwrap() {
+                        assert_eq!((st.source, st.tag, st.context), (peer, 5, 4));
+                        return (st, big[..st.len].to_vec());
+                    }
+                };
+                let (st, got) = take(&mut ep, 4000);
+                assert_eq!((st.len, st.msg_len, got), (100, 100, data(7, 100)));
+                let (st, got) = take(&mut ep, 50);
+                assert_eq!((st.len, st.msg_len), (50, 100));
+                assert_eq!(got, data(8, 100)[..50].to_vec());
+                let (st, got) = take(&mut ep, 4000);
+                assert_eq!((st.len, st.msg_len, got), (3000, 3000, data(9, 3000)));
+                let (st, got) = take(&mut ep, 1000);
+                assert_eq!((st.len, st.msg_len), (1000, 3000));
+                assert_eq!(got, data(10, 3000)[..1000].to_vec());
                 let c = ep.counters();
-                assert_eq!((c.received, c.truncated), (27, 2));
+                assert_eq!((c.received, c.truncated), (31, 4));
             }
             ep.finalize().unwrap();
         });
