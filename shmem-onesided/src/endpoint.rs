@@ -1075,6 +1075,70 @@ impl Endpoint {
         sent
     }
 
+    /// The standard send's fast path for every size that completes at
+    /// once without a request: inline ([`Endpoint::send_inline_now`]),
+    /// inline with continuation slots, and buffered (eager) up to
+    /// `TMX_SHMEM_PIPELINE_MIN` when the eager area has room, to another
+    /// local rank `dest` (the caller checked `dest`) with nothing held for
+    /// it. `false` (nothing done) when the message needs the general path:
+    /// synchronous callers never come here; a prepost-direct, CMA,
+    /// pipelined or fragmented size; the eager area full; sends held for
+    /// `dest`. An eager header that finds the ring full is queued behind
+    /// (the send is complete either way, as on the general path).
+    #[inline]
+    fn send_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        let len = data.len();
+        if len <= INLINE_MAX {
+            return self.send_inline_now(dest, tag, context, data);
+        }
+        let p = &self.peers[dest as usize];
+        if !p.staged.is_empty() || p.out.pending() != 0 {
+            return false;
+        }
+        if len <= self.ext_max && self.send_inline_ext(dest, tag, context, data) {
+            return true;
+        }
+        let cfg = self.node.config();
+        let len64 = len as u64;
+        if len64 > cfg.pipeline_min
+            || len64 > self.eager_max()
+            || (self.prepost && len64 >= cfg.prepost_min)
+            || (self.cma_ok() && len64 > cfg.cma_threshold)
+        {
+            return false;
+        }
+        let id = self.next_id;
+        let mut tmpl = Header {
+            kind: KIND_EAGER,
+            flags: self.counted_flag(),
+            // <= pipeline_min, and the eager area (< 2^32)
+            nbytes: len as u32,
+            source: self.rank(),
+            tag,
+            context,
+            ..Header::default()
+        };
+        tmpl.ext[8..16].copy_from_slice(&id.to_le_bytes());
+        let seg = self.node.segment();
+        let Some(h) = eager_block(seg, &mut self.eager, data, tmpl) else {
+            return false;
+        };
+        self.next_id += 1;
+        self.counters.buffered_sends += 1;
+        tracing::trace!(dest, len, "buffered (eager) send");
+        let me = seg.rank();
+        let p = &mut self.peers[dest as usize];
+        let sent = p.out.try_send_now(seg.ring(me, dest), &h, |h| {
+            if h.flags & FLAG_COUNTED != 0 {
+                seg.phase(dest).count_message();
+            }
+        });
+        if !sent {
+            self.enqueue(dest, h);
+        }
+        true
+    }
+
     fn enqueue(&mut self, dest: u32, hdr: Header) {
         let seg = self.node.segment();
         let p = &mut self.peers[dest as usize];
@@ -1328,11 +1392,7 @@ impl Endpoint {
     /// when the ring or the eager area is full it queues locally. A send to
     /// this rank itself is a local copy through the matcher.
     pub fn send(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
-        if data.len() <= INLINE_MAX
-            && dest != self.rank()
-            && dest < self.size()
-            && self.send_inline_now(dest, tag, context, data)
-        {
+        if dest != self.rank() && dest < self.size() && self.send_now(dest, tag, context, data) {
             return Ok(());
         }
         if data.len() as u64 > INLINE_MAX as u64 {
@@ -3315,10 +3375,9 @@ impl Endpoint {
         mode: SendMode,
     ) -> Result<Option<SendRequest>> {
         if mode != SendMode::Synchronous
-            && data.len() <= INLINE_MAX
             && dest != self.rank()
             && dest < self.size()
-            && self.send_inline_now(dest, tag, context, data)
+            && self.send_now(dest, tag, context, data)
         {
             return Ok(None);
         }
@@ -3350,10 +3409,9 @@ impl Endpoint {
         mode: SendMode,
     ) -> Result<core::result::Result<SendRequest, Vec<u8>>> {
         if mode != SendMode::Synchronous
-            && data.len() <= INLINE_MAX
             && dest != self.rank()
             && dest < self.size()
-            && self.send_inline_now(dest, tag, context, &data)
+            && self.send_now(dest, tag, context, &data)
         {
             return Ok(Err(data));
         }
@@ -4318,6 +4376,13 @@ mod tests {
     /// inline sends behind the earlier ones (8-slot ring).
     #[test]
     fn inline_fast_paths_keep_order_status_and_counters() {
+        let fill_len = |i: u32| {
+            if i % 5 == 3 {
+                2000 + i as usize
+            } else {
+                1 + i as usize
+            }
+        };
         let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
         pair("fastinl", move |me, mut ep| {
             let peer = 1 - me;
@@ -4334,9 +4399,10 @@ mod tests {
                 ep.isend_or_done(peer, 7, 4, data(4, 20), SendMode::Standard)
                     .unwrap()
                     .unwrap_err();
-                // More than the ring holds: the rest queue behind.
+                // More than the ring holds: the rest queue behind (some
+                // eager ones among them).
                 for i in 0..20 {
-                    ep.send(peer, 8, 4, &data(10 + i, 1 + i as usize)).unwrap();
+                    ep.send(peer, 8, 4, &data(10 + i, fill_len(i))).unwrap();
                 }
                 gate.wait();
                 ep.wait_send(s).unwrap();
@@ -4354,7 +4420,7 @@ mod tests {
                 ep.send(peer, 5, 4, &data(10, 3000)).unwrap();
             } else {
                 gate.wait();
-                let mut buf = [0u8; 64];
+                let mut buf = [0u8; 4096];
                 let mut want = |ep: &mut Endpoint, tag: u32, cap: usize| loop {
                     if let Some(st) = ep.try_recv(spec(peer, tag), &mut buf[..cap]).unwrap() {
                         return (st, buf[..st.len].to_vec());
@@ -4375,8 +4441,8 @@ mod tests {
                 assert!(st.truncated());
                 assert_eq!(got, data(4, 20)[..10].to_vec());
                 for i in 0..20 {
-                    let (st, got) = want(&mut ep, 8, 64);
-                    assert_eq!(got, data(10 + i, 1 + i as usize), "queued send {i}");
+                    let (st, got) = want(&mut ep, 8, 4096);
+                    assert_eq!(got, data(10 + i, fill_len(i)), "queued send {i}");
                     assert_eq!((st.source, st.tag, st.context), (peer, 8, 4));
                 }
                 gate.wait();
