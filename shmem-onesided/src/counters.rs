@@ -39,6 +39,10 @@ pub struct Counters {
     pub index_rereads: u64,
     /// Messages received (matched and delivered).
     pub received: u64,
+    /// Receives (`irecv`, `irecv_or_done`, the preposting `recv`) queued
+    /// in the matcher because their message had not arrived; the other
+    /// receives matched at once (receiver side).
+    pub posted_recvs: u64,
     /// Headers that arrived before a matching receive (unexpected).
     pub unexpected: u64,
     /// Largest number of unmatched headers held at once.
@@ -63,7 +67,8 @@ impl fmt::Display for Counters {
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
              preposts {} (withdrawn {}), cma sends {}, fragmented sends {}, \
              pipelined sends {} (received in place {}), backpressure events {}, \
-             staged sends {}, index re-reads {}, received {}, unexpected {} (max held {}), \
+             staged sends {}, index re-reads {}, received {} (posted first {}), \
+             unexpected {} (max held {}), \
              sync sends {}, sync acks {}, self sends {}, truncated {}, cancelled receives {}",
             self.inline_sends,
             self.buffered_sends,
@@ -79,6 +84,7 @@ impl fmt::Display for Counters {
             self.staged_sends,
             self.index_rereads,
             self.received,
+            self.posted_recvs,
             self.unexpected,
             self.unexpected_max,
             self.sync_sends,

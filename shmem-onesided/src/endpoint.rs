@@ -2365,6 +2365,15 @@ impl Endpoint {
                 continue;
             }
             for _ in 0..POLL_BUDGET {
+                if want.is_none()
+                    && self.off.unexpected_len() == 0
+                    && self.peers[s as usize].assembly.is_none()
+                {
+                    // The header that matched ours went to an earlier
+                    // posted receive (nothing is queued, no message is half
+                    // assembled): ours may take the next one.
+                    want = Some(spec);
+                }
                 // Once no receive is waiting (ours found its place, nothing
                 // else is posted), what follows would only be queued as
                 // unexpected: leave it in the ring for a later receive to
@@ -3185,6 +3194,7 @@ impl Endpoint {
         let Some(id) = id else {
             return Err(Error::InvalidArgument("receive neither queued nor matched"));
         };
+        self.counters.posted_recvs += 1;
         // A pipelined message bound to match this receive is copied
         // straight into `buf` (see `take_fragment`).
         self.blocked_recv = Some(key);
@@ -3213,7 +3223,10 @@ impl Endpoint {
     pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
         self.check_source(spec)?;
         let addr = buf.as_mut_ptr() as u64;
-        let (key, _) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut [])?;
+        let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut [])?;
+        if id.is_some() {
+            self.counters.posted_recvs += 1;
+        }
         Ok(RecvRequest(key))
     }
 
@@ -3240,6 +3253,7 @@ impl Endpoint {
         let addr = buf.as_mut_ptr() as u64;
         let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut [])?;
         if id.is_some() {
+            self.counters.posted_recvs += 1;
             return Ok(Ok(RecvRequest(key)));
         }
         match self.requests.remove_if_done(key) {
@@ -4595,6 +4609,80 @@ mod tests {
                     }
                 }
                 assert_eq!(ep.counters().unexpected, queued, "taken through the queue");
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// A receive that finds older posted receives drains the ring into
+    /// them and then takes its own message at once (the one after theirs),
+    /// instead of posting behind them: the receiver of a window never stays
+    /// one message behind. A pipelined message in between is not overtaken
+    /// by the small one after it, and the posted-first counter says which
+    /// receives were queued.
+    #[test]
+    fn irecv_or_done_catches_up_with_older_posted_receives() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let big = 300 << 10;
+        pair_with("catchup", 64, move |me, mut ep| {
+            let peer = 1 - me;
+            if me == 1 {
+                gate.wait();
+                for k in 0..6u32 {
+                    ep.send(peer, 5, 4, &data(k, 8 + 200 * k as usize)).unwrap();
+                }
+                gate.wait();
+                // Once the receiver posted for m20.
+                gate.wait();
+                ep.send(peer, 5, 4, &data(20, 16)).unwrap();
+                ep.send(peer, 5, 4, &data(21, big)).unwrap();
+                ep.send(peer, 5, 4, &data(22, 16)).unwrap();
+            } else {
+                let older: Vec<_> = (0..3)
+                    .map(
+                        |_| match ep.irecv_or_done(spec(peer, 5), vec![0; 2048]).unwrap() {
+                            Ok(r) => r,
+                            Err(done) => panic!("nothing was sent yet: {done:?}"),
+                        },
+                    )
+                    .collect();
+                assert_eq!(ep.counters().posted_recvs, 3);
+                gate.wait();
+                gate.wait();
+                // m0..m2 complete the older receives; this one takes m3.
+                for k in 3..6u32 {
+                    match ep.irecv_or_done(spec(peer, 5), vec![0; 2048]).unwrap() {
+                        Err((Ok(st), buf)) => {
+                            let len = 8 + 200 * k as usize;
+                            assert_eq!((st.len, &buf[..len]), (len, &data(k, len)[..]), "m{k}");
+                        }
+                        other => panic!("m{k} not taken at once: {other:?}"),
+                    }
+                }
+                for (k, r) in older.into_iter().enumerate() {
+                    let (st, buf) = ep.wait(r).unwrap();
+                    let len = 8 + 200 * k;
+                    assert_eq!((st.len, &buf[..len]), (len, &data(k as u32, len)[..]));
+                }
+                assert_eq!(ep.counters().posted_recvs, 3, "none posted behind");
+                let older = match ep.irecv_or_done(spec(peer, 5), vec![0; 16]).unwrap() {
+                    Ok(r) => r,
+                    Err(done) => panic!("m20 was not sent yet: {done:?}"),
+                };
+                gate.wait();
+                // m20 completes `older`; the big m21 comes before m22.
+                let (st, buf) = match ep.irecv_or_done(spec(peer, 5), vec![0; big]).unwrap() {
+                    Err((r, buf)) => (r.unwrap(), buf),
+                    Ok(r) => ep.wait(r).unwrap(),
+                };
+                assert_eq!((st.len, buf == data(21, big)), (big, true), "m21 overtaken");
+                let (st, buf) = match ep.irecv_or_done(spec(peer, 5), vec![0; 16]).unwrap() {
+                    Err((r, buf)) => (r.unwrap(), buf),
+                    Ok(r) => ep.wait(r).unwrap(),
+                };
+                assert_eq!((st.len, buf), (16, data(22, 16)));
+                let (st, buf) = ep.wait(older).unwrap();
+                assert_eq!((st.len, buf), (16, data(20, 16)));
             }
             ep.finalize().unwrap();
         });
