@@ -179,9 +179,11 @@ impl Comm {
         if dest == PROC_NULL {
             return Ok(None);
         }
+        // `ok_or_else`: the error is built only when needed (an eager
+        // `ok_or` built and dropped one on every send).
         self.world_rank_of(dest)
             .map(Some)
-            .ok_or(Error::InvalidRank {
+            .ok_or_else(|| Error::InvalidRank {
                 rank: dest,
                 size: self.size(),
             })
@@ -211,7 +213,7 @@ impl Comm {
             Source::Any => tm_proto::Source::Any,
             Source::Rank(r) if r == PROC_NULL => return Ok(None),
             Source::Rank(r) => {
-                let world = self.world_rank_of(r).ok_or(Error::InvalidRank {
+                let world = self.world_rank_of(r).ok_or_else(|| Error::InvalidRank {
                     rank: r,
                     size: self.size(),
                 })?;
