@@ -199,6 +199,7 @@ impl Comm {
 
     /// The match specification of a receive on context `ctx` (`None` for a
     /// receive from `PROC_NULL`).
+    #[inline]
     pub(crate) fn spec_on(
         &self,
         ctx: u32,
@@ -227,6 +228,7 @@ impl Comm {
         }))
     }
 
+    #[inline]
     fn spec(&self, source: Source, tag: Tag) -> Result<Option<tm_proto::MatchSpec>, Error> {
         self.spec_on(self.inner.ctx, source, tag)
     }

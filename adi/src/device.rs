@@ -43,6 +43,7 @@ use shmem_onesided::{
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::mem;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -430,12 +431,14 @@ impl<V> Default for IdTable<V> {
 }
 
 impl<V> IdTable<V> {
+    #[inline]
     fn slot(id: u64) -> usize {
         (id as usize) & (ID_SLOTS - 1)
     }
 
     /// Inserts `v` under `id`, replacing (and dropping) a value already
     /// there (as `HashMap::insert`; the device never reuses an id).
+    #[inline(always)]
     fn insert(&mut self, id: u64, v: V) {
         match self.slots.get_mut(Self::slot(id)) {
             Some(slot @ None) => {
@@ -453,6 +456,7 @@ impl<V> IdTable<V> {
         }
     }
 
+    #[inline]
     fn remove(&mut self, id: u64) -> Option<V> {
         if let Some(slot) = self.slots.get_mut(Self::slot(id)) {
             if matches!(slot, Some((k, _)) if *k == id) {
@@ -465,6 +469,7 @@ impl<V> IdTable<V> {
         self.overflow.remove(&id)
     }
 
+    #[inline]
     fn get_mut(&mut self, id: u64) -> Option<&mut V> {
         match self.slots.get_mut(Self::slot(id)) {
             Some(Some((k, v))) if *k == id => Some(v),
@@ -767,6 +772,7 @@ impl Device {
     }
 
     /// The endpoint's rank (node index) of world rank `world`.
+    #[inline]
     pub(crate) fn local_of(&self, world: u32) -> Result<u32, Error> {
         match self.routes.get(world as usize) {
             Some(Route::SelfCopy { local }) | Some(Route::Shmem { local }) => Ok(*local),
@@ -1053,6 +1059,7 @@ impl Device {
     /// [`Device::start_recv`] with the communicator's group borrowed: an
     /// operation keeps a reference only if it stays pending on a
     /// non-identity group.
+    #[inline]
     pub(crate) fn start_recv_in(
         &self,
         spec: MatchSpec,
@@ -1428,8 +1435,13 @@ impl Device {
             return 0;
         }
         let mut here = 0;
-        for (id, result) in sends_done.drain(..) {
-            match ops.remove(id) {
+        // The entries are read in place, field by field, and only the
+        // buffer is moved out (`mem::take`): moving whole entries out of
+        // the list the endpoint has just written (`drain`) made wide
+        // copies of narrowly written memory, which stalled on
+        // store-to-load forwarding. The lists are cleared at the end.
+        for (id, result) in sends_done.iter_mut() {
+            match ops.remove(*id) {
                 Some(Op {
                     kind:
                         OpKind::Send {
@@ -1440,9 +1452,17 @@ impl Device {
                         },
                     completer,
                 }) => {
-                    let result = result.map_err(Error::from);
                     if bsend.is_none() {
                         if let Some(r) = take_mine(mine, &completer, hint) {
+                            // The common case: the status of a send
+                            // straight into the request.
+                            if let (Ok(buf), false) = (&mut *result, cancelled) {
+                                let status = Status::new(ANY_SOURCE, ANY_TAG, len);
+                                r.finish_ok_here(completer, status, buf.take());
+                                here += 1;
+                                continue;
+                            }
+                            let result = take_result(result).map_err(Error::from);
                             r.finish_here(completer, send_outcome(result, len, cancelled));
                             here += 1;
                             continue;
@@ -1452,7 +1472,7 @@ impl Device {
                         finished,
                         Finished::Send {
                             completer,
-                            result,
+                            result: take_result(result).map_err(Error::from),
                             len,
                             bsend,
                             cancelled,
@@ -1465,15 +1485,27 @@ impl Device {
                 None => {}
             }
         }
-        for (id, result) in recvs_done.drain(..) {
-            match ops.remove(id) {
+        sends_done.clear();
+        for (id, result) in recvs_done.iter_mut() {
+            match ops.remove(*id) {
                 Some(Op {
                     kind: OpKind::Recv { into, group, .. },
                     completer,
                 }) => {
-                    let result = result.map_err(Error::from);
                     if matches!(into, RecvInto::Owned) {
                         if let Some(r) = take_mine(mine, &completer, hint) {
+                            // The common case: a plain successful receive
+                            // (not cancelled, not truncated): its status
+                            // and buffer straight into the request.
+                            if let Ok((st, buf)) = &mut *result {
+                                if !st.cancelled && !st.truncated() {
+                                    let status = self.status_of(st, group.as_deref());
+                                    r.finish_ok_here(completer, status, Some(mem::take(buf)));
+                                    here += 1;
+                                    continue;
+                                }
+                            }
+                            let result = take_result(result).map_err(Error::from);
                             r.finish_here(
                                 completer,
                                 self.recv_done(result, into, group.as_deref()),
@@ -1486,7 +1518,7 @@ impl Device {
                         finished,
                         Finished::Recv {
                             completer,
-                            result,
+                            result: take_result(result).map_err(Error::from),
                             into,
                             group,
                         },
@@ -1496,6 +1528,7 @@ impl Device {
                 None => {}
             }
         }
+        recvs_done.clear();
         here
     }
 
@@ -1899,6 +1932,15 @@ fn take_mine<'a>(
     let i = find_mine(mine, completer, *hint)?;
     *hint = i + 1;
     mine.get_mut(i)
+}
+
+/// Moves an endpoint result out of a harvest list entry, leaving a
+/// placeholder error (the entry is cleared right after).
+fn take_result<T>(r: &mut shmem_onesided::Result<T>) -> shmem_onesided::Result<T> {
+    mem::replace(
+        r,
+        Err(shmem_onesided::Error::InvalidArgument("result taken")),
+    )
 }
 
 /// Pushes `f` to a harvest list, which takes this thread's spare list on

@@ -713,6 +713,35 @@ impl Request {
         self.ready = Some(Ready::of(outcome.status, outcome.error));
     }
 
+    /// [`finish_here`](Self::finish_here) for a successful operation:
+    /// the status and the buffer go straight into the request (no
+    /// [`Outcome`] to build and move, no error to look at).
+    #[inline]
+    pub(crate) fn finish_ok_here(
+        &mut self,
+        mut completer: Completer,
+        status: Status,
+        buffer: Option<Vec<u8>>,
+    ) {
+        if !completer.completes(self) {
+            completer.finish(Outcome {
+                status,
+                error: None,
+                buffer,
+            });
+            return;
+        }
+        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
+            spare::give_pair(mine, theirs);
+        }
+        self.op = None;
+        self.buffer = buffer;
+        self.ready = Some(Ready {
+            status,
+            detail: None,
+        });
+    }
+
     /// A request born complete with `outcome` (no shared slot).
     pub(crate) fn from_outcome(outcome: Outcome) -> Request {
         Request {
