@@ -1965,8 +1965,17 @@ fn find_mine(mine: &[Request], completer: &Completer, hint: usize) -> Option<usi
         return None;
     }
     let start = if hint < n { hint } else { 0 };
+    // `start + k` wraps at most once (`start < n`, `k < n`): a compare,
+    // not a division per probe.
     (0..n.min(FIND_MINE_SCAN))
-        .map(|k| (start + k) % n)
+        .map(|k| {
+            let i = start + k;
+            if i >= n {
+                i - n
+            } else {
+                i
+            }
+        })
         .find(|&i| mine.get(i).is_some_and(|r| completer.completes(r)))
 }
 
@@ -2113,6 +2122,40 @@ mod tests {
         }
         assert_eq!(t.len(), 0);
         assert!(model.is_empty());
+    }
+
+    #[test]
+    fn find_mine_wraps_from_the_hint_and_scans_a_bounded_window() {
+        let (reqs, completers): (Vec<Request>, Vec<Completer>) =
+            (0..100).map(|_| request()).unzip();
+        // Every request is found from every hint when the list fits the
+        // scan window (wrapping past the end).
+        let few = &reqs[..10];
+        for hint in 0..12 {
+            for (k, c) in completers[..10].iter().enumerate() {
+                assert_eq!(find_mine(few, c, hint), Some(k), "hint {hint} target {k}");
+            }
+        }
+        // A completer of a request not in the list is never matched.
+        assert_eq!(find_mine(few, &completers[50], 3), None);
+        // Longer lists: only FIND_MINE_SCAN requests from the hint (wrapping).
+        assert_eq!(find_mine(&reqs, &completers[99], 40), Some(99));
+        assert_eq!(find_mine(&reqs, &completers[3], 40), Some(3), "wrapped");
+        assert_eq!(
+            find_mine(&reqs, &completers[39], 40),
+            None,
+            "beyond the window"
+        );
+        assert_eq!(
+            find_mine(&reqs, &completers[5], 100),
+            Some(5),
+            "hint past the end"
+        );
+        let mut hint = 97;
+        let mut mine = reqs;
+        assert!(take_mine(&mut mine, &completers[98], &mut hint).is_some());
+        assert_eq!(hint, 99);
+        assert_eq!(find_mine(&[], &completers[0], 0), None);
     }
 
     #[test]
