@@ -849,37 +849,38 @@ impl Device {
         let ep_mode = endpoint_mode(mode);
         // An owned send that completes inside the endpoint call (inline,
         // eager, prepost-direct, self) is born complete: no slot, no
-        // operation-table entry, nothing for progress to harvest.
-        let started = self.with_core(|core| {
-            let sreq = match data {
-                SendData::Owned(v) => {
-                    match core.ep.isend_or_done(local, tag, context, v, ep_mode)? {
-                        Ok(sreq) => sreq,
-                        Err(buf) => {
-                            self.count_route(dest);
-                            return Ok(Err(buf));
-                        }
-                    }
-                }
-                SendData::Borrowed(s) => core.ep.isend_borrowed(local, tag, context, s, ep_mode)?,
-            };
-            self.count_route(dest);
-            Ok(Ok(record_send(core, sreq, len, bsend)))
-        })?;
+        // operation-table entry, nothing for progress to harvest. The lock
+        // is taken here rather than through `with_core`, so that each case
+        // makes its request directly (no large intermediate result).
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        let started = match data {
+            SendData::Owned(v) => core.ep.isend_or_done(local, tag, context, v, ep_mode),
+            SendData::Borrowed(s) => core
+                .ep
+                .isend_borrowed(local, tag, context, s, ep_mode)
+                .map(Ok),
+        };
+        let (req, at_once) = match started {
+            Err(e) => return Err(e.into()),
+            Ok(Ok(sreq)) => {
+                self.count_route(dest);
+                let req = record_send(core, sreq, len, bsend);
+                drop(g);
+                (req, false)
+            }
+            Ok(Err(buf)) => {
+                self.count_route(dest);
+                drop(g);
+                let status = Status::new(ANY_SOURCE, ANY_TAG, len);
+                (Request::ready_with_buffer(status, buf), true)
+            }
+        };
         self.count_mode(mode);
-        tracing::debug!(
-            dest,
-            tag,
-            context,
-            len,
-            ?mode,
-            at_once = started.is_err(),
-            "send started"
-        );
-        Ok(match started {
-            Ok(req) => req,
-            Err(buf) => Request::ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf),
-        })
+        tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
+        Ok(req)
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
@@ -1067,30 +1068,37 @@ impl Device {
         into: RecvInto,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        let started = self.with_core(|core| {
-            bump_locked(&self.counters.recvs);
-            let rreq = match core.ep.irecv_or_done(spec, buf)? {
-                Ok(rreq) => rreq,
-                Err(done) => return Ok(Err((done, into))),
-            };
-            let id = rreq.id();
-            let (req, completer) = request();
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Recv {
-                        rreq,
-                        into,
-                        group: Group::kept(group),
+        // The lock is taken here rather than through `with_core`: without
+        // the closure, the pending case returns its request directly
+        // instead of through a large intermediate result.
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        bump_locked(&self.counters.recvs);
+        let ((result, buf), into) = match core.ep.irecv_or_done(spec, buf) {
+            Err(e) => return Err(e.into()),
+            Ok(Ok(rreq)) => {
+                let id = rreq.id();
+                let (req, completer) = request();
+                core.ops.insert(
+                    id,
+                    Op {
+                        kind: OpKind::Recv {
+                            rreq,
+                            into,
+                            group: Group::kept(group),
+                        },
+                        completer,
                     },
-                    completer,
-                },
-            );
-            Ok(Ok(req.with_op(id)))
-        })?;
-        let ((result, buf), into) = match started {
-            Ok(req) => return Ok(req),
-            Err(done) => done,
+                );
+                drop(g);
+                return Ok(req.with_op(id));
+            }
+            Ok(Err(done)) => {
+                drop(g);
+                (done, into)
+            }
         };
         let group = (!group.identity).then_some(&**group);
         match (result, into) {
