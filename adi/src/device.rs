@@ -900,14 +900,24 @@ impl Device {
         let local = self.local_of(dest)?;
         let len = data.len();
         let ep_mode = endpoint_mode(mode);
-        let pending = self.with_core(|core| {
-            let Some(sreq) = core.ep.send_or_start(local, tag, context, data, ep_mode)? else {
+        // The lock is taken directly (not through `with_core`): the common
+        // case (finished in the call) returns no request at all.
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        let pending = match core.ep.send_or_start(local, tag, context, data, ep_mode) {
+            Err(e) => return Err(e.into()),
+            Ok(None) => {
                 self.count_route(dest);
-                return Ok(None);
-            };
-            self.count_route(dest);
-            Ok(Some(record_send(core, sreq, len, None)))
-        })?;
+                None
+            }
+            Ok(Some(sreq)) => {
+                self.count_route(dest);
+                Some(record_send(core, sreq, len, None))
+            }
+        };
+        drop(g);
         self.count_mode(mode);
         tracing::debug!(
             dest,
@@ -1544,15 +1554,28 @@ impl Device {
     /// in place, the others through their completers (see
     /// [`poll_into`](Self::poll_into)); returns how many (the caller bumps
     /// the epoch: [`note_completed`](Self::note_completed)).
+    #[inline]
     fn complete_all_into(
+        &self,
+        finished: Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+    ) -> usize {
+        // Nothing harvested (the list never took the thread's spare one):
+        // no call.
+        if finished.capacity() == 0 {
+            return 0;
+        }
+        self.complete_harvested(finished, mine, hint)
+    }
+
+    /// [`complete_all_into`](Self::complete_all_into) of a non-empty list.
+    fn complete_harvested(
         &self,
         mut finished: Vec<Finished>,
         mine: &mut [Request],
         hint: &mut usize,
     ) -> usize {
-        if finished.capacity() == 0 {
-            return 0;
-        }
         let n = finished.len();
         for f in finished.drain(..) {
             let (completer, outcome) = self.outcome(f);
