@@ -179,9 +179,11 @@ impl Comm {
         if dest == PROC_NULL {
             return Ok(None);
         }
+        // `ok_or_else`: the error is built only when needed (an eager
+        // `ok_or` built and dropped one on every send).
         self.world_rank_of(dest)
             .map(Some)
-            .ok_or(Error::InvalidRank {
+            .ok_or_else(|| Error::InvalidRank {
                 rank: dest,
                 size: self.size(),
             })
@@ -197,6 +199,7 @@ impl Comm {
 
     /// The match specification of a receive on context `ctx` (`None` for a
     /// receive from `PROC_NULL`).
+    #[inline]
     pub(crate) fn spec_on(
         &self,
         ctx: u32,
@@ -211,7 +214,7 @@ impl Comm {
             Source::Any => tm_proto::Source::Any,
             Source::Rank(r) if r == PROC_NULL => return Ok(None),
             Source::Rank(r) => {
-                let world = self.world_rank_of(r).ok_or(Error::InvalidRank {
+                let world = self.world_rank_of(r).ok_or_else(|| Error::InvalidRank {
                     rank: r,
                     size: self.size(),
                 })?;
@@ -225,6 +228,7 @@ impl Comm {
         }))
     }
 
+    #[inline]
     fn spec(&self, source: Source, tag: Tag) -> Result<Option<tm_proto::MatchSpec>, Error> {
         self.spec_on(self.inner.ctx, source, tag)
     }

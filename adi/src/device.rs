@@ -43,6 +43,7 @@ use shmem_onesided::{
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::mem;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -395,7 +396,100 @@ impl Hasher for IdHasher {
     }
 }
 
-type OpTable = HashMap<u64, Op, BuildHasherDefault<IdHasher>>;
+type OpTable = IdTable<Op>;
+
+/// Direct-mapped slots of an [`IdTable`] (a power of two). Operations
+/// mostly complete within a few hundred ids of their start (a window of
+/// 64 nonblocking operations uses ~65 ids per round), so nearly every one
+/// finds its slot free.
+const ID_SLOTS: usize = 256;
+
+/// The operation table: endpoint request id → value, for ids that are
+/// unique per process and issued in increasing order (the endpoint's
+/// request counter).
+///
+/// Id `id` lives in slot `id % ID_SLOTS` if that slot was free when it was
+/// inserted, otherwise in an overflow hash map (an older id still pending
+/// holds the slot: a long-lived operation). A lookup checks the slot's key
+/// first and the overflow map only if that is not the id (and the map is
+/// not empty), so the common insert and remove are an index, a compare and
+/// a move: no hashing, no probing. Each id is in exactly one of the two
+/// places, so the table behaves as a map whatever the pattern of ids.
+#[derive(Debug)]
+struct IdTable<V> {
+    slots: Vec<Option<(u64, V)>>,
+    overflow: HashMap<u64, V, BuildHasherDefault<IdHasher>>,
+}
+
+impl<V> Default for IdTable<V> {
+    fn default() -> Self {
+        IdTable {
+            slots: std::iter::repeat_with(|| None).take(ID_SLOTS).collect(),
+            overflow: HashMap::default(),
+        }
+    }
+}
+
+impl<V> IdTable<V> {
+    #[inline]
+    fn slot(id: u64) -> usize {
+        (id as usize) & (ID_SLOTS - 1)
+    }
+
+    /// Inserts `v` under `id`, replacing (and dropping) a value already
+    /// there (as `HashMap::insert`; the device never reuses an id).
+    #[inline(always)]
+    fn insert(&mut self, id: u64, v: V) {
+        match self.slots.get_mut(Self::slot(id)) {
+            Some(slot @ None) => {
+                if self.overflow.is_empty() || self.overflow.remove(&id).is_none() {
+                    *slot = Some((id, v));
+                    return;
+                }
+                // `id` was in the overflow map (a reused id): keep it there.
+                self.overflow.insert(id, v);
+            }
+            Some(Some((k, old))) if *k == id => *old = v,
+            _ => {
+                self.overflow.insert(id, v);
+            }
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, id: u64) -> Option<V> {
+        if let Some(slot) = self.slots.get_mut(Self::slot(id)) {
+            if matches!(slot, Some((k, _)) if *k == id) {
+                return slot.take().map(|(_, v)| v);
+            }
+        }
+        if self.overflow.is_empty() {
+            return None;
+        }
+        self.overflow.remove(&id)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, id: u64) -> Option<&mut V> {
+        match self.slots.get_mut(Self::slot(id)) {
+            Some(Some((k, v))) if *k == id => Some(v),
+            _ => self.overflow.get_mut(&id),
+        }
+    }
+
+    /// Every value (slots first, then the overflow map; no order).
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.as_ref().map(|(_, v)| v))
+            .chain(self.overflow.values())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count() + self.overflow.len()
+    }
+}
 
 #[derive(Debug)]
 struct Core {
@@ -678,6 +772,7 @@ impl Device {
     }
 
     /// The endpoint's rank (node index) of world rank `world`.
+    #[inline]
     pub(crate) fn local_of(&self, world: u32) -> Result<u32, Error> {
         match self.routes.get(world as usize) {
             Some(Route::SelfCopy { local }) | Some(Route::Shmem { local }) => Ok(*local),
@@ -754,37 +849,38 @@ impl Device {
         let ep_mode = endpoint_mode(mode);
         // An owned send that completes inside the endpoint call (inline,
         // eager, prepost-direct, self) is born complete: no slot, no
-        // operation-table entry, nothing for progress to harvest.
-        let started = self.with_core(|core| {
-            let sreq = match data {
-                SendData::Owned(v) => {
-                    match core.ep.isend_or_done(local, tag, context, v, ep_mode)? {
-                        Ok(sreq) => sreq,
-                        Err(buf) => {
-                            self.count_route(dest);
-                            return Ok(Err(buf));
-                        }
-                    }
-                }
-                SendData::Borrowed(s) => core.ep.isend_borrowed(local, tag, context, s, ep_mode)?,
-            };
-            self.count_route(dest);
-            Ok(Ok(record_send(core, sreq, len, bsend)))
-        })?;
+        // operation-table entry, nothing for progress to harvest. The lock
+        // is taken here rather than through `with_core`, so that each case
+        // makes its request directly (no large intermediate result).
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        let started = match data {
+            SendData::Owned(v) => core.ep.isend_or_done(local, tag, context, v, ep_mode),
+            SendData::Borrowed(s) => core
+                .ep
+                .isend_borrowed(local, tag, context, s, ep_mode)
+                .map(Ok),
+        };
+        let (req, at_once) = match started {
+            Err(e) => return Err(e.into()),
+            Ok(Ok(sreq)) => {
+                self.count_route(dest);
+                let req = record_send(core, sreq, len, bsend);
+                drop(g);
+                (req, false)
+            }
+            Ok(Err(buf)) => {
+                self.count_route(dest);
+                drop(g);
+                let status = Status::new(ANY_SOURCE, ANY_TAG, len);
+                (Request::ready_with_buffer(status, buf), true)
+            }
+        };
         self.count_mode(mode);
-        tracing::debug!(
-            dest,
-            tag,
-            context,
-            len,
-            ?mode,
-            at_once = started.is_err(),
-            "send started"
-        );
-        Ok(match started {
-            Ok(req) => req,
-            Err(buf) => Request::ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf),
-        })
+        tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
+        Ok(req)
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
@@ -804,14 +900,24 @@ impl Device {
         let local = self.local_of(dest)?;
         let len = data.len();
         let ep_mode = endpoint_mode(mode);
-        let pending = self.with_core(|core| {
-            let Some(sreq) = core.ep.send_or_start(local, tag, context, data, ep_mode)? else {
+        // The lock is taken directly (not through `with_core`): the common
+        // case (finished in the call) returns no request at all.
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        let pending = match core.ep.send_or_start(local, tag, context, data, ep_mode) {
+            Err(e) => return Err(e.into()),
+            Ok(None) => {
                 self.count_route(dest);
-                return Ok(None);
-            };
-            self.count_route(dest);
-            Ok(Some(record_send(core, sreq, len, None)))
-        })?;
+                None
+            }
+            Ok(Some(sreq)) => {
+                self.count_route(dest);
+                Some(record_send(core, sreq, len, None))
+            }
+        };
+        drop(g);
         self.count_mode(mode);
         tracing::debug!(
             dest,
@@ -964,6 +1070,7 @@ impl Device {
     /// [`Device::start_recv`] with the communicator's group borrowed: an
     /// operation keeps a reference only if it stays pending on a
     /// non-identity group.
+    #[inline]
     pub(crate) fn start_recv_in(
         &self,
         spec: MatchSpec,
@@ -971,30 +1078,37 @@ impl Device {
         into: RecvInto,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        let started = self.with_core(|core| {
-            bump_locked(&self.counters.recvs);
-            let rreq = match core.ep.irecv_or_done(spec, buf)? {
-                Ok(rreq) => rreq,
-                Err(done) => return Ok(Err((done, into))),
-            };
-            let id = rreq.id();
-            let (req, completer) = request();
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Recv {
-                        rreq,
-                        into,
-                        group: Group::kept(group),
+        // The lock is taken here rather than through `with_core`: without
+        // the closure, the pending case returns its request directly
+        // instead of through a large intermediate result.
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        bump_locked(&self.counters.recvs);
+        let ((result, buf), into) = match core.ep.irecv_or_done(spec, buf) {
+            Err(e) => return Err(e.into()),
+            Ok(Ok(rreq)) => {
+                let id = rreq.id();
+                let (req, completer) = request();
+                core.ops.insert(
+                    id,
+                    Op {
+                        kind: OpKind::Recv {
+                            rreq,
+                            into,
+                            group: Group::kept(group),
+                        },
+                        completer,
                     },
-                    completer,
-                },
-            );
-            Ok(Ok(req.with_op(id)))
-        })?;
-        let ((result, buf), into) = match started {
-            Ok(req) => return Ok(req),
-            Err(done) => done,
+                );
+                drop(g);
+                return Ok(req.with_op(id));
+            }
+            Ok(Err(done)) => {
+                drop(g);
+                (done, into)
+            }
         };
         let group = (!group.identity).then_some(&**group);
         match (result, into) {
@@ -1221,7 +1335,7 @@ impl Device {
         };
         let ok = self.with_core(|core| {
             let Core { ep, ops, .. } = core;
-            match ops.get_mut(&id) {
+            match ops.get_mut(id) {
                 None => Ok(false),
                 Some(Op {
                     kind: OpKind::Recv { rreq, .. },
@@ -1339,8 +1453,13 @@ impl Device {
             return 0;
         }
         let mut here = 0;
-        for (id, result) in sends_done.drain(..) {
-            match ops.remove(&id) {
+        // The entries are read in place, field by field, and only the
+        // buffer is moved out (`mem::take`): moving whole entries out of
+        // the list the endpoint has just written (`drain`) made wide
+        // copies of narrowly written memory, which stalled on
+        // store-to-load forwarding. The lists are cleared at the end.
+        for (id, result) in sends_done.iter_mut() {
+            match ops.remove(*id) {
                 Some(Op {
                     kind:
                         OpKind::Send {
@@ -1351,9 +1470,17 @@ impl Device {
                         },
                     completer,
                 }) => {
-                    let result = result.map_err(Error::from);
                     if bsend.is_none() {
                         if let Some(r) = take_mine(mine, &completer, hint) {
+                            // The common case: the status of a send
+                            // straight into the request.
+                            if let (Ok(buf), false) = (&mut *result, cancelled) {
+                                let status = Status::new(ANY_SOURCE, ANY_TAG, len);
+                                r.finish_ok_here(completer, status, buf.take());
+                                here += 1;
+                                continue;
+                            }
+                            let result = take_result(result).map_err(Error::from);
                             r.finish_here(completer, send_outcome(result, len, cancelled));
                             here += 1;
                             continue;
@@ -1363,7 +1490,7 @@ impl Device {
                         finished,
                         Finished::Send {
                             completer,
-                            result,
+                            result: take_result(result).map_err(Error::from),
                             len,
                             bsend,
                             cancelled,
@@ -1376,15 +1503,27 @@ impl Device {
                 None => {}
             }
         }
-        for (id, result) in recvs_done.drain(..) {
-            match ops.remove(&id) {
+        sends_done.clear();
+        for (id, result) in recvs_done.iter_mut() {
+            match ops.remove(*id) {
                 Some(Op {
                     kind: OpKind::Recv { into, group, .. },
                     completer,
                 }) => {
-                    let result = result.map_err(Error::from);
                     if matches!(into, RecvInto::Owned) {
                         if let Some(r) = take_mine(mine, &completer, hint) {
+                            // The common case: a plain successful receive
+                            // (not cancelled, not truncated): its status
+                            // and buffer straight into the request.
+                            if let Ok((st, buf)) = &mut *result {
+                                if !st.cancelled && !st.truncated() {
+                                    let status = self.status_of(st, group.as_deref());
+                                    r.finish_ok_here(completer, status, Some(mem::take(buf)));
+                                    here += 1;
+                                    continue;
+                                }
+                            }
+                            let result = take_result(result).map_err(Error::from);
                             r.finish_here(
                                 completer,
                                 self.recv_done(result, into, group.as_deref()),
@@ -1397,7 +1536,7 @@ impl Device {
                         finished,
                         Finished::Recv {
                             completer,
-                            result,
+                            result: take_result(result).map_err(Error::from),
                             into,
                             group,
                         },
@@ -1407,6 +1546,7 @@ impl Device {
                 None => {}
             }
         }
+        recvs_done.clear();
         here
     }
 
@@ -1414,15 +1554,28 @@ impl Device {
     /// in place, the others through their completers (see
     /// [`poll_into`](Self::poll_into)); returns how many (the caller bumps
     /// the epoch: [`note_completed`](Self::note_completed)).
+    #[inline]
     fn complete_all_into(
+        &self,
+        finished: Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+    ) -> usize {
+        // Nothing harvested (the list never took the thread's spare one):
+        // no call.
+        if finished.capacity() == 0 {
+            return 0;
+        }
+        self.complete_harvested(finished, mine, hint)
+    }
+
+    /// [`complete_all_into`](Self::complete_all_into) of a non-empty list.
+    fn complete_harvested(
         &self,
         mut finished: Vec<Finished>,
         mine: &mut [Request],
         hint: &mut usize,
     ) -> usize {
-        if finished.capacity() == 0 {
-            return 0;
-        }
         let n = finished.len();
         for f in finished.drain(..) {
             let (completer, outcome) = self.outcome(f);
@@ -1812,6 +1965,15 @@ fn take_mine<'a>(
     mine.get_mut(i)
 }
 
+/// Moves an endpoint result out of a harvest list entry, leaving a
+/// placeholder error (the entry is cleared right after).
+fn take_result<T>(r: &mut shmem_onesided::Result<T>) -> shmem_onesided::Result<T> {
+    mem::replace(
+        r,
+        Err(shmem_onesided::Error::InvalidArgument("result taken")),
+    )
+}
+
 /// Pushes `f` to a harvest list, which takes this thread's spare list on
 /// its first push.
 fn push_finished(finished: &mut Vec<Finished>, f: Finished) {
@@ -1834,8 +1996,17 @@ fn find_mine(mine: &[Request], completer: &Completer, hint: usize) -> Option<usi
         return None;
     }
     let start = if hint < n { hint } else { 0 };
+    // `start + k` wraps at most once (`start < n`, `k < n`): a compare,
+    // not a division per probe.
     (0..n.min(FIND_MINE_SCAN))
-        .map(|k| (start + k) % n)
+        .map(|k| {
+            let i = start + k;
+            if i >= n {
+                i - n
+            } else {
+                i
+            }
+        })
         .find(|&i| mine.get(i).is_some_and(|r| completer.completes(r)))
 }
 
@@ -1911,6 +2082,111 @@ mod tests {
         assert_eq!(c.free[0] & (1 << 5), 0);
         c.release(5);
         assert_ne!(c.free[0] & (1 << 5), 0);
+    }
+
+    #[test]
+    fn id_table_is_a_map_with_slot_collisions_and_long_lived_ids() {
+        // Checked against a HashMap over a pseudo-random mix of inserts and
+        // removes: increasing ids (as the endpoint issues them), some kept
+        // for thousands of ids (their slots get reused: overflow), some
+        // removed out of order, a few removes of absent ids.
+        let mut t: IdTable<u64> = IdTable::default();
+        let mut model: HashMap<u64, u64> = HashMap::new();
+        let mut live: Vec<u64> = Vec::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut overflowed = 0;
+        for id in 1..20_000u64 {
+            t.insert(id, id * 3);
+            model.insert(id, id * 3);
+            live.push(id);
+            if !t.overflow.is_empty() {
+                overflowed += 1;
+            }
+            // Remove 0..2 live ids: mostly the oldest (FIFO completion),
+            // sometimes a random one; every 97th id stays for long.
+            for _ in 0..(rnd() % 3) {
+                if live.is_empty() {
+                    break;
+                }
+                let i = if rnd() % 4 == 0 {
+                    (rnd() as usize) % live.len()
+                } else {
+                    0
+                };
+                let k = live.remove(i);
+                if k % 97 == 0 && id - k < 3 * ID_SLOTS as u64 {
+                    live.push(k);
+                    continue;
+                }
+                assert_eq!(t.remove(k), model.remove(&k), "remove {k}");
+                assert_eq!(t.remove(k), None, "second remove of {k}");
+            }
+            let absent = id + 1 + rnd() % 1000;
+            assert_eq!(t.remove(absent), None);
+            if id % 1000 == 0 {
+                assert_eq!(t.len(), model.len());
+                for (k, v) in &model {
+                    assert_eq!(t.get_mut(*k).copied(), Some(*v), "get {k}");
+                }
+                let mut a: Vec<u64> = t.values().copied().collect();
+                let mut b: Vec<u64> = model.values().copied().collect();
+                a.sort_unstable();
+                b.sort_unstable();
+                assert_eq!(a, b);
+            }
+        }
+        assert!(overflowed > 0, "the test never exercised the overflow map");
+        // Replacing a value keeps one entry (slot and overflow cases).
+        let k = *live.first().unwrap();
+        t.insert(k, 7);
+        model.insert(k, 7);
+        assert_eq!(t.len(), model.len());
+        assert_eq!(t.get_mut(k).copied(), Some(7));
+        for k in live {
+            assert_eq!(t.remove(k), model.remove(&k));
+        }
+        assert_eq!(t.len(), 0);
+        assert!(model.is_empty());
+    }
+
+    #[test]
+    fn find_mine_wraps_from_the_hint_and_scans_a_bounded_window() {
+        let (reqs, completers): (Vec<Request>, Vec<Completer>) =
+            (0..100).map(|_| request()).unzip();
+        // Every request is found from every hint when the list fits the
+        // scan window (wrapping past the end).
+        let few = &reqs[..10];
+        for hint in 0..12 {
+            for (k, c) in completers[..10].iter().enumerate() {
+                assert_eq!(find_mine(few, c, hint), Some(k), "hint {hint} target {k}");
+            }
+        }
+        // A completer of a request not in the list is never matched.
+        assert_eq!(find_mine(few, &completers[50], 3), None);
+        // Longer lists: only FIND_MINE_SCAN requests from the hint (wrapping).
+        assert_eq!(find_mine(&reqs, &completers[99], 40), Some(99));
+        assert_eq!(find_mine(&reqs, &completers[3], 40), Some(3), "wrapped");
+        assert_eq!(
+            find_mine(&reqs, &completers[39], 40),
+            None,
+            "beyond the window"
+        );
+        assert_eq!(
+            find_mine(&reqs, &completers[5], 100),
+            Some(5),
+            "hint past the end"
+        );
+        let mut hint = 97;
+        let mut mine = reqs;
+        assert!(take_mine(&mut mine, &completers[98], &mut hint).is_some());
+        assert_eq!(hint, 99);
+        assert_eq!(find_mine(&[], &completers[0], 0), None);
     }
 
     #[test]

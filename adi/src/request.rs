@@ -339,6 +339,7 @@ mod spare {
     /// A fresh slot as the two references of a request and its completer:
     /// a spare pair (no reference-count traffic), else a spare single,
     /// else a new slot.
+    #[inline]
     pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
         let spare = FREE
             .try_with(|f| {
@@ -369,6 +370,7 @@ mod spare {
 
     /// Keeps the two references of a pristine slot that nobody else
     /// references (a request and its completer, both given up here).
+    #[inline]
     pub(super) fn give_pair(a: Arc<Slot>, b: Arc<Slot>) {
         let _ = FREE.try_with(|f| {
             if let Ok(mut f) = f.try_borrow_mut() {
@@ -430,6 +432,7 @@ fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>
 
 /// Creates a pending request: the [`Request`] for the upper layer and the
 /// [`Completer`] for the operation.
+#[inline]
 pub fn request() -> (Request, Completer) {
     let (mine, theirs) = spare::take_pair();
     (
@@ -524,6 +527,7 @@ impl Request {
     /// test hands back ([`Request::take_buffer`]): no shared slot is
     /// allocated (operations that finish inside their call, such as reads
     /// on the same-node RMA path).
+    #[inline]
     pub fn ready_with_buffer(status: Status, buffer: Vec<u8>) -> Request {
         Request {
             slot: None,
@@ -597,6 +601,7 @@ impl Request {
 
     /// Takes the completion as a status (class in [`Status::error`]), for the
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
+    #[inline]
     pub(crate) fn take_status(&mut self) -> Option<Status> {
         if let Some(r) = self.ready.take() {
             if let Some(detail) = r.detail {
@@ -713,6 +718,35 @@ impl Request {
         self.ready = Some(Ready::of(outcome.status, outcome.error));
     }
 
+    /// [`finish_here`](Self::finish_here) for a successful operation:
+    /// the status and the buffer go straight into the request (no
+    /// [`Outcome`] to build and move, no error to look at).
+    #[inline]
+    pub(crate) fn finish_ok_here(
+        &mut self,
+        mut completer: Completer,
+        status: Status,
+        buffer: Option<Vec<u8>>,
+    ) {
+        if !completer.completes(self) {
+            completer.finish(Outcome {
+                status,
+                error: None,
+                buffer,
+            });
+            return;
+        }
+        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
+            spare::give_pair(mine, theirs);
+        }
+        self.op = None;
+        self.buffer = buffer;
+        self.ready = Some(Ready {
+            status,
+            detail: None,
+        });
+    }
+
     /// A request born complete with `outcome` (no shared slot).
     pub(crate) fn from_outcome(outcome: Outcome) -> Request {
         Request {
@@ -724,6 +758,7 @@ impl Request {
     }
 
     /// Ties the request to a device operation (for cancel).
+    #[inline]
     pub(crate) fn with_op(mut self, op: u64) -> Request {
         self.op = Some(op);
         self

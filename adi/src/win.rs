@@ -342,11 +342,18 @@ pub(crate) struct Progressed {
 
 /// MAKE_RMA_PROGRESS: one pass over every window (incoming packets, engine
 /// actions, barriers). Never blocks: if another thread is inside the RMA
-/// state, this pass skips it.
+/// state, this pass skips it. Inlined: without windows (every
+/// point-to-point progress pass calls it) it is one load.
+#[inline]
 pub(crate) fn progress(dev: &Device) -> Result<Progressed, Error> {
     if dev.rma.live.load(Ordering::Acquire) == 0 {
         return Ok(Progressed::default());
     }
+    progress_windows(dev)
+}
+
+/// [`progress`] with windows alive.
+fn progress_windows(dev: &Device) -> Result<Progressed, Error> {
     let mut g = match dev.rma.state.try_lock() {
         Ok(g) => g,
         Err(std::sync::TryLockError::WouldBlock) => return Ok(Progressed::default()),

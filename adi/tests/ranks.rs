@@ -828,6 +828,195 @@ fn role_many_to_one(w: &Comm) {
     assert!(next[1..].iter().all(|c| *c == per));
 }
 
+/// Windows of nonblocking receives posted before their messages arrive,
+/// completed by `waitall`/`waitany`/`testall` (whose progress passes
+/// complete them in place, the device's fast path): every request must
+/// get its own message in MPI order (same source and tag: posting order)
+/// with every status field right, also mixed with receives that take the
+/// slow path (truncated, cancelled, ANY_TAG, a non-identity communicator),
+/// synchronous sends completed in place, and a receive that stays pending
+/// across thousands of operations (the operation table's overflow).
+fn role_windowed_in_place(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    // Ranks reversed: comm rank 0 is world rank 1 (a non-identity group,
+    // so statuses must be mapped back to this communicator's ranks).
+    let rev = w.split(0, -me).unwrap().unwrap();
+    let (rme, rpeer) = (rev.rank(), 1 - rev.rank());
+    assert_eq!(rme, 1 - me);
+    let window = 64usize;
+    let rounds = 40usize;
+    let len_of = |i: usize| [1usize, 8, 40, 41, 300][i % 5];
+    // A receive posted first and satisfied last: it keeps its id in the
+    // operation table while more than 2500 others come and go.
+    let mut long_lived = if me == 1 {
+        Some(w.irecv(vec![0u8; 8], peer, 99).unwrap())
+    } else {
+        None
+    };
+    let mut go = [0u8; 1];
+    for round in 0..rounds {
+        let comm = if round % 4 == 3 { &rev } else { w };
+        let cpeer = if round % 4 == 3 { rpeer } else { peer };
+        if me == 1 {
+            // Post the whole window, then let the sender go.
+            let mut reqs: Vec<Request> = (0..window)
+                .map(|i| {
+                    let tag = (i % 3) as i32;
+                    if i % 7 == 6 {
+                        comm.irecv(vec![0u8; 300], cpeer, Tag::Any).unwrap()
+                    } else {
+                        comm.irecv(vec![0u8; len_of(i)], cpeer, tag).unwrap()
+                    }
+                })
+                .collect();
+            // One receive too small (truncated), one cancelled (its tag
+            // is never sent): neither may take the plain fast path. They
+            // go last in the list (the waits look for completions near
+            // the previous one) and, every other round, first.
+            let trunc = comm.irecv(vec![0u8; 2], cpeer, 7).unwrap();
+            let cancelled = comm.irecv(vec![5u8; 4], cpeer, 8).unwrap();
+            assert!(comm.cancel(&cancelled).unwrap());
+            reqs.push(trunc);
+            reqs.push(cancelled);
+            let front = round % 2 == 1;
+            if front {
+                reqs.rotate_right(2);
+            }
+            comm.send(&[round as u8], cpeer, 50).unwrap();
+            let statuses = match round % 3 {
+                0 => match comm.waitall(&mut reqs) {
+                    Err(Error::InStatus { failed, statuses }) => {
+                        assert_eq!(
+                            failed,
+                            1,
+                            "only the truncated receive failed: {:?}",
+                            statuses
+                                .iter()
+                                .filter(|(_, s)| !s.error.is_success())
+                                .collect::<Vec<_>>()
+                        );
+                        statuses.into_iter().map(|(_, s)| s).collect::<Vec<_>>()
+                    }
+                    other => panic!("waitall with a truncated receive: {other:?}"),
+                },
+                1 => {
+                    let mut st = vec![None; reqs.len()];
+                    while st.iter().any(Option::is_none) {
+                        match comm.waitany(&mut reqs) {
+                            Ok(Some((i, s))) => st[i] = Some(s),
+                            Err(Error::AtIndex { index, source }) => {
+                                let Error::RecvTruncated { status, .. } = *source else {
+                                    panic!("waitany error {source:?}");
+                                };
+                                st[index] = Some(adi::Status {
+                                    error: ErrorClass::Truncate,
+                                    ..status
+                                });
+                            }
+                            other => panic!("waitany: {other:?}"),
+                        }
+                    }
+                    st.into_iter().map(Option::unwrap).collect()
+                }
+                _ => loop {
+                    match comm.testall(&mut reqs) {
+                        Ok(None) => continue,
+                        Err(Error::InStatus { statuses, .. }) => {
+                            break statuses.into_iter().map(|(_, s)| s).collect::<Vec<_>>()
+                        }
+                        other => panic!("testall with a truncated receive: {other:?}"),
+                    }
+                },
+            };
+            // Per tag, messages arrive in sending order: the k-th receive
+            // of tag t (ANY_TAG ones take whatever is next) gets the k-th
+            // message of t. The sender numbers its messages in the payload.
+            let (mut statuses, mut reqs) = (statuses, reqs);
+            if front {
+                statuses.rotate_left(2);
+                reqs.rotate_left(2);
+            }
+            for (i, st) in statuses.iter().take(window).enumerate() {
+                let want_tag = if i % 7 == 6 {
+                    None
+                } else {
+                    Some((i % 3) as i32)
+                };
+                assert_eq!(st.source, cpeer, "round {round} receive {i}: source");
+                if let Some(t) = want_tag {
+                    assert_eq!(st.tag, t, "round {round} receive {i}: tag");
+                }
+                assert_eq!(st.count, len_of(i), "round {round} receive {i}: count");
+                assert_eq!(st.error, ErrorClass::Success, "round {round} receive {i}");
+                assert!(!st.cancelled, "round {round} receive {i}");
+                let b = reqs[i].take_buffer().unwrap();
+                // Payload: [round, i, tag, 0xAB...]: message i of the window.
+                assert_eq!(b[0], round as u8, "round {round} receive {i}: payload");
+                if st.count > 1 {
+                    assert_eq!(
+                        usize::from(b[1]),
+                        i,
+                        "round {round}: receive {i} got another message (out of order)"
+                    );
+                }
+                if st.count > 2 {
+                    assert_eq!(b[2] as i32, st.tag, "round {round} receive {i}: tag byte");
+                }
+            }
+            let t = statuses[window];
+            assert_eq!(t.error, ErrorClass::Truncate);
+            assert_eq!((t.source, t.tag, t.count), (cpeer, 7, 2));
+            assert_eq!(reqs[window].take_buffer().unwrap(), vec![round as u8, 0]);
+            let c = statuses[window + 1];
+            assert!(c.cancelled, "round {round}: cancelled receive");
+            assert_eq!(c.error, ErrorClass::Success);
+            assert_eq!(reqs[window + 1].take_buffer().unwrap(), vec![5u8; 4]);
+        } else {
+            comm.recv(&mut go, cpeer, 50).unwrap();
+            assert_eq!(go[0], round as u8);
+            // Synchronous sends cannot complete inside the call: they are
+            // harvested, in place, by the waits below.
+            let mut sends: Vec<Request> = (0..window)
+                .map(|i| {
+                    let mut b = vec![0xABu8; len_of(i)];
+                    b[0] = round as u8;
+                    if let Some(x) = b.get_mut(1) {
+                        *x = i as u8;
+                    }
+                    if let Some(x) = b.get_mut(2) {
+                        *x = (i % 3) as u8;
+                    }
+                    let tag = (i % 3) as i32;
+                    if i % 2 == 0 {
+                        comm.issend(b, cpeer, tag).unwrap()
+                    } else {
+                        comm.isend(b, cpeer, tag).unwrap()
+                    }
+                })
+                .collect();
+            sends.push(comm.isend(vec![round as u8, 0, 0], cpeer, 7).unwrap());
+            let st = comm.waitall(&mut sends).unwrap();
+            for (i, s) in st.iter().enumerate().take(window) {
+                assert_eq!(
+                    (s.source, s.tag, s.count, s.error, s.cancelled),
+                    (ANY_SOURCE, ANY_TAG, len_of(i), ErrorClass::Success, false),
+                    "round {round} send {i}"
+                );
+                let b = sends[i].take_buffer().unwrap();
+                assert_eq!((b[0], b.len()), (round as u8, len_of(i)), "send {i} buffer");
+            }
+        }
+    }
+    if me == 0 {
+        w.send(b"lastlast", peer, 99).unwrap();
+    } else if let Some(mut r) = long_lived.take() {
+        let st = w.wait(&mut r).unwrap();
+        assert_eq!((st.source, st.tag, st.count), (peer, 99, 8));
+        assert_eq!(r.take_buffer().unwrap(), b"lastlast".to_vec());
+    }
+    w.barrier().unwrap();
+}
+
 /// init twice is an error; after finalize every call is NotInitialized.
 fn role_lifecycle(w: &Comm) {
     assert!(adi::is_initialized());
@@ -862,6 +1051,7 @@ fn roles() -> Vec<Role> {
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
         ("many_to_one", role_many_to_one),
+        ("windowed_in_place", role_windowed_in_place),
         (
             "finalize_with_pending_recv",
             role_finalize_with_pending_recv,
@@ -977,6 +1167,14 @@ fn main() -> ExitCode {
         ("truncation".into(), "truncation", 2, &[], 0),
         ("truncation_without_cma".into(), "truncation", 2, no_cma, 0),
         ("nonblocking".into(), "nonblocking", 2, &[], 0),
+        ("windowed_in_place".into(), "windowed_in_place", 2, &[], 0),
+        (
+            "windowed_in_place_without_cma".into(),
+            "windowed_in_place",
+            2,
+            no_cma,
+            0,
+        ),
         ("send_modes".into(), "send_modes", 2, &[], 0),
         ("send_modes_without_cma".into(), "send_modes", 2, no_cma, 0),
         ("probe_cancel".into(), "probe_cancel", 2, &[], 0),
