@@ -13,7 +13,7 @@
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
-//! | `TMX_SHMEM_INLINE_EXT` | 280 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
+//! | `TMX_SHMEM_INLINE_EXT` | 100 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
 //!
@@ -92,7 +92,7 @@ impl Default for Config {
             pipeline_chunk: 128 << 10,
             prepost: true,
             prepost_min: 8 << 20,
-            inline_ext: 280,
+            inline_ext: 100,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
