@@ -777,6 +777,20 @@ fn sync_id(h: &Header) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Copies the first `dst.len()` (at most [`INLINE_MAX`]) inline bytes of
+/// `h` (`word`, then `ext`) into `dst`, straight from the header's fields
+/// (no intermediate array).
+#[inline]
+fn copy_inline(h: &Header, dst: &mut [u8]) {
+    let n = dst.len().min(INLINE_MAX);
+    let word = h.word.to_le_bytes();
+    let k = n.min(8);
+    dst[..k].copy_from_slice(&word[..k]);
+    if n > 8 {
+        dst[8..n].copy_from_slice(&h.ext[..n - 8]);
+    }
+}
+
 /// Whether the receiver released our eager block at `off` (its flag).
 fn released(seg: &Segment) -> impl Fn(u64) -> bool + '_ {
     let me = seg.rank();
@@ -2086,6 +2100,7 @@ impl Endpoint {
     /// and taken by the blocked receive, straight from its continuation
     /// slots into `buf` (`min(nbytes, buf.len())` bytes; the whole
     /// continuation is consumed either way).
+    #[inline(always)]
     fn deliver_ext(&mut self, source: u32, h: Header, buf: &mut [u8]) -> Result<Status> {
         let seg = self.node.segment();
         let ring = seg.ring(source, seg.rank());
@@ -2098,9 +2113,7 @@ impl Endpoint {
             return Err(bad);
         }
         let n = msg_len.min(buf.len());
-        let (head, _) = h.inline_payload();
-        let first = n.min(INLINE_MAX);
-        buf[..first].copy_from_slice(&head[..first]);
+        copy_inline(&h, &mut buf[..n.min(INLINE_MAX)]);
         let inb = &mut self.peers[source as usize].inb;
         let ok = if n == msg_len {
             inb.take_ext(ring, &mut buf[INLINE_MAX..msg_len])
@@ -2224,7 +2237,9 @@ impl Endpoint {
     /// the eager block). Otherwise the header stays in the ring (`None`)
     /// for the general path. The caller checked that nothing is posted,
     /// queued or parked and the source is not under eager pressure.
-    #[inline]
+    // Always inlined: its large result, returned through memory, cost a
+    // store-forwarding stall per receive in the caller.
+    #[inline(always)]
     fn take_now(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Result<Status>>> {
         let Source::Rank(s) = spec.source else {
             return Ok(None);
@@ -2258,14 +2273,7 @@ impl Endpoint {
         let n = msg_len.min(buf.len());
         match h.kind {
             KIND_INLINE_EXT => return Ok(Some(self.deliver_ext(s, h, buf))),
-            KIND_INLINE => {
-                let word = h.word.to_le_bytes();
-                let k = n.min(8);
-                buf[..k].copy_from_slice(&word[..k]);
-                if n > 8 {
-                    buf[8..n].copy_from_slice(&h.ext[..n - 8]);
-                }
-            }
+            KIND_INLINE => copy_inline(&h, &mut buf[..n]),
             _ => {
                 if let Err(e) = self.get_eager(&h, &mut buf[..n]) {
                     return Ok(Some(Err(e)));

@@ -165,6 +165,7 @@ impl Header {
         (b, usize::from(self.aux).min(INLINE_MAX))
     }
 
+    #[inline(always)]
     fn encode(&self) -> [u8; BODY_BYTES] {
         let mut b = [0u8; BODY_BYTES];
         // body index = slot byte - 4
@@ -180,6 +181,7 @@ impl Header {
         b
     }
 
+    #[inline(always)]
     fn decode(b: &[u8; BODY_BYTES]) -> Self {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let mut w = [0u8; 8];
@@ -342,13 +344,16 @@ impl Producer {
         }
         for (i, chunk) in tail.chunks(EXT_SLOT_BYTES).enumerate() {
             let slot = ring.slot(self.head + 1 + i as u64);
-            let mut body = [0u8; BODY_BYTES];
-            body[..chunk.len()].copy_from_slice(chunk);
+            // Straight into the slot (the bytes after `chunk` are never
+            // read): no body built on the stack and copied again.
             // SAFETY: as in `push_with`: these slots are free (`consumed`
             // is past `head + need - 1 - n`), the consumer reads them only
             // after acquiring the header's `seq` stored below, and we are
-            // the only producer.
-            slot.body.with_mut(|p| unsafe { p.write(body) });
+            // the only producer. `chunk.len() <= EXT_SLOT_BYTES ==
+            // BODY_BYTES`, so the copy stays inside the body.
+            slot.body.with_mut(|p| unsafe {
+                core::ptr::copy_nonoverlapping(chunk.as_ptr(), p.cast::<u8>(), chunk.len())
+            });
         }
         let slot = ring.slot(self.head);
         let body = hdr.encode();
@@ -467,7 +472,7 @@ impl Consumer {
     /// same header comes again until [`Consumer::skip`] steps over it
     /// (`peek` + `skip` is [`Consumer::poll`]). When the ring is empty,
     /// publishes any unpublished progress, as `poll` does.
-    #[inline]
+    #[inline(always)]
     pub fn peek(&mut self, ring: RingRef<'_>) -> Option<Header> {
         self.peek_with(ring, Ordering::Release)
     }
@@ -479,7 +484,10 @@ impl Consumer {
         self.skip_with(ring, Ordering::Release);
     }
 
-    #[inline]
+    // Always inlined (as `Header::decode`): a header returned through
+    // memory, written field by field and read back in 16-byte moves, cost a
+    // store-forwarding stall per message.
+    #[inline(always)]
     fn peek_with(&mut self, ring: RingRef<'_>, release: Ordering) -> Option<Header> {
         let slot = ring.slot(self.next);
         // Truncation: see Producer::push_with.
@@ -523,8 +531,11 @@ impl Consumer {
             // SAFETY: the producer wrote these bodies before its Release
             // store of the header's `seq`, which our `poll` acquired; it
             // does not reuse them until we publish `consumed` past them.
-            let body = slot.body.with(|p| unsafe { p.read() });
-            chunk.copy_from_slice(&body[..chunk.len()]);
+            // `chunk.len() <= EXT_SLOT_BYTES == BODY_BYTES`: the copy stays
+            // inside the body, and `dst` is private memory.
+            slot.body.with(|p| unsafe {
+                core::ptr::copy_nonoverlapping(p.cast::<u8>(), chunk.as_mut_ptr(), chunk.len())
+            });
         }
         self.next += k;
         if self.next - self.published >= self.batch {
@@ -633,6 +644,7 @@ impl Outbox {
     /// kept free is for the headers of a stream: a window of sends fills the
     /// ring with continuation slots otherwise, and its later messages wait
     /// for ring space instead of going by the eager area.
+    #[inline(always)]
     pub fn try_send_ext(
         &mut self,
         ring: RingRef<'_>,
