@@ -9,6 +9,16 @@
  *   bibw <bytes> <MB/s>   both ranks post 64 MPI_Irecv and 64 MPI_Isend, then
  *                         MPI_Waitall (as osu_bibw); bytes counted both ways
  *
+ * In `bw` and `bibw` every operation of a window has a buffer of its own
+ * (`sbuf + k * len`, `rbuf + k * len`), as in adi's `osu`, whose Rust API
+ * owns each in-flight buffer, and as MPI requires of concurrent receives
+ * (their buffers must not overlap). OSU's own osu_bw/osu_bibw reuse one
+ * send and one receive buffer for the whole window, so from 128 KiB they
+ * run in cache where the distinct buffers go to memory; that classic form
+ * is printed too, with the path `one`:
+ *
+ *   bw one <bytes> <MB/s>, bibw one <bytes> <MB/s>
+ *
  * Each figure is the median of ROUNDS timed rounds after one warm-up round.
  * Build and run (the ranks pinned to cores 0 and 1):
  *
@@ -61,10 +71,12 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     int peer = 1 - rank;
-    char *sbuf = malloc(MAX_LEN), *rbuf = malloc(MAX_LEN);
+    /* One buffer per operation of a window (see above). */
+    size_t area = (size_t)MAX_LEN * WINDOW;
+    char *sbuf = malloc(area), *rbuf = malloc(area);
     if (!sbuf || !rbuf) MPI_Abort(MPI_COMM_WORLD, 2);
-    memset(sbuf, 0x5a, MAX_LEN);
-    memset(rbuf, 0, MAX_LEN);
+    memset(sbuf, 0x5a, area);
+    memset(rbuf, 0, area);
     MPI_Request req[2 * WINDOW];
     MPI_Status st[2 * WINDOW];
     char ack = 0;
@@ -92,50 +104,60 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
 
-    for (int len = 1; len <= MAX_LEN; len *= 2) {
-        int reps = scaled(bw_reps(len), scale);
-        for (int round = 0; round <= ROUNDS; round++) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t = MPI_Wtime();
-            for (int r = 0; r < reps; r++) {
-                if (rank == 0) {
-                    for (int k = 0; k < WINDOW; k++)
-                        MPI_Isend(sbuf, len, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &req[k]);
-                    MPI_Waitall(WINDOW, req, st);
-                    MPI_Recv(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                } else {
-                    for (int k = 0; k < WINDOW; k++)
-                        MPI_Irecv(rbuf, len, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &req[k]);
-                    MPI_Waitall(WINDOW, req, st);
-                    MPI_Send(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+    /* distinct = 1: each operation of a window has its own buffer (the
+     * figures compared with adi's); 0: OSU's one buffer ("one"). */
+    for (int distinct = 1; distinct >= 0; distinct--) {
+        const char *path = distinct ? "" : "one ";
+        for (int len = 1; len <= MAX_LEN; len *= 2) {
+            int reps = scaled(bw_reps(len), scale);
+            size_t step = distinct ? (size_t)len : 0;
+            for (int round = 0; round <= ROUNDS; round++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t = MPI_Wtime();
+                for (int r = 0; r < reps; r++) {
+                    if (rank == 0) {
+                        for (int k = 0; k < WINDOW; k++)
+                            MPI_Isend(sbuf + k * step, len, MPI_CHAR, peer, 2, MPI_COMM_WORLD,
+                                      &req[k]);
+                        MPI_Waitall(WINDOW, req, st);
+                        MPI_Recv(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    } else {
+                        for (int k = 0; k < WINDOW; k++)
+                            MPI_Irecv(rbuf + k * step, len, MPI_CHAR, peer, 2, MPI_COMM_WORLD,
+                                      &req[k]);
+                        MPI_Waitall(WINDOW, req, st);
+                        MPI_Send(&ack, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+                    }
                 }
+                t = MPI_Wtime() - t;
+                if (round > 0) samples[round - 1] = (double)reps * WINDOW * len / t / 1e6;
             }
-            t = MPI_Wtime() - t;
-            if (round > 0) samples[round - 1] = (double)reps * WINDOW * len / t / 1e6;
+            qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
+            if (rank == 0) printf("bw %s%d %.1f\n", path, len, samples[ROUNDS / 2]);
+            fflush(stdout);
         }
-        qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
-        if (rank == 0) printf("bw %d %.1f\n", len, samples[ROUNDS / 2]);
-        fflush(stdout);
-    }
 
-    for (int len = 1; len <= MAX_LEN; len *= 2) {
-        int reps = scaled(bw_reps(len), scale);
-        for (int round = 0; round <= ROUNDS; round++) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t = MPI_Wtime();
-            for (int r = 0; r < reps; r++) {
-                for (int k = 0; k < WINDOW; k++)
-                    MPI_Irecv(rbuf, len, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &req[k]);
-                for (int k = 0; k < WINDOW; k++)
-                    MPI_Isend(sbuf, len, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &req[WINDOW + k]);
-                MPI_Waitall(2 * WINDOW, req, st);
+        for (int len = 1; len <= MAX_LEN; len *= 2) {
+            int reps = scaled(bw_reps(len), scale);
+            size_t step = distinct ? (size_t)len : 0;
+            for (int round = 0; round <= ROUNDS; round++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t = MPI_Wtime();
+                for (int r = 0; r < reps; r++) {
+                    for (int k = 0; k < WINDOW; k++)
+                        MPI_Irecv(rbuf + k * step, len, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &req[k]);
+                    for (int k = 0; k < WINDOW; k++)
+                        MPI_Isend(sbuf + k * step, len, MPI_CHAR, peer, 4, MPI_COMM_WORLD,
+                                  &req[WINDOW + k]);
+                    MPI_Waitall(2 * WINDOW, req, st);
+                }
+                t = MPI_Wtime() - t;
+                if (round > 0) samples[round - 1] = 2.0 * reps * WINDOW * len / t / 1e6;
             }
-            t = MPI_Wtime() - t;
-            if (round > 0) samples[round - 1] = 2.0 * reps * WINDOW * len / t / 1e6;
+            qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
+            if (rank == 0) printf("bibw %s%d %.1f\n", path, len, samples[ROUNDS / 2]);
+            fflush(stdout);
         }
-        qsort(samples, ROUNDS, sizeof samples[0], cmp_double);
-        if (rank == 0) printf("bibw %d %.1f\n", len, samples[ROUNDS / 2]);
-        fflush(stdout);
     }
 
     free(sbuf);

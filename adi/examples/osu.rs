@@ -9,7 +9,12 @@
 //!   `osu_bibw`.
 //!
 //! Sizes 1 B .. 4 MiB (powers of two). MB/s are 10^6 bytes per second, as
-//! OSU prints them.
+//! OSU prints them. Every operation of a window has a buffer of its own
+//! (`isend`/`irecv` own their `Vec` until completion; MPI also requires
+//! concurrent receives to use disjoint buffers), where OSU reuses one send
+//! and one receive buffer for the whole window: from 128 KiB our window
+//! works in memory where OSU's works in cache. `mpich_osu` measures both
+//! forms; `cargo xtask bench adi` compares ours with the same form.
 //!
 //! ```text
 //! cargo build --release -p launcher -p adi --examples --bin tmrun

@@ -658,7 +658,10 @@ fn run_adi_rma_bench(root: &Path, rel: &Path) -> Result<(), String> {
 }
 
 /// One Markdown table: per size, latency, bandwidth and bi-bandwidth of tmx
-/// and MPICH with the ratio (> 1: tmx is better).
+/// and MPICH with the ratio (> 1: tmx is better). MPICH's bandwidths are
+/// measured as ours, each operation of a window with its own buffer; its
+/// OSU-classic figures (one buffer for the whole window, path `one`) follow
+/// each bandwidth group without a ratio.
 fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
     let cell = |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
     let get = |f: &Figures, kind: &str, path: &str, b: u64| {
@@ -679,7 +682,7 @@ fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
     sizes.sort_unstable();
     sizes.dedup();
     let mut s = String::from(
-        "| size | lat µs tmx | lat µs MPICH | ratio | bw MB/s tmx | bw MB/s MPICH | ratio | bibw MB/s tmx | bibw MB/s MPICH | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| size | lat µs tmx | lat µs MPICH | ratio | bw MB/s tmx | bw MB/s MPICH | ratio | bw MPICH one buffer | bibw MB/s tmx | bibw MB/s MPICH | ratio | bibw MPICH one buffer |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for b in sizes {
         s.push_str(&format!("| {} |", size_name(b)));
@@ -699,6 +702,11 @@ fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
                 cell(m, prec),
                 cell(ratio, 2)
             ));
+            if kind != "lat" {
+                // OSU's classic form: one buffer for the whole window.
+                let one = mpich.and_then(|f| get(f, kind, "one", b));
+                s.push_str(&format!(" {} |", cell(one, 0)));
+            }
         }
         s.push('\n');
     }
@@ -981,6 +989,39 @@ test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
         assert!(t.contains("per round: 0.050 µs"), "{t}");
         assert!(shmem_table(&ours, None).contains("install `mpich libmpich-dev`"));
         // every row has as many cells as the header
+        let cells = |l: &str| l.matches('|').count();
+        let header = t.lines().next().unwrap_or("");
+        for l in t.lines().filter(|l| l.starts_with('|')) {
+            assert_eq!(cells(l), cells(header), "{l}");
+        }
+    }
+
+    #[test]
+    fn adi_table_compares_the_same_workload_and_shows_osu_classic() {
+        let mut ours = Figures::default();
+        ours.merge(
+            "lat 8 0.10\nbw 1048576 20000.0\nbibw 1048576 12000.0\n",
+            "tmx",
+        );
+        let mut mpich = Figures::default();
+        mpich.merge(
+            "lat 8 0.13\nbw 1048576 8000.0\nbibw 1048576 15000.0\nbw one 1048576 14000.0\nbibw one 1048576 27000.0\n",
+            "mpich",
+        );
+        let t = adi_table(&ours, Some(&mpich));
+        let row = |prefix: &str| {
+            t.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no row {prefix} in\n{t}"))
+                .to_string()
+        };
+        assert!(row("| 8 B |").contains("| 0.10 | 0.13 | 1.30 |"), "{t}");
+        // ratios against the distinct-buffer figures; the classic ones follow
+        assert!(
+            row("| 1 MiB |")
+                .contains("| 20000 | 8000 | 2.50 | 14000 | 12000 | 15000 | 0.80 | 27000 |"),
+            "{t}"
+        );
         let cells = |l: &str| l.matches('|').count();
         let header = t.lines().next().unwrap_or("");
         for l in t.lines().filter(|l| l.starts_with('|')) {
