@@ -19,15 +19,18 @@
 //! O(1)), so memory stays proportional to the queue contents and no array is
 //! ever sized by the number of ranks.
 //!
-//! While a side holds at most [`SMALL`] entries it is a plain inline vector of
-//! the entries themselves, scanned in order (what a list does, without the
-//! pointer chasing, the slab or any hashing); it moves to the indexed form on
-//! the 17th entry and back when it empties. Handles stay valid across the
+//! While a side holds at most [`SMALL`] entries (messages) or [`PSMALL`]
+//! (receives) it is a plain vector of the entries themselves (inline for
+//! messages, a ring buffer for receives, whose usual match is the oldest),
+//! scanned in order (what a list does, without the pointer chasing, the slab
+//! or any hashing); it moves to the indexed form on the 17th message or the
+//! 65th receive and back when it empties. Handles stay valid across the
 //! move: an entry queued in the linear form is named by its sequence number
 //! (and found through a small map once moved), an indexed one by its slab
 //! index and generation.
 
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 use tm_proto::{Envelope, MatchSpec, Source, Tag};
 
 use crate::hash::FastMap;
@@ -39,6 +42,12 @@ const NIL: u32 = u32::MAX;
 
 /// Entries a side holds in its linear (unindexed) form.
 pub const SMALL: usize = 16;
+
+/// Receives the posted side holds in its linear form: a ring buffer, so
+/// that the common match (the oldest receive, first in line) is a pop
+/// from the front, and a window of 64 receives with one signature (the
+/// OSU pattern) never switches to the index.
+pub const PSMALL: usize = 64;
 
 /// Handle of a posted receive, returned by [`Matcher::post`] when the receive
 /// is queued. It stays valid until the receive is matched or cancelled; a
@@ -506,7 +515,7 @@ pub struct Matcher<R, M> {
     /// its list, so unlinking never hashes.
     plists: ListIndex,
     ulists: ListIndex,
-    psmall: SmallVec<[PSmall<R>; SMALL]>,
+    psmall: VecDeque<PSmall<R>>,
     /// Sequence number → node, for receives posted in the linear form and
     /// since moved to the index (at most [`SMALL`] per switch).
     migrated: FastMap<u64, u32>,
@@ -534,7 +543,7 @@ impl<R, M> Matcher<R, M> {
             unodes: Slab::default(),
             plists: ListIndex::default(),
             ulists: ListIndex::default(),
-            psmall: SmallVec::new(),
+            psmall: VecDeque::new(),
             migrated: FastMap::default(),
             usmall: SmallVec::new(),
             umigrated: FastMap::default(),
@@ -596,8 +605,8 @@ impl<R, M> Matcher<R, M> {
         let seq = self.pseq;
         let (ctx, src, tag, smask, tmask) = spec_fields(&spec);
         if !self.p_indexed {
-            if self.psmall.len() < SMALL {
-                self.psmall.push(PSmall {
+            if self.psmall.len() < PSMALL {
+                self.psmall.push_back(PSmall {
                     ctx,
                     src,
                     tag,
@@ -1072,7 +1081,7 @@ impl<R, M> Matcher<R, M> {
                 prev: NIL,
                 next: NIL,
             }) else {
-                unreachable!("tm-match: an empty slab refused {SMALL} entries")
+                unreachable!("tm-match: an empty slab refused {PSMALL} entries")
             };
             self.pshape[usize::from(shape)] += 1;
             self.migrated.insert(seq, idx);
@@ -1087,13 +1096,12 @@ impl<R, M> Matcher<R, M> {
             PLoc::Small(pos) => {
                 // The last entry (the only one, in a ping-pong) is a pop: no
                 // shifting, no `memmove` call.
-                let p = if pos + 1 == self.psmall.len() {
-                    match self.psmall.pop() {
-                        Some(p) => p,
-                        None => unreachable!("tm-match: posted entry {pos} vanished"),
-                    }
-                } else {
-                    self.psmall.remove(pos)
+                // The first entry (the oldest: the usual match) and the
+                // last (the only one, in a ping-pong) are a pop; others
+                // shift the shorter side of the ring.
+                let p = match self.psmall.remove(pos) {
+                    Some(p) => p,
+                    None => unreachable!("tm-match: posted entry {pos} vanished"),
                 };
                 (RecvId::small(p.seq), p.spec(), p.recv)
             }

@@ -473,16 +473,17 @@ fn x01_any_source_unexpected_picks_globally_earliest_across_sources() {
 #[test]
 fn x02_linear_to_indexed_and_back_preserves_order() {
     let mut m = M::new();
+    // 100 receives: past both linear limits (16 messages, 64 receives).
     for round in 0..3 {
-        for i in 0..50 {
+        for i in 0..100 {
             queue(
                 &mut m,
                 spec(0, if i % 3 == 0 { None } else { Some(1) }, Some(2)),
-                round * 100 + i,
+                round * 1000 + i,
             );
         }
-        for i in 0..50 {
-            assert_eq!(arrive(&mut m, env(0, 1, 2), 0), Some(round * 100 + i));
+        for i in 0..100 {
+            assert_eq!(arrive(&mut m, env(0, 1, 2), 0), Some(round * 1000 + i));
         }
         assert!(m.is_empty());
     }
