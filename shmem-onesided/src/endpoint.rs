@@ -3065,7 +3065,10 @@ impl Endpoint {
                 continue;
             }
             idle = idle.wrapping_add(1);
-            if idle < 128 {
+            if idle < 16 {
+                // The first looks back to back: a PAUSE costs ~27 ns here,
+                // a fifth of a small message's one-way time.
+            } else if idle < 128 {
                 core::hint::spin_loop();
             } else {
                 std::thread::yield_now();
