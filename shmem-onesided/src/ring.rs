@@ -233,7 +233,17 @@ impl<'a> RingRef<'a> {
         RingRef { ctl, slots }
     }
 
+    /// [`RingRef::new`] for the segment's own rings, whose length the
+    /// layout fixed (a power of two, checked once at attach): no check per
+    /// call on the hot paths.
+    #[inline]
+    pub(crate) fn from_layout(ctl: &'a RingCtl, slots: &'a [Slot]) -> Self {
+        debug_assert!(slots.len().is_power_of_two());
+        RingRef { ctl, slots }
+    }
+
     /// Number of slots.
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.slots.len() as u64
     }

@@ -155,6 +155,14 @@ pub struct Layout {
 impl Layout {
     /// The layout for `local_size` ranks with `cfg`'s sizes.
     pub fn new(local_size: u32, cfg: &Config) -> Result<Self> {
+        // A `Config` built in code skips `Config::from_env`'s checks; the
+        // rings index their slots with a mask.
+        let pow2 = |v: u32| v.is_power_of_two() && v <= 65536;
+        if !pow2(cfg.ring_slots) || !pow2(cfg.prepost_slots) {
+            return Err(Error::InvalidArgument(
+                "ring and prepost slots must be powers of two from 1 to 65536",
+            ));
+        }
         let n = u64::from(local_size);
         let ring_bytes = round_up(
             RING_CTL_BYTES as u64 + u64::from(cfg.ring_slots) * SLOT_BYTES as u64,
@@ -187,6 +195,7 @@ impl Layout {
     }
 
     /// Offset of rank `r`'s region.
+    #[inline]
     pub fn region(&self, r: u32) -> u64 {
         self.header_bytes + u64::from(r) * self.stride
     }
@@ -483,6 +492,7 @@ impl Segment {
         }
     }
 
+    #[inline]
     fn at<T>(&self, off: u64) -> &T {
         debug_assert!(off as usize + core::mem::size_of::<T>() <= self.map.len());
         debug_assert!(off as usize % core::mem::align_of::<T>() == 0);
@@ -519,6 +529,7 @@ impl Segment {
     }
 
     /// The header ring from `src` to `dst` (in `dst`'s region).
+    #[inline]
     pub fn ring(&self, src: u32, dst: u32) -> RingRef<'_> {
         let off = self.layout.region(dst) + u64::from(src) * self.layout.ring_bytes;
         let ctl: &RingCtl = self.at(off);
@@ -527,7 +538,7 @@ impl Segment {
         // SAFETY: `n` slots follow the control block inside this ring's
         // `ring_bytes` (Layout), contiguous, aligned and zero-initialised.
         let slots = unsafe { core::slice::from_raw_parts(first as *const Slot, n) };
-        RingRef::new(ctl, slots)
+        RingRef::from_layout(ctl, slots)
     }
 
     /// The prepost ring on which `receiver` advertises receives to `sender`
@@ -637,4 +648,28 @@ pub(crate) fn process_alive(pid: u32) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Config` built in code (not from the environment) with ring
+    /// geometry the masks cannot serve is refused with a typed error.
+    #[test]
+    fn layout_refuses_rings_that_are_not_powers_of_two() {
+        let ok = Config::default();
+        assert!(Layout::new(2, &ok).is_ok());
+        for (ring_slots, prepost_slots) in [(3, 16), (0, 16), (64, 12), (1 << 17, 16)] {
+            let c = Config {
+                ring_slots,
+                prepost_slots,
+                ..Config::default()
+            };
+            assert!(
+                matches!(Layout::new(2, &c), Err(Error::InvalidArgument(_))),
+                "{ring_slots}/{prepost_slots}"
+            );
+        }
+    }
 }
