@@ -482,7 +482,7 @@ const MPICH_PINGPONG: &str = "shmem-onesided/bench/mpich_pingpong.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench` run; each
 /// side's figure is its best over the rounds (the machine is noisy, see
 /// `shared/notes/peer-baselines.md`).
-const SHMEM_BENCH_ROUNDS: usize = 3;
+const SHMEM_BENCH_ROUNDS: usize = 5;
 
 /// shmem-onesided: builds the MPICH C ping-pong, runs it and our benchmark
 /// alternately, and prints one table of both.
@@ -550,7 +550,7 @@ fn target_dir(root: &Path) -> PathBuf {
 /// The MPICH side of adi's OSU-style benchmark.
 const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench adi`.
-const ADI_BENCH_ROUNDS: usize = 3;
+const ADI_BENCH_ROUNDS: usize = 5;
 
 /// adi: our `osu` example under `tmrun -n 2 --bind-to core`, and the same
 /// measurements over Debian's MPICH under `mpiexec.hydra -n 2 -bind-to core`,
