@@ -111,11 +111,13 @@ fn run(rank: u32) -> Vec<String> {
             let n = iters(len);
             let t = Instant::now();
             for _ in 0..n {
+                // Receives into a buffer of the message's size, as
+                // `MPI_Recv(rbuf, len, ...)` in the MPICH baseline.
                 if rank == 0 {
                     ep.send(peer, 1, 0, &data[..len]).unwrap();
-                    ep.recv(spec(peer), &mut buf).unwrap();
+                    ep.recv(spec(peer), &mut buf[..len]).unwrap();
                 } else {
-                    ep.recv(spec(peer), &mut buf).unwrap();
+                    ep.recv(spec(peer), &mut buf[..len]).unwrap();
                     ep.send(peer, 1, 0, &data[..len]).unwrap();
                 }
             }
@@ -138,10 +140,10 @@ fn run(rank: u32) -> Vec<String> {
                     for _ in 0..window(len) {
                         ep.send(peer, 2, 0, &data[..len]).unwrap();
                     }
-                    ep.recv(spec(peer), &mut buf).unwrap();
+                    ep.recv(spec(peer), &mut buf[..64]).unwrap();
                 } else {
                     for _ in 0..window(len) {
-                        ep.recv(spec(peer), &mut buf).unwrap();
+                        ep.recv(spec(peer), &mut buf[..len]).unwrap();
                     }
                     ep.send(peer, 3, 0, b"ack").unwrap();
                 }
