@@ -735,16 +735,19 @@ impl<R, M> Offload<R, M> {
     }
 
     /// Queued receives (software and engine) and messages.
+    #[inline]
     pub fn posted_len(&self) -> usize {
         self.shadow.posted_len()
     }
 
     /// Queued unexpected messages.
+    #[inline]
     pub fn unexpected_len(&self) -> usize {
         self.shadow.unexpected_len()
     }
 
     /// Messages waiting for a delete to resolve before they can be matched.
+    #[inline]
     pub fn parked_len(&self) -> usize {
         usize::from(self.parked.is_some()) + self.stalled.len()
     }
@@ -776,6 +779,7 @@ impl<R, M> Offload<R, M> {
     }
 
     /// The next action for the engine.
+    #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
@@ -960,6 +964,7 @@ impl<R, M> Offload<R, M> {
     ///
     /// Returns `false`, changing nothing, when the preconditions do not
     /// hold: take the normal path then.
+    #[inline]
     pub fn consume_arrival(&mut self, from_engine: bool) -> bool {
         if self.shadow.posted_len() != 0 || self.parked_len() != 0 {
             return false;

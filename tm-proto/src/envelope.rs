@@ -229,6 +229,7 @@ impl TagLayout {
         ones(self.tag_bits) << self.tag_shift()
     }
 
+    #[inline]
     fn check(field: Field, value: u32, max: u32) -> Result<u64, Error> {
         if value > max {
             Err(Error::OutOfRange {
@@ -243,6 +244,7 @@ impl TagLayout {
 
     /// Packs a sender's envelope into a TM tag. Values that do not fit are an
     /// error, never truncated.
+    #[inline]
     pub fn encode(&self, env: Envelope) -> Result<u64, Error> {
         let ctx = Self::check(Field::ContextId, env.context_id, self.max_context_id())?;
         let src = Self::check(Field::Rank, env.source, self.max_rank())?;
