@@ -38,11 +38,10 @@ use crate::request::{request, Completer, Outcome, Progress, ProgressOn, Request,
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
-    Endpoint, Message as EpMessage, RecvRequest, SendMode, SendRequest, Status as EpStatus,
+    Endpoint, IdTable, Message as EpMessage, RecvRequest, SendMode, SendRequest, Status as EpStatus,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::mem;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -376,122 +375,8 @@ enum Finished {
     },
 }
 
-/// Hasher of the operation table: the keys are the endpoint's request ids
-/// (unique counters made by this process, never chosen by a peer), so a
-/// Fibonacci multiply is enough and much cheaper than SipHash.
-#[derive(Debug, Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
+/// The operations pending on the endpoint, by its request id.
 type OpTable = IdTable<Op>;
-
-/// Direct-mapped slots of an [`IdTable`] (a power of two). Operations
-/// mostly complete within a few hundred ids of their start (a window of
-/// 64 nonblocking operations uses ~65 ids per round), so nearly every one
-/// finds its slot free.
-const ID_SLOTS: usize = 256;
-
-/// The operation table: endpoint request id → value, for ids that are
-/// unique per process and issued in increasing order (the endpoint's
-/// request counter).
-///
-/// Id `id` lives in slot `id % ID_SLOTS` if that slot was free when it was
-/// inserted, otherwise in an overflow hash map (an older id still pending
-/// holds the slot: a long-lived operation). A lookup checks the slot's key
-/// first and the overflow map only if that is not the id (and the map is
-/// not empty), so the common insert and remove are an index, a compare and
-/// a move: no hashing, no probing. Each id is in exactly one of the two
-/// places, so the table behaves as a map whatever the pattern of ids.
-#[derive(Debug)]
-struct IdTable<V> {
-    slots: Vec<Option<(u64, V)>>,
-    overflow: HashMap<u64, V, BuildHasherDefault<IdHasher>>,
-}
-
-impl<V> Default for IdTable<V> {
-    fn default() -> Self {
-        IdTable {
-            slots: std::iter::repeat_with(|| None).take(ID_SLOTS).collect(),
-            overflow: HashMap::default(),
-        }
-    }
-}
-
-impl<V> IdTable<V> {
-    #[inline]
-    fn slot(id: u64) -> usize {
-        (id as usize) & (ID_SLOTS - 1)
-    }
-
-    /// Inserts `v` under `id`, replacing (and dropping) a value already
-    /// there (as `HashMap::insert`; the device never reuses an id).
-    #[inline(always)]
-    fn insert(&mut self, id: u64, v: V) {
-        match self.slots.get_mut(Self::slot(id)) {
-            Some(slot @ None) => {
-                if self.overflow.is_empty() || self.overflow.remove(&id).is_none() {
-                    *slot = Some((id, v));
-                    return;
-                }
-                // `id` was in the overflow map (a reused id): keep it there.
-                self.overflow.insert(id, v);
-            }
-            Some(Some((k, old))) if *k == id => *old = v,
-            _ => {
-                self.overflow.insert(id, v);
-            }
-        }
-    }
-
-    #[inline]
-    fn remove(&mut self, id: u64) -> Option<V> {
-        if let Some(slot) = self.slots.get_mut(Self::slot(id)) {
-            if matches!(slot, Some((k, _)) if *k == id) {
-                return slot.take().map(|(_, v)| v);
-            }
-        }
-        if self.overflow.is_empty() {
-            return None;
-        }
-        self.overflow.remove(&id)
-    }
-
-    #[inline]
-    fn get_mut(&mut self, id: u64) -> Option<&mut V> {
-        match self.slots.get_mut(Self::slot(id)) {
-            Some(Some((k, v))) if *k == id => Some(v),
-            _ => self.overflow.get_mut(&id),
-        }
-    }
-
-    /// Every value (slots first, then the overflow map; no order).
-    fn values(&self) -> impl Iterator<Item = &V> {
-        self.slots
-            .iter()
-            .filter_map(|s| s.as_ref().map(|(_, v)| v))
-            .chain(self.overflow.values())
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count() + self.overflow.len()
-    }
-}
 
 #[derive(Debug)]
 struct Core {
@@ -2089,77 +1974,6 @@ mod tests {
         assert_eq!(c.free[0] & (1 << 5), 0);
         c.release(5);
         assert_ne!(c.free[0] & (1 << 5), 0);
-    }
-
-    #[test]
-    fn id_table_is_a_map_with_slot_collisions_and_long_lived_ids() {
-        // Checked against a HashMap over a pseudo-random mix of inserts and
-        // removes: increasing ids (as the endpoint issues them), some kept
-        // for thousands of ids (their slots get reused: overflow), some
-        // removed out of order, a few removes of absent ids.
-        let mut t: IdTable<u64> = IdTable::default();
-        let mut model: HashMap<u64, u64> = HashMap::new();
-        let mut live: Vec<u64> = Vec::new();
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut rnd = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut overflowed = 0;
-        for id in 1..20_000u64 {
-            t.insert(id, id * 3);
-            model.insert(id, id * 3);
-            live.push(id);
-            if !t.overflow.is_empty() {
-                overflowed += 1;
-            }
-            // Remove 0..2 live ids: mostly the oldest (FIFO completion),
-            // sometimes a random one; every 97th id stays for long.
-            for _ in 0..(rnd() % 3) {
-                if live.is_empty() {
-                    break;
-                }
-                let i = if rnd() % 4 == 0 {
-                    (rnd() as usize) % live.len()
-                } else {
-                    0
-                };
-                let k = live.remove(i);
-                if k % 97 == 0 && id - k < 3 * ID_SLOTS as u64 {
-                    live.push(k);
-                    continue;
-                }
-                assert_eq!(t.remove(k), model.remove(&k), "remove {k}");
-                assert_eq!(t.remove(k), None, "second remove of {k}");
-            }
-            let absent = id + 1 + rnd() % 1000;
-            assert_eq!(t.remove(absent), None);
-            if id % 1000 == 0 {
-                assert_eq!(t.len(), model.len());
-                for (k, v) in &model {
-                    assert_eq!(t.get_mut(*k).copied(), Some(*v), "get {k}");
-                }
-                let mut a: Vec<u64> = t.values().copied().collect();
-                let mut b: Vec<u64> = model.values().copied().collect();
-                a.sort_unstable();
-                b.sort_unstable();
-                assert_eq!(a, b);
-            }
-        }
-        assert!(overflowed > 0, "the test never exercised the overflow map");
-        // Replacing a value keeps one entry (slot and overflow cases).
-        let k = *live.first().unwrap();
-        t.insert(k, 7);
-        model.insert(k, 7);
-        assert_eq!(t.len(), model.len());
-        assert_eq!(t.get_mut(k).copied(), Some(7));
-        for k in live {
-            assert_eq!(t.remove(k), model.remove(&k));
-        }
-        assert_eq!(t.len(), 0);
-        assert!(model.is_empty());
     }
 
     #[test]

@@ -130,7 +130,7 @@
 use crate::counters::Counters;
 use crate::eager::EagerArea;
 use crate::error::{Error, Result};
-use crate::idmap::{IdMap, KeySlab};
+use crate::idmap::{IdMap, IdTable, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{ext_slots, Consumer, Header, Outbox, RingRef, Sent, INLINE_MAX};
@@ -494,7 +494,7 @@ struct EngineEntry {
 /// an owned buffer that a sender may still be writing into.
 #[derive(Debug, Default)]
 struct Requests {
-    reqs: IdMap<u64, Req>,
+    reqs: IdTable<Req>,
     engine: IdMap<RecvId, EngineEntry>,
     /// The receive of the blocked `recv`/`try_recv` call (there is at most
     /// one at a time), kept out of the map: the hot path of a blocking
@@ -506,14 +506,14 @@ impl Requests {
     fn get(&self, key: u64) -> Option<&Req> {
         match &self.caller {
             Some((k, r)) if *k == key => Some(r),
-            _ => self.reqs.get(&key),
+            _ => self.reqs.get(key),
         }
     }
 
     fn get_mut(&mut self, key: u64) -> Option<&mut Req> {
         match &mut self.caller {
             Some((k, r)) if *k == key => Some(r),
-            _ => self.reqs.get_mut(&key),
+            _ => self.reqs.get_mut(key),
         }
     }
 
@@ -534,7 +534,7 @@ impl Requests {
     fn remove(&mut self, key: u64) -> Option<Req> {
         match &self.caller {
             Some((k, _)) if *k == key => self.caller.take().map(|(_, r)| r),
-            _ => self.reqs.remove(&key),
+            _ => self.reqs.remove(key),
         }
     }
 
@@ -548,12 +548,13 @@ impl Requests {
                     None
                 }
             }
-            _ => match self.reqs.entry(key) {
-                std::collections::hash_map::Entry::Occupied(o) if o.get().done.is_some() => {
-                    Some(o.remove())
+            _ => {
+                if self.reqs.get(key).is_some_and(|r| r.done.is_some()) {
+                    self.reqs.remove(key)
+                } else {
+                    None
                 }
-                _ => None,
-            },
+            }
         }
     }
 
@@ -565,7 +566,7 @@ impl Requests {
 impl Drop for Requests {
     fn drop(&mut self) {
         for e in self.engine.values() {
-            if let Some(r) = self.reqs.get_mut(&e.key) {
+            if let Some(r) = self.reqs.get_mut(e.key) {
                 if let ReqBuf::Owned(v) = core::mem::replace(&mut r.buf, ReqBuf::Caller) {
                     // A sender may still CMA-write into it: never free it.
                     core::mem::forget(v);
@@ -846,7 +847,7 @@ fn bound_dst<'a>(
     buf: &'a mut [u8],
 ) -> Option<&'a mut [u8]> {
     if owned {
-        match requests.reqs.get_mut(&key) {
+        match requests.reqs.get_mut(key) {
             Some(Req {
                 done: None,
                 buf: ReqBuf::Owned(v),
@@ -2923,7 +2924,6 @@ impl Endpoint {
             .requests
             .reqs
             .iter()
-            .map(|(k, r)| (*k, r))
             .chain(self.requests.caller.iter().map(|(k, r)| (*k, r)))
             .filter(|(_, r)| pending(r))
             .min_by_key(|(k, _)| *k)?;

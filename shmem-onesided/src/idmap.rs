@@ -1,6 +1,7 @@
-//! Hash maps keyed by the endpoint's dense integer ids (request ids, store
-//! keys, tm-match handles), with tm-match's one-multiply hasher instead of
-//! SipHash.
+//! Maps keyed by the endpoint's dense integer ids (request ids, store
+//! keys, tm-match handles): hash maps with tm-match's one-multiply hasher
+//! instead of SipHash, a slab for the unexpected-message store, and a
+//! direct-mapped table for request ids ([`IdTable`]).
 //!
 //! The keys are process-private counters, never chosen by a peer, so the
 //! DoS resistance of SipHash buys nothing here; its cost showed up as about
@@ -79,6 +80,124 @@ impl<T> KeySlab<T> {
     }
 }
 
+/// Direct-mapped slots of an [`IdTable`] (a power of two). Operations
+/// mostly complete within a few hundred ids of their start (a window of
+/// 64 nonblocking operations uses ~65 ids per round), so nearly every one
+/// finds its slot free.
+pub(crate) const ID_SLOTS: usize = 256;
+
+/// A map from the endpoint's request ids to values, for ids that are
+/// unique per process and issued in increasing order (the endpoint's
+/// request counter): the endpoint's own request table, and an upper
+/// layer's table of operations pending on the endpoint (the ADI's).
+///
+/// Id `id` lives in slot `id % ID_SLOTS` if that slot was free when it was
+/// inserted, otherwise in an overflow hash map (an older id still pending
+/// holds the slot: a long-lived operation). A lookup checks the slot's key
+/// first and the overflow map only if that is not the id (and the map is
+/// not empty), so the common insert and remove are an index, a compare and
+/// a move: no hashing, no probing. Each id is in exactly one of the two
+/// places, so the table behaves as a map whatever the pattern of ids.
+#[derive(Debug)]
+pub struct IdTable<V> {
+    slots: Vec<Option<(u64, V)>>,
+    overflow: IdMap<u64, V>,
+}
+
+impl<V> Default for IdTable<V> {
+    fn default() -> Self {
+        IdTable {
+            slots: std::iter::repeat_with(|| None).take(ID_SLOTS).collect(),
+            overflow: IdMap::default(),
+        }
+    }
+}
+
+impl<V> IdTable<V> {
+    #[inline]
+    fn slot(id: u64) -> usize {
+        (id as usize) & (ID_SLOTS - 1)
+    }
+
+    /// Inserts `v` under `id`, replacing (and dropping) a value already
+    /// there (as `HashMap::insert`; the endpoint never reuses an id).
+    #[inline(always)]
+    pub fn insert(&mut self, id: u64, v: V) {
+        match self.slots.get_mut(Self::slot(id)) {
+            Some(slot @ None) => {
+                if self.overflow.is_empty() || self.overflow.remove(&id).is_none() {
+                    *slot = Some((id, v));
+                    return;
+                }
+                // `id` was in the overflow map (a reused id): keep it there.
+                self.overflow.insert(id, v);
+            }
+            Some(Some((k, old))) if *k == id => *old = v,
+            _ => {
+                self.overflow.insert(id, v);
+            }
+        }
+    }
+
+    /// Removes and returns the value of `id`, if any.
+    #[inline]
+    pub fn remove(&mut self, id: u64) -> Option<V> {
+        if let Some(slot) = self.slots.get_mut(Self::slot(id)) {
+            if matches!(slot, Some((k, _)) if *k == id) {
+                return slot.take().map(|(_, v)| v);
+            }
+        }
+        if self.overflow.is_empty() {
+            return None;
+        }
+        self.overflow.remove(&id)
+    }
+
+    /// The value of `id`, if any.
+    #[inline]
+    pub fn get(&self, id: u64) -> Option<&V> {
+        match self.slots.get(Self::slot(id)) {
+            Some(Some((k, v))) if *k == id => Some(v),
+            _ => self.overflow.get(&id),
+        }
+    }
+
+    /// The value of `id`, if any, mutably.
+    #[inline]
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut V> {
+        match self.slots.get_mut(Self::slot(id)) {
+            Some(Some((k, v))) if *k == id => Some(v),
+            _ => self.overflow.get_mut(&id),
+        }
+    }
+
+    /// Every entry (slots first, then the overflow map; no order).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.as_ref().map(|(k, v)| (*k, v)))
+            .chain(self.overflow.iter().map(|(k, v)| (*k, v)))
+    }
+
+    /// Every value (slots first, then the overflow map; no order).
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.as_ref().map(|(_, v)| v))
+            .chain(self.overflow.values())
+    }
+
+    /// Number of entries (counts the slots: not for hot paths).
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count() + self.overflow.len()
+    }
+
+    /// Whether the table is empty (scans the slots: not for hot paths).
+    pub fn is_empty(&self) -> bool {
+        self.overflow.is_empty() && self.slots.iter().all(Option::is_none)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +251,76 @@ mod tests {
             m.insert(k, k * 3);
         }
         assert!((0..10_000u64).all(|k| m.get(&k) == Some(&(k * 3))));
+    }
+
+    #[test]
+    fn id_table_is_a_map_with_slot_collisions_and_long_lived_ids() {
+        // Checked against a HashMap over a pseudo-random mix of inserts and
+        // removes: increasing ids (as the endpoint issues them), some kept
+        // for thousands of ids (their slots get reused: overflow), some
+        // removed out of order, a few removes of absent ids.
+        let mut t: IdTable<u64> = IdTable::default();
+        let mut model: std::collections::HashMap<u64, u64> = Default::default();
+        let mut live: Vec<u64> = Vec::new();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut overflowed = 0;
+        for id in 1..20_000u64 {
+            t.insert(id, id * 3);
+            model.insert(id, id * 3);
+            live.push(id);
+            if !t.overflow.is_empty() {
+                overflowed += 1;
+            }
+            // Remove 0..2 live ids: mostly the oldest (FIFO completion),
+            // sometimes a random one; every 97th id stays for long.
+            for _ in 0..(rnd() % 3) {
+                if live.is_empty() {
+                    break;
+                }
+                let i = if rnd() % 4 == 0 {
+                    (rnd() as usize) % live.len()
+                } else {
+                    0
+                };
+                let k = live.remove(i);
+                if k % 97 == 0 && id - k < 3 * ID_SLOTS as u64 {
+                    live.push(k);
+                    continue;
+                }
+                assert_eq!(t.remove(k), model.remove(&k), "remove {k}");
+                assert_eq!(t.remove(k), None, "second remove of {k}");
+            }
+            let absent = id + 1 + rnd() % 1000;
+            assert_eq!(t.remove(absent), None);
+            if id % 1000 == 0 {
+                assert_eq!(t.len(), model.len());
+                for (k, v) in &model {
+                    assert_eq!(t.get_mut(*k).copied(), Some(*v), "get {k}");
+                }
+                let mut a: Vec<u64> = t.values().copied().collect();
+                let mut b: Vec<u64> = model.values().copied().collect();
+                a.sort_unstable();
+                b.sort_unstable();
+                assert_eq!(a, b);
+            }
+        }
+        assert!(overflowed > 0, "the test never exercised the overflow map");
+        // Replacing a value keeps one entry (slot and overflow cases).
+        let k = *live.first().unwrap();
+        t.insert(k, 7);
+        model.insert(k, 7);
+        assert_eq!(t.len(), model.len());
+        assert_eq!(t.get_mut(k).copied(), Some(7));
+        for k in live {
+            assert_eq!(t.remove(k), model.remove(&k));
+        }
+        assert_eq!(t.len(), 0);
+        assert!(model.is_empty());
     }
 }

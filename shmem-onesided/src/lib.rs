@@ -73,6 +73,8 @@ pub use endpoint::{
 };
 pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
+pub use idmap::IdTable;
+#[cfg(not(tmx_shmem_loom))]
 pub use node::{CmaStatus, Node, NodeView, SymAddr};
 #[cfg(not(tmx_shmem_loom))]
 pub use segment::{segment_name, ArrivalWatch, Layout, Segment};
