@@ -97,49 +97,53 @@ impl EagerArea {
     /// `released` says the receiver is done with.
     pub(crate) fn alloc(&mut self, need: u64, released: impl Fn(u64) -> bool) -> Option<u64> {
         let class = class_of(need).filter(|&(_, size)| size <= self.heap.size());
-        if let Some((c, size)) = class {
+        if let Some((c, _)) = class {
             if self.stacks[c].is_empty() && !self.in_flight.is_empty() {
                 // The oldest blocks are usually the ones released by now.
                 self.reclaim_front(&released);
             }
-            if let Some(off) = self.stacks[c].pop() {
-                self.cached -= size;
-                self.in_flight.push_back((off, c as u8));
+            if let Some(off) = self.pop_kept(class) {
                 return Some(off);
             }
         }
-        for attempt in 0..3 {
-            match attempt {
-                0 => {}
-                1 => {
-                    if self.reclaim(&released) == 0 {
-                        continue;
-                    }
-                    if let Some((c, size)) = class {
-                        if let Some(off) = self.stacks[c].pop() {
-                            self.cached -= size;
-                            self.in_flight.push_back((off, c as u8));
-                            return Some(off);
-                        }
-                    }
-                }
-                _ => {
-                    if self.cached == 0 {
-                        break;
-                    }
-                    self.flush_stacks();
-                }
-            }
-            let got = match class {
-                Some((c, size)) => self.heap.alloc(size, 64).ok().map(|o| (o, c as u8)),
-                None => self.heap.alloc(need, 64).ok().map(|o| (o, NO_CLASS)),
-            };
-            if let Some((off, c)) = got {
-                self.in_flight.push_back((off, c));
+        if let Some(off) = self.alloc_fresh(need, class) {
+            return Some(off);
+        }
+        // Blocks released out of order.
+        if self.reclaim(&released) > 0 {
+            if let Some(off) = self
+                .pop_kept(class)
+                .or_else(|| self.alloc_fresh(need, class))
+            {
                 return Some(off);
             }
+        }
+        // The kept blocks back to the allocator, so that they coalesce.
+        if self.cached > 0 {
+            self.flush_stacks();
+            return self.alloc_fresh(need, class);
         }
         None
+    }
+
+    /// The block of `class` released last, now in flight.
+    fn pop_kept(&mut self, class: Option<(usize, u64)>) -> Option<u64> {
+        let (c, size) = class?;
+        let off = self.stacks[c].pop()?;
+        self.cached -= size;
+        self.in_flight.push_back((off, c as u8));
+        Some(off)
+    }
+
+    /// A new block from the allocator (of the class's size, or exactly
+    /// `need` bytes without a class), now in flight.
+    fn alloc_fresh(&mut self, need: u64, class: Option<(usize, u64)>) -> Option<u64> {
+        let (off, c) = match class {
+            Some((c, size)) => (self.heap.alloc(size, 64).ok()?, c as u8),
+            None => (self.heap.alloc(need, 64).ok()?, NO_CLASS),
+        };
+        self.in_flight.push_back((off, c));
+        Some(off)
     }
 
     /// Takes back every block in flight that `released` says is free;

@@ -611,11 +611,8 @@ impl Outbox {
         hdr: Header,
         before: &mut dyn FnMut(&Header),
     ) -> Sent {
-        if self.pending.is_empty() && self.producer.has_room(ring) {
-            before(&hdr);
-            if self.producer.try_push(ring, &hdr).is_ok() {
-                return Sent::Ring;
-            }
+        if self.try_send_now(ring, &hdr, &mut *before) {
+            return Sent::Ring;
         }
         if self.pending.is_empty() {
             self.backpressure_events += 1;
