@@ -10,7 +10,7 @@
 //! | 41 B – `TMX_SHMEM_INLINE_EXT` (100 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`KIND_INLINE_EXT`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
 //! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
 //! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
-//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally; CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
+//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally and the message would be copied aside (eager-sized, or pipelined from a borrowed buffer of a nonblocking send); CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
 //! | larger than the eager area, no CMA | fragments | the pipelined path with chunks of at most ¼ of the eager area; the send request stays pending and [`Endpoint::progress`] publishes the next chunks as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
@@ -198,6 +198,13 @@ const EAGER_PREFIX: u64 = 64;
 /// Smallest message that goes by CMA rendezvous instead of being copied
 /// aside when the eager area is full (or sends to that peer are already
 /// held locally): below it the extra copy is cheaper than the FIN round trip.
+/// A pipelined message that needs no copy aside (an owned buffer, or a
+/// blocking send's) never does: it waits in its request and goes chunk by
+/// chunk as eager space frees, which keeps both ranks copying through
+/// cache-resident chunks. Handing it to CMA instead (the receiver's
+/// `process_vm_readv`, ~5 GB/s on the reference VM against ~20 GB/s for the
+/// pipeline) cut the 256 KiB – 4 MiB bi-bandwidth of `cargo xtask bench
+/// adi` to 55–75% (2026-11-22).
 const STAGE_TO_CMA_MIN: u64 = 32 << 10;
 /// Before each chunk of a pipelined message, every block in flight is
 /// checked for release while there are at most this many (a cheap scan);
@@ -1703,10 +1710,11 @@ impl Endpoint {
                     chunk,
                 )
             };
-            if off == 0 && pipelined && self.cma_ok() && len >= STAGE_TO_CMA_MIN {
+            let copy_aside = req.owned.is_none() && !self.lend;
+            if off == 0 && pipelined && copy_aside && self.cma_ok() && len >= STAGE_TO_CMA_MIN {
                 // Nothing could go (eager area full, or sends to that peer
-                // held locally): hand it over by pointer instead of copying
-                // it aside, as for an eager message.
+                // held locally) and the rest would be copied aside: hand it
+                // over by pointer instead, as for an eager message.
                 self.publish_cma(
                     dest,
                     tmpl,

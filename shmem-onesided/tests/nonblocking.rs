@@ -175,6 +175,52 @@ fn eager_area_overflow_goes_by_cma_not_staging() {
     }
 }
 
+/// A window of owned pipelined `isend`s (above `TMX_SHMEM_PIPELINE_MIN`)
+/// that overflows the eager area: with CMA available none goes by CMA (the
+/// pipeline is faster than the receiver's `process_vm_readv`); what does
+/// not fit waits in its request and is published by progress, in order,
+/// without a copy aside.
+#[test]
+fn pipelined_overflow_waits_for_eager_space_not_cma() {
+    const N: u32 = 12;
+    const LEN: usize = 256 << 10;
+    let bar = Arc::new(Barrier::new(2));
+    let out = ranks("pipeover", 2, cfg(), move |me, mut ep| {
+        if !cma(&ep) {
+            return None;
+        }
+        if me == 0 {
+            let reqs: Vec<SendRequest> = (0..N)
+                .map(|k| {
+                    ep.isend(1, 9, 4, pattern(k, LEN), SendMode::Standard)
+                        .unwrap()
+                })
+                .collect();
+            // 3 MiB through a 1 MiB eager area the receiver does not drain
+            // yet: the last ones cannot be out.
+            assert!(!ep.is_complete(reqs[N as usize - 1].id()));
+            bar.wait();
+            for (k, r) in reqs.into_iter().enumerate() {
+                assert!(ep.wait_send(r).unwrap().unwrap() == pattern(k as u32, LEN));
+            }
+        } else {
+            bar.wait();
+            for k in 0..N {
+                let mut b = vec![0u8; LEN];
+                let st = ep.recv(spec(Some(0), Some(9)), &mut b).unwrap();
+                assert_eq!(st.len, LEN);
+                assert!(b == pattern(k, LEN), "message {k} out of order or corrupt");
+            }
+        }
+        Some(ep.finalize().unwrap())
+    });
+    if let Some(c) = &out[0] {
+        assert_eq!(c.pipelined_sends, u64::from(N), "{c}");
+        assert_eq!(c.cma_sends, 0, "{c}");
+        assert_eq!(c.staged_sends, 0, "{c}");
+    }
+}
+
 /// A fragmented `isend` without CMA returns at once with the request
 /// pending; `progress` publishes the rest while the receiver drains.
 #[test]
