@@ -189,6 +189,7 @@ impl Comm {
             })
     }
 
+    #[inline]
     fn send_tag(tag: i32) -> Result<u32, Error> {
         if (0..=TAG_UB).contains(&tag) {
             Ok(tag as u32)
@@ -378,11 +379,17 @@ impl Comm {
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Request, Error> {
-        let Some(spec) = self.spec(source.into(), tag.into())? else {
+        self.irecv_in(buf, source.into(), tag.into())
+    }
+
+    /// [`irecv`](Self::irecv) past the conversions: not generic, so that
+    /// it is compiled (and its helpers inlined) in this crate rather than
+    /// in each caller's.
+    fn irecv_in(&self, buf: Vec<u8>, source: Source, tag: Tag) -> Result<Request, Error> {
+        let Some(spec) = self.spec(source, tag)? else {
             return Ok(self.proc_null_request(Some(buf)));
         };
-        self.dev()
-            .start_recv_in(spec, buf, RecvInto::Owned, &self.inner.group)
+        self.dev().start_recv_owned(spec, buf, &self.inner.group)
     }
 
     // --------------------------------------------------------- datatypes

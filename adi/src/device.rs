@@ -34,7 +34,7 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
-use crate::request::{request, Completer, Outcome, Progress, ProgressOn, Request, Status};
+use crate::request::{request_for, Completer, Outcome, Progress, ProgressOn, Request, Status};
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
@@ -289,11 +289,30 @@ fn endpoint_mode(mode: Mode) -> SendMode {
     }
 }
 
+/// Records a receive the endpoint did not finish in its call: an
+/// operation-table entry and the request the caller waits on.
+fn record_recv(core: &mut Core, rreq: RecvRequest, into: RecvInto, group: &Arc<Group>) -> Request {
+    let id = rreq.id();
+    let (req, completer) = request_for(Some(id));
+    core.ops.insert(
+        id,
+        Op {
+            kind: OpKind::Recv {
+                rreq,
+                into,
+                group: Group::kept(group),
+            },
+            completer,
+        },
+    );
+    req
+}
+
 /// Records a send the endpoint did not finish in its call: an
 /// operation-table entry and the request the caller waits on.
 fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usize>) -> Request {
     let id = sreq.id();
-    let (req, completer) = request();
+    let (req, completer) = request_for(Some(id));
     core.ops.insert(
         id,
         Op {
@@ -306,15 +325,17 @@ fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usi
             completer,
         },
     );
-    req.with_op(id)
+    req
 }
 
+#[inline]
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Bumps a counter that is only ever bumped under the core lock: a plain
 /// load and store (no read-modify-write; the lock orders the bumps).
+#[inline]
 fn bump_locked(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
@@ -743,31 +764,44 @@ impl Device {
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
-        let started = match data {
-            SendData::Owned(v) => core.ep.isend_or_done(local, tag, context, v, ep_mode),
-            SendData::Borrowed(s) => core
-                .ep
-                .isend_borrowed(local, tag, context, s, ep_mode)
-                .map(Ok),
-        };
-        let (req, at_once) = match started {
-            Err(e) => return Err(e.into()),
-            Ok(Ok(sreq)) => {
-                self.count_route(dest);
-                let req = record_send(core, sreq, len, bsend);
-                drop(g);
-                (req, false)
+        // Each outcome is matched where the endpoint returns it and builds
+        // its request directly: moving the endpoint's result, then a
+        // `(Request, bool)`, through locals cost more than the rest.
+        let req = match data {
+            SendData::Owned(v) => match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
+                Ok(Err(buf)) => {
+                    self.count_route(dest);
+                    drop(g);
+                    let status = Status::new(ANY_SOURCE, ANY_TAG, len);
+                    self.sent(dest, tag, context, len, mode, true);
+                    return Ok(Request::ready_with_buffer(status, buf));
+                }
+                Ok(Ok(sreq)) => {
+                    self.count_route(dest);
+                    record_send(core, sreq, len, bsend)
+                }
+                Err(e) => return Err(e.into()),
+            },
+            SendData::Borrowed(s) => {
+                match core.ep.isend_borrowed(local, tag, context, s, ep_mode) {
+                    Ok(sreq) => {
+                        self.count_route(dest);
+                        record_send(core, sreq, len, bsend)
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
-            Ok(Err(buf)) => {
-                self.count_route(dest);
-                drop(g);
-                let status = Status::new(ANY_SOURCE, ANY_TAG, len);
-                (Request::ready_with_buffer(status, buf), true)
-            }
         };
+        drop(g);
+        self.sent(dest, tag, context, len, mode, false);
+        Ok(req)
+    }
+
+    /// Counts a started send by its mode and traces it.
+    #[inline]
+    fn sent(&self, dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
         self.count_mode(mode);
         tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
-        Ok(req)
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
@@ -957,7 +991,6 @@ impl Device {
     /// [`Device::start_recv`] with the communicator's group borrowed: an
     /// operation keeps a reference only if it stays pending on a
     /// non-identity group.
-    #[inline]
     pub(crate) fn start_recv_in(
         &self,
         spec: MatchSpec,
@@ -965,51 +998,77 @@ impl Device {
         into: RecvInto,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        // The lock is taken here rather than through `with_core`: without
-        // the closure, the pending case returns its request directly
-        // instead of through a large intermediate result.
         let mut g = lock(&self.core);
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
         bump_locked(&self.counters.recvs);
-        let ((result, buf), into) = match core.ep.irecv_or_done(spec, buf) {
-            Err(e) => return Err(e.into()),
-            Ok(Ok(rreq)) => {
-                let id = rreq.id();
-                let (req, completer) = request();
-                core.ops.insert(
-                    id,
-                    Op {
-                        kind: OpKind::Recv {
-                            rreq,
-                            into,
-                            group: Group::kept(group),
-                        },
-                        completer,
-                    },
-                );
-                drop(g);
-                return Ok(req.with_op(id));
-            }
+        match core.ep.irecv_or_done(spec, buf) {
+            Err(e) => Err(e.into()),
+            Ok(Ok(rreq)) => Ok(record_recv(core, rreq, into, group)),
             Ok(Err(done)) => {
                 drop(g);
-                (done, into)
+                Ok(self.recv_done_at_once(done, into, group))
             }
+        }
+    }
+
+    /// [`Device::start_recv_in`] of a receive into the user's own buffer
+    /// (`Comm::irecv`), with the common outcome of a message already here
+    /// (a plain success) built straight from the endpoint's result, read
+    /// in place: the result is large, and moving it (twice) cost more than
+    /// the rest of the path.
+    #[inline]
+    pub(crate) fn start_recv_owned(
+        &self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        group: &Arc<Group>,
+    ) -> Result<Request, Error> {
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
         };
+        bump_locked(&self.counters.recvs);
+        let mut started = core.ep.irecv_or_done(spec, buf);
+        match started {
+            Ok(Err((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
+                drop(g);
+                let group = (!group.identity).then_some(&**group);
+                let status = self.status_of(st, group);
+                Ok(Request::ready_with_buffer(status, mem::take(buf)))
+            }
+            Ok(Ok(rreq)) => Ok(record_recv(core, rreq, RecvInto::Owned, group)),
+            Ok(Err(done)) => {
+                drop(g);
+                Ok(self.recv_done_at_once(done, RecvInto::Owned, group))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The request of a receive the endpoint finished inside its call
+    /// (born complete, no slot).
+    #[inline(never)]
+    fn recv_done_at_once(
+        &self,
+        (result, buf): (shmem_onesided::Result<EpStatus>, Vec<u8>),
+        into: RecvInto,
+        group: &Arc<Group>,
+    ) -> Request {
         let group = (!group.identity).then_some(&**group);
         match (result, into) {
             (Ok(st), RecvInto::Owned) if !st.cancelled && !st.truncated() => {
-                Ok(Request::ready_with_buffer(self.status_of(&st, group), buf))
+                Request::ready_with_buffer(self.status_of(&st, group), buf)
             }
-            (result, into) => Ok(Request::from_outcome(match result {
+            (result, into) => Request::from_outcome(match result {
                 Err(e) => Outcome {
                     status: Status::EMPTY,
                     error: Some(e.into()),
                     buffer: None,
                 },
                 Ok(st) => self.recv_outcome(&st, buf, into, group),
-            })),
+            }),
         }
     }
 
@@ -1033,11 +1092,11 @@ impl Device {
         group: Arc<Group>,
         start: impl FnOnce(&mut Endpoint) -> shmem_onesided::Result<RecvRequest>,
     ) -> Result<Request, Error> {
-        let (req, completer) = request();
-        let id = self.with_core(|core| {
+        self.with_core(|core| {
             bump_locked(&self.counters.recvs);
             let rreq = start(&mut core.ep)?;
             let id = rreq.id();
+            let (req, completer) = request_for(Some(id));
             core.ops.insert(
                 id,
                 Op {
@@ -1049,9 +1108,8 @@ impl Device {
                     completer,
                 },
             );
-            Ok(id)
-        })?;
-        Ok(req.with_op(id))
+            Ok(req)
+        })
     }
 
     /// A blocking receive into a borrowed buffer, delivered straight into
@@ -1979,7 +2037,7 @@ mod tests {
     #[test]
     fn find_mine_wraps_from_the_hint_and_scans_a_bounded_window() {
         let (reqs, completers): (Vec<Request>, Vec<Completer>) =
-            (0..100).map(|_| request()).unzip();
+            (0..100).map(|_| crate::request::request()).unzip();
         // Every request is found from every hint when the list fits the
         // scan window (wrapping past the end).
         let few = &reqs[..10];

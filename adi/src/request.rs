@@ -82,6 +82,7 @@
 use crate::attr::{ANY_SOURCE, ANY_TAG};
 use crate::sync::{Arc, AtomicBool, AtomicI32, AtomicUsize, Mutex, Ordering};
 use crate::{Datatype, Error, ErrorClass};
+use core::mem;
 
 /// `MPI_Status`: what a completed operation reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,13 +435,18 @@ fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>
 /// [`Completer`] for the operation.
 #[inline]
 pub fn request() -> (Request, Completer) {
+    request_for(None)
+}
+
+/// [`request`] for device operation `op` (which `MPI_Cancel` of the
+/// request cancels).
+#[inline]
+pub(crate) fn request_for(op: Option<u64>) -> (Request, Completer) {
     let (mine, theirs) = spare::take_pair();
     (
         Request {
-            slot: Some(mine),
-            op: None,
+            state: State::Shared { slot: mine, op },
             buffer: None,
-            ready: None,
         },
         Completer { slot: Some(theirs) },
     )
@@ -499,27 +505,36 @@ fn result_of(status: Status, detail: Option<Error>) -> Result<Status, Error> {
 /// `MPI_Request_free`.
 #[derive(Debug, Default)]
 pub struct Request {
-    slot: Option<Arc<Slot>>,
-    /// The device operation behind it (for cancel), if any.
-    op: Option<u64>,
+    state: State,
     /// The buffer handed back by a completed operation that owned one
-    /// (while `ready` holds a completion not yet taken, its buffer, not yet
-    /// visible).
+    /// (while `state` holds a [`State::Ready`] completion not yet taken,
+    /// its buffer, not yet visible).
     buffer: Option<Vec<u8>>,
-    /// A request born complete (no slot, no allocation) or completed in
-    /// place: its status, buffer and detailed error, handed over by the
-    /// first wait or test.
-    ready: Option<Ready>,
+}
+
+/// Where a request's completion is: one of three exclusive states, so that
+/// the request stays small (it is moved by value through `Vec`s of
+/// requests and results) and a null or born-complete one carries no
+/// `Option` of each of the others.
+#[derive(Debug, Default)]
+enum State {
+    /// `MPI_REQUEST_NULL`: never started, or its completion taken.
+    #[default]
+    Null,
+    /// Pending (or completed by another thread) on a shared slot; `op` is
+    /// the device operation behind it (for cancel), if any.
+    Shared { slot: Arc<Slot>, op: Option<u64> },
+    /// Born complete (no slot, no allocation) or completed in place: its
+    /// status and detailed error, handed over by the first wait or test.
+    Ready(Ready),
 }
 
 impl Request {
     /// `MPI_REQUEST_NULL`.
     pub const fn null() -> Request {
         Request {
-            slot: None,
-            op: None,
+            state: State::Null,
             buffer: None,
-            ready: None,
         }
     }
 
@@ -530,13 +545,11 @@ impl Request {
     #[inline]
     pub fn ready_with_buffer(status: Status, buffer: Vec<u8>) -> Request {
         Request {
-            slot: None,
-            op: None,
-            buffer: Some(buffer),
-            ready: Some(Ready {
+            state: State::Ready(Ready {
                 status,
                 detail: None,
             }),
+            buffer: Some(buffer),
         }
     }
 
@@ -544,58 +557,82 @@ impl Request {
     /// finish at once, such as those on `MPI_PROC_NULL`): no shared slot.
     pub fn completed(status: Status) -> Request {
         Request {
-            slot: None,
-            op: None,
-            buffer: None,
-            ready: Some(Ready {
+            state: State::Ready(Ready {
                 status,
                 detail: None,
             }),
+            buffer: None,
         }
     }
 
     /// Whether this is `MPI_REQUEST_NULL` (never started, or already
     /// completed by a wait or test).
     pub fn is_null(&self) -> bool {
-        self.slot.is_none() && self.ready.is_none()
+        matches!(self.state, State::Null)
     }
 
     /// The paper's `is_complete` field: `true` once the operation has
     /// completed (without consuming the request). `false` for a null request.
     pub fn is_complete(&self) -> bool {
-        self.ready.is_some() || self.slot.as_ref().is_some_and(|s| s.is_complete())
+        match &self.state {
+            State::Null => false,
+            State::Shared { slot, .. } => slot.is_complete(),
+            State::Ready(_) => true,
+        }
     }
 
     /// `MPI_Request_get_status`: the status if complete, without consuming
     /// the request. A null request gives [`Status::EMPTY`].
     pub fn get_status(&self) -> Option<Status> {
-        if let Some(r) = &self.ready {
-            return Some(r.status);
-        }
-        match &self.slot {
-            None => Some(Status::EMPTY),
-            Some(s) if s.is_complete() => Some(s.read_status()),
-            Some(_) => None,
+        match &self.state {
+            State::Null => Some(Status::EMPTY),
+            State::Ready(r) => Some(r.status),
+            State::Shared { slot, .. } if slot.is_complete() => Some(slot.read_status()),
+            State::Shared { .. } => None,
         }
     }
 
-    /// If complete, consumes the completion (the request becomes null).
-    fn try_take(&mut self) -> Option<Result<Status, Error>> {
-        if let Some(r) = self.ready.take() {
-            return Some(result_of(r.status, r.detail.map(|d| *d)));
+    /// The shared slot of a pending request.
+    #[cfg(test)]
+    fn slot(&self) -> Option<&Arc<Slot>> {
+        match &self.state {
+            State::Shared { slot, .. } => Some(slot),
+            _ => None,
         }
-        let slot = self.slot.as_ref()?;
+    }
+
+    /// If the shared slot is complete, takes the completion out of it (the
+    /// request becomes null): its status (read after the `Acquire` load
+    /// that saw it complete), detailed error and buffer. `None` (request
+    /// untouched) if not a completed shared request.
+    #[inline]
+    fn take_shared(&mut self) -> Option<(Status, Option<Error>)> {
+        let State::Shared { slot, .. } = &self.state else {
+            return None;
+        };
         let state = slot.state.load(Ordering::Acquire);
         if state & COMPLETE == 0 {
             return None;
         }
         let status = slot.read_status();
-        let slot = self.slot.take()?;
+        let State::Shared { slot, .. } = mem::take(&mut self.state) else {
+            return None;
+        };
         let (detail, data) = release(slot, state);
         if data.is_some() {
             self.buffer = data;
         }
-        self.op = None;
+        Some((status, detail))
+    }
+
+    /// If complete, consumes the completion (the request becomes null).
+    fn try_take(&mut self) -> Option<Result<Status, Error>> {
+        if let State::Ready(_) = self.state {
+            if let State::Ready(r) = mem::take(&mut self.state) {
+                return Some(result_of(r.status, r.detail.map(|d| *d)));
+            }
+        }
+        let (status, detail) = self.take_shared()?;
         Some(result_of(status, detail))
     }
 
@@ -603,30 +640,40 @@ impl Request {
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
     #[inline]
     pub(crate) fn take_status(&mut self) -> Option<Status> {
-        if let Some(r) = self.ready.take() {
-            if let Some(detail) = r.detail {
-                tracing::debug!(%detail, "request of a set failed");
+        // The common case of a waitall: a plain completion the request
+        // holds itself (born complete, or completed in place).
+        if let State::Ready(Ready {
+            status,
+            detail: None,
+        }) = self.state
+        {
+            self.state = State::Null;
+            return Some(status);
+        }
+        self.take_status_other()
+    }
+
+    /// [`take_status`](Self::take_status) of a request that is null,
+    /// shared, or holds a failure.
+    #[inline(never)]
+    fn take_status_other(&mut self) -> Option<Status> {
+        match &mut self.state {
+            State::Null => return Some(Status::EMPTY),
+            State::Ready(r) => {
+                let status = r.status;
+                if let Some(detail) = r.detail.take() {
+                    tracing::debug!(%detail, "request of a set failed");
+                }
+                // Nothing left to drop: a plain store of the tag.
+                self.state = State::Null;
+                return Some(status);
             }
-            return Some(r.status);
+            State::Shared { .. } => {}
         }
-        let slot = match &self.slot {
-            None => return Some(Status::EMPTY),
-            Some(slot) => slot,
-        };
-        let state = slot.state.load(Ordering::Acquire);
-        if state & COMPLETE == 0 {
-            return None;
-        }
-        let status = slot.read_status();
-        let slot = self.slot.take()?;
-        let (detail, data) = release(slot, state);
+        let (status, detail) = self.take_shared()?;
         if let Some(detail) = detail {
             tracing::debug!(%detail, "request of a set failed");
         }
-        if data.is_some() {
-            self.buffer = data;
-        }
-        self.op = None;
         Some(status)
     }
 
@@ -682,8 +729,9 @@ impl Request {
     /// nonblocking send, or the filled `Vec` of a nonblocking receive (also
     /// after a truncation error: it then holds the bytes that fit). `None`
     /// before completion, for operations on borrowed buffers, and once taken.
+    #[inline]
     pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
-        if self.ready.is_some() {
+        if let State::Ready(_) = self.state {
             return None;
         }
         self.buffer.take()
@@ -691,7 +739,7 @@ impl Request {
 
     /// The buffer handed back by the completed operation, without taking it.
     pub fn buffer(&self) -> Option<&[u8]> {
-        if self.ready.is_some() {
+        if let State::Ready(_) = self.state {
             return None;
         }
         self.buffer.as_deref()
@@ -703,19 +751,9 @@ impl Request {
     /// through the shared slot, and both references to it go back to this
     /// thread's spare list as a pair. A `completer` of another request is
     /// completed through its slot as usual instead.
-    pub(crate) fn finish_here(&mut self, mut completer: Completer, outcome: Outcome) {
-        if !completer.completes(self) {
-            completer.finish(outcome);
-            return;
-        }
-        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
-            // Both references of the slot are in hand and it was never
-            // published: it is pristine and nobody else can reach it.
-            spare::give_pair(mine, theirs);
-        }
-        self.op = None;
-        self.buffer = outcome.buffer;
-        self.ready = Some(Ready::of(outcome.status, outcome.error));
+    pub(crate) fn finish_here(&mut self, completer: Completer, outcome: Outcome) {
+        let ready = Ready::of(outcome.status, outcome.error);
+        self.finish_ready_here(completer, ready, outcome.buffer);
     }
 
     /// [`finish_here`](Self::finish_here) for a successful operation:
@@ -724,59 +762,64 @@ impl Request {
     #[inline]
     pub(crate) fn finish_ok_here(
         &mut self,
-        mut completer: Completer,
+        completer: Completer,
         status: Status,
+        buffer: Option<Vec<u8>>,
+    ) {
+        let ready = Ready {
+            status,
+            detail: None,
+        };
+        self.finish_ready_here(completer, ready, buffer);
+    }
+
+    /// [`finish_here`](Self::finish_here) of a completion as the request
+    /// keeps it.
+    #[inline]
+    fn finish_ready_here(
+        &mut self,
+        mut completer: Completer,
+        ready: Ready,
         buffer: Option<Vec<u8>>,
     ) {
         if !completer.completes(self) {
             completer.finish(Outcome {
-                status,
-                error: None,
+                status: ready.status,
+                error: ready.detail.map(|d| *d),
                 buffer,
             });
             return;
         }
-        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
+        let before = mem::replace(&mut self.state, State::Ready(ready));
+        if let (State::Shared { slot: mine, .. }, Some(theirs)) = (before, completer.slot.take()) {
+            // Both references of the slot are in hand and it was never
+            // published: it is pristine and nobody else can reach it.
             spare::give_pair(mine, theirs);
         }
-        self.op = None;
         self.buffer = buffer;
-        self.ready = Some(Ready {
-            status,
-            detail: None,
-        });
     }
 
     /// A request born complete with `outcome` (no shared slot).
     pub(crate) fn from_outcome(outcome: Outcome) -> Request {
         Request {
-            slot: None,
-            op: None,
+            state: State::Ready(Ready::of(outcome.status, outcome.error)),
             buffer: outcome.buffer,
-            ready: Some(Ready::of(outcome.status, outcome.error)),
         }
-    }
-
-    /// Ties the request to a device operation (for cancel).
-    #[inline]
-    pub(crate) fn with_op(mut self, op: u64) -> Request {
-        self.op = Some(op);
-        self
     }
 
     /// The device operation behind an active request.
     pub(crate) fn op(&self) -> Option<u64> {
-        if self.slot.is_some() {
-            self.op
-        } else {
-            None
+        match &self.state {
+            State::Shared { op, .. } => *op,
+            _ => None,
         }
     }
 }
 
 impl Drop for Request {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
+        if let State::Shared { slot, .. } = &self.state {
             slot.state.fetch_or(FREED, Ordering::AcqRel);
         }
     }
@@ -794,8 +837,8 @@ pub struct Completer {
 impl Completer {
     /// Whether this completer completes `req` (they share its slot).
     pub(crate) fn completes(&self, req: &Request) -> bool {
-        match (&self.slot, &req.slot) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        match (&self.slot, &req.state) {
+            (Some(a), State::Shared { slot: b, .. }) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
