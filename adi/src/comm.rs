@@ -23,7 +23,9 @@
 //! of what was delivered.
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
-use crate::device::{Device, DeviceProgress, Group, Mode, RecvInto, SendData, PROC_NULL_STATUS};
+use crate::device::{
+    Device, DeviceProgress, Group, Mode, RecvInto, SendData, TypedInto, PROC_NULL_STATUS,
+};
 use crate::request::{self, AnyOutcome, Request, Status};
 use crate::{plan_send, Datatype, Error, SendPlan};
 use std::sync::Arc;
@@ -550,11 +552,11 @@ impl Comm {
         self.dev().start_recv(
             spec,
             stage,
-            RecvInto::Typed {
+            RecvInto::Typed(Box::new(TypedInto {
                 user: buf,
                 datatype: datatype.clone(),
                 count,
-            },
+            })),
             Arc::clone(&self.inner.group),
         )
     }

@@ -291,6 +291,7 @@ fn endpoint_mode(mode: Mode) -> SendMode {
 
 /// Records a receive the endpoint did not finish in its call: an
 /// operation-table entry and the request the caller waits on.
+#[inline(always)]
 fn record_recv(core: &mut Core, rreq: RecvRequest, into: RecvInto, group: &Arc<Group>) -> Request {
     let id = rreq.id();
     let (req, completer) = request_for(Some(id));
@@ -346,12 +347,18 @@ pub(crate) enum RecvInto {
     /// The endpoint's buffer is the user's: hand it back as is.
     Owned,
     /// The endpoint filled a staging buffer with the packed stream: unpack
-    /// it into `user` (the operation holds its own clone of the datatype).
-    Typed {
-        user: Vec<u8>,
-        datatype: Datatype,
-        count: i64,
-    },
+    /// it into the user's buffer (boxed: the plain receive's operation and
+    /// its drop stay small).
+    Typed(Box<TypedInto>),
+}
+
+/// Where a datatype receive unpacks ([`RecvInto::Typed`]).
+#[derive(Debug)]
+pub(crate) struct TypedInto {
+    pub(crate) user: Vec<u8>,
+    /// The operation's own clone of the datatype.
+    pub(crate) datatype: Datatype,
+    pub(crate) count: i64,
 }
 
 #[derive(Debug)]
@@ -798,7 +805,7 @@ impl Device {
     }
 
     /// Counts a started send by its mode and traces it.
-    #[inline]
+    #[inline(always)]
     fn sent(&self, dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
         self.count_mode(mode);
         tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
@@ -1601,9 +1608,9 @@ impl Device {
         if st.cancelled {
             let user = match into {
                 RecvInto::Owned => buf,
-                RecvInto::Typed { user, .. } => {
+                RecvInto::Typed(typed) => {
                     self.give_back_staging(buf);
-                    user
+                    typed.user
                 }
             };
             return Outcome {
@@ -1624,11 +1631,12 @@ impl Device {
         let res = self.recv_result(st, group);
         let (user, unpack_error) = match into {
             RecvInto::Owned => (buf, None),
-            RecvInto::Typed {
-                mut user,
-                datatype,
-                count,
-            } => {
+            RecvInto::Typed(typed) => {
+                let TypedInto {
+                    mut user,
+                    datatype,
+                    count,
+                } = *typed;
                 bump(&self.counters.unpacked_recvs);
                 let n = st.len.min(buf.len());
                 let unpacked = datatype.unpack_part(&buf[..n], &mut user, count, 0);

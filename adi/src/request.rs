@@ -340,7 +340,7 @@ mod spare {
     /// A fresh slot as the two references of a request and its completer:
     /// a spare pair (no reference-count traffic), else a spare single,
     /// else a new slot.
-    #[inline]
+    #[inline(always)]
     pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
         let spare = FREE
             .try_with(|f| {
@@ -388,6 +388,7 @@ mod spare {
     use super::Slot;
     use crate::sync::Arc;
 
+    #[inline(always)]
     pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
         let s = Arc::new(Slot::new());
         (Arc::clone(&s), s)
@@ -919,16 +920,26 @@ impl Completer {
 }
 
 impl Drop for Completer {
+    /// Inline: a completer that did its job (the usual drop) has no slot
+    /// left, and costs a test.
+    #[inline]
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            tracing::debug!("operation dropped before completion; request completed as abandoned");
-            let status = Status {
-                error: ErrorClass::Intern,
-                ..Status::EMPTY
-            };
-            slot.publish(status, Some(Error::Abandoned), false, Ordering::Release);
+            abandon(slot);
         }
     }
+}
+
+/// Completes the request of a completer dropped without completing.
+#[cold]
+#[inline(never)]
+fn abandon(slot: Arc<Slot>) {
+    tracing::debug!("operation dropped before completion; request completed as abandoned");
+    let status = Status {
+        error: ErrorClass::Intern,
+        ..Status::EMPTY
+    };
+    slot.publish(status, Some(Error::Abandoned), false, Ordering::Release);
 }
 
 /// What [`testany`] found.
@@ -1060,6 +1071,9 @@ pub(crate) fn waitall_on(
     progress: &mut impl ProgressOn,
 ) -> Result<Vec<Status>, Error> {
     let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
+    // Whether every status so far is a success (checked as they are taken,
+    // not by another pass over them).
+    let mut ok = true;
     // Every request must complete, so each pass takes the statuses from the
     // first request not yet taken up to the first one still incomplete and
     // stops there: requests mostly complete in order, and rescanning the
@@ -1067,9 +1081,15 @@ pub(crate) fn waitall_on(
     // cost O(n^2). Requests past the stop are taken on a later pass.
     while let Some(r) = reqs.get_mut(out.len()) {
         match r.take_status() {
-            Some(status) => out.push(status),
+            Some(status) => {
+                ok &= status.error.is_success();
+                out.push(status);
+            }
             None => progress.progress_on(reqs, true)?,
         }
+    }
+    if ok {
+        return Ok(out);
     }
     all_statuses(out)
 }
