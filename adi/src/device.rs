@@ -34,7 +34,9 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
-use crate::request::{request_for, Completer, Outcome, Progress, ProgressOn, Request, Status};
+use crate::request::{
+    request_from, Completer, Outcome, Progress, ProgressOn, Request, SparePairs, Status,
+};
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
@@ -294,7 +296,7 @@ fn endpoint_mode(mode: Mode) -> SendMode {
 #[inline(always)]
 fn record_recv(core: &mut Core, rreq: RecvRequest, into: RecvInto, group: &Arc<Group>) -> Request {
     let id = rreq.id();
-    let (req, completer) = request_for(Some(id));
+    let (req, completer) = request_from(&mut core.spares, Some(id));
     core.ops.insert(
         id,
         Op {
@@ -313,7 +315,7 @@ fn record_recv(core: &mut Core, rreq: RecvRequest, into: RecvInto, group: &Arc<G
 /// operation-table entry and the request the caller waits on.
 fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usize>) -> Request {
     let id = sreq.id();
-    let (req, completer) = request_for(Some(id));
+    let (req, completer) = request_from(&mut core.spares, Some(id));
     core.ops.insert(
         id,
         Op {
@@ -413,6 +415,9 @@ struct Core {
     /// Spare lists for the endpoint's finished sends and receives.
     sends_done: Vec<(u64, SendDone)>,
     recvs_done: Vec<(u64, RecvDone)>,
+    /// Spare request slots: given back by completions in place during a
+    /// harvest, taken by the next operations started (both under the lock).
+    spares: SparePairs,
 }
 
 /// What `Endpoint::take_finished` reports for a send (as `wait_send`).
@@ -643,6 +648,7 @@ impl Device {
                 ops: OpTable::default(),
                 sends_done: Vec::new(),
                 recvs_done: Vec::new(),
+                spares: SparePairs::default(),
             })),
             epoch: AtomicU64::new(0),
             routes,
@@ -1103,7 +1109,7 @@ impl Device {
             bump_locked(&self.counters.recvs);
             let rreq = start(&mut core.ep)?;
             let id = rreq.id();
-            let (req, completer) = request_for(Some(id));
+            let (req, completer) = request_from(&mut core.spares, Some(id));
             core.ops.insert(
                 id,
                 Op {
@@ -1404,6 +1410,7 @@ impl Device {
             ops,
             sends_done,
             recvs_done,
+            spares,
         } = core;
         ep.take_finished(sends_done, recvs_done);
         if sends_done.is_empty() && recvs_done.is_empty() {
@@ -1433,7 +1440,7 @@ impl Device {
                             // straight into the request.
                             if let (Ok(buf), false) = (&mut *result, cancelled) {
                                 let status = Status::new(ANY_SOURCE, ANY_TAG, len);
-                                r.finish_ok_here(completer, status, buf.take());
+                                r.finish_ok_here(completer, status, buf.take(), spares);
                                 here += 1;
                                 continue;
                             }
@@ -1475,7 +1482,12 @@ impl Device {
                             if let Ok((st, buf)) = &mut *result {
                                 if !st.cancelled && !st.truncated() {
                                     let status = self.status_of(st, group.as_deref());
-                                    r.finish_ok_here(completer, status, Some(mem::take(buf)));
+                                    r.finish_ok_here(
+                                        completer,
+                                        status,
+                                        Some(mem::take(buf)),
+                                        spares,
+                                    );
                                     here += 1;
                                     continue;
                                 }

@@ -37,8 +37,12 @@
 //! place (`Request::finish_here`, crate-internal): the status, detailed
 //! error and buffer go straight into the request, nothing is published
 //! through the shared slot (no lock, no read-modify-write), and both
-//! references to the untouched slot go to the thread's spare list as a
-//! pair, so the next [`request`] costs no reference-count update either.
+//! references to the untouched slot go to a spare list as a pair, so the
+//! next [`request`] costs no reference-count update either. A plain
+//! completion harvested under the device's core lock gives the pair to a
+//! list kept under that lock (`SparePairs`, crate-internal), from which the
+//! next operation started under the same lock takes it; other completions
+//! in place use the thread's spare list.
 //! This is not a hand-off between threads (the owner holds both halves),
 //! so the loom models of the hand-off above still cover every cross-thread
 //! path; a completion harvested by any other thread goes through the slot.
@@ -432,6 +436,18 @@ fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>
     (detail, data)
 }
 
+/// Completes, through its slot, the request of a completer handed to
+/// another request's `finish_here` (not the usual case).
+#[cold]
+#[inline(never)]
+fn finish_elsewhere(completer: Completer, ready: Ready, buffer: Option<Vec<u8>>) {
+    completer.finish(Outcome {
+        status: ready.status,
+        error: ready.detail.map(|d| *d),
+        buffer,
+    });
+}
+
 /// Creates a pending request: the [`Request`] for the upper layer and the
 /// [`Completer`] for the operation.
 #[inline]
@@ -443,7 +459,22 @@ pub fn request() -> (Request, Completer) {
 /// request cancels).
 #[inline]
 pub(crate) fn request_for(op: Option<u64>) -> (Request, Completer) {
-    let (mine, theirs) = spare::take_pair();
+    request_of(spare::take_pair(), op)
+}
+
+/// [`request_for`], taking the slot from `spares` (a list the caller holds
+/// under its own lock) if it has one.
+#[inline]
+pub(crate) fn request_from(spares: &mut SparePairs, op: Option<u64>) -> (Request, Completer) {
+    let pair = match spares.0.pop() {
+        Some(pair) => pair,
+        None => spare::take_pair(),
+    };
+    request_of(pair, op)
+}
+
+#[inline(always)]
+fn request_of((mine, theirs): (Arc<Slot>, Arc<Slot>), op: Option<u64>) -> (Request, Completer) {
     (
         Request {
             state: State::Shared { slot: mine, op },
@@ -452,6 +483,17 @@ pub(crate) fn request_for(op: Option<u64>) -> (Request, Completer) {
         Completer { slot: Some(theirs) },
     )
 }
+
+/// Spare slots as pairs of references (see the thread's spare list) kept
+/// by the device inside the structure its core lock guards: the progress
+/// pass that completes a request in place under that lock gives the pair
+/// here, and the next `irecv`/`isend`, under the same lock, takes it back
+/// (a `Vec` pop and push instead of a thread-local access each).
+#[derive(Debug, Default)]
+pub(crate) struct SparePairs(Vec<(Arc<Slot>, Arc<Slot>)>);
+
+/// Pairs kept in a [`SparePairs`].
+const KEEP_PAIRS: usize = 256;
 
 /// A completion the device computed: the status, the detailed error of a
 /// failure (its class goes into the status), and the buffer handed back.
@@ -754,48 +796,56 @@ impl Request {
     /// completed through its slot as usual instead.
     pub(crate) fn finish_here(&mut self, completer: Completer, outcome: Outcome) {
         let ready = Ready::of(outcome.status, outcome.error);
-        self.finish_ready_here(completer, ready, outcome.buffer);
+        self.finish_ready_here(completer, ready, outcome.buffer, None);
     }
 
     /// [`finish_here`](Self::finish_here) for a successful operation:
     /// the status and the buffer go straight into the request (no
     /// [`Outcome`] to build and move, no error to look at).
+    /// The slot's two references go to `spares` (held by the caller under
+    /// its lock), or this thread's spare list if `spares` is full.
     #[inline]
     pub(crate) fn finish_ok_here(
         &mut self,
         completer: Completer,
         status: Status,
         buffer: Option<Vec<u8>>,
+        spares: &mut SparePairs,
     ) {
         let ready = Ready {
             status,
             detail: None,
         };
-        self.finish_ready_here(completer, ready, buffer);
+        self.finish_ready_here(completer, ready, buffer, Some(spares));
     }
 
     /// [`finish_here`](Self::finish_here) of a completion as the request
     /// keeps it.
-    #[inline]
+    #[inline(always)]
     fn finish_ready_here(
         &mut self,
         mut completer: Completer,
         ready: Ready,
         buffer: Option<Vec<u8>>,
+        spares: Option<&mut SparePairs>,
     ) {
-        if !completer.completes(self) {
-            completer.finish(Outcome {
-                status: ready.status,
-                error: ready.detail.map(|d| *d),
-                buffer,
-            });
-            return;
-        }
-        let before = mem::replace(&mut self.state, State::Ready(ready));
-        if let (State::Shared { slot: mine, .. }, Some(theirs)) = (before, completer.slot.take()) {
+        let theirs = match completer.slot.take() {
+            Some(theirs) if matches!(&self.state, State::Shared { slot, .. } if Arc::ptr_eq(slot, &theirs)) => {
+                theirs
+            }
+            other => {
+                completer.slot = other;
+                return finish_elsewhere(completer, ready, buffer);
+            }
+        };
+        if let State::Shared { slot: mine, .. } = mem::replace(&mut self.state, State::Ready(ready))
+        {
             // Both references of the slot are in hand and it was never
             // published: it is pristine and nobody else can reach it.
-            spare::give_pair(mine, theirs);
+            match spares {
+                Some(spares) if spares.0.len() < KEEP_PAIRS => spares.0.push((mine, theirs)),
+                _ => spare::give_pair(mine, theirs),
+            }
         }
         self.buffer = buffer;
     }
