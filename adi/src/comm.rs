@@ -279,7 +279,7 @@ impl Comm {
             return Ok(self.proc_null_request(Some(buf)));
         };
         self.dev()
-            .start_send(world, tag, ctx, SendData::Owned(buf), mode, None)
+            .start_send_owned(world, tag, ctx, buf, mode, None)
     }
 
     /// `MPI_Send`: returns once `buf` may be reused (the data is inline,

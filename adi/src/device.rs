@@ -291,6 +291,13 @@ fn endpoint_mode(mode: Mode) -> SendMode {
     }
 }
 
+/// The trace event of a started send ([`Device::start_send`]).
+#[cold]
+#[inline(never)]
+fn trace_sent(dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
+    tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
+}
+
 /// Records a receive the endpoint did not finish in its call: an
 /// operation-table entry and the request the caller waits on.
 #[inline(always)]
@@ -555,15 +562,6 @@ pub(crate) enum SendData<'a> {
     Borrowed(&'a [u8]),
 }
 
-impl SendData<'_> {
-    fn len(&self) -> usize {
-        match self {
-            SendData::Owned(v) => v.len(),
-            SendData::Borrowed(s) => s.len(),
-        }
-    }
-}
-
 /// The send modes the device starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -765,45 +763,68 @@ impl Device {
         mode: Mode,
         bsend: Option<usize>,
     ) -> Result<Request, Error> {
+        let s = match data {
+            SendData::Owned(v) => return self.start_send_owned(dest, tag, context, v, mode, bsend),
+            SendData::Borrowed(s) => s,
+        };
         let local = self.local_of(dest)?;
-        let len = data.len();
+        let len = s.len();
         let ep_mode = endpoint_mode(mode);
-        // An owned send that completes inside the endpoint call (inline,
-        // eager, prepost-direct, self) is born complete: no slot, no
-        // operation-table entry, nothing for progress to harvest. The lock
-        // is taken here rather than through `with_core`, so that each case
-        // makes its request directly (no large intermediate result).
         let mut g = lock(&self.core);
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
-        // Each outcome is matched where the endpoint returns it and builds
-        // its request directly: moving the endpoint's result, then a
-        // `(Request, bool)`, through locals cost more than the rest.
-        let req = match data {
-            SendData::Owned(v) => match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
-                Ok(Err(buf)) => {
-                    self.count_route(dest);
-                    drop(g);
-                    let status = Status::new(ANY_SOURCE, ANY_TAG, len);
-                    self.sent(dest, tag, context, len, mode, true);
-                    return Ok(Request::ready_with_buffer(status, buf));
-                }
-                Ok(Ok(sreq)) => {
-                    self.count_route(dest);
-                    record_send(core, sreq, len, bsend)
-                }
-                Err(e) => return Err(e.into()),
-            },
-            SendData::Borrowed(s) => {
-                match core.ep.isend_borrowed(local, tag, context, s, ep_mode) {
-                    Ok(sreq) => {
-                        self.count_route(dest);
-                        record_send(core, sreq, len, bsend)
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+        let req = match core.ep.isend_borrowed(local, tag, context, s, ep_mode) {
+            Ok(sreq) => {
+                self.count_route(dest);
+                record_send(core, sreq, len, bsend)
             }
+            Err(e) => return Err(e.into()),
+        };
+        drop(g);
+        self.sent(dest, tag, context, len, mode, false);
+        Ok(req)
+    }
+
+    /// [`Device::start_send`] of an owned buffer (`Comm::isend`; inline
+    /// there).
+    #[inline]
+    pub(crate) fn start_send_owned(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        v: Vec<u8>,
+        mode: Mode,
+        bsend: Option<usize>,
+    ) -> Result<Request, Error> {
+        let local = self.local_of(dest)?;
+        let len = v.len();
+        let ep_mode = endpoint_mode(mode);
+        // A send that completes inside the endpoint call (inline, eager,
+        // prepost-direct, self) is born complete: no slot, no
+        // operation-table entry, nothing for progress to harvest. The lock
+        // is taken here rather than through `with_core`, and each outcome
+        // is matched where the endpoint returns it and builds its request
+        // directly: moving the endpoint's result, then a `(Request, bool)`,
+        // through locals cost more than the rest.
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        let req = match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
+            Ok(Err(buf)) => {
+                self.count_route(dest);
+                drop(g);
+                let status = Status::new(ANY_SOURCE, ANY_TAG, len);
+                self.sent(dest, tag, context, len, mode, true);
+                return Ok(Request::ready_with_buffer(status, buf));
+            }
+            Ok(Ok(sreq)) => {
+                self.count_route(dest);
+                record_send(core, sreq, len, bsend)
+            }
+            Err(e) => return Err(e.into()),
         };
         drop(g);
         self.sent(dest, tag, context, len, mode, false);
@@ -814,7 +835,11 @@ impl Device {
     #[inline(always)]
     fn sent(&self, dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
         self.count_mode(mode);
-        tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
+        // The event's fields are built out of line, only when it may be
+        // recorded (the inline form stored them before its level test).
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            trace_sent(dest, tag, context, len, mode, at_once);
+        }
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
