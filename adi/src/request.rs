@@ -487,8 +487,9 @@ fn request_of((mine, theirs): (Arc<Slot>, Arc<Slot>), op: Option<u64>) -> (Reque
 /// Spare slots as pairs of references (see the thread's spare list) kept
 /// by the device inside the structure its core lock guards: the progress
 /// pass that completes a request in place under that lock gives the pair
-/// here, and the next `irecv`/`isend`, under the same lock, takes it back
-/// (a `Vec` pop and push instead of a thread-local access each).
+/// here, and the next operation started under the same lock that stays
+/// pending takes it back (a `Vec` pop and push instead of a thread-local
+/// access each).
 #[derive(Debug, Default)]
 pub(crate) struct SparePairs(Vec<(Arc<Slot>, Arc<Slot>)>);
 
