@@ -1133,20 +1133,7 @@ impl Device {
         self.with_core(|core| {
             bump_locked(&self.counters.recvs);
             let rreq = start(&mut core.ep)?;
-            let id = rreq.id();
-            let (req, completer) = request_from(&mut core.spares, Some(id));
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Recv {
-                        rreq,
-                        into,
-                        group: Group::kept(&group),
-                    },
-                    completer,
-                },
-            );
-            Ok(req)
+            Ok(record_recv(core, rreq, into, &group))
         })
     }
 
@@ -1955,7 +1942,14 @@ fn take_mine<'a>(
     completer: &Completer,
     hint: &mut usize,
 ) -> Option<&'a mut Request> {
-    let i = find_mine(mine, completer, *hint)?;
+    // The usual case: the completion is the hinted request's (requests
+    // mostly complete in order), checked before the wrapping scan.
+    let h = *hint;
+    let i = if mine.get(h).is_some_and(|r| completer.completes(r)) {
+        h
+    } else {
+        find_mine(mine, completer, h)?
+    };
     *hint = i + 1;
     mine.get_mut(i)
 }

@@ -684,8 +684,17 @@ impl Request {
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
     #[inline]
     pub(crate) fn take_status(&mut self) -> Option<Status> {
-        // The common case of a waitall: a plain completion the request
-        // holds itself (born complete, or completed in place).
+        if let Some(status) = self.take_plain_ready() {
+            return Some(status);
+        }
+        self.take_status_other()
+    }
+
+    /// The common case of [`take_status`](Self::take_status) in a waitall:
+    /// a plain (successful, or failed without a detailed error) completion
+    /// the request holds itself (born complete, or completed in place).
+    #[inline(always)]
+    fn take_plain_ready(&mut self) -> Option<Status> {
         if let State::Ready(Ready {
             status,
             detail: None,
@@ -694,7 +703,7 @@ impl Request {
             self.state = State::Null;
             return Some(status);
         }
-        self.take_status_other()
+        None
     }
 
     /// [`take_status`](Self::take_status) of a request that is null,
@@ -1131,7 +1140,14 @@ pub(crate) fn waitall_on(
     // whole list after every progress pass made a window of n requests
     // cost O(n^2). Requests past the stop are taken on a later pass.
     while let Some(r) = reqs.get_mut(out.len()) {
-        match r.take_status() {
+        // The common case first, on its own path (not merged with the
+        // others through an `Option<Status>`).
+        if let Some(status) = r.take_plain_ready() {
+            ok &= status.error.is_success();
+            out.push(status);
+            continue;
+        }
+        match r.take_status_other() {
             Some(status) => {
                 ok &= status.error.is_success();
                 out.push(status);
