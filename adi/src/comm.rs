@@ -23,7 +23,9 @@
 //! of what was delivered.
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
-use crate::device::{Device, DeviceProgress, Group, Mode, RecvInto, SendData, PROC_NULL_STATUS};
+use crate::device::{
+    Device, DeviceProgress, Group, Mode, RecvInto, SendData, TypedInto, PROC_NULL_STATUS,
+};
 use crate::request::{self, AnyOutcome, Request, Status};
 use crate::{plan_send, Datatype, Error, SendPlan};
 use std::sync::Arc;
@@ -189,6 +191,7 @@ impl Comm {
             })
     }
 
+    #[inline]
     fn send_tag(tag: i32) -> Result<u32, Error> {
         if (0..=TAG_UB).contains(&tag) {
             Ok(tag as u32)
@@ -276,7 +279,7 @@ impl Comm {
             return Ok(self.proc_null_request(Some(buf)));
         };
         self.dev()
-            .start_send(world, tag, ctx, SendData::Owned(buf), mode, None)
+            .start_send_owned(world, tag, ctx, buf, mode, None)
     }
 
     /// `MPI_Send`: returns once `buf` may be reused (the data is inline,
@@ -378,11 +381,17 @@ impl Comm {
         source: impl Into<Source>,
         tag: impl Into<Tag>,
     ) -> Result<Request, Error> {
-        let Some(spec) = self.spec(source.into(), tag.into())? else {
+        self.irecv_in(buf, source.into(), tag.into())
+    }
+
+    /// [`irecv`](Self::irecv) past the conversions: not generic, so that
+    /// it is compiled (and its helpers inlined) in this crate rather than
+    /// in each caller's.
+    fn irecv_in(&self, buf: Vec<u8>, source: Source, tag: Tag) -> Result<Request, Error> {
+        let Some(spec) = self.spec(source, tag)? else {
             return Ok(self.proc_null_request(Some(buf)));
         };
-        self.dev()
-            .start_recv_in(spec, buf, RecvInto::Owned, &self.inner.group)
+        self.dev().start_recv_owned(spec, buf, &self.inner.group)
     }
 
     // --------------------------------------------------------- datatypes
@@ -543,11 +552,11 @@ impl Comm {
         self.dev().start_recv(
             spec,
             stage,
-            RecvInto::Typed {
+            RecvInto::Typed(Box::new(TypedInto {
                 user: buf,
                 datatype: datatype.clone(),
                 count,
-            },
+            })),
             Arc::clone(&self.inner.group),
         )
     }

@@ -34,7 +34,9 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
-use crate::request::{request, Completer, Outcome, Progress, ProgressOn, Request, Status};
+use crate::request::{
+    request_from, Completer, Outcome, Progress, ProgressOn, Request, SparePairs, Status,
+};
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
@@ -289,11 +291,38 @@ fn endpoint_mode(mode: Mode) -> SendMode {
     }
 }
 
+/// The trace event of a started send ([`Device::start_send`]).
+#[cold]
+#[inline(never)]
+fn trace_sent(dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
+    tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
+}
+
+/// Records a receive the endpoint did not finish in its call: an
+/// operation-table entry and the request the caller waits on.
+#[inline(always)]
+fn record_recv(core: &mut Core, rreq: RecvRequest, into: RecvInto, group: &Arc<Group>) -> Request {
+    let id = rreq.id();
+    let (req, completer) = request_from(&mut core.spares, Some(id));
+    core.ops.insert(
+        id,
+        Op {
+            kind: OpKind::Recv {
+                rreq,
+                into,
+                group: Group::kept(group),
+            },
+            completer,
+        },
+    );
+    req
+}
+
 /// Records a send the endpoint did not finish in its call: an
 /// operation-table entry and the request the caller waits on.
 fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usize>) -> Request {
     let id = sreq.id();
-    let (req, completer) = request();
+    let (req, completer) = request_from(&mut core.spares, Some(id));
     core.ops.insert(
         id,
         Op {
@@ -306,15 +335,17 @@ fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usi
             completer,
         },
     );
-    req.with_op(id)
+    req
 }
 
+#[inline]
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Bumps a counter that is only ever bumped under the core lock: a plain
 /// load and store (no read-modify-write; the lock orders the bumps).
+#[inline]
 fn bump_locked(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
@@ -325,12 +356,18 @@ pub(crate) enum RecvInto {
     /// The endpoint's buffer is the user's: hand it back as is.
     Owned,
     /// The endpoint filled a staging buffer with the packed stream: unpack
-    /// it into `user` (the operation holds its own clone of the datatype).
-    Typed {
-        user: Vec<u8>,
-        datatype: Datatype,
-        count: i64,
-    },
+    /// it into the user's buffer (boxed: the plain receive's operation and
+    /// its drop stay small).
+    Typed(Box<TypedInto>),
+}
+
+/// Where a datatype receive unpacks ([`RecvInto::Typed`]).
+#[derive(Debug)]
+pub(crate) struct TypedInto {
+    pub(crate) user: Vec<u8>,
+    /// The operation's own clone of the datatype.
+    pub(crate) datatype: Datatype,
+    pub(crate) count: i64,
 }
 
 #[derive(Debug)]
@@ -385,6 +422,9 @@ struct Core {
     /// Spare lists for the endpoint's finished sends and receives.
     sends_done: Vec<(u64, SendDone)>,
     recvs_done: Vec<(u64, RecvDone)>,
+    /// Spare request slots: given back by completions in place during a
+    /// harvest, taken by the next operations started (both under the lock).
+    spares: SparePairs,
 }
 
 /// What `Endpoint::take_finished` reports for a send (as `wait_send`).
@@ -522,15 +562,6 @@ pub(crate) enum SendData<'a> {
     Borrowed(&'a [u8]),
 }
 
-impl SendData<'_> {
-    fn len(&self) -> usize {
-        match self {
-            SendData::Owned(v) => v.len(),
-            SendData::Borrowed(s) => s.len(),
-        }
-    }
-}
-
 /// The send modes the device starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -615,6 +646,7 @@ impl Device {
                 ops: OpTable::default(),
                 sends_done: Vec::new(),
                 recvs_done: Vec::new(),
+                spares: SparePairs::default(),
             })),
             epoch: AtomicU64::new(0),
             routes,
@@ -731,43 +763,83 @@ impl Device {
         mode: Mode,
         bsend: Option<usize>,
     ) -> Result<Request, Error> {
+        let s = match data {
+            SendData::Owned(v) => return self.start_send_owned(dest, tag, context, v, mode, bsend),
+            SendData::Borrowed(s) => s,
+        };
         let local = self.local_of(dest)?;
-        let len = data.len();
+        let len = s.len();
         let ep_mode = endpoint_mode(mode);
-        // An owned send that completes inside the endpoint call (inline,
-        // eager, prepost-direct, self) is born complete: no slot, no
-        // operation-table entry, nothing for progress to harvest. The lock
-        // is taken here rather than through `with_core`, so that each case
-        // makes its request directly (no large intermediate result).
         let mut g = lock(&self.core);
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
-        let started = match data {
-            SendData::Owned(v) => core.ep.isend_or_done(local, tag, context, v, ep_mode),
-            SendData::Borrowed(s) => core
-                .ep
-                .isend_borrowed(local, tag, context, s, ep_mode)
-                .map(Ok),
-        };
-        let (req, at_once) = match started {
-            Err(e) => return Err(e.into()),
-            Ok(Ok(sreq)) => {
+        let req = match core.ep.isend_borrowed(local, tag, context, s, ep_mode) {
+            Ok(sreq) => {
                 self.count_route(dest);
-                let req = record_send(core, sreq, len, bsend);
-                drop(g);
-                (req, false)
+                record_send(core, sreq, len, bsend)
             }
+            Err(e) => return Err(e.into()),
+        };
+        drop(g);
+        self.sent(dest, tag, context, len, mode, false);
+        Ok(req)
+    }
+
+    /// [`Device::start_send`] of an owned buffer (`Comm::isend`; inline
+    /// there).
+    #[inline]
+    pub(crate) fn start_send_owned(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        v: Vec<u8>,
+        mode: Mode,
+        bsend: Option<usize>,
+    ) -> Result<Request, Error> {
+        let local = self.local_of(dest)?;
+        let len = v.len();
+        let ep_mode = endpoint_mode(mode);
+        // A send that completes inside the endpoint call (inline, eager,
+        // prepost-direct, self) is born complete: no slot, no
+        // operation-table entry, nothing for progress to harvest. The lock
+        // is taken here rather than through `with_core`, and each outcome
+        // is matched where the endpoint returns it and builds its request
+        // directly: moving the endpoint's result, then a `(Request, bool)`,
+        // through locals cost more than the rest.
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        let req = match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
             Ok(Err(buf)) => {
                 self.count_route(dest);
                 drop(g);
                 let status = Status::new(ANY_SOURCE, ANY_TAG, len);
-                (Request::ready_with_buffer(status, buf), true)
+                self.sent(dest, tag, context, len, mode, true);
+                return Ok(Request::ready_with_buffer(status, buf));
             }
+            Ok(Ok(sreq)) => {
+                self.count_route(dest);
+                record_send(core, sreq, len, bsend)
+            }
+            Err(e) => return Err(e.into()),
         };
-        self.count_mode(mode);
-        tracing::debug!(dest, tag, context, len, ?mode, at_once, "send started");
+        drop(g);
+        self.sent(dest, tag, context, len, mode, false);
         Ok(req)
+    }
+
+    /// Counts a started send by its mode and traces it.
+    #[inline(always)]
+    fn sent(&self, dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
+        self.count_mode(mode);
+        // The event's fields are built out of line, only when it may be
+        // recorded (the inline form stored them before its level test).
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            trace_sent(dest, tag, context, len, mode, at_once);
+        }
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
@@ -957,7 +1029,6 @@ impl Device {
     /// [`Device::start_recv`] with the communicator's group borrowed: an
     /// operation keeps a reference only if it stays pending on a
     /// non-identity group.
-    #[inline]
     pub(crate) fn start_recv_in(
         &self,
         spec: MatchSpec,
@@ -965,51 +1036,77 @@ impl Device {
         into: RecvInto,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        // The lock is taken here rather than through `with_core`: without
-        // the closure, the pending case returns its request directly
-        // instead of through a large intermediate result.
         let mut g = lock(&self.core);
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
         bump_locked(&self.counters.recvs);
-        let ((result, buf), into) = match core.ep.irecv_or_done(spec, buf) {
-            Err(e) => return Err(e.into()),
-            Ok(Ok(rreq)) => {
-                let id = rreq.id();
-                let (req, completer) = request();
-                core.ops.insert(
-                    id,
-                    Op {
-                        kind: OpKind::Recv {
-                            rreq,
-                            into,
-                            group: Group::kept(group),
-                        },
-                        completer,
-                    },
-                );
-                drop(g);
-                return Ok(req.with_op(id));
-            }
+        match core.ep.irecv_or_done(spec, buf) {
+            Err(e) => Err(e.into()),
+            Ok(Ok(rreq)) => Ok(record_recv(core, rreq, into, group)),
             Ok(Err(done)) => {
                 drop(g);
-                (done, into)
+                Ok(self.recv_done_at_once(done, into, group))
             }
+        }
+    }
+
+    /// [`Device::start_recv_in`] of a receive into the user's own buffer
+    /// (`Comm::irecv`), with the common outcome of a message already here
+    /// (a plain success) built straight from the endpoint's result, read
+    /// in place: the result is large, and moving it (twice) cost more than
+    /// the rest of the path.
+    #[inline]
+    pub(crate) fn start_recv_owned(
+        &self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        group: &Arc<Group>,
+    ) -> Result<Request, Error> {
+        let mut g = lock(&self.core);
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
         };
+        bump_locked(&self.counters.recvs);
+        let mut started = core.ep.irecv_or_done(spec, buf);
+        match started {
+            Ok(Err((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
+                drop(g);
+                let group = (!group.identity).then_some(&**group);
+                let status = self.status_of(st, group);
+                Ok(Request::ready_with_buffer(status, mem::take(buf)))
+            }
+            Ok(Ok(rreq)) => Ok(record_recv(core, rreq, RecvInto::Owned, group)),
+            Ok(Err(done)) => {
+                drop(g);
+                Ok(self.recv_done_at_once(done, RecvInto::Owned, group))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The request of a receive the endpoint finished inside its call
+    /// (born complete, no slot).
+    #[inline(never)]
+    fn recv_done_at_once(
+        &self,
+        (result, buf): (shmem_onesided::Result<EpStatus>, Vec<u8>),
+        into: RecvInto,
+        group: &Arc<Group>,
+    ) -> Request {
         let group = (!group.identity).then_some(&**group);
         match (result, into) {
             (Ok(st), RecvInto::Owned) if !st.cancelled && !st.truncated() => {
-                Ok(Request::ready_with_buffer(self.status_of(&st, group), buf))
+                Request::ready_with_buffer(self.status_of(&st, group), buf)
             }
-            (result, into) => Ok(Request::from_outcome(match result {
+            (result, into) => Request::from_outcome(match result {
                 Err(e) => Outcome {
                     status: Status::EMPTY,
                     error: Some(e.into()),
                     buffer: None,
                 },
                 Ok(st) => self.recv_outcome(&st, buf, into, group),
-            })),
+            }),
         }
     }
 
@@ -1033,25 +1130,11 @@ impl Device {
         group: Arc<Group>,
         start: impl FnOnce(&mut Endpoint) -> shmem_onesided::Result<RecvRequest>,
     ) -> Result<Request, Error> {
-        let (req, completer) = request();
-        let id = self.with_core(|core| {
+        self.with_core(|core| {
             bump_locked(&self.counters.recvs);
             let rreq = start(&mut core.ep)?;
-            let id = rreq.id();
-            core.ops.insert(
-                id,
-                Op {
-                    kind: OpKind::Recv {
-                        rreq,
-                        into,
-                        group: Group::kept(&group),
-                    },
-                    completer,
-                },
-            );
-            Ok(id)
-        })?;
-        Ok(req.with_op(id))
+            Ok(record_recv(core, rreq, into, &group))
+        })
     }
 
     /// A blocking receive into a borrowed buffer, delivered straight into
@@ -1339,6 +1422,7 @@ impl Device {
             ops,
             sends_done,
             recvs_done,
+            spares,
         } = core;
         ep.take_finished(sends_done, recvs_done);
         if sends_done.is_empty() && recvs_done.is_empty() {
@@ -1368,7 +1452,7 @@ impl Device {
                             // straight into the request.
                             if let (Ok(buf), false) = (&mut *result, cancelled) {
                                 let status = Status::new(ANY_SOURCE, ANY_TAG, len);
-                                r.finish_ok_here(completer, status, buf.take());
+                                r.finish_ok_here(completer, status, buf.take(), spares);
                                 here += 1;
                                 continue;
                             }
@@ -1410,7 +1494,12 @@ impl Device {
                             if let Ok((st, buf)) = &mut *result {
                                 if !st.cancelled && !st.truncated() {
                                     let status = self.status_of(st, group.as_deref());
-                                    r.finish_ok_here(completer, status, Some(mem::take(buf)));
+                                    r.finish_ok_here(
+                                        completer,
+                                        status,
+                                        Some(mem::take(buf)),
+                                        spares,
+                                    );
                                     here += 1;
                                     continue;
                                 }
@@ -1543,9 +1632,9 @@ impl Device {
         if st.cancelled {
             let user = match into {
                 RecvInto::Owned => buf,
-                RecvInto::Typed { user, .. } => {
+                RecvInto::Typed(typed) => {
                     self.give_back_staging(buf);
-                    user
+                    typed.user
                 }
             };
             return Outcome {
@@ -1566,11 +1655,12 @@ impl Device {
         let res = self.recv_result(st, group);
         let (user, unpack_error) = match into {
             RecvInto::Owned => (buf, None),
-            RecvInto::Typed {
-                mut user,
-                datatype,
-                count,
-            } => {
+            RecvInto::Typed(typed) => {
+                let TypedInto {
+                    mut user,
+                    datatype,
+                    count,
+                } = *typed;
                 bump(&self.counters.unpacked_recvs);
                 let n = st.len.min(buf.len());
                 let unpacked = datatype.unpack_part(&buf[..n], &mut user, count, 0);
@@ -1852,7 +1942,14 @@ fn take_mine<'a>(
     completer: &Completer,
     hint: &mut usize,
 ) -> Option<&'a mut Request> {
-    let i = find_mine(mine, completer, *hint)?;
+    // The usual case: the completion is the hinted request's (requests
+    // mostly complete in order), checked before the wrapping scan.
+    let h = *hint;
+    let i = if mine.get(h).is_some_and(|r| completer.completes(r)) {
+        h
+    } else {
+        find_mine(mine, completer, h)?
+    };
     *hint = i + 1;
     mine.get_mut(i)
 }
@@ -1979,7 +2076,7 @@ mod tests {
     #[test]
     fn find_mine_wraps_from_the_hint_and_scans_a_bounded_window() {
         let (reqs, completers): (Vec<Request>, Vec<Completer>) =
-            (0..100).map(|_| request()).unzip();
+            (0..100).map(|_| crate::request::request()).unzip();
         // Every request is found from every hint when the list fits the
         // scan window (wrapping past the end).
         let few = &reqs[..10];

@@ -37,8 +37,12 @@
 //! place (`Request::finish_here`, crate-internal): the status, detailed
 //! error and buffer go straight into the request, nothing is published
 //! through the shared slot (no lock, no read-modify-write), and both
-//! references to the untouched slot go to the thread's spare list as a
-//! pair, so the next [`request`] costs no reference-count update either.
+//! references to the untouched slot go to a spare list as a pair, so the
+//! next [`request`] costs no reference-count update either. A plain
+//! completion harvested under the device's core lock gives the pair to a
+//! list kept under that lock (`SparePairs`, crate-internal), from which the
+//! next operation started under the same lock takes it; other completions
+//! in place use the thread's spare list.
 //! This is not a hand-off between threads (the owner holds both halves),
 //! so the loom models of the hand-off above still cover every cross-thread
 //! path; a completion harvested by any other thread goes through the slot.
@@ -82,6 +86,7 @@
 use crate::attr::{ANY_SOURCE, ANY_TAG};
 use crate::sync::{Arc, AtomicBool, AtomicI32, AtomicUsize, Mutex, Ordering};
 use crate::{Datatype, Error, ErrorClass};
+use core::mem;
 
 /// `MPI_Status`: what a completed operation reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,7 +344,7 @@ mod spare {
     /// A fresh slot as the two references of a request and its completer:
     /// a spare pair (no reference-count traffic), else a spare single,
     /// else a new slot.
-    #[inline]
+    #[inline(always)]
     pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
         let spare = FREE
             .try_with(|f| {
@@ -387,6 +392,7 @@ mod spare {
     use super::Slot;
     use crate::sync::Arc;
 
+    #[inline(always)]
     pub(super) fn take_pair() -> (Arc<Slot>, Arc<Slot>) {
         let s = Arc::new(Slot::new());
         (Arc::clone(&s), s)
@@ -430,21 +436,65 @@ fn release(mut slot: Arc<Slot>, state: usize) -> (Option<Error>, Option<Vec<u8>>
     (detail, data)
 }
 
+/// Completes, through its slot, the request of a completer handed to
+/// another request's `finish_here` (not the usual case).
+#[cold]
+#[inline(never)]
+fn finish_elsewhere(completer: Completer, ready: Ready, buffer: Option<Vec<u8>>) {
+    completer.finish(Outcome {
+        status: ready.status,
+        error: ready.detail.map(|d| *d),
+        buffer,
+    });
+}
+
 /// Creates a pending request: the [`Request`] for the upper layer and the
 /// [`Completer`] for the operation.
 #[inline]
 pub fn request() -> (Request, Completer) {
-    let (mine, theirs) = spare::take_pair();
+    request_for(None)
+}
+
+/// [`request`] for device operation `op` (which `MPI_Cancel` of the
+/// request cancels).
+#[inline]
+pub(crate) fn request_for(op: Option<u64>) -> (Request, Completer) {
+    request_of(spare::take_pair(), op)
+}
+
+/// [`request_for`], taking the slot from `spares` (a list the caller holds
+/// under its own lock) if it has one.
+#[inline]
+pub(crate) fn request_from(spares: &mut SparePairs, op: Option<u64>) -> (Request, Completer) {
+    let pair = match spares.0.pop() {
+        Some(pair) => pair,
+        None => spare::take_pair(),
+    };
+    request_of(pair, op)
+}
+
+#[inline(always)]
+fn request_of((mine, theirs): (Arc<Slot>, Arc<Slot>), op: Option<u64>) -> (Request, Completer) {
     (
         Request {
-            slot: Some(mine),
-            op: None,
+            state: State::Shared { slot: mine, op },
             buffer: None,
-            ready: None,
         },
         Completer { slot: Some(theirs) },
     )
 }
+
+/// Spare slots as pairs of references (see the thread's spare list) kept
+/// by the device inside the structure its core lock guards: the progress
+/// pass that completes a request in place under that lock gives the pair
+/// here, and the next operation started under the same lock that stays
+/// pending takes it back (a `Vec` pop and push instead of a thread-local
+/// access each).
+#[derive(Debug, Default)]
+pub(crate) struct SparePairs(Vec<(Arc<Slot>, Arc<Slot>)>);
+
+/// Pairs kept in a [`SparePairs`].
+const KEEP_PAIRS: usize = 256;
 
 /// A completion the device computed: the status, the detailed error of a
 /// failure (its class goes into the status), and the buffer handed back.
@@ -499,27 +549,36 @@ fn result_of(status: Status, detail: Option<Error>) -> Result<Status, Error> {
 /// `MPI_Request_free`.
 #[derive(Debug, Default)]
 pub struct Request {
-    slot: Option<Arc<Slot>>,
-    /// The device operation behind it (for cancel), if any.
-    op: Option<u64>,
+    state: State,
     /// The buffer handed back by a completed operation that owned one
-    /// (while `ready` holds a completion not yet taken, its buffer, not yet
-    /// visible).
+    /// (while `state` holds a [`State::Ready`] completion not yet taken,
+    /// its buffer, not yet visible).
     buffer: Option<Vec<u8>>,
-    /// A request born complete (no slot, no allocation) or completed in
-    /// place: its status, buffer and detailed error, handed over by the
-    /// first wait or test.
-    ready: Option<Ready>,
+}
+
+/// Where a request's completion is: one of three exclusive states, so that
+/// the request stays small (it is moved by value through `Vec`s of
+/// requests and results) and a null or born-complete one carries no
+/// `Option` of each of the others.
+#[derive(Debug, Default)]
+enum State {
+    /// `MPI_REQUEST_NULL`: never started, or its completion taken.
+    #[default]
+    Null,
+    /// Pending (or completed by another thread) on a shared slot; `op` is
+    /// the device operation behind it (for cancel), if any.
+    Shared { slot: Arc<Slot>, op: Option<u64> },
+    /// Born complete (no slot, no allocation) or completed in place: its
+    /// status and detailed error, handed over by the first wait or test.
+    Ready(Ready),
 }
 
 impl Request {
     /// `MPI_REQUEST_NULL`.
     pub const fn null() -> Request {
         Request {
-            slot: None,
-            op: None,
+            state: State::Null,
             buffer: None,
-            ready: None,
         }
     }
 
@@ -530,13 +589,11 @@ impl Request {
     #[inline]
     pub fn ready_with_buffer(status: Status, buffer: Vec<u8>) -> Request {
         Request {
-            slot: None,
-            op: None,
-            buffer: Some(buffer),
-            ready: Some(Ready {
+            state: State::Ready(Ready {
                 status,
                 detail: None,
             }),
+            buffer: Some(buffer),
         }
     }
 
@@ -544,58 +601,82 @@ impl Request {
     /// finish at once, such as those on `MPI_PROC_NULL`): no shared slot.
     pub fn completed(status: Status) -> Request {
         Request {
-            slot: None,
-            op: None,
-            buffer: None,
-            ready: Some(Ready {
+            state: State::Ready(Ready {
                 status,
                 detail: None,
             }),
+            buffer: None,
         }
     }
 
     /// Whether this is `MPI_REQUEST_NULL` (never started, or already
     /// completed by a wait or test).
     pub fn is_null(&self) -> bool {
-        self.slot.is_none() && self.ready.is_none()
+        matches!(self.state, State::Null)
     }
 
     /// The paper's `is_complete` field: `true` once the operation has
     /// completed (without consuming the request). `false` for a null request.
     pub fn is_complete(&self) -> bool {
-        self.ready.is_some() || self.slot.as_ref().is_some_and(|s| s.is_complete())
+        match &self.state {
+            State::Null => false,
+            State::Shared { slot, .. } => slot.is_complete(),
+            State::Ready(_) => true,
+        }
     }
 
     /// `MPI_Request_get_status`: the status if complete, without consuming
     /// the request. A null request gives [`Status::EMPTY`].
     pub fn get_status(&self) -> Option<Status> {
-        if let Some(r) = &self.ready {
-            return Some(r.status);
-        }
-        match &self.slot {
-            None => Some(Status::EMPTY),
-            Some(s) if s.is_complete() => Some(s.read_status()),
-            Some(_) => None,
+        match &self.state {
+            State::Null => Some(Status::EMPTY),
+            State::Ready(r) => Some(r.status),
+            State::Shared { slot, .. } if slot.is_complete() => Some(slot.read_status()),
+            State::Shared { .. } => None,
         }
     }
 
-    /// If complete, consumes the completion (the request becomes null).
-    fn try_take(&mut self) -> Option<Result<Status, Error>> {
-        if let Some(r) = self.ready.take() {
-            return Some(result_of(r.status, r.detail.map(|d| *d)));
+    /// The shared slot of a pending request.
+    #[cfg(test)]
+    fn slot(&self) -> Option<&Arc<Slot>> {
+        match &self.state {
+            State::Shared { slot, .. } => Some(slot),
+            _ => None,
         }
-        let slot = self.slot.as_ref()?;
+    }
+
+    /// If the shared slot is complete, takes the completion out of it (the
+    /// request becomes null): its status (read after the `Acquire` load
+    /// that saw it complete), detailed error and buffer. `None` (request
+    /// untouched) if not a completed shared request.
+    #[inline]
+    fn take_shared(&mut self) -> Option<(Status, Option<Error>)> {
+        let State::Shared { slot, .. } = &self.state else {
+            return None;
+        };
         let state = slot.state.load(Ordering::Acquire);
         if state & COMPLETE == 0 {
             return None;
         }
         let status = slot.read_status();
-        let slot = self.slot.take()?;
+        let State::Shared { slot, .. } = mem::take(&mut self.state) else {
+            return None;
+        };
         let (detail, data) = release(slot, state);
         if data.is_some() {
             self.buffer = data;
         }
-        self.op = None;
+        Some((status, detail))
+    }
+
+    /// If complete, consumes the completion (the request becomes null).
+    fn try_take(&mut self) -> Option<Result<Status, Error>> {
+        if let State::Ready(_) = self.state {
+            if let State::Ready(r) = mem::take(&mut self.state) {
+                return Some(result_of(r.status, r.detail.map(|d| *d)));
+            }
+        }
+        let (status, detail) = self.take_shared()?;
         Some(result_of(status, detail))
     }
 
@@ -603,30 +684,49 @@ impl Request {
     /// set operations. `None` if not complete; `Some(EMPTY)` if null.
     #[inline]
     pub(crate) fn take_status(&mut self) -> Option<Status> {
-        if let Some(r) = self.ready.take() {
-            if let Some(detail) = r.detail {
-                tracing::debug!(%detail, "request of a set failed");
+        if let Some(status) = self.take_plain_ready() {
+            return Some(status);
+        }
+        self.take_status_other()
+    }
+
+    /// The common case of [`take_status`](Self::take_status) in a waitall:
+    /// a plain (successful, or failed without a detailed error) completion
+    /// the request holds itself (born complete, or completed in place).
+    #[inline(always)]
+    fn take_plain_ready(&mut self) -> Option<Status> {
+        if let State::Ready(Ready {
+            status,
+            detail: None,
+        }) = self.state
+        {
+            self.state = State::Null;
+            return Some(status);
+        }
+        None
+    }
+
+    /// [`take_status`](Self::take_status) of a request that is null,
+    /// shared, or holds a failure.
+    #[inline(never)]
+    fn take_status_other(&mut self) -> Option<Status> {
+        match &mut self.state {
+            State::Null => return Some(Status::EMPTY),
+            State::Ready(r) => {
+                let status = r.status;
+                if let Some(detail) = r.detail.take() {
+                    tracing::debug!(%detail, "request of a set failed");
+                }
+                // Nothing left to drop: a plain store of the tag.
+                self.state = State::Null;
+                return Some(status);
             }
-            return Some(r.status);
+            State::Shared { .. } => {}
         }
-        let slot = match &self.slot {
-            None => return Some(Status::EMPTY),
-            Some(slot) => slot,
-        };
-        let state = slot.state.load(Ordering::Acquire);
-        if state & COMPLETE == 0 {
-            return None;
-        }
-        let status = slot.read_status();
-        let slot = self.slot.take()?;
-        let (detail, data) = release(slot, state);
+        let (status, detail) = self.take_shared()?;
         if let Some(detail) = detail {
             tracing::debug!(%detail, "request of a set failed");
         }
-        if data.is_some() {
-            self.buffer = data;
-        }
-        self.op = None;
         Some(status)
     }
 
@@ -682,8 +782,9 @@ impl Request {
     /// nonblocking send, or the filled `Vec` of a nonblocking receive (also
     /// after a truncation error: it then holds the bytes that fit). `None`
     /// before completion, for operations on borrowed buffers, and once taken.
+    #[inline]
     pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
-        if self.ready.is_some() {
+        if let State::Ready(_) = self.state {
             return None;
         }
         self.buffer.take()
@@ -691,7 +792,7 @@ impl Request {
 
     /// The buffer handed back by the completed operation, without taking it.
     pub fn buffer(&self) -> Option<&[u8]> {
-        if self.ready.is_some() {
+        if let State::Ready(_) = self.state {
             return None;
         }
         self.buffer.as_deref()
@@ -703,80 +804,83 @@ impl Request {
     /// through the shared slot, and both references to it go back to this
     /// thread's spare list as a pair. A `completer` of another request is
     /// completed through its slot as usual instead.
-    pub(crate) fn finish_here(&mut self, mut completer: Completer, outcome: Outcome) {
-        if !completer.completes(self) {
-            completer.finish(outcome);
-            return;
-        }
-        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
-            // Both references of the slot are in hand and it was never
-            // published: it is pristine and nobody else can reach it.
-            spare::give_pair(mine, theirs);
-        }
-        self.op = None;
-        self.buffer = outcome.buffer;
-        self.ready = Some(Ready::of(outcome.status, outcome.error));
+    pub(crate) fn finish_here(&mut self, completer: Completer, outcome: Outcome) {
+        let ready = Ready::of(outcome.status, outcome.error);
+        self.finish_ready_here(completer, ready, outcome.buffer, None);
     }
 
     /// [`finish_here`](Self::finish_here) for a successful operation:
     /// the status and the buffer go straight into the request (no
     /// [`Outcome`] to build and move, no error to look at).
+    /// The slot's two references go to `spares` (held by the caller under
+    /// its lock), or this thread's spare list if `spares` is full.
     #[inline]
     pub(crate) fn finish_ok_here(
         &mut self,
-        mut completer: Completer,
+        completer: Completer,
         status: Status,
         buffer: Option<Vec<u8>>,
+        spares: &mut SparePairs,
     ) {
-        if !completer.completes(self) {
-            completer.finish(Outcome {
-                status,
-                error: None,
-                buffer,
-            });
-            return;
-        }
-        if let (Some(mine), Some(theirs)) = (self.slot.take(), completer.slot.take()) {
-            spare::give_pair(mine, theirs);
-        }
-        self.op = None;
-        self.buffer = buffer;
-        self.ready = Some(Ready {
+        let ready = Ready {
             status,
             detail: None,
-        });
+        };
+        self.finish_ready_here(completer, ready, buffer, Some(spares));
+    }
+
+    /// [`finish_here`](Self::finish_here) of a completion as the request
+    /// keeps it.
+    #[inline(always)]
+    fn finish_ready_here(
+        &mut self,
+        mut completer: Completer,
+        ready: Ready,
+        buffer: Option<Vec<u8>>,
+        spares: Option<&mut SparePairs>,
+    ) {
+        let theirs = match completer.slot.take() {
+            Some(theirs) if matches!(&self.state, State::Shared { slot, .. } if Arc::ptr_eq(slot, &theirs)) => {
+                theirs
+            }
+            other => {
+                completer.slot = other;
+                return finish_elsewhere(completer, ready, buffer);
+            }
+        };
+        if let State::Shared { slot: mine, .. } = mem::replace(&mut self.state, State::Ready(ready))
+        {
+            // Both references of the slot are in hand and it was never
+            // published: it is pristine and nobody else can reach it.
+            match spares {
+                Some(spares) if spares.0.len() < KEEP_PAIRS => spares.0.push((mine, theirs)),
+                _ => spare::give_pair(mine, theirs),
+            }
+        }
+        self.buffer = buffer;
     }
 
     /// A request born complete with `outcome` (no shared slot).
     pub(crate) fn from_outcome(outcome: Outcome) -> Request {
         Request {
-            slot: None,
-            op: None,
+            state: State::Ready(Ready::of(outcome.status, outcome.error)),
             buffer: outcome.buffer,
-            ready: Some(Ready::of(outcome.status, outcome.error)),
         }
-    }
-
-    /// Ties the request to a device operation (for cancel).
-    #[inline]
-    pub(crate) fn with_op(mut self, op: u64) -> Request {
-        self.op = Some(op);
-        self
     }
 
     /// The device operation behind an active request.
     pub(crate) fn op(&self) -> Option<u64> {
-        if self.slot.is_some() {
-            self.op
-        } else {
-            None
+        match &self.state {
+            State::Shared { op, .. } => *op,
+            _ => None,
         }
     }
 }
 
 impl Drop for Request {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
+        if let State::Shared { slot, .. } = &self.state {
             slot.state.fetch_or(FREED, Ordering::AcqRel);
         }
     }
@@ -794,8 +898,8 @@ pub struct Completer {
 impl Completer {
     /// Whether this completer completes `req` (they share its slot).
     pub(crate) fn completes(&self, req: &Request) -> bool {
-        match (&self.slot, &req.slot) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        match (&self.slot, &req.state) {
+            (Some(a), State::Shared { slot: b, .. }) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -876,16 +980,26 @@ impl Completer {
 }
 
 impl Drop for Completer {
+    /// Inline: a completer that did its job (the usual drop) has no slot
+    /// left, and costs a test.
+    #[inline]
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            tracing::debug!("operation dropped before completion; request completed as abandoned");
-            let status = Status {
-                error: ErrorClass::Intern,
-                ..Status::EMPTY
-            };
-            slot.publish(status, Some(Error::Abandoned), false, Ordering::Release);
+            abandon(slot);
         }
     }
+}
+
+/// Completes the request of a completer dropped without completing.
+#[cold]
+#[inline(never)]
+fn abandon(slot: Arc<Slot>) {
+    tracing::debug!("operation dropped before completion; request completed as abandoned");
+    let status = Status {
+        error: ErrorClass::Intern,
+        ..Status::EMPTY
+    };
+    slot.publish(status, Some(Error::Abandoned), false, Ordering::Release);
 }
 
 /// What [`testany`] found.
@@ -1017,16 +1131,32 @@ pub(crate) fn waitall_on(
     progress: &mut impl ProgressOn,
 ) -> Result<Vec<Status>, Error> {
     let mut out: Vec<Status> = Vec::with_capacity(reqs.len());
+    // Whether every status so far is a success (checked as they are taken,
+    // not by another pass over them).
+    let mut ok = true;
     // Every request must complete, so each pass takes the statuses from the
     // first request not yet taken up to the first one still incomplete and
     // stops there: requests mostly complete in order, and rescanning the
     // whole list after every progress pass made a window of n requests
     // cost O(n^2). Requests past the stop are taken on a later pass.
     while let Some(r) = reqs.get_mut(out.len()) {
-        match r.take_status() {
-            Some(status) => out.push(status),
+        // The common case first, on its own path (not merged with the
+        // others through an `Option<Status>`).
+        if let Some(status) = r.take_plain_ready() {
+            ok &= status.error.is_success();
+            out.push(status);
+            continue;
+        }
+        match r.take_status_other() {
+            Some(status) => {
+                ok &= status.error.is_success();
+                out.push(status);
+            }
             None => progress.progress_on(reqs, true)?,
         }
+    }
+    if ok {
+        return Ok(out);
     }
     all_statuses(out)
 }

@@ -408,7 +408,7 @@ fn buffers_come_back_with_the_completion() {
 fn completion_in_place_skips_the_slot_and_recycles_it_as_a_pair() {
     let (mut req, done) = request();
     assert!(done.completes(&req));
-    let slot_ptr = Arc::as_ptr(req.slot.as_ref().unwrap());
+    let slot_ptr = Arc::as_ptr(req.slot().unwrap());
     req.finish_here(
         done,
         Outcome {
@@ -428,7 +428,7 @@ fn completion_in_place_skips_the_slot_and_recycles_it_as_a_pair() {
     // The pair of references went to this thread's spare list: the next
     // request and its completer share that very slot, pristine.
     let (mut again, done) = request();
-    assert_eq!(Arc::as_ptr(again.slot.as_ref().unwrap()), slot_ptr);
+    assert_eq!(Arc::as_ptr(again.slot().unwrap()), slot_ptr);
     assert!(done.completes(&again));
     assert!(!again.is_complete());
     assert!(!done.is_freed());
@@ -534,6 +534,6 @@ fn completion_in_place_with_another_requests_completer_goes_through_its_slot() {
     assert_eq!(r.take_buffer(), Some(vec![4, 4]));
     // `completed` is born complete: no slot, nothing to cancel.
     let mut c = Request::completed(Status::new(2, 2, 0));
-    assert!(c.slot.is_none() && c.op().is_none() && c.is_complete());
+    assert!(c.slot().is_none() && c.op().is_none() && c.is_complete());
     assert_eq!(c.test(&mut never()).unwrap(), Some(Status::new(2, 2, 0)));
 }
