@@ -484,8 +484,21 @@ impl SwIndex {
         }
     }
 
-    #[inline]
+    /// Records a software-resident receive. The stale counter form (the
+    /// usual one past [`SW_SMALL`] receives when nothing is offloaded)
+    /// only counts, so that check comes first, inlined; `stale` implies
+    /// `indexed`.
+    #[inline(always)]
     fn add(&mut self, spec: &MatchSpec) {
+        if self.stale {
+            self.len += 1;
+            return;
+        }
+        self.add_fresh(spec);
+    }
+
+    #[inline]
+    fn add_fresh(&mut self, spec: &MatchSpec) {
         let s = SwSpec::of(spec);
         if !self.indexed {
             if self.small.len() < SW_SMALL {
@@ -493,10 +506,10 @@ impl SwIndex {
                 return;
             }
             self.migrate();
-        }
-        if self.stale {
-            self.len += 1;
-            return;
+            if self.stale {
+                self.len += 1;
+                return;
+            }
         }
         self.count_in(&s);
         self.touched();
@@ -585,21 +598,28 @@ impl SwIndex {
         self.len += 1;
     }
 
-    #[inline]
+    /// Forgets a software-resident receive (stale form first, inlined, as
+    /// in [`Self::add`]).
+    #[inline(always)]
     fn remove(&mut self, spec: &MatchSpec) {
-        let s = SwSpec::of(spec);
-        if !self.indexed {
-            if let Some(pos) = self.small.iter().position(|x| *x == s) {
-                self.small.swap_remove(pos);
-            }
-            return;
-        }
         if self.stale {
             self.len -= 1;
             if self.len == 0 {
                 self.stale = false;
                 self.indexed = false;
                 self.idle = 0;
+            }
+            return;
+        }
+        self.remove_fresh(spec);
+    }
+
+    #[inline]
+    fn remove_fresh(&mut self, spec: &MatchSpec) {
+        let s = SwSpec::of(spec);
+        if !self.indexed {
+            if let Some(pos) = self.small.iter().position(|x| *x == s) {
+                self.small.swap_remove(pos);
             }
             return;
         }
