@@ -520,6 +520,7 @@ impl Requests {
     /// Records `req`. The blocked call's request, and one that completes
     /// inside its call (`at_once`: taken back before the call returns), go
     /// to the `caller` slot (no hashing); the others to the map.
+    #[inline(always)]
     fn insert(&mut self, key: u64, req: Req, at_once: bool) {
         if at_once || matches!(req.buf, ReqBuf::Caller) {
             // A caller request left behind (never, normally) goes to the map.
@@ -539,6 +540,7 @@ impl Requests {
     }
 
     /// Removes request `key` if it has completed (one lookup).
+    #[inline(always)]
     fn remove_if_done(&mut self, key: u64) -> Option<Req> {
         match &self.caller {
             Some((k, r)) if *k == key => {
@@ -2738,6 +2740,7 @@ impl Endpoint {
 
     /// [`Endpoint::finish_recv`] that also puts back the owned buffer
     /// `back` taken out for the delivery.
+    #[inline]
     fn finish_recv_with(&mut self, key: u64, result: Result<Status>, back: Option<Vec<u8>>) {
         let Some(req) = self.requests.get_mut(key) else {
             return;
@@ -4098,10 +4101,19 @@ impl Endpoint {
 
     /// A message with [`FLAG_SYNC`] was matched (received, or taken by a
     /// matched probe): tells its sender, unless the CMA FIN just did.
+    /// (The check inlined, the acknowledgement out of line: most messages
+    /// are not synchronous.)
+    #[inline(always)]
     fn matched_sync(&mut self, h: &Header, copied: bool) {
         if h.flags & FLAG_SYNC == 0 || (h.kind == KIND_CMA && !copied) {
             return;
         }
+        self.ack_sync(h);
+    }
+
+    /// [`Endpoint::matched_sync`]'s acknowledgement.
+    #[inline(never)]
+    fn ack_sync(&mut self, h: &Header) {
         let id = sync_id(h);
         if h.source == self.rank() {
             self.on_ack(id);
