@@ -2307,12 +2307,30 @@ impl Endpoint {
     /// [`Endpoint::handle_header`] does (with `want`); an inline-ext message
     /// the blocked receive takes is copied straight out of its continuation
     /// slots ([`Endpoint::deliver_ext`]).
+    ///
+    /// The empty ring (what a receive posted before its message meets) is
+    /// answered inline; a header is handled out of line
+    /// ([`Endpoint::poll_one_got`]).
+    #[inline(always)]
     fn poll_one(&mut self, s: u32, want: &mut Option<MatchSpec>, buf: &mut [u8]) -> Result<Quick> {
         let seg = self.node.segment();
         let me = seg.rank();
-        let Some(mut h) = self.peers[s as usize].inb.poll(seg.ring(s, me)) else {
+        let Some(h) = self.peers[s as usize].inb.poll(seg.ring(s, me)) else {
             return Ok(Quick::Empty);
         };
+        self.poll_one_got(s, h, want, buf)
+    }
+
+    /// [`Endpoint::poll_one`] for header `h` just taken from `s`'s ring.
+    #[inline(never)]
+    fn poll_one_got(
+        &mut self,
+        s: u32,
+        mut h: Header,
+        want: &mut Option<MatchSpec>,
+        buf: &mut [u8],
+    ) -> Result<Quick> {
+        let me = self.rank();
         h.source = s;
         let data = if h.kind == KIND_INLINE_EXT {
             if let Some(spec) = *want {
