@@ -641,7 +641,6 @@ pub struct Endpoint {
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
     prepost: bool,
-    scratch: Vec<(Header, Option<Vec<u8>>)>,
     /// Largest message sent inline with continuation slots
     /// (`TMX_SHMEM_INLINE_EXT`, capped to a quarter of the ring; at most
     /// `INLINE_MAX` turns it off).
@@ -988,7 +987,6 @@ impl Endpoint {
             sends: Sends::default(),
             feed: Vec::new(),
             feed_queued: 0,
-            scratch: Vec::new(),
             ext_max: ext_max(node_cfg_inline_ext, node_cfg_ring_slots),
             eager,
             uncopied: 0,
@@ -2039,18 +2037,24 @@ impl Endpoint {
     ) -> Result<(usize, Option<Result<Status>>)> {
         let mut got = None;
         let mut events = 0;
-        let mut batch = core::mem::take(&mut self.scratch);
         // While the offload model waits for a claimed prepost's DONE, later
         // arrivals would only be parked behind it: leave them in the rings,
         // which bounds the counted messages in flight by the ring sizes
         // (see PHASE_WINDOW). The claimer finishes without our help.
+        //
+        // Each header is handled as soon as it is taken (in the same order
+        // a batch of the pass would be: ring by ring, in ring order), not
+        // collected first: no copy of it into and out of a batch.
         if self.off.parked_len() == 0 {
-            let seg = self.node.segment();
-            let me = seg.rank();
-            for s in 0..seg.size() {
-                let ring = seg.ring(s, me);
-                let p = &mut self.peers[s as usize];
+            let (me, size) = {
+                let seg = self.node.segment();
+                (seg.rank(), seg.size())
+            };
+            for s in 0..size {
                 for _ in 0..POLL_BUDGET {
+                    let seg = self.node.segment();
+                    let ring = seg.ring(s, me);
+                    let p = &mut self.peers[s as usize];
                     let Some(mut h) = p.inb.poll(ring) else { break };
                     // The ring identifies the sender; never trust the field.
                     h.source = s;
@@ -2059,18 +2063,14 @@ impl Endpoint {
                     } else {
                         None
                     };
-                    batch.push((h, data));
+                    events += 1;
+                    self.handle_header(h, data, &mut want, &mut got, buf)?;
                 }
             }
-        }
-        events += batch.len();
-        for (h, data) in batch.drain(..) {
-            self.handle_header(h, data, &mut want, &mut got, buf)?;
         }
         if !self.requests.engine.is_empty() {
             events += self.poll_engine(buf)?;
         }
-        self.scratch = batch;
         if self.uncopied > 0 {
             events += self.relieve_pressure();
         }
