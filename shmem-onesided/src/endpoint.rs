@@ -2483,6 +2483,10 @@ impl Endpoint {
     /// engine-unexpected message (counted in the phase) if the sender
     /// counted it, otherwise as one that bypassed the engine. A receive it
     /// completes is delivered (into `buf` for the blocked call's receive).
+    ///
+    /// The common case (a software receive waiting for it) is inlined into
+    /// [`Endpoint::handle_header`]; the rest is [`Endpoint::arrive_queued`].
+    #[inline(always)]
     fn arrive(&mut self, u: Unexpected, buf: &mut [u8]) -> Result<()> {
         let env = envelope(&u.hdr);
         let counted = u.hdr.flags & FLAG_COUNTED != 0;
@@ -2499,6 +2503,19 @@ impl Endpoint {
                 return Ok(());
             }
         }
+        self.arrive_queued(u, env, counted, buf)
+    }
+
+    /// [`Endpoint::arrive`] for a message no software receive takes at
+    /// once: stored and handed to the model.
+    #[inline(never)]
+    fn arrive_queued(
+        &mut self,
+        u: Unexpected,
+        env: Envelope,
+        counted: bool,
+        buf: &mut [u8],
+    ) -> Result<()> {
         if u.hdr.kind == KIND_EAGER && u.data.is_none() {
             self.uncopied += 1;
         }
@@ -2690,6 +2707,10 @@ impl Endpoint {
     /// Receive `recv` matched message `u` from a header ring (or a
     /// self-send): delivers it into the request's buffer (`buf` for the
     /// blocked call's receive) and completes the request.
+    ///
+    /// The inline fast path is inlined; the rest is
+    /// [`Endpoint::complete_stored_slow`].
+    #[inline(always)]
     fn complete_stored(&mut self, recv: u64, u: Unexpected, buf: &mut [u8]) {
         // The common case of the posted-receive path: a well-formed,
         // non-synchronous inline message into an `irecv`'s own buffer.
@@ -2735,6 +2756,12 @@ impl Endpoint {
                 }
             }
         }
+        self.complete_stored_slow(recv, u, buf);
+    }
+
+    /// [`Endpoint::complete_stored`] in general: through [`Endpoint::deliver`].
+    #[inline(never)]
+    fn complete_stored_slow(&mut self, recv: u64, u: Unexpected, buf: &mut [u8]) {
         let Some(req) = self.requests.get_mut(recv) else {
             // The receive was abandoned (its call failed): consume the
             // message so that its sender's eager block is released (or its
