@@ -3353,6 +3353,31 @@ impl Endpoint {
         if let Some(result) = self.drain_source(spec, &mut buf)? {
             return Ok(Err((result, buf)));
         }
+        if !self.advertisable(spec, buf.len()) {
+            // Never offered to the sender (`post` would find it not
+            // eligible): queued in software at once when no queued message
+            // could match it, exactly as `post` would queue it, without its
+            // general outcome handling.
+            let key = self.next_id;
+            if let Ok(id) = self.off.post_software(spec, key)? {
+                self.next_id += 1;
+                self.requests.insert(
+                    key,
+                    Req {
+                        spec,
+                        buf: ReqBuf::Owned(buf),
+                        done: None,
+                        id: Some(id),
+                        user: true,
+                        fed: Fed::No,
+                    },
+                    false,
+                );
+                self.pump(&mut [])?;
+                self.counters.posted_recvs += 1;
+                return Ok(Ok(RecvRequest(key)));
+            }
+        }
         let addr = buf.as_mut_ptr() as u64;
         let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut [])?;
         if id.is_some() {
