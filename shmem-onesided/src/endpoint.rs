@@ -2158,6 +2158,7 @@ impl Endpoint {
     /// ([`Endpoint::take_direct`]), its result left in `got`; `want` is
     /// cleared at the first matching message either way (a later one must
     /// not overtake it).
+    #[inline(always)]
     fn handle_header(
         &mut self,
         h: Header,
