@@ -527,6 +527,7 @@ impl Requests {
     /// Records `req`. The blocked call's request, and one that completes
     /// inside its call (`at_once`: taken back before the call returns), go
     /// to the `caller` slot (no hashing); the others to the map.
+    #[inline(always)]
     fn insert(&mut self, key: u64, req: Req, at_once: bool) {
         if at_once || matches!(req.buf, ReqBuf::Caller) {
             // A caller request left behind (never, normally) goes to the map.
@@ -546,6 +547,7 @@ impl Requests {
     }
 
     /// Removes request `key` if it has completed (one lookup).
+    #[inline(always)]
     fn remove_if_done(&mut self, key: u64) -> Option<Req> {
         match &self.caller {
             Some((k, r)) if *k == key => {
@@ -646,7 +648,6 @@ pub struct Endpoint {
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
     prepost: bool,
-    scratch: Vec<(Header, Option<Vec<u8>>)>,
     /// Largest message sent inline with continuation slots
     /// (`TMX_SHMEM_INLINE_EXT`, capped to a quarter of the ring; at most
     /// `INLINE_MAX` turns it off).
@@ -993,7 +994,6 @@ impl Endpoint {
             sends: Sends::default(),
             feed: Vec::new(),
             feed_queued: 0,
-            scratch: Vec::new(),
             ext_max: ext_max(node_cfg_inline_ext, node_cfg_ring_slots),
             eager,
             uncopied: 0,
@@ -2045,38 +2045,49 @@ impl Endpoint {
     ) -> Result<(usize, Option<Result<Status>>)> {
         let mut got = None;
         let mut events = 0;
-        let mut batch = core::mem::take(&mut self.scratch);
         // While the offload model waits for a claimed prepost's DONE, later
         // arrivals would only be parked behind it: leave them in the rings,
         // which bounds the counted messages in flight by the ring sizes
         // (see PHASE_WINDOW). The claimer finishes without our help.
+        //
+        // Each header is handled as soon as it is taken (in the same order
+        // a batch of the pass would be: ring by ring, in ring order), not
+        // collected first: no copy of it into and out of a batch.
         if self.off.parked_len() == 0 {
-            let seg = self.node.segment();
-            let me = seg.rank();
-            for s in 0..seg.size() {
-                let ring = seg.ring(s, me);
-                let p = &mut self.peers[s as usize];
+            let (me, size) = {
+                let seg = self.node.segment();
+                (seg.rank(), seg.size())
+            };
+            for s in 0..size {
                 for _ in 0..POLL_BUDGET {
+                    let seg = self.node.segment();
+                    let ring = seg.ring(s, me);
+                    let p = &mut self.peers[s as usize];
                     let Some(mut h) = p.inb.poll(ring) else { break };
                     // The ring identifies the sender; never trust the field.
                     h.source = s;
+                    events += 1;
                     let data = if h.kind == KIND_INLINE_EXT {
-                        take_ext_vec(&mut p.inb, ring, &h)
+                        // A posted receive waiting for it takes it straight
+                        // from the continuation slots (the blocked call's
+                        // own message takes the general path).
+                        if want.is_none_or(|spec| !spec.matches(&envelope(&h)))
+                            && self.arrive_ext_posted(s, &h, buf)?
+                        {
+                            continue;
+                        }
+                        let seg = self.node.segment();
+                        take_ext_vec(&mut self.peers[s as usize].inb, seg.ring(s, me), &h)
                     } else {
                         None
                     };
-                    batch.push((h, data));
+                    self.handle_header(h, data, &mut want, &mut got, buf)?;
                 }
             }
-        }
-        events += batch.len();
-        for (h, data) in batch.drain(..) {
-            self.handle_header(h, data, &mut want, &mut got, buf)?;
         }
         if !self.requests.engine.is_empty() {
             events += self.poll_engine(buf)?;
         }
-        self.scratch = batch;
         if self.uncopied > 0 {
             events += self.relieve_pressure();
         }
@@ -2164,6 +2175,7 @@ impl Endpoint {
     /// ([`Endpoint::take_direct`]), its result left in `got`; `want` is
     /// cleared at the first matching message either way (a later one must
     /// not overtake it).
+    #[inline(always)]
     fn handle_header(
         &mut self,
         h: Header,
@@ -2313,12 +2325,30 @@ impl Endpoint {
     /// [`Endpoint::handle_header`] does (with `want`); an inline-ext message
     /// the blocked receive takes is copied straight out of its continuation
     /// slots ([`Endpoint::deliver_ext`]).
+    ///
+    /// The empty ring (what a receive posted before its message meets) is
+    /// answered inline; a header is handled out of line
+    /// ([`Endpoint::poll_one_got`]).
+    #[inline(always)]
     fn poll_one(&mut self, s: u32, want: &mut Option<MatchSpec>, buf: &mut [u8]) -> Result<Quick> {
         let seg = self.node.segment();
         let me = seg.rank();
-        let Some(mut h) = self.peers[s as usize].inb.poll(seg.ring(s, me)) else {
+        let Some(h) = self.peers[s as usize].inb.poll(seg.ring(s, me)) else {
             return Ok(Quick::Empty);
         };
+        self.poll_one_got(s, h, want, buf)
+    }
+
+    /// [`Endpoint::poll_one`] for header `h` just taken from `s`'s ring.
+    #[inline(never)]
+    fn poll_one_got(
+        &mut self,
+        s: u32,
+        mut h: Header,
+        want: &mut Option<MatchSpec>,
+        buf: &mut [u8],
+    ) -> Result<Quick> {
+        let me = self.rank();
         h.source = s;
         let data = if h.kind == KIND_INLINE_EXT {
             if let Some(spec) = *want {
@@ -2330,6 +2360,9 @@ impl Endpoint {
                         return Ok(Quick::Taken(self.deliver_ext(s, h, buf)));
                     }
                 }
+            }
+            if self.arrive_ext_posted(s, &h, buf)? {
+                return Ok(Quick::Other);
             }
             let seg = self.node.segment();
             take_ext_vec(&mut self.peers[s as usize].inb, seg.ring(s, me), &h)
@@ -2467,10 +2500,71 @@ impl Endpoint {
         Ok(true)
     }
 
+    /// [`Endpoint::arrive`] for inline-ext message `h`, just taken from
+    /// `s`'s ring (its continuation slots not yet consumed), when a
+    /// software receive is waiting for it and it is not synchronous: the
+    /// model takes that receive as `arrive` would, and the payload goes
+    /// from the continuation slots straight into the receive's buffer
+    /// ([`Endpoint::deliver_ext`]; `buf` for the blocked call's receive),
+    /// with no intermediate vector. Same status, counters and completion
+    /// as the general path (`take_ext_vec`, then `arrive` and `deliver`).
+    /// `false`, with nothing consumed or changed, otherwise.
+    #[inline(never)]
+    fn arrive_ext_posted(&mut self, s: u32, h: &Header, buf: &mut [u8]) -> Result<bool> {
+        if h.flags & FLAG_SYNC != 0 {
+            return Ok(false);
+        }
+        let env = envelope(h);
+        let counted = h.flags & FLAG_COUNTED != 0;
+        if counted && self.layout.encode(env).is_err() {
+            return Ok(false);
+        }
+        let Some((_, recv)) = self.off.take_matching_posted(&env, counted) else {
+            return Ok(false);
+        };
+        // The continuation is consumed first, whatever happens next.
+        let mut back = None;
+        let result = match self.requests.get_mut(recv) {
+            None => {
+                // Abandoned receive: consumed as the general path does.
+                let seg = self.node.segment();
+                let data =
+                    take_ext_vec(&mut self.peers[s as usize].inb, seg.ring(s, seg.rank()), h);
+                let _ = self.deliver(*h, data, &mut []);
+                None
+            }
+            Some(req) => Some(match &mut req.buf {
+                ReqBuf::Caller => self.deliver_ext(s, *h, buf),
+                ReqBuf::Owned(v) => {
+                    let mut v = core::mem::take(v);
+                    let r = self.deliver_ext(s, *h, &mut v);
+                    back = Some(v);
+                    r
+                }
+            }),
+        };
+        if let Some(result) = result {
+            if result.is_err() {
+                // (`deliver` counts a malformed message as received too.)
+                self.counters.received += 1;
+            }
+            self.finish_recv_with(recv, result, back);
+        }
+        // A sync the count made due: store it in our phase now.
+        while let Some(a) = self.off.poll_action() {
+            self.execute(a)?;
+        }
+        Ok(true)
+    }
+
     /// Hands one message from a header ring to the offload model: as an
     /// engine-unexpected message (counted in the phase) if the sender
     /// counted it, otherwise as one that bypassed the engine. A receive it
     /// completes is delivered (into `buf` for the blocked call's receive).
+    ///
+    /// The common case (a software receive waiting for it) is inlined into
+    /// [`Endpoint::handle_header`]; the rest is [`Endpoint::arrive_queued`].
+    #[inline(always)]
     fn arrive(&mut self, u: Unexpected, buf: &mut [u8]) -> Result<()> {
         let env = envelope(&u.hdr);
         let counted = u.hdr.flags & FLAG_COUNTED != 0;
@@ -2487,6 +2581,19 @@ impl Endpoint {
                 return Ok(());
             }
         }
+        self.arrive_queued(u, env, counted, buf)
+    }
+
+    /// [`Endpoint::arrive`] for a message no software receive takes at
+    /// once: stored and handed to the model.
+    #[inline(never)]
+    fn arrive_queued(
+        &mut self,
+        u: Unexpected,
+        env: Envelope,
+        counted: bool,
+        buf: &mut [u8],
+    ) -> Result<()> {
         if u.hdr.kind == KIND_EAGER && u.data.is_none() {
             self.uncopied += 1;
         }
@@ -2678,7 +2785,61 @@ impl Endpoint {
     /// Receive `recv` matched message `u` from a header ring (or a
     /// self-send): delivers it into the request's buffer (`buf` for the
     /// blocked call's receive) and completes the request.
+    ///
+    /// The inline fast path is inlined; the rest is
+    /// [`Endpoint::complete_stored_slow`].
+    #[inline(always)]
     fn complete_stored(&mut self, recv: u64, u: Unexpected, buf: &mut [u8]) {
+        // The common case of the posted-receive path: a well-formed,
+        // non-synchronous inline message into an `irecv`'s own buffer.
+        // Exactly what `deliver` and `finish_recv_with` do for it (same
+        // copy, status, counters and feed entry), in one lookup, with no
+        // buffer taken out and put back and no result passed around.
+        let h = &u.hdr;
+        let msg_len = h.nbytes as usize;
+        if h.kind == KIND_INLINE
+            && h.flags & FLAG_SYNC == 0
+            && usize::from(h.aux) == msg_len
+            && msg_len <= INLINE_MAX
+        {
+            if let Some(req) = self.requests.get_mut(recv) {
+                if let ReqBuf::Owned(v) = &mut req.buf {
+                    let n = msg_len.min(v.len());
+                    copy_inline(h, &mut v[..n]);
+                    self.counters.received += 1;
+                    if n < msg_len {
+                        self.counters.truncated += 1;
+                        tracing::debug!(
+                            source = h.source,
+                            msg_len,
+                            capacity = v.len(),
+                            "message truncated to the receive buffer"
+                        );
+                    }
+                    req.done = Some(Ok(Status {
+                        source: h.source,
+                        tag: h.tag,
+                        context: h.context,
+                        len: n,
+                        msg_len,
+                        cancelled: false,
+                    }));
+                    req.id = None;
+                    if req.user && req.fed == Fed::No {
+                        req.fed = Fed::Queued;
+                        self.feed.push((recv, false));
+                        self.feed_queued += 1;
+                    }
+                    return;
+                }
+            }
+        }
+        self.complete_stored_slow(recv, u, buf);
+    }
+
+    /// [`Endpoint::complete_stored`] in general: through [`Endpoint::deliver`].
+    #[inline(never)]
+    fn complete_stored_slow(&mut self, recv: u64, u: Unexpected, buf: &mut [u8]) {
         let Some(req) = self.requests.get_mut(recv) else {
             // The receive was abandoned (its call failed): consume the
             // message so that its sender's eager block is released (or its
@@ -2746,6 +2907,7 @@ impl Endpoint {
 
     /// [`Endpoint::finish_recv`] that also puts back the owned buffer
     /// `back` taken out for the delivery.
+    #[inline]
     fn finish_recv_with(&mut self, key: u64, result: Result<Status>, back: Option<Vec<u8>>) {
         let Some(req) = self.requests.get_mut(key) else {
             return;
@@ -3268,6 +3430,31 @@ impl Endpoint {
         // claim it first).
         if let Some(result) = self.drain_source(spec, &mut buf)? {
             return Ok(Err((result, buf)));
+        }
+        if !self.advertisable(spec, buf.len()) {
+            // Never offered to the sender (`post` would find it not
+            // eligible): queued in software at once when no queued message
+            // could match it, exactly as `post` would queue it, without its
+            // general outcome handling.
+            let key = self.next_id;
+            if let Ok(id) = self.off.post_software(spec, key)? {
+                self.next_id += 1;
+                self.requests.insert(
+                    key,
+                    Req {
+                        spec,
+                        buf: ReqBuf::Owned(buf),
+                        done: None,
+                        id: Some(id),
+                        user: true,
+                        fed: Fed::No,
+                    },
+                    false,
+                );
+                self.pump(&mut [])?;
+                self.counters.posted_recvs += 1;
+                return Ok(Ok(RecvRequest(key)));
+            }
         }
         let addr = buf.as_mut_ptr() as u64;
         let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut [])?;
@@ -4106,10 +4293,19 @@ impl Endpoint {
 
     /// A message with [`FLAG_SYNC`] was matched (received, or taken by a
     /// matched probe): tells its sender, unless the CMA FIN just did.
+    /// (The check inlined, the acknowledgement out of line: most messages
+    /// are not synchronous.)
+    #[inline(always)]
     fn matched_sync(&mut self, h: &Header, copied: bool) {
         if h.flags & FLAG_SYNC == 0 || (h.kind == KIND_CMA && !copied) {
             return;
         }
+        self.ack_sync(h);
+    }
+
+    /// [`Endpoint::matched_sync`]'s acknowledgement.
+    #[inline(never)]
+    fn ack_sync(&mut self, h: &Header) {
         let id = sync_id(h);
         if h.source == self.rank() {
             self.on_ack(id);
@@ -4584,6 +4780,45 @@ mod tests {
                 let c = ep.counters();
                 assert_eq!(c.received, u64::from(n), "{c}");
                 assert!(c.truncated > 0, "{c}");
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// Inline messages with continuation slots arriving for receives
+    /// posted before them go from the slots straight into the receives'
+    /// own buffers: the right bytes, truncation to a short buffer in the
+    /// status and counted once, every message counted as received.
+    #[test]
+    fn posted_inline_ext_into_short_owned_buffers() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let sizes = [41usize, 60, 100, 221, 280, 48];
+        let cfg = Config {
+            inline_ext: 280,
+            ..test_cfg(64)
+        };
+        pair_cfg("extpost", cfg, move |me, mut ep| {
+            let peer = 1 - me;
+            if me == 1 {
+                gate.wait();
+                for (i, &len) in sizes.iter().enumerate() {
+                    ep.send(peer, 7, 4, &data(i as u32, len)).unwrap();
+                }
+            } else {
+                let posted: Vec<_> = sizes
+                    .iter()
+                    .map(|_| ep.irecv(spec(peer, 7), vec![0u8; 50]).unwrap())
+                    .collect();
+                gate.wait();
+                for (i, r) in posted.into_iter().enumerate() {
+                    let len = sizes[i];
+                    let (st, got) = ep.wait(r).unwrap();
+                    assert_eq!((st.len, st.msg_len), (len.min(50), len), "message {i}");
+                    assert_eq!(got[..st.len], data(i as u32, len)[..st.len], "message {i}");
+                }
+                let c = ep.counters();
+                assert_eq!(c.received, sizes.len() as u64, "{c}");
+                assert_eq!(c.truncated, 4, "{c}");
             }
             ep.finalize().unwrap();
         });

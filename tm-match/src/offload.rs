@@ -484,8 +484,21 @@ impl SwIndex {
         }
     }
 
-    #[inline]
+    /// Records a software-resident receive. The stale counter form (the
+    /// usual one past [`SW_SMALL`] receives when nothing is offloaded)
+    /// only counts, so that check comes first, inlined; `stale` implies
+    /// `indexed`.
+    #[inline(always)]
     fn add(&mut self, spec: &MatchSpec) {
+        if self.stale {
+            self.len += 1;
+            return;
+        }
+        self.add_fresh(spec);
+    }
+
+    #[inline]
+    fn add_fresh(&mut self, spec: &MatchSpec) {
         let s = SwSpec::of(spec);
         if !self.indexed {
             if self.small.len() < SW_SMALL {
@@ -493,10 +506,10 @@ impl SwIndex {
                 return;
             }
             self.migrate();
-        }
-        if self.stale {
-            self.len += 1;
-            return;
+            if self.stale {
+                self.len += 1;
+                return;
+            }
         }
         self.count_in(&s);
         self.touched();
@@ -585,21 +598,28 @@ impl SwIndex {
         self.len += 1;
     }
 
-    #[inline]
+    /// Forgets a software-resident receive (stale form first, inlined, as
+    /// in [`Self::add`]).
+    #[inline(always)]
     fn remove(&mut self, spec: &MatchSpec) {
-        let s = SwSpec::of(spec);
-        if !self.indexed {
-            if let Some(pos) = self.small.iter().position(|x| *x == s) {
-                self.small.swap_remove(pos);
-            }
-            return;
-        }
         if self.stale {
             self.len -= 1;
             if self.len == 0 {
                 self.stale = false;
                 self.indexed = false;
                 self.idle = 0;
+            }
+            return;
+        }
+        self.remove_fresh(spec);
+    }
+
+    #[inline]
+    fn remove_fresh(&mut self, spec: &MatchSpec) {
+        let s = SwSpec::of(spec);
+        if !self.indexed {
+            if let Some(pos) = self.small.iter().position(|x| *x == s) {
+                self.small.swap_remove(pos);
             }
             return;
         }
@@ -822,14 +842,17 @@ impl<R, M> Offload<R, M> {
         eligible: bool,
     ) -> Result<PostOutcome<R, M>, Error> {
         // The earliest-arrived queued message it matches, if any (what
-        // `Matcher::post` does first).
-        if let Some(m) = self.shadow.improbe(&spec) {
-            self.stats.sw_matches += 1;
-            return Ok(PostOutcome::Matched {
-                recv,
-                env: m.env,
-                msg: m.msg,
-            });
+        // `Matcher::post` does first; nothing to look at in the usual case
+        // of a receive posted before its message).
+        if self.shadow.unexpected_len() != 0 {
+            if let Some(m) = self.shadow.improbe(&spec) {
+                self.stats.sw_matches += 1;
+                return Ok(PostOutcome::Matched {
+                    recv,
+                    env: m.env,
+                    msg: m.msg,
+                });
+            }
         }
         let shape_ok = match Shape::of(&spec) {
             Shape::Exact => true,
@@ -874,6 +897,32 @@ impl<R, M> Offload<R, M> {
                 })
             }
         }
+    }
+
+    /// [`Offload::post`] with `eligible = false` (a receive the caller
+    /// does not offer to the engine: a small buffer, say) when no message
+    /// is queued: the receive is queued in software, behind every earlier
+    /// receive, and its handle returned, the model changing exactly as
+    /// after that `post` (which would answer `Queued { offloaded: false
+    /// }`). `Ok(Err(recv))`, changing nothing, when a queued message might
+    /// match it: call [`Offload::post`] then.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] from the matcher.
+    #[inline]
+    pub fn post_software(&mut self, spec: MatchSpec, recv: R) -> Result<Result<RecvId, R>, Error> {
+        if self.shadow.unexpected_len() != 0 {
+            return Ok(Err(recv));
+        }
+        let id = self.shadow.enqueue_posted(
+            spec,
+            Slot {
+                recv,
+                state: HwState::Sw,
+            },
+        )?;
+        self.sw.add(&spec);
+        Ok(Ok(id))
     }
 
     /// Whether a software-resident receive overlaps `spec` (the prefix rule).
@@ -1462,7 +1511,8 @@ mod tests {
         assert_eq!((fast.count(), fast.stats()), (count, stats));
     }
 
-    /// `take_matching_posted` against `arrive` + the queued completion, on
+    /// `take_matching_posted` against `arrive` + the queued completion (and
+    /// `post_software` against `post` for non-eligible receives), on
     /// random posts (exact, wildcard, some offloaded) and arrivals: the same
     /// receives complete with the same messages in the same order, and the
     /// counters, actions and queues agree.
@@ -1472,17 +1522,39 @@ mod tests {
         let mut cfg = OffloadConfig::new(layout, 3);
         cfg.sync_interval = 5;
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let (mut fast_hits, mut refusals) = (0, 0);
-        for _round in 0..20 {
+        let (mut fast_hits, mut refusals, mut soft_posts) = (0, 0, 0);
+        for round in 0..20 {
             let mut slow: Offload<u32, u32> = Offload::new(cfg).unwrap();
             let mut fast: Offload<u32, u32> = Offload::new(cfg).unwrap();
             let (mut done_slow, mut done_fast) = (Vec::new(), Vec::new());
+            // Odd rounds post more than arrives, so that the unexpected
+            // queue is often empty (what `post_software` needs).
+            let post_odds = if round % 2 == 0 { 4 } else { 7 };
             for step in 0..400u32 {
-                if rng.below(2) == 0 {
+                if rng.below(8) < post_odds {
                     let spec = random_spec(&mut rng);
                     let eligible = rng.below(4) == 0;
                     let a = slow.post(spec, step, eligible).unwrap();
-                    let b = fast.post(spec, step, eligible).unwrap();
+                    // The fast model posts a non-eligible receive through
+                    // `post_software` when it accepts it.
+                    let b = match (!eligible).then(|| fast.post_software(spec, step).unwrap()) {
+                        Some(Ok(id)) => {
+                            soft_posts += 1;
+                            PostOutcome::Queued {
+                                id,
+                                offloaded: false,
+                            }
+                        }
+                        Some(Err(recv)) => fast.post(spec, recv, false).unwrap(),
+                        None => fast.post(spec, step, eligible).unwrap(),
+                    };
+                    if let (
+                        PostOutcome::Queued { offloaded: x, .. },
+                        PostOutcome::Queued { offloaded: y, .. },
+                    ) = (&a, &b)
+                    {
+                        assert_eq!(x, y, "step {step}");
+                    }
                     for (o, done) in [(a, &mut done_slow), (b, &mut done_fast)] {
                         if let PostOutcome::Matched { recv, msg, .. } = o {
                             done.push((recv, msg));
@@ -1549,8 +1621,8 @@ mod tests {
             assert_eq!(fast.stats(), slow.stats());
         }
         assert!(
-            fast_hits > 100 && refusals > 100,
-            "{fast_hits} hits, {refusals} refusals"
+            fast_hits > 100 && refusals > 100 && soft_posts > 100,
+            "{fast_hits} hits, {refusals} refusals, {soft_posts} software posts"
         );
     }
 }
