@@ -2068,16 +2068,10 @@ impl Endpoint {
                     h.source = s;
                     events += 1;
                     let data = if h.kind == KIND_INLINE_EXT {
-                        // A posted receive waiting for it takes it straight
-                        // from the continuation slots (the blocked call's
-                        // own message takes the general path).
-                        if want.is_none_or(|spec| !spec.matches(&envelope(&h)))
-                            && self.arrive_ext_posted(s, &h, buf)?
-                        {
-                            continue;
+                        match self.take_ext_for(s, &h, want, buf)? {
+                            Some(data) => data,
+                            None => continue,
                         }
-                        let seg = self.node.segment();
-                        take_ext_vec(&mut self.peers[s as usize].inb, seg.ring(s, me), &h)
                     } else {
                         None
                     };
@@ -2498,6 +2492,33 @@ impl Endpoint {
             self.execute(a)?;
         }
         Ok(true)
+    }
+
+    /// The progress pass's handling of the continuation of inline-ext
+    /// message `h`, just taken from `s`'s ring: `None` if a posted receive
+    /// waiting for it took it straight from the slots
+    /// ([`Endpoint::arrive_ext_posted`]; not the blocked call's own
+    /// message, `want`), otherwise its payload copied out for the general
+    /// path (out of line: the inline messages' loop stays lean).
+    #[inline(never)]
+    fn take_ext_for(
+        &mut self,
+        s: u32,
+        h: &Header,
+        want: Option<MatchSpec>,
+        buf: &mut [u8],
+    ) -> Result<Option<Option<Vec<u8>>>> {
+        if want.is_none_or(|spec| !spec.matches(&envelope(h)))
+            && self.arrive_ext_posted(s, h, buf)?
+        {
+            return Ok(None);
+        }
+        let seg = self.node.segment();
+        Ok(Some(take_ext_vec(
+            &mut self.peers[s as usize].inb,
+            seg.ring(s, seg.rank()),
+            h,
+        )))
     }
 
     /// [`Endpoint::arrive`] for inline-ext message `h`, just taken from
