@@ -467,11 +467,37 @@ enum ReqBuf {
     Caller,
 }
 
+/// A completed receive's result as a request holds it: the (rare) error
+/// boxed, so that a request stays small (`Error` is 64 bytes, `Status` 32)
+/// and the per-message moves of [`Req`] stay short.
+type Done = core::result::Result<Status, Box<Error>>;
+
+/// A [`Done`] as the public `Result`.
+#[inline(always)]
+fn unbox(d: Done) -> Result<Status> {
+    d.map_err(|e| *e)
+}
+
+/// A `Result` as a [`Done`].
+#[inline(always)]
+fn boxed(r: Result<Status>) -> Done {
+    r.map_err(Box::new)
+}
+
+/// Records `d` as a request's result. A request completes once: the value
+/// replaced is `None`, dropped inline (no call) if it ever is not.
+#[inline(always)]
+fn set_done(slot: &mut Option<Done>, d: Done) {
+    if let Some(Err(e)) = slot.replace(d) {
+        drop(e);
+    }
+}
+
 #[derive(Debug)]
 struct Req {
     spec: MatchSpec,
     buf: ReqBuf,
-    done: Option<Result<Status>>,
+    done: Option<Done>,
     /// Its handle in the offload model while queued there.
     id: Option<RecvId>,
     /// A user-visible request: its completion goes to the feed.
@@ -2837,14 +2863,17 @@ impl Endpoint {
                             "message truncated to the receive buffer"
                         );
                     }
-                    req.done = Some(Ok(Status {
-                        source: h.source,
-                        tag: h.tag,
-                        context: h.context,
-                        len: n,
-                        msg_len,
-                        cancelled: false,
-                    }));
+                    set_done(
+                        &mut req.done,
+                        Ok(Status {
+                            source: h.source,
+                            tag: h.tag,
+                            context: h.context,
+                            len: n,
+                            msg_len,
+                            cancelled: false,
+                        }),
+                    );
                     req.id = None;
                     if req.user && req.fed == Fed::No {
                         req.fed = Fed::Queued;
@@ -2936,7 +2965,7 @@ impl Endpoint {
         if let Some(v) = back {
             req.buf = ReqBuf::Owned(v);
         }
-        req.done = Some(result);
+        set_done(&mut req.done, boxed(result));
         req.id = None;
         if req.user && req.fed == Fed::No {
             req.fed = Fed::Queued;
@@ -3460,18 +3489,14 @@ impl Endpoint {
             let key = self.next_id;
             if let Ok(id) = self.off.post_software(spec, key)? {
                 self.next_id += 1;
-                self.requests.insert(
-                    key,
-                    Req {
-                        spec,
-                        buf: ReqBuf::Owned(buf),
-                        done: None,
-                        id: Some(id),
-                        user: true,
-                        fed: Fed::No,
-                    },
-                    false,
-                );
+                self.requests.reqs.insert_with(key, || Req {
+                    spec,
+                    buf: ReqBuf::Owned(buf),
+                    done: None,
+                    id: Some(id),
+                    user: true,
+                    fed: Fed::No,
+                });
                 self.pump(&mut [])?;
                 self.counters.posted_recvs += 1;
                 return Ok(Ok(RecvRequest(key)));
@@ -3489,9 +3514,10 @@ impl Endpoint {
                     ReqBuf::Owned(v) => v,
                     ReqBuf::Caller => Vec::new(),
                 };
-                let result = req
-                    .done
-                    .unwrap_or(Err(Error::InvalidArgument("receive request not complete")));
+                let result = match req.done {
+                    Some(d) => unbox(d),
+                    None => Err(Error::InvalidArgument("receive request not complete")),
+                };
                 Ok(Err((result, buf)))
             }
             None => Err(Error::InvalidArgument("receive neither queued nor matched")),
@@ -3553,7 +3579,7 @@ impl Endpoint {
         };
         match req.done {
             Some(Ok(st)) => Ok((st, buf)),
-            Some(Err(e)) => Err(e),
+            Some(Err(e)) => Err(*e),
             None => Err(Error::InvalidArgument("receive request not complete")),
         }
     }
@@ -3773,7 +3799,7 @@ impl Endpoint {
                 };
                 let result = match req.done {
                     Some(Ok(st)) => Ok((st, buf)),
-                    Some(Err(e)) => Err(e),
+                    Some(Err(e)) => Err(*e),
                     None => Err(Error::InvalidArgument("receive request not complete")),
                 };
                 recvs.push((id, result));
@@ -3969,7 +3995,7 @@ impl Endpoint {
             Req {
                 spec,
                 buf: ReqBuf::Owned(buf),
-                done: Some(result),
+                done: Some(boxed(result)),
                 id: None,
                 user: true,
                 fed: Fed::No,
@@ -4032,7 +4058,7 @@ impl Endpoint {
     /// The completed result of the blocked call's request `key`, removing it.
     fn take_done(&mut self, key: u64) -> Option<Result<Status>> {
         self.requests.get(key)?.done.as_ref()?;
-        self.requests.remove(key).and_then(|r| r.done)
+        self.requests.remove(key).and_then(|r| r.done).map(unbox)
     }
 
     /// The offload model's handle of a still-queued request.

@@ -139,6 +139,18 @@ impl<V> IdTable<V> {
         }
     }
 
+    /// [`IdTable::insert`] of the value `f` makes, made only once its
+    /// place is known: in the common case (a free slot, an empty overflow
+    /// map) it is written straight into the slot instead of being built
+    /// aside and copied in.
+    #[inline(always)]
+    pub fn insert_with(&mut self, id: u64, f: impl FnOnce() -> V) {
+        match self.slots.get_mut(Self::slot(id)) {
+            Some(slot @ None) if self.overflow.is_empty() => *slot = Some((id, f())),
+            _ => self.insert(id, f()),
+        }
+    }
+
     /// Removes and returns the value of `id`, if any.
     #[inline]
     pub fn remove(&mut self, id: u64) -> Option<V> {
