@@ -40,7 +40,8 @@ use crate::request::{
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
-    Endpoint, IdTable, Message as EpMessage, RecvRequest, SendMode, SendRequest, Status as EpStatus,
+    Endpoint, IdTable, Message as EpMessage, RecvFinished, RecvRequest, SendMode, SendRequest,
+    Status as EpStatus,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -421,7 +422,7 @@ struct Core {
     ops: OpTable,
     /// Spare lists for the endpoint's finished sends and receives.
     sends_done: Vec<(u64, SendDone)>,
-    recvs_done: Vec<(u64, RecvDone)>,
+    recvs_done: Vec<RecvFinished>,
     /// Spare request slots: given back by completions in place during a
     /// harvest, taken by the next operations started (both under the lock).
     spares: SparePairs,
@@ -429,8 +430,6 @@ struct Core {
 
 /// What `Endpoint::take_finished` reports for a send (as `wait_send`).
 type SendDone = shmem_onesided::Result<Option<Vec<u8>>>;
-/// What `Endpoint::take_finished` reports for a receive (as `wait`).
-type RecvDone = shmem_onesided::Result<(EpStatus, Vec<u8>)>;
 
 thread_local! {
     /// This thread's spare list of harvested operations: every progress pass
@@ -1480,8 +1479,8 @@ impl Device {
             }
         }
         sends_done.clear();
-        for (id, result) in recvs_done.iter_mut() {
-            match ops.remove(*id) {
+        for f in recvs_done.iter_mut() {
+            match ops.remove(f.id) {
                 Some(Op {
                     kind: OpKind::Recv { into, group, .. },
                     completer,
@@ -1491,20 +1490,20 @@ impl Device {
                             // The common case: a plain successful receive
                             // (not cancelled, not truncated): its status
                             // and buffer straight into the request.
-                            if let Ok((st, buf)) = &mut *result {
+                            if let Ok(st) = &f.result {
                                 if !st.cancelled && !st.truncated() {
                                     let status = self.status_of(st, group.as_deref());
                                     r.finish_ok_here(
                                         completer,
                                         status,
-                                        Some(mem::take(buf)),
+                                        Some(mem::take(&mut f.buf)),
                                         spares,
                                     );
                                     here += 1;
                                     continue;
                                 }
                             }
-                            let result = take_result(result).map_err(Error::from);
+                            let result = take_recv(f).map_err(Error::from);
                             r.finish_here(
                                 completer,
                                 self.recv_done(result, into, group.as_deref()),
@@ -1517,7 +1516,7 @@ impl Device {
                         finished,
                         Finished::Recv {
                             completer,
-                            result: take_result(result).map_err(Error::from),
+                            result: take_recv(f).map_err(Error::from),
                             into,
                             group,
                         },
@@ -1961,6 +1960,18 @@ fn take_result<T>(r: &mut shmem_onesided::Result<T>) -> shmem_onesided::Result<T
         r,
         Err(shmem_onesided::Error::InvalidArgument("result taken")),
     )
+}
+
+/// The result of a finished receive read in place (its buffer taken, the
+/// entry left to be cleared), as `Endpoint::wait` would return it.
+fn take_recv(f: &mut RecvFinished) -> shmem_onesided::Result<(EpStatus, Vec<u8>)> {
+    match &mut f.result {
+        Ok(st) => Ok((*st, mem::take(&mut f.buf))),
+        Err(e) => Err(mem::replace(
+            &mut **e,
+            shmem_onesided::Error::InvalidArgument("result taken"),
+        )),
+    }
 }
 
 /// Pushes `f` to a harvest list, which takes this thread's spare list on

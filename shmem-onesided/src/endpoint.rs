@@ -216,6 +216,31 @@ const POLL_BUDGET: usize = 32;
 /// progress pass only every this many times (unless it has local work).
 const IDLE_FULL_PASS: u32 = 8;
 
+/// A receive request finished, as [`Endpoint::take_finished`] hands it
+/// over: what [`Endpoint::wait`] would return for it, in a compact form
+/// (64 bytes: the rare error is boxed, so that the common entry is a few
+/// plain moves).
+#[derive(Debug)]
+pub struct RecvFinished {
+    /// The request's id ([`RecvRequest::id`]).
+    pub id: u64,
+    /// Its status, or the error it failed with (a dead peer).
+    pub result: core::result::Result<Status, Box<Error>>,
+    /// Its buffer (on an error, whatever it holds: [`Endpoint::wait`]
+    /// drops it).
+    pub buf: Vec<u8>,
+}
+
+impl RecvFinished {
+    /// The entry as [`Endpoint::wait`] would return it.
+    pub fn into_result(self) -> Result<(Status, Vec<u8>)> {
+        match self.result {
+            Ok(st) => Ok((st, self.buf)),
+            Err(e) => Err(*e),
+        }
+    }
+}
+
 /// What a completed receive matched (or what a probe found).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Status {
@@ -3764,14 +3789,14 @@ impl Endpoint {
     /// [`Endpoint::take_completed`] and the waits in one step: takes every
     /// request [`Endpoint::take_completed`] would report, removes it and
     /// appends its id with what [`Endpoint::wait_send`] (to `sends`) or
-    /// [`Endpoint::wait`] (to `recvs`) would return for it, each exactly
-    /// once, in completion order per kind. For an upper layer that collects
+    /// [`Endpoint::wait`] (to `recvs`, as a [`RecvFinished`]) would return
+    /// for it, each exactly once, in completion order per kind. For an upper layer that collects
     /// completions in its progress pass: one lookup per request.
     #[allow(clippy::type_complexity)]
     pub fn take_finished(
         &mut self,
         sends: &mut Vec<(u64, Result<Option<Vec<u8>>>)>,
-        recvs: &mut Vec<(u64, Result<(Status, Vec<u8>)>)>,
+        recvs: &mut Vec<RecvFinished>,
     ) {
         if self.feed.is_empty() {
             return;
@@ -3798,11 +3823,12 @@ impl Endpoint {
                     ReqBuf::Caller => Vec::new(),
                 };
                 let result = match req.done {
-                    Some(Ok(st)) => Ok((st, buf)),
-                    Some(Err(e)) => Err(*e),
-                    None => Err(Error::InvalidArgument("receive request not complete")),
+                    Some(d) => d,
+                    None => Err(Box::new(Error::InvalidArgument(
+                        "receive request not complete",
+                    ))),
                 };
-                recvs.push((id, result));
+                recvs.push(RecvFinished { id, result, buf });
             }
         }
         self.feed = feed;
@@ -4520,7 +4546,7 @@ mod tests {
             let ids: HashSet<u64> = sd
                 .iter()
                 .map(|(id, _)| *id)
-                .chain(rd.iter().map(|(id, _)| *id))
+                .chain(rd.iter().map(|f: &RecvFinished| f.id))
                 .collect();
             assert_eq!(ids.len(), sd.len() + rd.len(), "an id handed over twice");
             assert_eq!(ids, issued);
@@ -4533,9 +4559,9 @@ mod tests {
                     "send buffer handed back"
                 );
             }
-            for (id, r) in &rd {
-                let k = recvs.iter().position(|q| q.id() == *id).unwrap() as u32;
-                let (st, v) = r.as_ref().unwrap();
+            for f in &rd {
+                let k = recvs.iter().position(|q| q.id() == f.id).unwrap() as u32;
+                let (st, v) = (f.result.as_ref().unwrap(), &f.buf);
                 let len = LENS[k as usize % 4];
                 assert_eq!((st.source, st.tag, st.len, st.msg_len), (peer, k, len, len));
                 assert_eq!(*v, data(k + peer, len));
