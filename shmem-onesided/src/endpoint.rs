@@ -618,6 +618,19 @@ impl Requests {
         }
     }
 
+    /// [`IdTable::take_where`] over the caller slot and the map.
+    #[inline(always)]
+    fn take_where<R>(&mut self, key: u64, f: impl FnOnce(&mut Req) -> Option<R>) -> Option<R> {
+        match &mut self.caller {
+            Some((k, r)) if *k == key => {
+                let out = f(r)?;
+                self.caller = None;
+                Some(out)
+            }
+            _ => self.reqs.take_where(key, f),
+        }
+    }
+
     fn values(&self) -> impl Iterator<Item = &Req> {
         self.reqs.values().chain(self.caller.iter().map(|(_, r)| r))
     }
@@ -3812,23 +3825,22 @@ impl Endpoint {
                         sends.push((id, Ok(o.remove().owned)));
                     }
                 }
-            } else if let Some(req) = self.requests.remove_if_done(id) {
+            } else if let Some(f) = self.requests.take_where(id, |req| {
+                // Reported already (not ours to take), or not complete:
+                // left where it is, untouched.
                 if req.fed != Fed::Queued {
-                    // Reported already: not ours to take (put it back).
-                    self.requests.insert(id, req, false);
-                    continue;
+                    return None;
                 }
-                let buf = match req.buf {
+                let result = req.done.take()?;
+                // Only the result and the buffer are taken out; the rest
+                // of the request is dropped in its slot.
+                let buf = match core::mem::replace(&mut req.buf, ReqBuf::Caller) {
                     ReqBuf::Owned(v) => v,
                     ReqBuf::Caller => Vec::new(),
                 };
-                let result = match req.done {
-                    Some(d) => d,
-                    None => Err(Box::new(Error::InvalidArgument(
-                        "receive request not complete",
-                    ))),
-                };
-                recvs.push(RecvFinished { id, result, buf });
+                Some(RecvFinished { id, result, buf })
+            }) {
+                recvs.push(f);
             }
         }
         self.feed = feed;

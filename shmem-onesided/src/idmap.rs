@@ -151,6 +151,29 @@ impl<V> IdTable<V> {
         }
     }
 
+    /// Runs `f` on the value of `id`, if any, and removes the entry if `f`
+    /// returns `Some` (what `f` took out of the value in place; the rest
+    /// is dropped where it is): one lookup, and the value is never moved
+    /// as a whole.
+    #[inline(always)]
+    pub fn take_where<R>(&mut self, id: u64, f: impl FnOnce(&mut V) -> Option<R>) -> Option<R> {
+        if let Some(slot) = self.slots.get_mut(Self::slot(id)) {
+            if let Some((k, v)) = slot {
+                if *k == id {
+                    let r = f(v)?;
+                    *slot = None;
+                    return Some(r);
+                }
+            }
+        }
+        if self.overflow.is_empty() {
+            return None;
+        }
+        let r = f(self.overflow.get_mut(&id)?)?;
+        self.overflow.remove(&id);
+        Some(r)
+    }
+
     /// Removes and returns the value of `id`, if any.
     #[inline]
     pub fn remove(&mut self, id: u64) -> Option<V> {
