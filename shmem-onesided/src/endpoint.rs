@@ -850,6 +850,32 @@ fn sync_id(h: &Header) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Counts a message delivered from `source` into a buffer of `cap` bytes
+/// (`n` of its `h.nbytes` bytes: truncated when fewer, which is counted and
+/// traced, not an error) and returns its status.
+#[inline(always)]
+fn delivered(counters: &mut Counters, source: u32, h: &Header, n: usize, cap: usize) -> Status {
+    let msg_len = h.nbytes as usize;
+    counters.received += 1;
+    if n < msg_len {
+        counters.truncated += 1;
+        tracing::debug!(
+            source,
+            msg_len,
+            capacity = cap,
+            "message truncated to the receive buffer"
+        );
+    }
+    Status {
+        source,
+        tag: h.tag,
+        context: h.context,
+        len: n,
+        msg_len,
+        cancelled: false,
+    }
+}
+
 /// Copies the first `dst.len()` (at most [`INLINE_MAX`]) inline bytes of
 /// `h` (`word`, then `ext`) into `dst`, straight from the header's fields
 /// (no intermediate array).
@@ -2206,24 +2232,7 @@ impl Endpoint {
         if !ok {
             return Err(bad);
         }
-        self.counters.received += 1;
-        if n < msg_len {
-            self.counters.truncated += 1;
-            tracing::debug!(
-                source,
-                msg_len,
-                capacity = buf.len(),
-                "message truncated to the receive buffer"
-            );
-        }
-        Ok(Status {
-            source,
-            tag: h.tag,
-            context: h.context,
-            len: n,
-            msg_len,
-            cancelled: false,
-        })
+        Ok(delivered(&mut self.counters, source, &h, n, buf.len()))
     }
 
     /// One header from a ring (its `source` set from the ring): a FIN or
@@ -2359,24 +2368,7 @@ impl Endpoint {
                 }
             }
         }
-        self.counters.received += 1;
-        if n < msg_len {
-            self.counters.truncated += 1;
-            tracing::debug!(
-                source = s,
-                msg_len,
-                capacity = buf.len(),
-                "message truncated to the receive buffer"
-            );
-        }
-        Ok(Some(Ok(Status {
-            source: s,
-            tag: h.tag,
-            context: h.context,
-            len: n,
-            msg_len,
-            cancelled: false,
-        })))
+        Ok(Some(Ok(delivered(&mut self.counters, s, &h, n, buf.len()))))
     }
 
     /// Takes the next header of `s`'s ring, if any, and handles it as
@@ -2891,27 +2883,8 @@ impl Endpoint {
                 if let ReqBuf::Owned(v) = &mut req.buf {
                     let n = msg_len.min(v.len());
                     copy_inline(h, &mut v[..n]);
-                    self.counters.received += 1;
-                    if n < msg_len {
-                        self.counters.truncated += 1;
-                        tracing::debug!(
-                            source = h.source,
-                            msg_len,
-                            capacity = v.len(),
-                            "message truncated to the receive buffer"
-                        );
-                    }
-                    set_done(
-                        &mut req.done,
-                        Ok(Status {
-                            source: h.source,
-                            tag: h.tag,
-                            context: h.context,
-                            len: n,
-                            msg_len,
-                            cancelled: false,
-                        }),
-                    );
+                    let st = delivered(&mut self.counters, h.source, h, n, v.len());
+                    set_done(&mut req.done, Ok(st));
                     req.id = None;
                     if req.user && req.fed == Fed::No {
                         req.fed = Fed::Queued;

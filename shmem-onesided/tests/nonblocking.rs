@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use shmem_onesided::{
-    CmaMode, CmaStatus, Config, Endpoint, Error, Node, RecvRequest, SendMode, SendRequest,
+    CmaMode, CmaStatus, Config, Counters, Endpoint, Error, Node, RecvRequest, SendMode, SendRequest,
 };
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -132,42 +132,52 @@ fn isend_fragments_both_ways_then_barrier_then_wait() {
     crossing(no_cma(), true);
 }
 
+/// Rank 0 starts `n` `isend`s of `len` bytes to rank 1 (a window that
+/// overflows the 1 MiB eager area; with `last_pending`, the last one must
+/// still be pending before rank 1 receives), then rank 1 receives them in
+/// order and checks every byte. Rank 0's counters, or `None` without CMA.
+fn overflow_window(name: &str, n: u32, len: usize, last_pending: bool) -> Option<Counters> {
+    let bar = Arc::new(Barrier::new(2));
+    let mut out = ranks(name, 2, cfg(), move |me, mut ep| {
+        if !cma(&ep) {
+            return None;
+        }
+        if me == 0 {
+            let reqs: Vec<SendRequest> = (0..n)
+                .map(|k| {
+                    ep.isend(1, 9, 4, pattern(k, len), SendMode::Standard)
+                        .unwrap()
+                })
+                .collect();
+            if last_pending {
+                assert!(!ep.is_complete(reqs[n as usize - 1].id()));
+            }
+            bar.wait();
+            for (k, r) in reqs.into_iter().enumerate() {
+                assert!(ep.wait_send(r).unwrap().unwrap() == pattern(k as u32, len));
+            }
+        } else {
+            // Receive only once every send has been started.
+            bar.wait();
+            for k in 0..n {
+                let mut b = vec![0u8; len];
+                let st = ep.recv(spec(Some(0), Some(9)), &mut b).unwrap();
+                assert_eq!(st.len, len);
+                assert!(b == pattern(k, len), "message {k} out of order or corrupt");
+            }
+        }
+        Some(ep.finalize().unwrap())
+    });
+    out.swap_remove(0)
+}
+
 /// A window of large `isend`s that overflows the eager area: the first go
 /// buffered, the rest by CMA rendezvous (never copied aside), in order, and
 /// every byte arrives.
 #[test]
 fn eager_area_overflow_goes_by_cma_not_staging() {
     const N: u32 = 16;
-    const LEN: usize = 96 << 10;
-    let bar = Arc::new(Barrier::new(2));
-    let out = ranks("overflow", 2, cfg(), move |me, mut ep| {
-        if !cma(&ep) {
-            return None;
-        }
-        if me == 0 {
-            let reqs: Vec<SendRequest> = (0..N)
-                .map(|k| {
-                    ep.isend(1, 9, 4, pattern(k, LEN), SendMode::Standard)
-                        .unwrap()
-                })
-                .collect();
-            bar.wait();
-            for (k, r) in reqs.into_iter().enumerate() {
-                assert!(ep.wait_send(r).unwrap().unwrap() == pattern(k as u32, LEN));
-            }
-        } else {
-            // Receive only once every send has been started.
-            bar.wait();
-            for k in 0..N {
-                let mut b = vec![0u8; LEN];
-                let st = ep.recv(spec(Some(0), Some(9)), &mut b).unwrap();
-                assert_eq!(st.len, LEN);
-                assert!(b == pattern(k, LEN), "message {k} out of order or corrupt");
-            }
-        }
-        Some(ep.finalize().unwrap())
-    });
-    if let Some(c) = &out[0] {
+    if let Some(c) = overflow_window("overflow", N, 96 << 10, false) {
         // 1 MiB eager area: some fit, the others go by pointer.
         assert!(c.buffered_sends > 0 && c.cma_sends > 0, "{c}");
         assert_eq!(c.buffered_sends + c.cma_sends, u64::from(N), "{c}");
@@ -183,38 +193,9 @@ fn eager_area_overflow_goes_by_cma_not_staging() {
 #[test]
 fn pipelined_overflow_waits_for_eager_space_not_cma() {
     const N: u32 = 12;
-    const LEN: usize = 256 << 10;
-    let bar = Arc::new(Barrier::new(2));
-    let out = ranks("pipeover", 2, cfg(), move |me, mut ep| {
-        if !cma(&ep) {
-            return None;
-        }
-        if me == 0 {
-            let reqs: Vec<SendRequest> = (0..N)
-                .map(|k| {
-                    ep.isend(1, 9, 4, pattern(k, LEN), SendMode::Standard)
-                        .unwrap()
-                })
-                .collect();
-            // 3 MiB through a 1 MiB eager area the receiver does not drain
-            // yet: the last ones cannot be out.
-            assert!(!ep.is_complete(reqs[N as usize - 1].id()));
-            bar.wait();
-            for (k, r) in reqs.into_iter().enumerate() {
-                assert!(ep.wait_send(r).unwrap().unwrap() == pattern(k as u32, LEN));
-            }
-        } else {
-            bar.wait();
-            for k in 0..N {
-                let mut b = vec![0u8; LEN];
-                let st = ep.recv(spec(Some(0), Some(9)), &mut b).unwrap();
-                assert_eq!(st.len, LEN);
-                assert!(b == pattern(k, LEN), "message {k} out of order or corrupt");
-            }
-        }
-        Some(ep.finalize().unwrap())
-    });
-    if let Some(c) = &out[0] {
+    // 3 MiB through a 1 MiB eager area the receiver does not drain yet:
+    // the last ones cannot be out.
+    if let Some(c) = overflow_window("pipeover", N, 256 << 10, true) {
         assert_eq!(c.pipelined_sends, u64::from(N), "{c}");
         assert_eq!(c.cma_sends, 0, "{c}");
         assert_eq!(c.staged_sends, 0, "{c}");
