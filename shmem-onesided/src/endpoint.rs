@@ -2273,16 +2273,14 @@ impl Endpoint {
                 }
             }
         }
-        let u = if h.kind == KIND_FRAG {
+        if h.kind == KIND_FRAG {
             // The last fragment completes a message: it arrives then.
-            match self.take_fragment(h, buf) {
-                Some(u) => u,
-                None => return Ok(()),
-            }
-        } else {
-            Unexpected { hdr: h, data }
-        };
-        self.arrive(u, buf)
+            return match self.take_fragment(h, buf) {
+                Some(u) => self.arrive(u.hdr, u.data, buf),
+                None => Ok(()),
+            };
+        }
+        self.arrive(h, data, buf)
     }
 
     /// `try_recv`'s quick look, when nothing is posted, queued or parked:
@@ -2640,11 +2638,13 @@ impl Endpoint {
     /// completes is delivered (into `buf` for the blocked call's receive).
     ///
     /// The common case (a software receive waiting for it) is inlined into
-    /// [`Endpoint::handle_header`]; the rest is [`Endpoint::arrive_queued`].
+    /// [`Endpoint::handle_header`], on the header and data as they came (the
+    /// [`Unexpected`] is built only to be stored); the rest is
+    /// [`Endpoint::arrive_queued`].
     #[inline(always)]
-    fn arrive(&mut self, u: Unexpected, buf: &mut [u8]) -> Result<()> {
-        let env = envelope(&u.hdr);
-        let counted = u.hdr.flags & FLAG_COUNTED != 0;
+    fn arrive(&mut self, hdr: Header, data: Option<Vec<u8>>, buf: &mut [u8]) -> Result<()> {
+        let env = envelope(&hdr);
+        let counted = hdr.flags & FLAG_COUNTED != 0;
         // The common case first: a software receive is waiting for it. The
         // model takes that receive as `arrive` would, and the message goes
         // straight into it (no store, no queued completion).
@@ -2654,11 +2654,11 @@ impl Endpoint {
                 while let Some(a) = self.off.poll_action() {
                     self.execute(a)?;
                 }
-                self.complete_stored(recv, u, buf);
+                self.complete_stored(recv, hdr, data, buf);
                 return Ok(());
             }
         }
-        self.arrive_queued(u, env, counted, buf)
+        self.arrive_queued(Unexpected { hdr, data }, env, counted, buf)
     }
 
     /// [`Endpoint::arrive`] for a message no software receive takes at
@@ -2845,7 +2845,7 @@ impl Endpoint {
             Completion::Matched { recv, env, msg, .. } => match msg {
                 Msg::Stored(k) => {
                     let u = self.take_stored(k)?;
-                    self.complete_stored(recv, u, buf);
+                    self.complete_stored(recv, u.hdr, u.data, buf);
                 }
                 Msg::Direct(word) => self.complete_direct(recv, env, word, buf),
             },
@@ -2859,20 +2859,22 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Receive `recv` matched message `u` from a header ring (or a
-    /// self-send): delivers it into the request's buffer (`buf` for the
-    /// blocked call's receive) and completes the request.
+    /// Receive `recv` matched the message of header `hdr` (and `data`)
+    /// from a header ring (or a self-send): delivers it into the request's
+    /// buffer (`buf` for the blocked call's receive) and completes the
+    /// request.
     ///
-    /// The inline fast path is inlined; the rest is
+    /// The inline fast path is inlined, on the header as it came (no
+    /// [`Unexpected`] built); the rest is
     /// [`Endpoint::complete_stored_slow`].
     #[inline(always)]
-    fn complete_stored(&mut self, recv: u64, u: Unexpected, buf: &mut [u8]) {
+    fn complete_stored(&mut self, recv: u64, hdr: Header, data: Option<Vec<u8>>, buf: &mut [u8]) {
         // The common case of the posted-receive path: a well-formed,
         // non-synchronous inline message into an `irecv`'s own buffer.
         // Exactly what `deliver` and `finish_recv_with` do for it (same
         // copy, status, counters and feed entry), in one lookup, with no
         // buffer taken out and put back and no result passed around.
-        let h = &u.hdr;
+        let h = &hdr;
         let msg_len = h.nbytes as usize;
         if h.kind == KIND_INLINE
             && h.flags & FLAG_SYNC == 0
@@ -2895,7 +2897,7 @@ impl Endpoint {
                 }
             }
         }
-        self.complete_stored_slow(recv, u, buf);
+        self.complete_stored_slow(recv, Unexpected { hdr, data }, buf);
     }
 
     /// [`Endpoint::complete_stored`] in general: through [`Endpoint::deliver`].
