@@ -1037,7 +1037,7 @@ impl<R, M> Offload<R, M> {
     /// Returns `None`, changing nothing, in every other case (no match, the
     /// match is held by the engine, a message is parked): hand the message
     /// to [`Offload::arrive`] / [`Offload::handle_event`] then.
-    #[inline]
+    #[inline(always)]
     pub fn take_matching_posted(
         &mut self,
         env: &Envelope,
