@@ -883,8 +883,12 @@ fn delivered(counters: &mut Counters, source: u32, h: &Header, n: usize, cap: us
 fn copy_inline(h: &Header, dst: &mut [u8]) {
     let n = dst.len().min(INLINE_MAX);
     let word = h.word.to_le_bytes();
-    let k = n.min(8);
-    dst[..k].copy_from_slice(&word[..k]);
+    if let Some(d) = dst.first_chunk_mut::<8>() {
+        // A fixed 8-byte store, not a `memcpy` call of a variable length.
+        *d = word;
+    } else {
+        dst[..n].copy_from_slice(&word[..n]);
+    }
     if n > 8 {
         dst[8..n].copy_from_slice(&h.ext[..n - 8]);
     }
@@ -4446,6 +4450,22 @@ mod tests {
     use crate::config::Config;
     use std::collections::HashSet;
     use std::time::Duration;
+
+    /// `copy_inline` (its fixed 8-byte store from 8 bytes on) gives every
+    /// prefix of the payload `set_inline` stored, at every length.
+    #[test]
+    fn copy_inline_every_length() {
+        let payload: Vec<u8> = (1..=INLINE_MAX as u8).collect();
+        for len in 0..=INLINE_MAX {
+            let mut h = Header::default();
+            assert!(h.set_inline(&payload[..len]));
+            for n in 0..=len {
+                let mut dst = vec![0xee; n];
+                copy_inline(&h, &mut dst);
+                assert_eq!(dst, payload[..n], "len {len} n {n}");
+            }
+        }
+    }
     use tm_proto::Tag;
 
     fn spec(source: u32, tag: u32) -> MatchSpec {
