@@ -4451,14 +4451,22 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    /// `copy_inline` (its fixed 8-byte store from 8 bytes on) gives every
-    /// prefix of the payload `set_inline` stored, at every length.
+    /// `set_inline` stores every length zero-padded, and `copy_inline`
+    /// (both with a fixed 8-byte move from 8 bytes on) gives back every
+    /// prefix of it.
     #[test]
     fn copy_inline_every_length() {
         let payload: Vec<u8> = (1..=INLINE_MAX as u8).collect();
         for len in 0..=INLINE_MAX {
             let mut h = Header::default();
             assert!(h.set_inline(&payload[..len]));
+            // `set_inline` zero-pads `word` and `ext` past the payload.
+            let mut all = h.word.to_le_bytes().to_vec();
+            all.extend_from_slice(&h.ext);
+            let mut want = payload[..len].to_vec();
+            want.resize(INLINE_MAX, 0);
+            assert_eq!(all, want, "len {len}");
+            assert_eq!(usize::from(h.aux), len);
             for n in 0..=len {
                 let mut dst = vec![0xee; n];
                 copy_inline(&h, &mut dst);

@@ -145,12 +145,24 @@ impl Header {
         if payload.len() > INLINE_MAX {
             return false;
         }
-        let mut b = [0u8; INLINE_MAX];
-        b[..payload.len()].copy_from_slice(payload);
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[..8]);
+        // Zero-padded, as before; the first 8 bytes (when there are 8) in
+        // one fixed-size load, not a `memcpy` call of a variable length.
+        let mut ext = [0u8; INLINE_MAX - 8];
+        let w = match payload.split_first_chunk::<8>() {
+            Some((w, rest)) => {
+                if !rest.is_empty() {
+                    ext[..rest.len()].copy_from_slice(rest);
+                }
+                *w
+            }
+            None => {
+                let mut w = [0u8; 8];
+                w[..payload.len()].copy_from_slice(payload);
+                w
+            }
+        };
         self.word = u64::from_le_bytes(w);
-        self.ext.copy_from_slice(&b[8..]);
+        self.ext = ext;
         // INLINE_MAX < 2^16
         self.aux = payload.len() as u16;
         true
