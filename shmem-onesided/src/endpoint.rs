@@ -3514,7 +3514,9 @@ impl Endpoint {
                     user: true,
                     fed: Fed::No,
                 });
-                self.pump(&mut [])?;
+                if self.off.has_output() {
+                    self.pump(&mut [])?;
+                }
                 self.counters.posted_recvs += 1;
                 return Ok(Ok(RecvRequest(key)));
             }

@@ -809,6 +809,13 @@ impl<R, M> Offload<R, M> {
         self.completions.pop_front()
     }
 
+    /// Whether an action or a completion waits for the caller
+    /// ([`Offload::poll_action`], [`Offload::poll_completion`]).
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.actions.is_empty() || !self.completions.is_empty()
+    }
+
     fn emit(&mut self, a: Action) {
         match a {
             Action::Add { .. } => self.stats.adds += 1,
@@ -1517,6 +1524,24 @@ mod tests {
     /// random posts (exact, wildcard, some offloaded) and arrivals: the same
     /// receives complete with the same messages in the same order, and the
     /// counters, actions and queues agree.
+    /// `has_output` says whether `poll_action`/`poll_completion` have
+    /// something.
+    #[test]
+    fn has_output_follows_the_queues() {
+        let cfg = OffloadConfig::new(TagLayout::DEFAULT, 3);
+        let mut off: Offload<u32, u32> = Offload::new(cfg).unwrap();
+        assert!(!off.has_output());
+        let env = Envelope {
+            context_id: 0,
+            source: 1,
+            tag: 2,
+        };
+        off.arrive(env, 7).unwrap();
+        assert!(off.has_output());
+        while off.poll_action().is_some() || off.poll_completion().is_some() {}
+        assert!(!off.has_output());
+    }
+
     #[test]
     fn take_matching_posted_equals_arrive() {
         let layout = TagLayout::DEFAULT;
