@@ -850,6 +850,24 @@ fn sync_id(h: &Header) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The header of an inline message (`data`, at most [`INLINE_MAX`] bytes,
+/// carried in the header itself).
+#[inline(always)]
+fn inline_header(source: u32, tag: u32, context: u32, flags: u8, data: &[u8]) -> Header {
+    let mut h = Header {
+        kind: KIND_INLINE,
+        flags,
+        // <= INLINE_MAX (the callers' condition)
+        nbytes: data.len() as u32,
+        source,
+        tag,
+        context,
+        ..Header::default()
+    };
+    h.set_inline(data);
+    h
+}
+
 /// Counts a message delivered from `source` into a buffer of `cap` bytes
 /// (`n` of its `h.nbytes` bytes: truncated when fewer, which is counted and
 /// traced, not an error) and returns its status.
@@ -1168,17 +1186,7 @@ impl Endpoint {
         if !p.staged.is_empty() {
             return false;
         }
-        let mut h = Header {
-            kind: KIND_INLINE,
-            flags,
-            // <= INLINE_MAX
-            nbytes: data.len() as u32,
-            source: me,
-            tag,
-            context,
-            ..Header::default()
-        };
-        h.set_inline(data);
+        let h = inline_header(me, tag, context, flags, data);
         let sent = p.out.try_send_now(seg.ring(me, dest), &h, |h| {
             if h.flags & FLAG_COUNTED != 0 {
                 seg.phase(dest).count_message();
@@ -1643,17 +1651,7 @@ impl Endpoint {
             if data.len() <= INLINE_MAX && clear {
                 let id = self.next_id;
                 self.next_id += 1;
-                let mut h = Header {
-                    kind: KIND_INLINE,
-                    flags: self.counted_flag(),
-                    // <= INLINE_MAX
-                    nbytes: data.len() as u32,
-                    source: me,
-                    tag,
-                    context,
-                    ..Header::default()
-                };
-                h.set_inline(data);
+                let h = inline_header(me, tag, context, self.counted_flag(), data);
                 self.counters.inline_sends += 1;
                 tracing::trace!(dest, len = data.len(), "inline send");
                 self.enqueue(dest, h);
