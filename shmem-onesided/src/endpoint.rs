@@ -518,6 +518,17 @@ fn set_done(slot: &mut Option<Done>, d: Done) {
     }
 }
 
+/// Records completed user receive `req` (`key`) in the completion feed,
+/// once (a request the user does not wait on through the feed is left).
+#[inline(always)]
+fn feed_once(req: &mut Req, key: u64, feed: &mut Vec<(u64, bool)>, queued: &mut usize) {
+    if req.user && req.fed == Fed::No {
+        req.fed = Fed::Queued;
+        feed.push((key, false));
+        *queued += 1;
+    }
+}
+
 #[derive(Debug)]
 struct Req {
     spec: MatchSpec,
@@ -1961,11 +1972,7 @@ impl Endpoint {
     /// Records completed user receive `key` in the feed (once).
     fn record_recv(&mut self, key: u64) {
         if let Some(r) = self.requests.get_mut(key) {
-            if r.user && r.fed == Fed::No {
-                r.fed = Fed::Queued;
-                self.feed.push((key, false));
-                self.feed_queued += 1;
-            }
+            feed_once(r, key, &mut self.feed, &mut self.feed_queued);
         }
     }
 
@@ -2890,11 +2897,7 @@ impl Endpoint {
                     let st = delivered(&mut self.counters, h.source, h, n, v.len());
                     set_done(&mut req.done, Ok(st));
                     req.id = None;
-                    if req.user && req.fed == Fed::No {
-                        req.fed = Fed::Queued;
-                        self.feed.push((recv, false));
-                        self.feed_queued += 1;
-                    }
+                    feed_once(req, recv, &mut self.feed, &mut self.feed_queued);
                     return;
                 }
             }
@@ -2982,11 +2985,7 @@ impl Endpoint {
         }
         set_done(&mut req.done, boxed(result));
         req.id = None;
-        if req.user && req.fed == Fed::No {
-            req.fed = Fed::Queued;
-            self.feed.push((key, false));
-            self.feed_queued += 1;
-        }
+        feed_once(req, key, &mut self.feed, &mut self.feed_queued);
     }
 
     /// Takes a queued unexpected message out of the store.
