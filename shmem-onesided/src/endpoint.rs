@@ -101,7 +101,9 @@
 //!   DONE with `length | tag << 32`. A matching entry that is not trusted is
 //!   an *ignored prepost*; the message is buffered as usual.
 //! - **Every message through a header ring** is counted in the receiver's
-//!   phase `h` just before its header is published ([`FLAG_COUNTED`]) and
+//!   phase `h` just before its header is published ([`FLAG_COUNTED`]; the
+//!   count is the sender's own counter in that ring's control block, and
+//!   `h` is the sum over the senders) and
 //!   handed to the model as `EngineEvent::Unexpected`; the model's 16-bit
 //!   counter of processed ones is what every add, delete and sync stores in
 //!   `s`. This is exactly the TM-SRQ phase rule, so a prepost that crossed a
@@ -1198,9 +1200,10 @@ impl Endpoint {
             return false;
         }
         let h = inline_header(me, tag, context, flags, data);
-        let sent = p.out.try_send_now(seg.ring(me, dest), &h, |h| {
+        let ring = seg.ring(me, dest);
+        let sent = p.out.try_send_now(ring, &h, |h| {
             if h.flags & FLAG_COUNTED != 0 {
-                seg.phase(dest).count_message();
+                ring.count_message();
             }
         });
         if sent {
@@ -1263,9 +1266,10 @@ impl Endpoint {
         tracing::trace!(dest, len, "buffered (eager) send");
         let me = seg.rank();
         let p = &mut self.peers[dest as usize];
-        let sent = p.out.try_send_now(seg.ring(me, dest), &h, |h| {
+        let ring = seg.ring(me, dest);
+        let sent = p.out.try_send_now(ring, &h, |h| {
             if h.flags & FLAG_COUNTED != 0 {
-                seg.phase(dest).count_message();
+                ring.count_message();
             }
         });
         if !sent {
@@ -1281,13 +1285,13 @@ impl Endpoint {
             p.staged.push_back(Staged::Ready(hdr));
             return;
         }
-        let phase = seg.phase(dest);
+        let ring = seg.ring(seg.rank(), dest);
         let mut count = |h: &Header| {
             if h.flags & FLAG_COUNTED != 0 {
-                phase.count_message();
+                ring.count_message();
             }
         };
-        if p.out.send_with(seg.ring(seg.rank(), dest), hdr, &mut count) == Sent::Queued {
+        if p.out.send_with(ring, hdr, &mut count) == Sent::Queued {
             tracing::debug!(dest, kind = hdr.kind, "send queued locally (backpressure)");
         }
     }
@@ -1314,14 +1318,12 @@ impl Endpoint {
         if !p.staged.is_empty() {
             return false;
         }
-        let phase = seg.phase(dest);
-        let sent = p
-            .out
-            .try_send_ext(seg.ring(me, dest), h, &data[INLINE_MAX..], &mut |h| {
-                if h.flags & FLAG_COUNTED != 0 {
-                    phase.count_message();
-                }
-            });
+        let ring = seg.ring(me, dest);
+        let sent = p.out.try_send_ext(ring, h, &data[INLINE_MAX..], &mut |h| {
+            if h.flags & FLAG_COUNTED != 0 {
+                ring.count_message();
+            }
+        });
         if sent {
             self.counters.inline_sends += 1;
             tracing::trace!(
@@ -1356,10 +1358,9 @@ impl Endpoint {
         if before == 0 {
             return 0;
         }
-        let phase = seg.phase(dest);
         let mut count = |h: &Header| {
             if h.flags & FLAG_COUNTED != 0 {
-                phase.count_message();
+                ring.count_message();
             }
         };
         let chunk = chunk_size(self.node.config());
@@ -1489,7 +1490,7 @@ impl Endpoint {
             }
             // Read after the entry (claim_first loaded its word with
             // Acquire): see `Phase::synced`.
-            if phase.synced() {
+            if phase.synced(|| seg.counted_to(dest)) {
                 true
             } else {
                 untrusted = true;
@@ -1794,10 +1795,10 @@ impl Endpoint {
             let seg = self.node.segment();
             let p = &mut self.peers[dest as usize];
             let all_out = p.staged.is_empty() && {
-                let phase = seg.phase(dest);
+                let ring = seg.ring(me, dest);
                 let mut count = |h: &Header| {
                     if h.flags & FLAG_COUNTED != 0 {
-                        phase.count_message();
+                        ring.count_message();
                     }
                 };
                 publish_chunks(

@@ -38,7 +38,9 @@
 //! shared-memory form of the TM-SRQ's phase/sync (tm-match's offload model):
 //! `h` counts the messages senders published into this receiver's header
 //! rings as *engine-unexpected* (every message that did not go through a
-//! prepost), incremented by each sender **before** it publishes the header;
+//! prepost), incremented by each sender **before** it publishes the header
+//! (one counter per sender, in its ring's control block, so that counting
+//! is a plain store by the counter's only writer; `h` is their sum);
 //! `s` is the offload model's 16-bit counter of such messages the receiver
 //! has fully processed, stored by the receiver with every add, delete and
 //! sync it executes. A sender may use a prepost only if, read after the
@@ -54,32 +56,23 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// The phase counters of one receiver (see the module docs), 16-bit
-/// wrapping values kept in 64-bit words.
+/// The receiver's side of the phase (see the module docs): its processed
+/// count `s`, a 16-bit wrapping value kept in a 64-bit word. The senders'
+/// side, `h`, is the sum of one counter per sender, each written by its
+/// sender alone ([`crate::ring::RingRef::count_message`]).
 #[cfg_attr(not(tmx_shmem_loom), repr(C))]
 #[derive(Debug)]
 pub struct Phase {
-    /// Engine-unexpected messages published to this receiver (senders).
-    h: AtomicU64,
     /// The receiver's processed count, as its last add/delete/sync said.
     s: AtomicU64,
 }
 
 impl Phase {
-    /// Counters at zero.
+    /// Counter at zero.
     pub fn new() -> Self {
         Phase {
-            h: AtomicU64::new(0),
             s: AtomicU64::new(0),
         }
-    }
-
-    /// Sender: one more engine-unexpected message, called before its header
-    /// is published (the header's Release store orders this before the
-    /// receiver can process it, so processed messages are always a subset of
-    /// counted ones).
-    pub fn count_message(&self) {
-        self.h.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Receiver: applies the offload model's counter (an add, delete or
@@ -89,11 +82,21 @@ impl Phase {
     }
 
     /// Sender: whether every engine-unexpected message counted so far has
-    /// been processed by the receiver (`s` read before `h`, both Acquire).
-    /// Call it after reading the entry it would claim.
-    pub fn synced(&self) -> bool {
+    /// been processed by the receiver. `counted` returns `h`, the sum of
+    /// every sender's counter (each read with Acquire); it is called after
+    /// `s` is read (Acquire). Call this after reading the entry it would
+    /// claim.
+    ///
+    /// Why a sum read counter by counter is enough: each counter only
+    /// grows, and a message the receiver processed before storing the `s`
+    /// read here was counted before it was published, so every counter
+    /// read afterwards includes it. The sum is therefore at least the
+    /// number of messages counted when `s` was stored, and `s == h` still
+    /// means "all of them processed" (16-bit compare, as the TM-SRQ's).
+    #[inline]
+    pub fn synced(&self, counted: impl FnOnce() -> u64) -> bool {
         let s = self.s.load(Ordering::Acquire);
-        let h = self.h.load(Ordering::Acquire);
+        let h = counted();
         s as u16 == h as u16
     }
 }
@@ -459,18 +462,33 @@ mod tests {
     #[test]
     fn phase_synced_compares_16_bits() {
         let ph = Phase::new();
-        assert!(ph.synced());
-        ph.count_message();
-        assert!(!ph.synced(), "a counted message is in flight");
+        let ring = crate::ring::RingMem::new(2);
+        let r = ring.view();
+        assert!(ph.synced(|| r.counted()));
+        r.count_message();
+        assert!(!ph.synced(|| r.counted()), "a counted message is in flight");
         ph.apply(1);
-        assert!(ph.synced());
+        assert!(ph.synced(|| r.counted()));
         for _ in 0..65_535 {
-            ph.count_message();
+            r.count_message();
         }
         ph.apply(0); // 65536 processed, as the model's wrapping counter says
-        assert!(ph.synced());
-        ph.count_message();
-        assert!(!ph.synced());
+        assert!(ph.synced(|| r.counted()));
+        r.count_message();
+        assert!(!ph.synced(|| r.counted()));
+    }
+
+    #[test]
+    fn phase_sums_every_senders_counter() {
+        let ph = Phase::new();
+        let (a, b) = (crate::ring::RingMem::new(2), crate::ring::RingMem::new(2));
+        let h = || a.view().counted().wrapping_add(b.view().counted());
+        a.view().count_message();
+        b.view().count_message();
+        ph.apply(1);
+        assert!(!ph.synced(h), "one of two counted messages is unprocessed");
+        ph.apply(2);
+        assert!(ph.synced(h));
     }
 
     #[test]

@@ -92,11 +92,18 @@ const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_BYTES);
 #[cfg(not(tmx_shmem_loom))]
 const _: () = assert!(core::mem::size_of::<RingCtl>() == RING_CTL_BYTES);
 
-/// The ring's shared control block: the consumer's published index.
+/// The ring's shared control block: the consumer's published index (first
+/// line), and the producer's count of *engine-unexpected* messages (second
+/// line; see [`crate::prepost::Phase`]).
 #[cfg_attr(not(tmx_shmem_loom), repr(C, align(128)))]
 #[derive(Debug)]
 pub struct RingCtl {
     consumed: AtomicU64,
+    #[cfg(not(tmx_shmem_loom))]
+    _pad: [u64; 7],
+    /// Written by the producer only (so a plain load and store, no
+    /// read-modify-write), read by any sender checking the receiver's phase.
+    counted: AtomicU64,
 }
 
 impl RingCtl {
@@ -104,6 +111,9 @@ impl RingCtl {
     pub fn new() -> Self {
         RingCtl {
             consumed: AtomicU64::new(0),
+            #[cfg(not(tmx_shmem_loom))]
+            _pad: [0; 7],
+            counted: AtomicU64::new(0),
         }
     }
 }
@@ -252,6 +262,25 @@ impl<'a> RingRef<'a> {
     pub(crate) fn from_layout(ctl: &'a RingCtl, slots: &'a [Slot]) -> Self {
         debug_assert!(slots.len().is_power_of_two());
         RingRef { ctl, slots }
+    }
+
+    /// Producer: one more *engine-unexpected* message, counted before its
+    /// header is published (whose Release store then orders the count
+    /// before the receiver can process the message). The ring's one
+    /// producer is the only writer of the counter, so this is a load and a
+    /// store, not a locked read-modify-write: on x86 a locked instruction
+    /// waits for every earlier store to leave the store buffer, including
+    /// the slot just written for the other core.
+    #[inline]
+    pub fn count_message(&self) {
+        let c = &self.ctl.counted;
+        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Messages [`RingRef::count_message`] counted so far (Acquire).
+    #[inline]
+    pub fn counted(&self) -> u64 {
+        self.ctl.counted.load(Ordering::Acquire)
     }
 
     /// Number of slots.

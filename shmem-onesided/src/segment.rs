@@ -22,7 +22,8 @@
 //!            {pid, state, cma probe address, cma probe value, eager pressure}
 //! R(r)       region of local rank r (R(r) = header + r * stride), 4 KiB aligned:
 //!   +0         inbound header rings, one per source s = 0..size:
-//!              [RingCtl: consumed index, 128 B][ring_slots x 64 B slots]
+//!              [RingCtl: consumed index | s's count of engine-unexpected messages, 2 x 64 B]
+//!              [ring_slots x 64 B slots]
 //!   +P         prepost rings, one per receiver d = 0..size (d posts, r claims):
 //!              [prepost_slots x 64 B slots]
 //!   +H         symmetric heap (heap_bytes): shmem_malloc-like, same offsets on every PE
@@ -44,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAGIC: u64 = 0x746d_785f_7368_6d31; // "tmx_shm1"
-const VERSION: u64 = 2;
+const VERSION: u64 = 3;
 const PAGE: u64 = 4096;
 const RANK_INFO_BYTES: u64 = 128;
 const RANK_INFO_START: u64 = 512;
@@ -80,8 +81,8 @@ pub(crate) struct RankInfo {
     /// space: receivers then copy its unexpected eager messages out.
     pub(crate) eager_pressure: AtomicU32,
     _pad: [u32; 9],
-    /// The rank's phase counters as a receiver of preposted sends (own
-    /// 64-byte line).
+    /// The rank's phase counter `s` as a receiver of preposted sends (own
+    /// 64-byte line; the senders' counts are in the rings' control blocks).
     pub(crate) phase: Phase,
 }
 
@@ -606,9 +607,17 @@ impl Segment {
             .store(u32::from(on), Ordering::Relaxed);
     }
 
-    /// Local rank `pe`'s phase counters (as a receiver of preposted sends).
+    /// Local rank `pe`'s phase counter `s` (as a receiver of preposted
+    /// sends).
     pub fn phase(&self, pe: u32) -> &Phase {
         &self.rank_info(pe).phase
+    }
+
+    /// The senders' side `h` of `dst`'s phase: the sum of the
+    /// engine-unexpected counts of every ring into `dst` (each read with
+    /// Acquire; see [`Phase::synced`]).
+    pub fn counted_to(&self, dst: u32) -> u64 {
+        (0..self.size()).fold(0u64, |h, src| h.wrapping_add(self.ring(src, dst).counted()))
     }
 
     /// Whether `pe` is waiting for eager-area space.
