@@ -31,8 +31,11 @@
 //! Options: `--csv` (rows `test,bytes,value,unit`), `--raw` (lines
 //! `lat|bw|bibw <bytes> <value>`, the form `mpich_osu` prints),
 //! `--max-size BYTES` (default 4194304), `--quick` (1/50 of the iterations,
-//! for smoke tests), `--tests latency,bw,bibw` (a subset).
-use adi::{Comm, Error, Request};
+//! for smoke tests), `--tests latency,bw,bibw` (a subset), `--threads
+//! funneled|multiple` (the thread level asked of `adi::init_thread`;
+//! default `funneled`, one thread calls the device, which is what OSU's
+//! `MPI_Init` gives under MPICH: `MPI_THREAD_SINGLE`).
+use adi::{Comm, Error, Request, ThreadLevel};
 use std::process::ExitCode;
 
 const WINDOW: usize = 64;
@@ -44,6 +47,7 @@ struct Opts {
     max_size: usize,
     quick: bool,
     tests: Vec<String>,
+    threads: ThreadLevel,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -53,6 +57,7 @@ fn parse_opts() -> Result<Opts, String> {
         max_size: 4 << 20,
         quick: false,
         tests: vec!["latency".into(), "bw".into(), "bibw".into()],
+        threads: ThreadLevel::Funneled,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -68,8 +73,16 @@ fn parse_opts() -> Result<Opts, String> {
                 let v = args.next().ok_or("--tests needs a value")?;
                 o.tests = v.split(',').map(str::to_string).collect();
             }
+            "--threads" => {
+                o.threads = match args.next().as_deref() {
+                    Some("funneled") => ThreadLevel::Funneled,
+                    Some("multiple") => ThreadLevel::Multiple,
+                    v => return Err(format!("--threads needs funneled or multiple, got {v:?}")),
+                };
+            }
             "-h" | "--help" => return Err(
-                "usage: osu [--csv | --raw] [--quick] [--max-size BYTES] [--tests latency,bw,bibw]"
+                "usage: osu [--csv | --raw] [--quick] [--max-size BYTES] [--tests latency,bw,bibw] \
+                 [--threads funneled|multiple]"
                     .into(),
             ),
             other => return Err(format!("unknown argument {other:?}")),
@@ -210,7 +223,7 @@ fn bandwidth(world: &Comm, len: usize, o: &Opts, bi: bool) -> Result<f64, Error>
 }
 
 fn run(o: &Opts) -> Result<(), Error> {
-    let world = adi::init()?;
+    let (world, provided) = adi::init_thread(o.threads)?;
     if world.size() != 2 {
         if world.rank() == 0 {
             eprintln!(
@@ -226,7 +239,9 @@ fn run(o: &Opts) -> Result<(), Error> {
         if o.csv {
             println!("test,bytes,value,unit");
         } else if !o.raw {
-            println!("# tmx adi OSU-style benchmark, 2 ranks, window {WINDOW}");
+            println!(
+                "# tmx adi OSU-style benchmark, 2 ranks, window {WINDOW}, thread level {provided:?}"
+            );
         }
     }
     for test in &o.tests {

@@ -13,8 +13,11 @@
 //!
 //! # Locks (paper §6.3: per-structure locks, no global lock around waits)
 //!
-//! - `core` (`Mutex<Option<Core>>`): the endpoint and the table of
-//!   outstanding operations. Held only for *non-blocking* endpoint calls
+//! - `core` (`CoreCell<Option<Core>>`: a `Mutex` under
+//!   [`ThreadLevel::Multiple`], owned by the initializing thread and
+//!   reached without a lock under [`ThreadLevel::Funneled`]): the endpoint
+//!   and the table of outstanding operations. Held only for *non-blocking*
+//!   endpoint calls
 //!   (start an operation, one progress pass, take completions, cancel,
 //!   probe). Every wait loop runs outside it: a waiter calls
 //!   `Device::check`, which takes the lock for one pass and releases it.
@@ -34,6 +37,7 @@
 //! returns are allowed by the [`Progress`] contract; waits loop).
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
+use crate::core_cell::{CoreCell, ThreadLevel};
 use crate::request::{
     request_from, Completer, Outcome, Progress, ProgressOn, Request, SparePairs, Status,
 };
@@ -529,7 +533,7 @@ impl ContextPool {
 /// The device of one process.
 #[derive(Debug)]
 pub(crate) struct Device {
-    core: Mutex<Option<Core>>,
+    core: CoreCell<Option<Core>>,
     epoch: AtomicU64,
     pub(crate) world_rank: u32,
     pub(crate) world_size: u32,
@@ -615,6 +619,7 @@ impl Device {
         routes: Vec<Route>,
         local_to_world: Vec<u32>,
         node_name: String,
+        level: ThreadLevel,
     ) -> Result<Device, Error> {
         let print_counters = parse_flag(ENV_COUNTERS, std::env::var(ENV_COUNTERS).ok())?;
         // Oversubscribed node (more local ranks than CPUs): busy-polling only
@@ -640,13 +645,16 @@ impl Device {
             world_rank: pmi.rank() as u32,
             world_size: pmi.size() as u32,
             appnum: pmi.appnum(),
-            core: Mutex::new(Some(Core {
-                ep,
-                ops: OpTable::default(),
-                sends_done: Vec::new(),
-                recvs_done: Vec::new(),
-                spares: SparePairs::default(),
-            })),
+            core: CoreCell::new(
+                Some(Core {
+                    ep,
+                    ops: OpTable::default(),
+                    sends_done: Vec::new(),
+                    recvs_done: Vec::new(),
+                    spares: SparePairs::default(),
+                }),
+                level,
+            ),
             epoch: AtomicU64::new(0),
             routes,
             local_to_world,
@@ -666,6 +674,11 @@ impl Device {
         })
     }
 
+    /// The thread level the device provides.
+    pub(crate) fn thread_level(&self) -> ThreadLevel {
+        self.core.level()
+    }
+
     /// The ADI counters so far.
     pub(crate) fn counters(&self) -> Counters {
         self.counters.snapshot()
@@ -673,7 +686,7 @@ impl Device {
 
     /// Runs `f` on the core under its lock.
     fn with_core<T>(&self, f: impl FnOnce(&mut Core) -> Result<T, Error>) -> Result<T, Error> {
-        let mut g = lock(&self.core);
+        let mut g = self.core.lock()?;
         match g.as_mut() {
             Some(core) => f(core),
             None => Err(Error::NotInitialized { what: "finalized" }),
@@ -769,7 +782,7 @@ impl Device {
         let local = self.local_of(dest)?;
         let len = s.len();
         let ep_mode = endpoint_mode(mode);
-        let mut g = lock(&self.core);
+        let mut g = self.core.lock()?;
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
@@ -807,7 +820,7 @@ impl Device {
         // is matched where the endpoint returns it and builds its request
         // directly: moving the endpoint's result, then a `(Request, bool)`,
         // through locals cost more than the rest.
-        let mut g = lock(&self.core);
+        let mut g = self.core.lock()?;
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
@@ -860,7 +873,7 @@ impl Device {
         let ep_mode = endpoint_mode(mode);
         // The lock is taken directly (not through `with_core`): the common
         // case (finished in the call) returns no request at all.
-        let mut g = lock(&self.core);
+        let mut g = self.core.lock()?;
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
@@ -1035,7 +1048,7 @@ impl Device {
         into: RecvInto,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        let mut g = lock(&self.core);
+        let mut g = self.core.lock()?;
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
@@ -1062,7 +1075,7 @@ impl Device {
         buf: Vec<u8>,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        let mut g = lock(&self.core);
+        let mut g = self.core.lock()?;
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
@@ -1358,7 +1371,7 @@ impl Device {
         // MAKE_RMA_PROGRESS: drain RMA packets and engine actions.
         let m = crate::win::progress(self)?.completed;
         if m > 0 {
-            self.epoch.fetch_add(1, Ordering::Release);
+            self.bump_epoch();
             n += m;
         }
         Ok(n)
@@ -1571,6 +1584,20 @@ impl Device {
     /// Bumps the completion epoch after a pass that completed `n` requests.
     fn note_completed(&self, n: usize) {
         if n > 0 {
+            self.bump_epoch();
+        }
+    }
+
+    /// One more completion epoch. Under [`ThreadLevel::Funneled`] only the
+    /// owning thread runs passes (every pass starts with a successful
+    /// `core` access), so it is the epoch's only writer: a load and a
+    /// store, without the locked read-modify-write.
+    #[inline]
+    fn bump_epoch(&self) {
+        if self.core.level() == ThreadLevel::Funneled {
+            let e = self.epoch.load(Ordering::Relaxed);
+            self.epoch.store(e.wrapping_add(1), Ordering::Release);
+        } else {
             self.epoch.fetch_add(1, Ordering::Release);
         }
     }
@@ -1843,7 +1870,7 @@ impl Device {
             self.check(false)?;
         }
         self.with_pmi(|p| p.barrier())?;
-        let core = lock(&self.core).take();
+        let core = self.core.lock()?.take();
         let shmem = match core {
             Some(core) => Some(core.ep.finalize()?),
             None => None,

@@ -44,7 +44,8 @@
 //! [`Error::NegativeCount`] (`MPI_ERR_COUNT`), [`Error::BufferOutOfBounds`]
 //! (`MPI_ERR_BUFFER`), [`Error::BsendBufferFull`] (`MPI_ERR_BUFFER`),
 //! [`Error::InvalidRequest`] (`MPI_ERR_REQUEST`); a truncated receive is
-//! [`Error::RecvTruncated`] (`MPI_ERR_TRUNCATE`).
+//! [`Error::RecvTruncated`] (`MPI_ERR_TRUNCATE`). A call the thread level
+//! refuses is [`Error::ThreadLevel`] (`MPI_ERR_OTHER`).
 
 use crate::request::Status;
 
@@ -486,6 +487,15 @@ pub enum Error {
         /// What is wrong.
         what: &'static str,
     },
+    /// A call the device's thread level does not allow: under
+    /// [`crate::ThreadLevel::Funneled`], a call from a thread other than the
+    /// one that initialized the device (`MPI_THREAD_FUNNELED` makes it
+    /// erroneous; here it is refused), or a re-entrant call.
+    #[error("thread level: {what}")]
+    ThreadLevel {
+        /// What was refused.
+        what: &'static str,
+    },
     /// The device is not initialized (no `adi::init`) or already finalized.
     #[error("the device is {what}")]
     NotInitialized {
@@ -666,6 +676,7 @@ impl Error {
             Error::BsendBufferFull { .. } => ErrorClass::Buffer,
             Error::InvalidRequest { .. } => ErrorClass::Request,
             Error::NotInitialized { .. }
+            | Error::ThreadLevel { .. }
             | Error::NoInterNodeTransport { .. }
             | Error::Launcher { .. }
             | Error::ContextExhausted { .. }

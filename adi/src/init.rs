@@ -28,7 +28,7 @@
 
 use crate::comm::{Comm, CommInner};
 use crate::device::{routes, Device, Group};
-use crate::Error;
+use crate::{Error, ThreadLevel};
 use launcher::Pmi;
 use shmem_onesided::{Config, Endpoint, Node};
 use std::sync::{Arc, Mutex};
@@ -43,11 +43,36 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// `MPI_Init`: bootstraps this process and returns `MPI_COMM_WORLD`.
+/// `MPI_Init`: bootstraps this process and returns `MPI_COMM_WORLD`, with
+/// [`ThreadLevel::Multiple`] (any thread may call the device at any time).
 ///
 /// May be called once per process; a second call (also after
 /// [`finalize`]) is [`Error::InvalidArgument`], as in MPI.
 pub fn init() -> Result<Comm, Error> {
+    init_thread(ThreadLevel::Multiple).map(|(comm, _)| comm)
+}
+
+/// `MPI_Init_thread`: [`init`] with the thread support `required`; returns
+/// `MPI_COMM_WORLD` and the level provided ([`ThreadLevel::provided`]).
+///
+/// [`ThreadLevel::Single`] or [`ThreadLevel::Funneled`] give `Funneled`:
+/// the calling thread owns the device, which then takes no lock on its
+/// fast paths (MPICH likewise skips its locks below
+/// `MPI_THREAD_MULTIPLE`). Communicators and requests may still move
+/// between threads, but a device call from any other thread fails with
+/// [`Error::ThreadLevel`] (completing or dropping a [`crate::Request`] is
+/// not a device call and works anywhere). `Serialized` or `Multiple` give
+/// `Multiple`, the same as [`init`].
+///
+/// ```no_run
+/// use adi::ThreadLevel;
+/// let (world, provided) = adi::init_thread(ThreadLevel::Funneled)?;
+/// assert_eq!(provided, ThreadLevel::Funneled);
+/// # let _ = world;
+/// adi::finalize()?;
+/// # Ok::<(), adi::Error>(())
+/// ```
+pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> {
     {
         let mut done = match INITIALIZED.lock() {
             Ok(g) => g,
@@ -108,7 +133,14 @@ pub fn init() -> Result<Comm, Error> {
     let node = Node::init(&job_id, local_rank, local_size, Config::from_env()?)?;
     let ep = Endpoint::new(node);
     let local_to_world = local_ranks.iter().map(|r| *r as u32).collect();
-    let dev = Arc::new(Device::new(pmi, ep, routes, local_to_world, host)?);
+    let dev = Arc::new(Device::new(
+        pmi,
+        ep,
+        routes,
+        local_to_world,
+        host,
+        required,
+    )?);
     {
         let mut g = match DEVICE.lock() {
             Ok(g) => g,
@@ -116,8 +148,9 @@ pub fn init() -> Result<Comm, Error> {
         };
         *g = Some(Arc::clone(&dev));
     }
+    let provided = dev.thread_level();
     let group = Arc::new(Group::new((0..size as u32).collect(), size));
-    Ok(Comm {
+    let world = Comm {
         inner: Arc::new(CommInner {
             dev,
             ctx: 0,
@@ -126,7 +159,13 @@ pub fn init() -> Result<Comm, Error> {
             rank: rank as i32,
             group,
         }),
-    })
+    };
+    Ok((world, provided))
+}
+
+/// `MPI_Query_thread`: the thread level the device provides.
+pub fn query_thread() -> Result<ThreadLevel, Error> {
+    Ok(device()?.thread_level())
 }
 
 fn device() -> Result<Arc<Device>, Error> {

@@ -67,14 +67,18 @@
 //! # Ok::<(), adi::Error>(())
 //! ```
 //!
-//! No `unsafe` code: buffers are slices and every access is bounds-checked
-//! before any byte moves.
-#![forbid(unsafe_code)]
+//! `unsafe` code only in the private `core_cell` module: the device core
+//! owned by one thread under [`ThreadLevel::Funneled`] (a `RefCell` plus a
+//! thread check, instead of a lock). Buffers are slices and every access is
+//! bounds-checked before any byte moves.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod attr;
 mod coll;
 pub mod comm;
+#[allow(unsafe_code)]
+mod core_cell;
 pub mod datatype;
 pub mod device;
 pub mod error;
@@ -86,8 +90,9 @@ pub mod win;
 
 pub use coll::{ReduceOp, Reducible};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
+pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
-pub use init::{abort, finalize, init, is_initialized};
+pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
 
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};

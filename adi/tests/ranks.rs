@@ -1034,6 +1034,64 @@ fn role_lifecycle(w: &Comm) {
     drop(d);
 }
 
+/// `init_thread(Funneled)`: the level is reported; a device call from
+/// another thread is a typed error (`Error::ThreadLevel`, class `Other`),
+/// never a race; the owning thread goes on as before, and a request moved
+/// to another thread can be tested for completion and dropped there.
+fn role_funneled_other_thread(w: &Comm) {
+    assert_eq!(adi::query_thread().unwrap(), adi::ThreadLevel::Funneled);
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let w2 = w.clone();
+    let refused = std::thread::spawn(move || {
+        let errs = [
+            w2.send(b"x", peer, 1).unwrap_err(),
+            w2.recv(&mut [0u8; 1], peer, 1).map(|_| ()).unwrap_err(),
+            w2.isend(vec![1u8], peer, 1).map(|_| ()).unwrap_err(),
+            w2.irecv(vec![0u8; 1], peer, 1).map(|_| ()).unwrap_err(),
+            w2.iprobe(peer, 1).map(|_| ()).unwrap_err(),
+        ];
+        errs.iter()
+            .all(|e| matches!(e, Error::ThreadLevel { .. }) && e.class() == ErrorClass::Other)
+    })
+    .join()
+    .unwrap();
+    assert!(
+        refused,
+        "every call from another thread is Error::ThreadLevel"
+    );
+    // The owner is unaffected: a window of nonblocking operations and a
+    // blocking exchange.
+    let mut reqs: Vec<Request> = Vec::new();
+    for i in 0..100usize {
+        reqs.push(w.irecv(vec![0u8; 64], peer, 2).unwrap());
+        reqs.push(
+            w.isend(pattern(me as usize * 1000 + i, 64), peer, 2)
+                .unwrap(),
+        );
+    }
+    w.waitall(&mut reqs).unwrap();
+    for (i, r) in reqs.iter_mut().step_by(2).enumerate() {
+        let b = r.take_buffer().unwrap();
+        assert!(b == pattern(peer as usize * 1000 + i, 64), "message {i}");
+    }
+    let mut r = w.irecv(vec![0u8; 3], peer, 3).unwrap();
+    w.send(b"abc", peer, 3).unwrap();
+    // Completed by the owner's progress, then handed to another thread.
+    while !r.is_complete() {
+        w.device_check(true).unwrap();
+    }
+    let got = std::thread::spawn(move || {
+        assert!(r.is_complete());
+        // Collecting a completed request is not a device call.
+        let st = r.wait(&mut adi::YieldProgress).unwrap();
+        assert_eq!(st.count, 3);
+        r.take_buffer()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(got.as_deref(), Some(&b"abc"[..]));
+}
+
 fn roles() -> Vec<Role> {
     vec![
         ("pingpong", role_pingpong),
@@ -1047,6 +1105,7 @@ fn roles() -> Vec<Role> {
         ("bad_input", role_bad_input),
         ("comms", role_comms),
         ("threads", role_threads),
+        ("funneled_other_thread", role_funneled_other_thread),
         ("wait_mixes", role_wait_mixes),
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
@@ -1064,7 +1123,16 @@ fn run_rank(role: &str) -> ExitCode {
         eprintln!("unknown role {role}");
         return ExitCode::from(3);
     };
-    let w = adi::init().unwrap();
+    // `TMX_ADI_TEST_THREADS=funneled` runs the role under
+    // `init_thread(Funneled)` (one thread owns the device, no core lock).
+    let w = match std::env::var("TMX_ADI_TEST_THREADS").as_deref() {
+        Ok("funneled") => {
+            let (w, provided) = adi::init_thread(adi::ThreadLevel::Funneled).unwrap();
+            assert_eq!(provided, adi::ThreadLevel::Funneled);
+            w
+        }
+        _ => adi::init().unwrap(),
+    };
     f(&w);
     if adi::is_initialized() {
         adi::finalize().unwrap();
@@ -1147,6 +1215,7 @@ fn main() -> ExitCode {
     }
     // (test name, role, ranks, env, expected launcher exit status)
     let no_cma: &[(&str, &str)] = &[("TMX_SHMEM_CMA", "off")];
+    let funneled: &[(&str, &str)] = &[("TMX_ADI_TEST_THREADS", "funneled")];
     let tests: Vec<Case> = vec![
         ("pingpong".into(), "pingpong", 2, &[], 0),
         ("pingpong_without_cma".into(), "pingpong", 2, no_cma, 0),
@@ -1184,6 +1253,25 @@ fn main() -> ExitCode {
         ("comms_4_ranks".into(), "comms", 4, &[], 0),
         ("comms_3_ranks".into(), "comms", 3, &[], 0),
         ("threads".into(), "threads", 2, &[], 0),
+        (
+            "funneled_other_thread".into(),
+            "funneled_other_thread",
+            2,
+            funneled,
+            0,
+        ),
+        ("pingpong_funneled".into(), "pingpong", 2, funneled, 0),
+        ("nonblocking_funneled".into(), "nonblocking", 2, funneled, 0),
+        ("send_modes_funneled".into(), "send_modes", 2, funneled, 0),
+        (
+            "probe_cancel_funneled".into(),
+            "probe_cancel",
+            2,
+            funneled,
+            0,
+        ),
+        ("persistent_funneled".into(), "persistent", 2, funneled, 0),
+        ("comms_funneled_3_ranks".into(), "comms", 3, funneled, 0),
         ("wait_mixes".into(), "wait_mixes", 2, &[], 0),
         ("lifecycle".into(), "lifecycle", 2, &[], 0),
         (

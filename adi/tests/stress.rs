@@ -1179,7 +1179,12 @@ fn role_finalize_staged(w: &Comm) {
 #[test]
 fn rank_entry_point() {
     let Some(role) = common::role() else { return };
-    let world = adi::init().unwrap();
+    // `TMX_ADI_TEST_THREADS=funneled`: the device owned by this thread
+    // (`init_thread(Funneled)`, no core lock).
+    let world = match std::env::var("TMX_ADI_TEST_THREADS").as_deref() {
+        Ok("funneled") => adi::init_thread(adi::ThreadLevel::Funneled).unwrap().0,
+        _ => adi::init().unwrap(),
+    };
     match role.as_str() {
         "stress" => role_stress(&world),
         "many_posted" => role_many_posted(&world),
@@ -1255,6 +1260,17 @@ fn stress_4_ranks_without_cma() {
     run_stress(
         "stress_4_ranks_without_cma",
         &[("TMX_SHMEM_CMA", "off")],
+        DEFAULT_MESSAGES,
+    );
+}
+
+/// The single-threaded schedule under `init_thread(Funneled)`: the core
+/// is reached without its lock.
+#[test]
+fn stress_4_ranks_funneled() {
+    run_stress(
+        "stress_4_ranks_funneled",
+        &[("TMX_ADI_TEST_THREADS", "funneled")],
         DEFAULT_MESSAGES,
     );
 }

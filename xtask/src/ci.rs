@@ -589,6 +589,10 @@ fn run_adi_bench() -> Result<(), String> {
     println!(
         "\n==== adi (osu example) vs MPICH ({ADI_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
     );
+    println!(
+        "thread level: tmx `adi::init_thread(Funneled)` (one thread owns the device, no core \
+         lock; osu --threads multiple for the locked mode), MPICH `MPI_Init` (MPI_THREAD_SINGLE)\n"
+    );
     print!("{}", adi_table(&ours, mpich.is_some().then_some(&theirs)));
     run_adi_rma_bench(&root, &rel)
 }
