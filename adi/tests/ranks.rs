@@ -1092,6 +1092,84 @@ fn role_funneled_other_thread(w: &Comm) {
     assert_eq!(got.as_deref(), Some(&b"abc"[..]));
 }
 
+/// Both ranks at once, in rounds: a random interleaving of 32 `irecv`s
+/// (exact source; the tag of the message of the same index or `ANY_TAG`)
+/// and 32 `isend`s of random sizes over every protocol, with `iprobe`s in
+/// between, then `waitall`. MPI's order rules make receive `i` get message
+/// `i` whatever the timing, and a probe see the first message no posted
+/// receive claims (or nothing yet). This is the pattern where receives
+/// are deferred (`TMX_SHMEM_DEFER_RECV`): posted before their messages
+/// exist while the peer sends into the ring concurrently.
+fn role_deferred_windows(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let sizes = [4usize, 8, 40, 64, 100, 1000, 70_000, 300_000];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let msg = |round: usize, i: usize, len: usize| {
+        let mut v = pattern(round * 64 + i, len);
+        v[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        v
+    };
+    for round in 0..150usize {
+        // The same stream on both ranks: each knows the other's sends.
+        let plan: Vec<(usize, i32, bool)> = (0..32)
+            .map(|_| {
+                let r = next();
+                (
+                    sizes[(r % 8) as usize],
+                    1 + (r >> 8) as i32 % 2,
+                    (r >> 16) % 3 == 0,
+                )
+            })
+            .collect();
+        let order: Vec<u64> = (0..64).map(|_| next()).collect();
+        let (mut r, mut s) = (0usize, 0usize);
+        let mut reqs: Vec<Request> = Vec::new();
+        let mut recv_at = Vec::new();
+        for &o in &order {
+            let post_recv = s == 32 || (r < 32 && (o ^ me as u64) % 2 == 0);
+            if post_recv {
+                let (len, tag, any) = plan[r];
+                let t = if any { Tag::Any } else { Tag::Value(tag) };
+                recv_at.push(reqs.len());
+                reqs.push(w.irecv(vec![0u8; len], peer, t).unwrap());
+                r += 1;
+            } else {
+                let (len, tag, _) = plan[s];
+                reqs.push(w.isend(msg(round, s, len), peer, tag).unwrap());
+                s += 1;
+            }
+            if o % 7 == 0 {
+                if let Some(st) = w.iprobe(peer, Tag::Any).unwrap() {
+                    // The first message no posted receive claims.
+                    let (len, tag, _) = plan[r.min(31)];
+                    assert!(r < 32, "round {round}: a probe saw a 33rd message");
+                    assert_eq!(
+                        (st.tag, st.count),
+                        (tag, len),
+                        "round {round}: probe after {r} receives"
+                    );
+                }
+            }
+        }
+        w.waitall(&mut reqs).unwrap();
+        for (i, &at) in recv_at.iter().enumerate() {
+            let b = reqs[at].take_buffer().unwrap();
+            let (len, _, _) = plan[i];
+            assert_eq!(b.len(), len);
+            assert!(
+                b == msg(round, i, len),
+                "round {round}: receive {i} got another message"
+            );
+        }
+    }
+}
+
 fn roles() -> Vec<Role> {
     vec![
         ("pingpong", role_pingpong),
@@ -1106,6 +1184,7 @@ fn roles() -> Vec<Role> {
         ("comms", role_comms),
         ("threads", role_threads),
         ("funneled_other_thread", role_funneled_other_thread),
+        ("deferred_windows", role_deferred_windows),
         ("wait_mixes", role_wait_mixes),
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
@@ -1258,6 +1337,21 @@ fn main() -> ExitCode {
             "funneled_other_thread",
             2,
             funneled,
+            0,
+        ),
+        ("deferred_windows".into(), "deferred_windows", 2, &[], 0),
+        (
+            "deferred_windows_funneled".into(),
+            "deferred_windows",
+            2,
+            funneled,
+            0,
+        ),
+        (
+            "deferred_windows_not_deferred".into(),
+            "deferred_windows",
+            2,
+            &[("TMX_SHMEM_DEFER_RECV", "off")],
             0,
         ),
         ("pingpong_funneled".into(), "pingpong", 2, funneled, 0),

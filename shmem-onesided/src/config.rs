@@ -12,6 +12,7 @@
 //! | `TMX_SHMEM_PIPELINE_CHUNK` | 128K | chunk size of pipelined messages (and of fragments of messages larger than the eager area; at most a quarter of the eager area) |
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
+//! | `TMX_SHMEM_DEFER_RECV` | `on` | a nonblocking exact-source receive that finds nothing (its source's ring empty, nothing posted or queued, never advertised) waits outside the matcher; progress later takes its message straight from the ring, or posts it (and every later deferred one, in order) the moment anything else could match first (`off`: post at once) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
 //! | `TMX_SHMEM_INLINE_EXT` | 100 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
@@ -63,6 +64,9 @@ pub struct Config {
     /// The MP_Lite prepost protocol (`TMX_SHMEM_PREPOST`): receives may be
     /// advertised to their sender, which then writes straight into them.
     pub prepost: bool,
+    /// Deferred receives (`TMX_SHMEM_DEFER_RECV`): see
+    /// [`crate::Endpoint::irecv_or_done`].
+    pub defer_recv: bool,
     /// Smallest message (and receive buffer) for the prepost-direct path
     /// (`TMX_SHMEM_PREPOST_MIN`): one CMA write costs more than an eager
     /// copy below a few MiB on the project's VM.
@@ -91,6 +95,7 @@ impl Default for Config {
             pipeline_min: 128 << 10,
             pipeline_chunk: 128 << 10,
             prepost: true,
+            defer_recv: true,
             prepost_min: 8 << 20,
             inline_ext: 100,
             attach_timeout: Duration::from_secs(30),
@@ -216,6 +221,13 @@ impl Config {
                 _ => return Err(bad("TMX_SHMEM_PREPOST", &v, "on or off")),
             };
         }
+        if let Some(v) = get("TMX_SHMEM_DEFER_RECV") {
+            c.defer_recv = match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "yes" => true,
+                "off" | "0" | "no" => false,
+                _ => return Err(bad("TMX_SHMEM_DEFER_RECV", &v, "on or off")),
+            };
+        }
         if let Some(v) = get("TMX_SHMEM_PREPOST_MIN") {
             c.prepost_min = parse_size(&v).ok_or_else(|| {
                 bad(
@@ -277,6 +289,7 @@ mod tests {
             ("TMX_SHMEM_CMA", "off"),
             ("TMX_SHMEM_CMA_THRESHOLD", "64k"),
             ("TMX_SHMEM_PREPOST", "off"),
+            ("TMX_SHMEM_DEFER_RECV", "off"),
             ("TMX_SHMEM_PREPOST_MIN", "1K"),
             ("TMX_SHMEM_PIPELINE_MIN", "256K"),
             ("TMX_SHMEM_PIPELINE_CHUNK", "64K"),
@@ -292,6 +305,8 @@ mod tests {
             u64::MAX
         );
         assert_eq!((c.prepost, c.prepost_min), (false, 1024));
+        assert!(!c.defer_recv);
+        assert!(Config::default().defer_recv);
         assert_eq!(c.inline_ext, 1024);
         assert_eq!(
             (c.ring_slots, c.publish_batch, c.prepost_slots, c.heap_bytes),
@@ -321,6 +336,7 @@ mod tests {
             ("TMX_SHMEM_EAGER_BYTES", "1K"),
             ("TMX_SHMEM_CMA", "maybe"),
             ("TMX_SHMEM_PREPOST", "sometimes"),
+            ("TMX_SHMEM_DEFER_RECV", "later"),
             ("TMX_SHMEM_PREPOST_MIN", "big"),
             ("TMX_SHMEM_INLINE_EXT", "2M"),
             ("TMX_SHMEM_INLINE_EXT", "some"),

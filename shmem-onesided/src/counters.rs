@@ -43,6 +43,10 @@ pub struct Counters {
     /// in the matcher because their message had not arrived; the other
     /// receives matched at once (receiver side).
     pub posted_recvs: u64,
+    /// Nonblocking receives deferred (kept out of the matcher while their
+    /// source's ring was empty, `TMX_SHMEM_DEFER_RECV`); those later
+    /// posted are also in `posted_recvs`.
+    pub deferred_recvs: u64,
     /// Headers that arrived before a matching receive (unexpected).
     pub unexpected: u64,
     /// Largest number of unmatched headers held at once.
@@ -67,7 +71,7 @@ impl fmt::Display for Counters {
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
              preposts {} (withdrawn {}), cma sends {}, fragmented sends {}, \
              pipelined sends {} (received in place {}), backpressure events {}, \
-             staged sends {}, index re-reads {}, received {} (posted first {}), \
+             staged sends {}, index re-reads {}, received {} (posted first {}, deferred {}), \
              unexpected {} (max held {}), \
              sync sends {}, sync acks {}, self sends {}, truncated {}, cancelled receives {}",
             self.inline_sends,
@@ -85,6 +89,7 @@ impl fmt::Display for Counters {
             self.index_rereads,
             self.received,
             self.posted_recvs,
+            self.deferred_recvs,
             self.unexpected,
             self.unexpected_max,
             self.sync_sends,

@@ -734,6 +734,16 @@ pub struct Endpoint {
     uncopied: usize,
     /// Consecutive `try_recv` quick looks that found nothing.
     idle_polls: u32,
+    /// Deferred receives (`TMX_SHMEM_DEFER_RECV`, see
+    /// [`Endpoint::irecv_or_done`]), oldest first: requests held in
+    /// `requests` but not posted to the model. All have the exact source
+    /// `deferred_src`; while any exists the model holds no posted receive
+    /// (every deferred one is younger than anything ever posted), and
+    /// nothing may be matched against the model's queues before they are
+    /// posted ([`Endpoint::post_deferred`]).
+    deferred: VecDeque<u64>,
+    deferred_src: u32,
+    defer_recv: bool,
     /// The ring an `ANY_SOURCE` quick look starts at.
     rr: u32,
     /// Our eager-pressure flag is raised.
@@ -1094,6 +1104,7 @@ impl Endpoint {
             && *node.cma_status() == CmaStatus::Available
             && u64::from(n) * u64::from(node.config().ring_slots) < PHASE_WINDOW;
         tracing::info!(prepost, "shmem endpoint: prepost protocol");
+        let defer_recv = node.config().defer_recv;
         Endpoint {
             peers: (0..n)
                 .map(|_| Peer {
@@ -1123,6 +1134,9 @@ impl Endpoint {
             eager,
             uncopied: 0,
             idle_polls: 0,
+            deferred: VecDeque::new(),
+            deferred_src: 0,
+            defer_recv,
             rr: 0,
             pressure: false,
             blocked_recv: None,
@@ -2145,6 +2159,9 @@ impl Endpoint {
     ) -> Result<(usize, Option<Result<Status>>)> {
         let mut got = None;
         let mut events = 0;
+        if !self.deferred.is_empty() {
+            events += self.take_deferred()?;
+        }
         // While the offload model waits for a claimed prepost's DONE, later
         // arrivals would only be parked behind it: leave them in the rings,
         // which bounds the counted messages in flight by the ring sizes
@@ -3339,6 +3356,7 @@ impl Endpoint {
     /// preposted.
     pub fn try_recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
         self.check_source(spec)?;
+        self.undefer()?;
         // A receive posted now can match at once only a queued unexpected
         // message (`Offload::post` looks nowhere else). With none queued
         // (and none parked behind a delete), the pass runs first with
@@ -3424,6 +3442,7 @@ impl Endpoint {
     /// straight into `buf`.
     pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
         let watch = self.check_source(spec)?;
+        self.undefer()?;
         if !self.advertisable(spec, buf.len())
             && buf.len() as u64 <= self.node.config().pipeline_min
         {
@@ -3468,6 +3487,7 @@ impl Endpoint {
     /// rules allow (see the crate README).
     pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
         self.check_source(spec)?;
+        self.undefer()?;
         let addr = buf.as_mut_ptr() as u64;
         let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut [])?;
         if id.is_some() {
@@ -3482,6 +3502,23 @@ impl Endpoint {
     /// and the buffer; nothing is recorded and nothing will be reported);
     /// `Ok(request)` is a pending request exactly as [`Endpoint::irecv`]
     /// returns it.
+    ///
+    /// **Deferred receives** (`TMX_SHMEM_DEFER_RECV`, on by default): an
+    /// exact-source receive that is never advertised and finds its source's
+    /// ring empty and the matcher empty (nothing posted, queued or parked)
+    /// is not posted: it waits in a list, oldest first, with the later ones
+    /// of the same kind. Progress, and the next `irecv_or_done`, complete
+    /// them from the front of the ring as a receive that found its message
+    /// would be (no matcher entry, no match against a posted list); the
+    /// moment the front message is not the oldest deferred receive's, or the
+    /// matcher holds anything, all of them are posted in order, and every
+    /// call that matches against the matcher's queues (a probe, `recv`,
+    /// `try_recv`, `irecv`, a cancel, `wait`, `finalize`) posts them first.
+    /// A message leaves the ring only into a deferred receive or the
+    /// matcher, and the matcher matches nothing while any is deferred, so
+    /// the result is a schedule in which they were posted when made, as MPI
+    /// orders it. `tests/deferred.rs` checks MPI's order rules on random
+    /// programs with deferral on and off.
     #[allow(clippy::type_complexity)]
     pub fn irecv_or_done(
         &mut self,
@@ -3489,12 +3526,32 @@ impl Endpoint {
         mut buf: Vec<u8>,
     ) -> Result<core::result::Result<RecvRequest, (Result<Status>, Vec<u8>)>> {
         self.check_source(spec)?;
+        if !self.deferred.is_empty() {
+            // Older deferred receives first: their messages, then (if any
+            // is left) either this one joins them or they are posted.
+            self.take_deferred()?;
+            if !self.deferred.is_empty() {
+                if self.may_defer(spec, buf.len()) && spec.source == Source::Rank(self.deferred_src)
+                {
+                    return Ok(Ok(self.defer(spec, buf)));
+                }
+                self.post_deferred()?;
+            }
+        }
         // What has arrived from the source goes to the model first, so that
         // a receive whose message is already here completes in this call
         // (taken straight into `buf` when nothing posted or queued could
         // claim it first).
         if let Some(result) = self.drain_source(spec, &mut buf)? {
             return Ok(Err((result, buf)));
+        }
+        if self.may_defer(spec, buf.len()) {
+            if let Source::Rank(s) = spec.source {
+                if self.ring_empty(s) {
+                    self.deferred_src = s;
+                    return Ok(Ok(self.defer(spec, buf)));
+                }
+            }
         }
         if !self.advertisable(spec, buf.len()) {
             // Never offered to the sender (`post` would find it not
@@ -3541,6 +3598,167 @@ impl Endpoint {
         }
     }
 
+    /// Whether a nonblocking receive for `spec` into `capacity` bytes may
+    /// be deferred now: deferral is on, an exact other source, never
+    /// advertised to its sender, and the model empty (nothing posted,
+    /// queued or parked: the receive would be queued at the end of an
+    /// empty posted list, which a deferred receive stands for).
+    #[inline]
+    fn may_defer(&self, spec: MatchSpec, capacity: usize) -> bool {
+        let Source::Rank(s) = spec.source else {
+            return false;
+        };
+        self.defer_recv
+            && s != self.rank()
+            && self.off.posted_len() == 0
+            && self.off.unexpected_len() == 0
+            && self.off.parked_len() == 0
+            && !self.advertisable(spec, capacity)
+    }
+
+    /// Whether `s`'s header ring into this rank holds no header now.
+    #[inline]
+    fn ring_empty(&mut self, s: u32) -> bool {
+        let seg = self.node.segment();
+        self.peers[s as usize]
+            .inb
+            .peek(seg.ring(s, seg.rank()))
+            .is_none()
+    }
+
+    /// Records a deferred receive: a request, no model entry.
+    #[inline]
+    fn defer(&mut self, spec: MatchSpec, buf: Vec<u8>) -> RecvRequest {
+        let key = self.next_id;
+        self.next_id += 1;
+        self.requests.reqs.insert_with(key, || Req {
+            spec,
+            buf: ReqBuf::Owned(buf),
+            done: None,
+            id: None,
+            user: true,
+            fed: Fed::No,
+        });
+        self.deferred.push_back(key);
+        self.counters.deferred_recvs += 1;
+        RecvRequest(key)
+    }
+
+    /// Completes deferred receives, oldest first, with the messages at the
+    /// front of their source's ring, as a receive posted then would have
+    /// been ([`Endpoint::take_now`]: nothing posted or queued could claim
+    /// them first). Stops at an empty ring (the rest stay deferred: no
+    /// message they could match exists yet); posts them all
+    /// ([`Endpoint::post_deferred`]) as soon as the front message is not
+    /// the oldest one's, or the model holds anything. Returns how many
+    /// completed.
+    fn take_deferred(&mut self) -> Result<usize> {
+        let mut done = 0;
+        while let Some(&key) = self.deferred.front() {
+            let s = self.deferred_src;
+            let model_empty = self.off.posted_len() == 0
+                && self.off.unexpected_len() == 0
+                && self.off.parked_len() == 0;
+            if !model_empty || self.node.segment().eager_pressure(s) {
+                self.post_deferred()?;
+                return Ok(done);
+            }
+            let Some(req) = self.requests.get_mut(key) else {
+                // Removed meanwhile (cannot happen: deferred requests are
+                // only removed through this list).
+                self.deferred.pop_front();
+                continue;
+            };
+            let spec = req.spec;
+            let mut buf = match &mut req.buf {
+                ReqBuf::Owned(v) => core::mem::take(v),
+                ReqBuf::Caller => Vec::new(),
+            };
+            match self.take_now(spec, &mut buf)? {
+                Some(result) => {
+                    self.deferred.pop_front();
+                    self.finish_recv_with(key, result, Some(buf));
+                    done += 1;
+                }
+                None => {
+                    if let Some(req) = self.requests.get_mut(key) {
+                        req.buf = ReqBuf::Owned(buf);
+                    }
+                    if !self.ring_empty(s) {
+                        self.post_deferred()?;
+                    }
+                    return Ok(done);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Posts every deferred receive to the model, oldest first, as
+    /// `irecv_or_done` would have posted them when they were made: from
+    /// then on they match like any posted receive. A receive whose post
+    /// fails completes with the error (the first error is returned).
+    #[inline(never)]
+    fn post_deferred(&mut self) -> Result<()> {
+        let mut first_err = None;
+        while let Some(key) = self.deferred.pop_front() {
+            let Some(spec) = self.requests.get(key).map(|r| r.spec) else {
+                continue;
+            };
+            if let Err(e) = self.post_existing(key, spec) {
+                self.finish_recv_with(
+                    key,
+                    Err(Error::InvalidArgument(
+                        "deferred receive could not be posted",
+                    )),
+                    None,
+                );
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Posts recorded receive `key` (a deferred one: its request exists,
+    /// never advertised) to the model.
+    fn post_existing(&mut self, key: u64, spec: MatchSpec) -> Result<()> {
+        self.counters.posted_recvs += 1;
+        match self.off.post(spec, key, false)? {
+            PostOutcome::Queued { id, .. } => {
+                if let Some(req) = self.requests.get_mut(key) {
+                    req.id = Some(id);
+                }
+                self.pump(&mut [])
+            }
+            PostOutcome::Matched { msg, env, .. } => {
+                self.counters.posted_recvs -= 1;
+                self.complete(
+                    Completion::Matched {
+                        id: RecvId::from_bits(u64::MAX),
+                        recv: key,
+                        env,
+                        msg,
+                    },
+                    &mut [],
+                )
+            }
+        }
+    }
+
+    /// Posts the deferred receives, if any, before an operation that
+    /// matches against the model (a probe, a blocking or plain receive, a
+    /// cancel, a wait) or ends the endpoint.
+    #[inline]
+    fn undefer(&mut self) -> Result<()> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        self.post_deferred()
+    }
+
     /// Whether `req` has completed (runs one progress pass).
     pub fn test(&mut self, req: &RecvRequest) -> Result<bool> {
         if !self.is_done(req.0) {
@@ -3555,6 +3773,7 @@ impl Endpoint {
     /// (a dead peer) the buffer is dropped.
     pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
         let key = req.0;
+        self.undefer()?;
         // Already complete (the common case when an upper layer collects
         // what `take_completed` reported): one lookup, no progress.
         if let Some(req) = self.requests.remove_if_done(key) {
@@ -3904,6 +4123,7 @@ impl Endpoint {
     /// `msg_len` are the message's length.
     pub fn iprobe(&mut self, spec: MatchSpec) -> Result<Option<Status>> {
         self.check_source(spec)?;
+        self.undefer()?;
         self.progress()?;
         Ok(self.peek(&spec))
     }
@@ -3912,6 +4132,7 @@ impl Endpoint {
     /// it stays queued. Fails with [`Error::PeerDied`] like a receive.
     pub fn probe(&mut self, spec: MatchSpec) -> Result<Status> {
         let watch = self.check_source(spec)?;
+        self.undefer()?;
         self.block(watch, |ep| {
             if let Some(st) = ep.peek(&spec) {
                 return Ok((Some(st), 1));
@@ -3928,6 +4149,7 @@ impl Endpoint {
     /// learns of the match now.
     pub fn improbe(&mut self, spec: MatchSpec) -> Result<Option<(Message, Status)>> {
         self.check_source(spec)?;
+        self.undefer()?;
         self.progress()?;
         self.take_probed(&spec)
     }
@@ -3969,6 +4191,7 @@ impl Endpoint {
     /// `MPI_Mprobe`: blocks until [`Endpoint::improbe`] finds a message.
     pub fn mprobe(&mut self, spec: MatchSpec) -> Result<(Message, Status)> {
         let watch = self.check_source(spec)?;
+        self.undefer()?;
         self.block(watch, |ep| {
             if let Some(m) = ep.take_probed(&spec)? {
                 return Ok((Some(m), 1));
@@ -4030,6 +4253,7 @@ impl Endpoint {
     /// or a pipelined message bound to match it is being copied into it
     /// (it completes normally).
     pub fn cancel_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.undefer()?;
         let Some(r) = self.requests.get(req.0) else {
             return Err(Error::InvalidArgument("unknown receive request"));
         };
@@ -4432,6 +4656,7 @@ impl Endpoint {
 
     /// Flushes, marks this rank finalized and returns the counters.
     pub fn finalize(mut self) -> Result<Counters> {
+        self.undefer()?;
         self.flush()?;
         let c = self.counters();
         tracing::info!(rank = self.rank(), counters = %c, "shmem endpoint finalized");
@@ -4979,9 +5204,26 @@ mod tests {
     /// receives were queued.
     #[test]
     fn irecv_or_done_catches_up_with_older_posted_receives() {
+        catch_up("catchup", false);
+    }
+
+    /// The same with the older receives deferred (`TMX_SHMEM_DEFER_RECV`,
+    /// the default): none is posted; the later `irecv_or_done` first
+    /// completes them from the ring, in order, then takes its own message.
+    #[test]
+    fn irecv_or_done_completes_older_deferred_receives_first() {
+        catch_up("catchup-defer", true);
+    }
+
+    fn catch_up(name: &str, defer: bool) {
         let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
         let big = 300 << 10;
-        pair_with("catchup", 64, move |me, mut ep| {
+        let cfg = Config {
+            defer_recv: defer,
+            ..test_cfg(64)
+        };
+        let (posted, deferred) = if defer { (0, 3) } else { (3, 0) };
+        pair_cfg(name, cfg, move |me, mut ep| {
             let peer = 1 - me;
             if me == 1 {
                 gate.wait();
@@ -5003,7 +5245,8 @@ mod tests {
                         },
                     )
                     .collect();
-                assert_eq!(ep.counters().posted_recvs, 3);
+                let c = ep.counters();
+                assert_eq!((c.posted_recvs, c.deferred_recvs), (posted, deferred));
                 gate.wait();
                 gate.wait();
                 // m0..m2 complete the older receives; this one takes m3.
@@ -5021,7 +5264,7 @@ mod tests {
                     let len = 8 + 200 * k;
                     assert_eq!((st.len, &buf[..len]), (len, &data(k as u32, len)[..]));
                 }
-                assert_eq!(ep.counters().posted_recvs, 3, "none posted behind");
+                assert_eq!(ep.counters().posted_recvs, posted, "none posted behind");
                 let older = match ep.irecv_or_done(spec(peer, 5), vec![0; 16]).unwrap() {
                     Ok(r) => r,
                     Err(done) => panic!("m20 was not sent yet: {done:?}"),
