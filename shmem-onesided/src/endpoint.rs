@@ -3663,6 +3663,11 @@ impl Endpoint {
                 self.post_deferred()?;
                 return Ok(done);
             }
+            if self.ring_empty(s) {
+                // No message yet: they stay deferred (the common case of
+                // a window of receives posted before the peer sends).
+                return Ok(done);
+            }
             let Some(req) = self.requests.get_mut(key) else {
                 // Removed meanwhile (cannot happen: deferred requests are
                 // only removed through this list).
@@ -3681,12 +3686,12 @@ impl Endpoint {
                     done += 1;
                 }
                 None => {
+                    // The front message is not the oldest deferred
+                    // receive's (or not one it may take directly).
                     if let Some(req) = self.requests.get_mut(key) {
                         req.buf = ReqBuf::Owned(buf);
                     }
-                    if !self.ring_empty(s) {
-                        self.post_deferred()?;
-                    }
+                    self.post_deferred()?;
                     return Ok(done);
                 }
             }
