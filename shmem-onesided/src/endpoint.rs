@@ -3730,27 +3730,36 @@ impl Endpoint {
     /// Posts recorded receive `key` (a deferred one: its request exists,
     /// never advertised) to the model.
     fn post_existing(&mut self, key: u64, spec: MatchSpec) -> Result<()> {
-        self.counters.posted_recvs += 1;
         match self.off.post(spec, key, false)? {
             PostOutcome::Queued { id, .. } => {
+                self.counters.posted_recvs += 1;
                 if let Some(req) = self.requests.get_mut(key) {
                     req.id = Some(id);
                 }
                 self.pump(&mut [])
             }
-            PostOutcome::Matched { msg, env, .. } => {
-                self.counters.posted_recvs -= 1;
-                self.complete(
-                    Completion::Matched {
-                        id: RecvId::from_bits(u64::MAX),
-                        recv: key,
-                        env,
-                        msg,
-                    },
-                    &mut [],
-                )
-            }
+            PostOutcome::Matched { msg, env, .. } => self.complete_at_post(key, msg, env, &mut []),
         }
+    }
+
+    /// Completes receive `key`, which matched queued message `msg` when it
+    /// was posted (`PostOutcome::Matched`).
+    fn complete_at_post(
+        &mut self,
+        key: u64,
+        msg: Msg,
+        env: Envelope,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        self.complete(
+            Completion::Matched {
+                id: RecvId::from_bits(u64::MAX),
+                recv: key,
+                env,
+                msg,
+            },
+            buf,
+        )
     }
 
     /// Posts the deferred receives, if any, before an operation that
@@ -4420,15 +4429,7 @@ impl Endpoint {
         );
         match outcome {
             PostOutcome::Matched { msg, env, .. } => {
-                self.complete(
-                    Completion::Matched {
-                        id: RecvId::from_bits(u64::MAX),
-                        recv: key,
-                        env,
-                        msg,
-                    },
-                    buf,
-                )?;
+                self.complete_at_post(key, msg, env, buf)?;
                 Ok((key, None))
             }
             PostOutcome::Queued { id, offloaded } => {
