@@ -3679,18 +3679,20 @@ impl Endpoint {
                 ReqBuf::Owned(v) => core::mem::take(v),
                 ReqBuf::Caller => Vec::new(),
             };
-            match self.take_now(spec, &mut buf)? {
-                Some(result) => {
+            match self.take_now(spec, &mut buf) {
+                Ok(Some(result)) => {
                     self.deferred.pop_front();
                     self.finish_recv_with(key, result, Some(buf));
                     done += 1;
                 }
-                None => {
+                taken => {
                     // The front message is not the oldest deferred
-                    // receive's (or not one it may take directly).
+                    // receive's (or not one it may take directly), or the
+                    // look failed: the buffer goes back first.
                     if let Some(req) = self.requests.get_mut(key) {
                         req.buf = ReqBuf::Owned(buf);
                     }
+                    taken?;
                     self.post_deferred()?;
                     return Ok(done);
                 }
