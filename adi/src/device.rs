@@ -679,6 +679,12 @@ impl Device {
         self.core.level()
     }
 
+    /// Whether this thread may call the device ([`Error::ThreadLevel`]
+    /// if not).
+    pub(crate) fn check_thread(&self) -> Result<(), Error> {
+        self.core.lock().map(drop)
+    }
+
     /// The ADI counters so far.
     pub(crate) fn counters(&self) -> Counters {
         self.counters.snapshot()

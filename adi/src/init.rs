@@ -186,6 +186,13 @@ pub fn finalize() -> Result<(), Error> {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
+        let dev = g.as_ref().ok_or(Error::NotInitialized {
+            what: "not initialized",
+        })?;
+        // Under `ThreadLevel::Funneled` only the owning thread may
+        // finalize: refused before the device is taken, so that the owner
+        // can still finalize it.
+        dev.check_thread()?;
         g.take().ok_or(Error::NotInitialized {
             what: "not initialized",
         })?

@@ -1049,6 +1049,7 @@ fn role_funneled_other_thread(w: &Comm) {
             w2.isend(vec![1u8], peer, 1).map(|_| ()).unwrap_err(),
             w2.irecv(vec![0u8; 1], peer, 1).map(|_| ()).unwrap_err(),
             w2.iprobe(peer, 1).map(|_| ()).unwrap_err(),
+            adi::finalize().unwrap_err(),
         ];
         errs.iter()
             .all(|e| matches!(e, Error::ThreadLevel { .. }) && e.class() == ErrorClass::Other)
@@ -1058,6 +1059,10 @@ fn role_funneled_other_thread(w: &Comm) {
     assert!(
         refused,
         "every call from another thread is Error::ThreadLevel"
+    );
+    assert!(
+        adi::is_initialized(),
+        "a refused finalize leaves the device up"
     );
     // The owner is unaffected: a window of nonblocking operations and a
     // blocking exchange.
