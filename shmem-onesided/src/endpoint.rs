@@ -5218,6 +5218,49 @@ mod tests {
     /// The same with the older receives deferred (`TMX_SHMEM_DEFER_RECV`,
     /// the default): none is posted; the later `irecv_or_done` first
     /// completes them from the ring, in order, then takes its own message.
+    /// The race of a progress pass with a deferred receive: its message
+    /// reaches the matcher (as unexpected) after the pass looked at the
+    /// deferred receives and found the ring empty. The next pass must post
+    /// the deferred receive (the matcher is no longer empty), which then
+    /// matches the queued message; one that only looked at the ring would
+    /// wait for ever. Deterministic: both endpoints in one thread.
+    #[test]
+    fn deferred_receive_gets_a_message_that_reached_the_matcher_first() {
+        let job = format!("ut{}-dfrrace", std::process::id());
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let j = job.clone();
+                std::thread::spawn(move || {
+                    Endpoint::new(Node::init(&j, r, 2, test_cfg(8)).unwrap())
+                })
+            })
+            .collect();
+        let mut eps: Vec<Endpoint> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let mut e1 = eps.pop().unwrap();
+        let mut e0 = eps.pop().unwrap();
+        let r = match e1.irecv_or_done(spec(0, 5), vec![0; 16]).unwrap() {
+            Ok(r) => r,
+            Err(done) => panic!("nothing was sent yet: {done:?}"),
+        };
+        assert_eq!(e1.counters().deferred_recvs, 1);
+        e0.send(1, 5, 4, &data(1, 8)).unwrap();
+        let mut want = None;
+        assert!(matches!(
+            e1.poll_one(0, &mut want, &mut []).unwrap(),
+            Quick::Other
+        ));
+        assert_eq!(e1.off.unexpected_len(), 1, "queued as unexpected");
+        let mut passes = 0;
+        while !e1.test(&r).unwrap() {
+            passes += 1;
+            assert!(passes < 1000, "the deferred receive never matched");
+        }
+        let (st, buf) = e1.wait(r).unwrap();
+        assert_eq!((st.len, &buf[..8]), (8, &data(1, 8)[..]));
+        e0.finalize().unwrap();
+        e1.finalize().unwrap();
+    }
+
     #[test]
     fn irecv_or_done_completes_older_deferred_receives_first() {
         catch_up("catchup-defer", true);
