@@ -3373,11 +3373,7 @@ impl Endpoint {
             Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
         };
         let mut pass = true;
-        if !pressured
-            && self.off.unexpected_len() == 0
-            && self.off.parked_len() == 0
-            && self.off.posted_len() == 0
-        {
+        if !pressured && self.matcher_empty() {
             // The quick look first: the next header of the source's ring.
             if let Some(r) = self.take_now(spec, buf)? {
                 self.idle_polls = 0;
@@ -3610,10 +3606,15 @@ impl Endpoint {
         };
         self.defer_recv
             && s != self.rank()
-            && self.off.posted_len() == 0
-            && self.off.unexpected_len() == 0
-            && self.off.parked_len() == 0
+            && self.matcher_empty()
             && !self.advertisable(spec, capacity)
+    }
+
+    /// Whether the matcher holds nothing: no receive posted, no message
+    /// queued, nothing parked (what [`Endpoint::take_now`] requires).
+    #[inline]
+    fn matcher_empty(&self) -> bool {
+        self.off.posted_len() == 0 && self.off.unexpected_len() == 0 && self.off.parked_len() == 0
     }
 
     /// Whether `s`'s header ring into this rank holds no header now.
@@ -3656,10 +3657,7 @@ impl Endpoint {
         let mut done = 0;
         while let Some(&key) = self.deferred.front() {
             let s = self.deferred_src;
-            let model_empty = self.off.posted_len() == 0
-                && self.off.unexpected_len() == 0
-                && self.off.parked_len() == 0;
-            if !model_empty || self.node.segment().eager_pressure(s) {
+            if !self.matcher_empty() || self.node.segment().eager_pressure(s) {
                 self.post_deferred()?;
                 return Ok(done);
             }
