@@ -135,7 +135,7 @@ use crate::error::{Error, Result};
 use crate::idmap::{IdMap, IdTable, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
-use crate::ring::{ext_slots, Consumer, Header, Outbox, RingRef, Sent, INLINE_MAX};
+use crate::ring::{ext_slots, Consumer, Header, InlineFields, Outbox, RingRef, Sent, INLINE_MAX};
 use crate::segment::{ArrivalWatch, Segment};
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::VecDeque;
@@ -1213,10 +1213,16 @@ impl Endpoint {
         if !p.staged.is_empty() {
             return false;
         }
-        let h = inline_header(me, tag, context, flags, data);
+        let fields = InlineFields {
+            kind: KIND_INLINE,
+            flags,
+            source: me,
+            tag,
+            context,
+        };
         let ring = seg.ring(me, dest);
-        let sent = p.out.try_send_now(ring, &h, |h| {
-            if h.flags & FLAG_COUNTED != 0 {
+        let sent = p.out.try_send_inline_now(ring, fields, data, |flags| {
+            if flags & FLAG_COUNTED != 0 {
                 ring.count_message();
             }
         });
@@ -3557,14 +3563,18 @@ impl Endpoint {
             let key = self.next_id;
             if let Ok(id) = self.off.post_software(spec, key)? {
                 self.next_id += 1;
-                self.requests.reqs.insert_with(key, || Req {
+                let req = Req {
                     spec,
                     buf: ReqBuf::Owned(buf),
                     done: None,
                     id: Some(id),
                     user: true,
                     fed: Fed::No,
-                });
+                };
+                match self.requests.reqs.vacant(key) {
+                    Some(slot) => slot.fill(req),
+                    None => self.requests.reqs.insert(key, req),
+                }
                 if self.off.has_output() {
                     self.pump(&mut [])?;
                 }
@@ -3632,14 +3642,18 @@ impl Endpoint {
     fn defer(&mut self, spec: MatchSpec, buf: Vec<u8>) -> RecvRequest {
         let key = self.next_id;
         self.next_id += 1;
-        self.requests.reqs.insert_with(key, || Req {
+        let req = Req {
             spec,
             buf: ReqBuf::Owned(buf),
             done: None,
             id: None,
             user: true,
             fed: Fed::No,
-        });
+        };
+        match self.requests.reqs.vacant(key) {
+            Some(slot) => slot.fill(req),
+            None => self.requests.reqs.insert(key, req),
+        }
         self.deferred.push_back(key);
         self.counters.deferred_recvs += 1;
         RecvRequest(key)
@@ -3911,6 +3925,26 @@ impl Endpoint {
         Ok(Some(SendRequest(id)))
     }
 
+    /// The fast path of [`Endpoint::isend_or_done`] on a borrowed buffer:
+    /// `true` if the send completed inside the call (inline, or copied into
+    /// the eager area), so that the caller keeps `data` and nothing is
+    /// recorded; `false`: nothing was done (send it with
+    /// [`Endpoint::isend_or_done`]).
+    #[inline]
+    pub fn isend_now(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> bool {
+        mode != SendMode::Synchronous
+            && dest != self.rank()
+            && dest < self.size()
+            && self.send_now(dest, tag, context, data)
+    }
+
     /// [`Endpoint::isend`] for a caller that wants a send that completes at
     /// once back at once: `Err(data)` hands the buffer back when the send
     /// completed inside the call (inline, eager, prepost-direct, self
@@ -3925,11 +3959,7 @@ impl Endpoint {
         data: Vec<u8>,
         mode: SendMode,
     ) -> Result<core::result::Result<SendRequest, Vec<u8>>> {
-        if mode != SendMode::Synchronous
-            && dest != self.rank()
-            && dest < self.size()
-            && self.send_now(dest, tag, context, &data)
-        {
+        if self.isend_now(dest, tag, context, &data, mode) {
             return Ok(Err(data));
         }
         let (id, done, back) = self.start_send(dest, tag, context, Some(data), &[], mode, false)?;
@@ -4037,22 +4067,27 @@ impl Endpoint {
                         sends.push((id, Ok(o.remove().owned)));
                     }
                 }
-            } else if let Some(f) = self.requests.take_where(id, |req| {
-                // Reported already (not ours to take), or not complete:
-                // left where it is, untouched.
-                if req.fed != Fed::Queued {
-                    return None;
-                }
-                let result = req.done.take()?;
-                // Only the result and the buffer are taken out; the rest
-                // of the request is dropped in its slot.
-                let buf = match core::mem::replace(&mut req.buf, ReqBuf::Caller) {
-                    ReqBuf::Owned(v) => v,
-                    ReqBuf::Caller => Vec::new(),
-                };
-                Some(RecvFinished { id, result, buf })
-            }) {
-                recvs.push(f);
+            } else {
+                // The entry is pushed from inside the closure: returned
+                // through memory and pushed after, it was copied in wide
+                // loads of narrow stores, which the store buffer cannot
+                // forward.
+                self.requests.take_where(id, |req| {
+                    // Reported already (not ours to take), or not
+                    // complete: left where it is, untouched.
+                    if req.fed != Fed::Queued {
+                        return None;
+                    }
+                    let result = req.done.take()?;
+                    // Only the result and the buffer are taken out; the
+                    // rest of the request is dropped in its slot.
+                    let buf = match core::mem::replace(&mut req.buf, ReqBuf::Caller) {
+                        ReqBuf::Owned(v) => v,
+                        ReqBuf::Caller => Vec::new(),
+                    };
+                    recvs.push(RecvFinished { id, result, buf });
+                    Some(())
+                });
             }
         }
         self.feed = feed;

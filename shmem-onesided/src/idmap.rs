@@ -104,6 +104,21 @@ pub struct IdTable<V> {
     overflow: IdMap<u64, V>,
 }
 
+/// A free slot of an [`IdTable`] for one id ([`IdTable::vacant`]).
+#[derive(Debug)]
+pub struct Vacant<'a, V> {
+    slot: &'a mut Option<(u64, V)>,
+    id: u64,
+}
+
+impl<V> Vacant<'_, V> {
+    /// Stores `v` under the id the slot was taken for.
+    #[inline(always)]
+    pub fn fill(self, v: V) {
+        *self.slot = Some((self.id, v));
+    }
+}
+
 impl<V> Default for IdTable<V> {
     fn default() -> Self {
         IdTable {
@@ -139,16 +154,19 @@ impl<V> IdTable<V> {
         }
     }
 
-    /// [`IdTable::insert`] of the value `f` makes, made only once its
-    /// place is known: in the common case (a free slot, an empty overflow
-    /// map) it is written straight into the slot instead of being built
-    /// aside and copied in.
+    /// The free slot `id` goes in, when it is free and nothing overflowed
+    /// (the common case of [`IdTable::insert`]); `None`: use
+    /// [`IdTable::insert`]. [`Vacant::fill`] stores the value where the
+    /// caller built it (an insert taking a closure that builds the value
+    /// copied what the closure captured onto the stack, and read it back
+    /// in wide loads the store buffer could not forward).
     #[inline(always)]
-    pub fn insert_with(&mut self, id: u64, f: impl FnOnce() -> V) {
-        match self.slots.get_mut(Self::slot(id)) {
-            Some(slot @ None) if self.overflow.is_empty() => *slot = Some((id, f())),
-            _ => self.insert(id, f()),
+    pub fn vacant(&mut self, id: u64) -> Option<Vacant<'_, V>> {
+        if !self.overflow.is_empty() {
+            return None;
         }
+        let slot = self.slots.get_mut(Self::slot(id)).filter(|s| s.is_none())?;
+        Some(Vacant { slot, id })
     }
 
     /// Runs `f` on the value of `id`, if any, and removes the entry if `f`
@@ -306,7 +324,11 @@ mod tests {
         };
         let mut overflowed = 0;
         for id in 1..20_000u64 {
-            t.insert(id, id * 3);
+            // Every other id through `vacant` when it offers a slot.
+            match t.vacant(id).filter(|_| id % 2 == 0) {
+                Some(v) => v.fill(id * 3),
+                None => t.insert(id, id * 3),
+            }
             model.insert(id, id * 3);
             live.push(id);
             if !t.overflow.is_empty() {
@@ -346,8 +368,14 @@ mod tests {
             }
         }
         assert!(overflowed > 0, "the test never exercised the overflow map");
-        // Replacing a value keeps one entry (slot and overflow cases).
+        // `vacant` offers no slot for an id whose slot is taken, nor while
+        // anything overflowed.
         let k = *live.first().unwrap();
+        assert!(t.vacant(k).is_none());
+        if !t.overflow.is_empty() {
+            assert!(t.vacant(k + 100_000).is_none());
+        }
+        // Replacing a value keeps one entry (slot and overflow cases).
         t.insert(k, 7);
         model.insert(k, 7);
         assert_eq!(t.len(), model.len());

@@ -73,7 +73,7 @@ pub use endpoint::{
 };
 pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
-pub use idmap::IdTable;
+pub use idmap::{IdTable, Vacant};
 #[cfg(not(tmx_shmem_loom))]
 pub use node::{CmaStatus, Node, NodeView, SymAddr};
 #[cfg(not(tmx_shmem_loom))]

@@ -12,6 +12,9 @@
 //!   are the ones written. Negative controls: `relaxed_publish_is_rejected`
 //!   (a Relaxed `seq` publish) and `relaxed_consumer_release_is_rejected` (a
 //!   Relaxed `consumed` publish) must make loom report a causality violation.
+//! - L1b `inline_push_then_consume`: the same for inline messages written
+//!   straight into their slot (`Producer::try_push_inline`), two through a
+//!   one-slot ring.
 //! - L2 `wrap_around_fifo`: 2 slots, 5 messages: FIFO, no overwrite of an
 //!   unconsumed slot, an old lap's `seq` never accepted.
 //! - L3/L4 `batched_publication_no_stall`: consumer publishes every 2 (= N)
@@ -70,7 +73,7 @@ use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use loom::thread;
 use shmem_onesided::prepost::{Claimer, Phase, PostState, Poster, Prepost, PrepostMem, Withdraw};
-use shmem_onesided::ring::{Consumer, Header, Outbox, Producer, RingMem, Sent};
+use shmem_onesided::ring::{Consumer, Header, InlineFields, Outbox, Producer, RingMem, Sent};
 use shmem_onesided::winsync::{arrive, arrived, observed, signal, RegionTable, RwTicket, RW_WORDS};
 
 fn hdr(i: u32) -> Header {
@@ -125,6 +128,45 @@ fn publish_then_consume() {
         let m2 = mem.clone();
         let t = thread::spawn(move || send_all(&m2, 1));
         recv_all(&mem, &mut Consumer::new(1), 1);
+        t.join().unwrap();
+    });
+}
+
+/// L1b: an inline message written straight into its slot
+/// (`try_push_inline`) is read whole after the Acquire of `seq`, on a
+/// one-slot ring (the second push waits for the consumer's release).
+#[test]
+fn inline_push_then_consume() {
+    loom::model(|| {
+        let mem = Arc::new(RingMem::new(1));
+        let m2 = mem.clone();
+        let t = thread::spawn(move || {
+            let mut p = Producer::new();
+            for i in 0..2u32 {
+                let f = InlineFields {
+                    kind: 1,
+                    flags: 0,
+                    source: 1,
+                    tag: 100 + i,
+                    context: 7,
+                };
+                while p.try_push_inline(m2.view(), f, &[i as u8; 12]).is_err() {
+                    thread::yield_now();
+                }
+            }
+        });
+        let mut c = Consumer::new(1);
+        for i in 0..2u32 {
+            let h = loop {
+                match c.poll(mem.view()) {
+                    Some(h) => break h,
+                    None => thread::yield_now(),
+                }
+            };
+            assert_eq!((h.tag, h.context, h.source, h.nbytes), (100 + i, 7, 1, 12));
+            let (b, n) = h.inline_payload();
+            assert_eq!(&b[..n], &[i as u8; 12], "inline bytes");
+        }
         t.join().unwrap();
     });
 }
