@@ -34,7 +34,11 @@
 //! for smoke tests), `--tests latency,bw,bibw` (a subset), `--threads
 //! funneled|multiple` (the thread level asked of `adi::init_thread`;
 //! default `funneled`, one thread calls the device, which is what OSU's
-//! `MPI_Init` gives under MPICH: `MPI_THREAD_SINGLE`).
+//! `MPI_Init` gives under MPICH: `MPI_THREAD_SINGLE`), `--requests
+//! into|returned` (how a window's requests are started: `into` writes each
+//! into its place in the window with `irecv_into`/`isend_into`, as OSU's C
+//! passes `&request[j]` to `MPI_Irecv`/`MPI_Isend`; `returned` pushes the
+//! requests `irecv`/`isend` return; default `into`).
 use adi::{Comm, Error, Request, ThreadLevel};
 use std::process::ExitCode;
 
@@ -48,6 +52,8 @@ struct Opts {
     quick: bool,
     tests: Vec<String>,
     threads: ThreadLevel,
+    /// Requests written in place (`irecv_into`/`isend_into`), or returned.
+    into: bool,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -58,6 +64,7 @@ fn parse_opts() -> Result<Opts, String> {
         quick: false,
         tests: vec!["latency".into(), "bw".into(), "bibw".into()],
         threads: ThreadLevel::Funneled,
+        into: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -80,9 +87,16 @@ fn parse_opts() -> Result<Opts, String> {
                     v => return Err(format!("--threads needs funneled or multiple, got {v:?}")),
                 };
             }
+            "--requests" => {
+                o.into = match args.next().as_deref() {
+                    Some("into") => true,
+                    Some("returned") => false,
+                    v => return Err(format!("--requests needs into or returned, got {v:?}")),
+                };
+            }
             "-h" | "--help" => return Err(
                 "usage: osu [--csv | --raw] [--quick] [--max-size BYTES] [--tests latency,bw,bibw] \
-                 [--threads funneled|multiple]"
+                 [--threads funneled|multiple] [--requests into|returned]"
                     .into(),
             ),
             other => return Err(format!("unknown argument {other:?}")),
@@ -186,27 +200,41 @@ fn bandwidth(world: &Comm, len: usize, o: &Opts, bi: bool) -> Result<f64, Error>
     let mut ack = [0u8; 1];
     let sender = me == 0 || bi;
     let receiver = me == 1 || bi;
-    let mut reqs: Vec<Request> = Vec::with_capacity(2 * WINDOW);
+    // The window's requests, in place (as OSU's `MPI_Request request[]`).
+    let mut reqs: Vec<Request> = (0..2 * WINDOW).map(|_| Request::null()).collect();
     median_of(world, || {
         let t0 = adi::wtime();
         for _ in 0..reps {
-            reqs.clear();
+            let mut n = 0;
+            if !o.into {
+                reqs.clear();
+            }
             if receiver {
                 for _ in 0..WINDOW {
                     let b = rpool.pop().unwrap_or_else(|| vec![0u8; len]);
-                    reqs.push(world.irecv(b, peer, 2)?);
+                    if o.into {
+                        world.irecv_into(&mut reqs[n], b, peer, 2)?;
+                    } else {
+                        reqs.push(world.irecv(b, peer, 2)?);
+                    }
+                    n += 1;
                 }
             }
             if sender {
                 for _ in 0..WINDOW {
                     let b = spool.pop().unwrap_or_else(|| vec![0x5au8; len]);
-                    reqs.push(world.isend(b, peer, 2)?);
+                    if o.into {
+                        world.isend_into(&mut reqs[n], b, peer, 2)?;
+                    } else {
+                        reqs.push(world.isend(b, peer, 2)?);
+                    }
+                    n += 1;
                 }
             }
-            world.waitall(&mut reqs)?;
+            world.waitall(&mut reqs[..n])?;
             let split = if receiver { WINDOW } else { 0 };
             take_back(&mut reqs[..split], &mut rpool);
-            take_back(&mut reqs[split..], &mut spool);
+            take_back(&mut reqs[split..n], &mut spool);
             if bi {
                 continue;
             }
@@ -240,7 +268,8 @@ fn run(o: &Opts) -> Result<(), Error> {
             println!("test,bytes,value,unit");
         } else if !o.raw {
             println!(
-                "# tmx adi OSU-style benchmark, 2 ranks, window {WINDOW}, thread level {provided:?}"
+                "# tmx adi OSU-style benchmark, 2 ranks, window {WINDOW}, thread level {provided:?}, requests {}",
+                if o.into { "into" } else { "returned" }
             );
         }
     }

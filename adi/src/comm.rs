@@ -332,6 +332,34 @@ impl Comm {
         self.isend_mode(buf, dest, tag, Mode::Standard)
     }
 
+    /// [`isend`](Self::isend) in the form of C's `MPI_Isend`, whose request
+    /// argument is the caller's storage: the request is written into
+    /// `req`. What `req` held is dropped first, as by an assignment (an
+    /// active request there is freed: its operation still completes). On
+    /// an error `req` is left as it was.
+    ///
+    /// For windows of requests kept in place, as OSU's benchmarks keep
+    /// them (`world.isend_into(&mut reqs[j], buf, peer, tag)`): a request
+    /// returned by value is stored field by field and then copied by the
+    /// caller in wide loads, which the store buffer cannot forward; each
+    /// such load waits for every older instruction to retire, including
+    /// the previous message's ring store. See the README's "Speed".
+    pub fn isend_into(
+        &self,
+        req: &mut Request,
+        buf: Vec<u8>,
+        dest: i32,
+        tag: i32,
+    ) -> Result<(), Error> {
+        let tag = Self::send_tag(tag)?;
+        let Some(world) = self.dest(dest)? else {
+            *req = self.proc_null_request(Some(buf));
+            return Ok(());
+        };
+        self.dev()
+            .start_send_owned_into(req, world, tag, self.inner.ctx, buf, Mode::Standard)
+    }
+
     /// `MPI_Issend`: completes only once the receiver has matched it.
     pub fn issend(&self, buf: Vec<u8>, dest: i32, tag: i32) -> Result<Request, Error> {
         self.isend_mode(buf, dest, tag, Mode::Synchronous)
@@ -382,6 +410,36 @@ impl Comm {
         tag: impl Into<Tag>,
     ) -> Result<Request, Error> {
         self.irecv_in(buf, source.into(), tag.into())
+    }
+
+    /// [`irecv`](Self::irecv) in the form of C's `MPI_Irecv`: the request
+    /// is written into `req` (see [`isend_into`](Self::isend_into): what
+    /// `req` held is dropped first; on an error `req` is left as it was).
+    pub fn irecv_into(
+        &self,
+        req: &mut Request,
+        buf: Vec<u8>,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<(), Error> {
+        self.irecv_into_in(req, buf, source.into(), tag.into())
+    }
+
+    /// [`irecv_into`](Self::irecv_into) past the conversions (not
+    /// generic, as [`irecv_in`](Self::irecv_in)).
+    fn irecv_into_in(
+        &self,
+        req: &mut Request,
+        buf: Vec<u8>,
+        source: Source,
+        tag: Tag,
+    ) -> Result<(), Error> {
+        let Some(spec) = self.spec(source, tag)? else {
+            *req = self.proc_null_request(Some(buf));
+            return Ok(());
+        };
+        self.dev()
+            .start_recv_owned_into(req, spec, buf, &self.inner.group)
     }
 
     /// [`irecv`](Self::irecv) past the conversions: not generic, so that

@@ -39,7 +39,7 @@
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL};
 use crate::core_cell::{CoreCell, ThreadLevel};
 use crate::request::{
-    request_from, Completer, Outcome, Progress, ProgressOn, Request, SparePairs, Status,
+    request_into, Completer, Outcome, Progress, ProgressOn, Request, SparePairs, Status,
 };
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
@@ -307,40 +307,69 @@ fn trace_sent(dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once
 /// operation-table entry and the request the caller waits on.
 #[inline(always)]
 fn record_recv(core: &mut Core, rreq: RecvRequest, into: RecvInto, group: &Arc<Group>) -> Request {
-    let id = rreq.id();
-    let (req, completer) = request_from(&mut core.spares, Some(id));
-    core.ops.insert(
-        id,
-        Op {
-            kind: OpKind::Recv {
-                rreq,
-                into,
-                group: Group::kept(group),
-            },
-            completer,
-        },
-    );
+    let mut req = Request::null();
+    record_recv_into(core, rreq, into, group, &mut req);
     req
+}
+
+/// [`record_recv`] making `out` the request (in place: built aside and
+/// assigned, it was copied through the stack).
+#[inline(always)]
+fn record_recv_into(
+    core: &mut Core,
+    rreq: RecvRequest,
+    into: RecvInto,
+    group: &Arc<Group>,
+    out: &mut Request,
+) {
+    let id = rreq.id();
+    let completer = request_into(&mut core.spares, Some(id), out);
+    let op = Op {
+        kind: OpKind::Recv {
+            rreq,
+            into,
+            group: Group::kept(group),
+        },
+        completer,
+    };
+    match core.ops.vacant(id) {
+        Some(slot) => slot.fill(op),
+        None => core.ops.insert(id, op),
+    }
 }
 
 /// Records a send the endpoint did not finish in its call: an
 /// operation-table entry and the request the caller waits on.
 fn record_send(core: &mut Core, sreq: SendRequest, len: usize, bsend: Option<usize>) -> Request {
-    let id = sreq.id();
-    let (req, completer) = request_from(&mut core.spares, Some(id));
-    core.ops.insert(
-        id,
-        Op {
-            kind: OpKind::Send {
-                sreq,
-                len,
-                bsend,
-                cancelled: false,
-            },
-            completer,
-        },
-    );
+    let mut req = Request::null();
+    record_send_into(core, sreq, len, bsend, &mut req);
     req
+}
+
+/// [`record_send`] making `out` the request in place.
+#[inline(always)]
+fn record_send_into(
+    core: &mut Core,
+    sreq: SendRequest,
+    len: usize,
+    bsend: Option<usize>,
+    out: &mut Request,
+) {
+    let id = sreq.id();
+    let completer = request_into(&mut core.spares, Some(id), out);
+    let op = Op {
+        kind: OpKind::Send {
+            sreq,
+            len,
+            bsend,
+            cancelled: false,
+        },
+        completer,
+    };
+    match core.ops.vacant(id) {
+        Some(slot) => slot.fill(op),
+        None => core.ops.insert(id, op),
+    }
 }
 
 #[inline]
@@ -805,7 +834,9 @@ impl Device {
     }
 
     /// [`Device::start_send`] of an owned buffer (`Comm::isend`; inline
-    /// there).
+    /// there). Kept apart from [`Device::start_send_owned_into`]: built
+    /// through it and returned, the request was copied once more through
+    /// the stack (see there).
     #[inline]
     pub(crate) fn start_send_owned(
         &self,
@@ -847,6 +878,65 @@ impl Device {
         drop(g);
         self.sent(dest, tag, context, len, mode, false);
         Ok(req)
+    }
+
+    /// [`Device::start_send`] of an owned buffer (not from the attached
+    /// buffer), writing the request into `out` (the caller's storage, as
+    /// `MPI_Isend`'s request argument; `Comm::isend_into`). On an error
+    /// `out` is left as it was.
+    ///
+    /// A send that completes inside the endpoint call (inline, eager,
+    /// prepost-direct, self) is born complete: no slot, no operation-table
+    /// entry, nothing for progress to harvest. The lock is taken here
+    /// rather than through `with_core`. The common case, a send the
+    /// endpoint finishes at once, borrows the buffer
+    /// (`Endpoint::isend_now`) and stores the request's fields straight
+    /// into `out`: moving the buffer through the endpoint call and back,
+    /// or building the request aside and assigning it, copied each through
+    /// the stack in wide loads of narrow stores, which the store buffer
+    /// cannot forward (each waited for the ring store of the message
+    /// before it to reach the cache).
+    #[inline(always)]
+    pub(crate) fn start_send_owned_into(
+        &self,
+        out: &mut Request,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        v: Vec<u8>,
+        mode: Mode,
+    ) -> Result<(), Error> {
+        let local = self.local_of(dest)?;
+        let len = v.len();
+        let ep_mode = endpoint_mode(mode);
+        let mut g = self.core.lock()?;
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        if core.ep.isend_now(local, tag, context, &v, ep_mode) {
+            self.count_route(dest);
+            drop(g);
+            self.sent(dest, tag, context, len, mode, true);
+            out.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), v);
+            return Ok(());
+        }
+        match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
+            Ok(Err(buf)) => {
+                self.count_route(dest);
+                drop(g);
+                self.sent(dest, tag, context, len, mode, true);
+                out.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf);
+                return Ok(());
+            }
+            Ok(Ok(sreq)) => {
+                self.count_route(dest);
+                record_send_into(core, sreq, len, None, out);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        drop(g);
+        self.sent(dest, tag, context, len, mode, false);
+        Ok(())
     }
 
     /// Counts a started send by its mode and traces it.
@@ -1101,6 +1191,45 @@ impl Device {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// [`Device::start_recv_in`] of a receive into the user's own buffer,
+    /// writing the request into `out` (the caller's storage, as
+    /// `MPI_Irecv`'s request argument; `Comm::irecv_into`). On an error
+    /// `out` is left as it was. The common outcome of a message already
+    /// here (a plain success) is built from the endpoint's result read in
+    /// place (the result is large: moving it cost more than the rest of
+    /// the path), and both it and a pending request are stored field by
+    /// field into `out` (see [`Device::start_send_owned_into`]).
+    #[inline(always)]
+    pub(crate) fn start_recv_owned_into(
+        &self,
+        out: &mut Request,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        group: &Arc<Group>,
+    ) -> Result<(), Error> {
+        let mut g = self.core.lock()?;
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        bump_locked(&self.counters.recvs);
+        let mut started = core.ep.irecv_or_done(spec, buf);
+        match started {
+            Ok(Err((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
+                drop(g);
+                let group = (!group.identity).then_some(&**group);
+                let status = self.status_of(st, group);
+                out.set_ready_with_buffer(status, mem::take(buf));
+            }
+            Ok(Ok(rreq)) => record_recv_into(core, rreq, RecvInto::Owned, group, out),
+            Ok(Err(done)) => {
+                drop(g);
+                *out = self.recv_done_at_once(done, RecvInto::Owned, group);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
     }
 
     /// The request of a receive the endpoint finished inside its call

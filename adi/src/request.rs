@@ -462,15 +462,35 @@ pub(crate) fn request_for(op: Option<u64>) -> (Request, Completer) {
     request_of(spare::take_pair(), op)
 }
 
-/// [`request_for`], taking the slot from `spares` (a list the caller holds
-/// under its own lock) if it has one.
-#[inline]
-pub(crate) fn request_from(spares: &mut SparePairs, op: Option<u64>) -> (Request, Completer) {
-    let pair = match spares.0.pop() {
+/// A slot pair from the thread's spare list or a new one (out of line: the
+/// device's own spares usually have one).
+#[inline(never)]
+fn fresh_pair() -> (Arc<Slot>, Arc<Slot>) {
+    spare::take_pair()
+}
+
+/// Makes `out` a pending request for device operation `op` in place (what
+/// it held before is dropped, as by an assignment), with the slot from
+/// `spares` (a list the caller holds under its own lock) if it has one,
+/// and returns its completer.
+///
+/// In place and inlined: a request and completer built and returned
+/// through memory were written field by field and read back in wide
+/// loads, which the store buffer cannot forward (the load then waits for
+/// every older instruction to retire, cache misses included).
+#[inline(always)]
+pub(crate) fn request_into(
+    spares: &mut SparePairs,
+    op: Option<u64>,
+    out: &mut Request,
+) -> Completer {
+    let (mine, theirs) = match spares.0.pop() {
         Some(pair) => pair,
-        None => spare::take_pair(),
+        None => fresh_pair(),
     };
-    request_of(pair, op)
+    out.state = State::Shared { slot: mine, op };
+    out.buffer = None;
+    Completer { slot: Some(theirs) }
 }
 
 #[inline(always)]
@@ -595,6 +615,19 @@ impl Request {
             }),
             buffer: Some(buffer),
         }
+    }
+
+    /// Makes this request [`ready_with_buffer`](Self::ready_with_buffer)
+    /// in place (what it held before is dropped, as by an assignment):
+    /// each field is stored where it goes, where building the request
+    /// aside and assigning it copied it through the stack.
+    #[inline(always)]
+    pub(crate) fn set_ready_with_buffer(&mut self, status: Status, buffer: Vec<u8>) {
+        self.state = State::Ready(Ready {
+            status,
+            detail: None,
+        });
+        self.buffer = Some(buffer);
     }
 
     /// A request that is already complete with `status` (for operations that

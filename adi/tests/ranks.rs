@@ -1175,6 +1175,83 @@ fn role_deferred_windows(w: &Comm) {
     }
 }
 
+/// `irecv_into` / `isend_into` (the request written into the caller's
+/// storage, as C's `MPI_Irecv`/`MPI_Isend`): windows both ways over every
+/// protocol size in one array of requests reused round after round; an
+/// active request overwritten is freed, its operation still completes (a
+/// freed receive stays posted and takes its message); an error leaves the
+/// request as it was; `PROC_NULL` completes at once with the buffer back.
+fn role_requests_into(w: &Comm) {
+    let (me, peer) = (w.rank(), 1 - w.rank());
+    let sizes = [0usize, 8, 40, 64, 100, 1000, 70_000, 300_000];
+    let mut reqs: Vec<Request> = (0..32).map(|_| Request::null()).collect();
+    for round in 0..20usize {
+        for (i, r) in reqs[..16].iter_mut().enumerate() {
+            let len = sizes[(i + round) % sizes.len()];
+            w.irecv_into(r, vec![0u8; len], peer, i as i32).unwrap();
+        }
+        for i in 0..16usize {
+            let len = sizes[(i + round) % sizes.len()];
+            let data = pattern(round * 16 + i + me as usize, len);
+            w.isend_into(&mut reqs[16 + i], data, peer, i as i32)
+                .unwrap();
+        }
+        let st = w.waitall(&mut reqs).unwrap();
+        for (i, r) in reqs[..16].iter_mut().enumerate() {
+            let len = sizes[(i + round) % sizes.len()];
+            assert_eq!(
+                (st[i].source, st[i].tag, st[i].count),
+                (peer, i as i32, len)
+            );
+            assert_eq!(
+                r.take_buffer().unwrap(),
+                pattern(round * 16 + i + peer as usize, len),
+                "round {round}: receive {i}"
+            );
+        }
+        for (i, r) in reqs[16..].iter_mut().enumerate() {
+            let len = sizes[(i + round) % sizes.len()];
+            assert_eq!(r.take_buffer().unwrap().len(), len, "send {i} buffer back");
+            assert!(r.is_null());
+        }
+    }
+    // Overwriting an active receive frees it: it stays posted and takes
+    // the first message; the new request gets the second.
+    let mut r = Request::null();
+    if me == 1 {
+        w.irecv_into(&mut r, vec![0u8; 8], 0, 9).unwrap();
+        w.irecv_into(&mut r, vec![0u8; 8], 0, 9).unwrap();
+    }
+    w.barrier().unwrap();
+    if me == 0 {
+        w.send(b"first", 1, 9).unwrap();
+        w.send(b"second", 1, 9).unwrap();
+    } else {
+        let st = w.wait(&mut r).unwrap();
+        assert_eq!(st.count, 6);
+        assert_eq!(&r.take_buffer().unwrap()[..6], b"second");
+    }
+    // An error leaves the request as it was (here: still pending).
+    let mut r = w.irecv(vec![0u8; 4], peer, 7).unwrap();
+    let bad = w.isend_into(&mut r, vec![1], w.size(), 0).unwrap_err();
+    assert_eq!(bad.class(), ErrorClass::Rank);
+    let bad = w.irecv_into(&mut r, vec![1], peer, TAG_UB + 1).unwrap_err();
+    assert_eq!(bad.class(), ErrorClass::Tag);
+    assert!(!r.is_null());
+    w.send(b"abcd", peer, 7).unwrap();
+    assert_eq!(w.wait(&mut r).unwrap().count, 4);
+    assert_eq!(r.take_buffer().unwrap(), b"abcd");
+    // PROC_NULL: complete at once, buffer handed back.
+    w.isend_into(&mut r, vec![1, 2], PROC_NULL, 0).unwrap();
+    assert_eq!(w.wait(&mut r).unwrap().source, PROC_NULL);
+    assert_eq!(r.take_buffer().unwrap(), vec![1, 2]);
+    w.irecv_into(&mut r, vec![7u8; 3], PROC_NULL, ANY_TAG)
+        .unwrap();
+    let st = w.wait(&mut r).unwrap();
+    assert_eq!((st.source, st.count), (PROC_NULL, 0));
+    assert_eq!(r.take_buffer().unwrap(), vec![7u8; 3]);
+}
+
 fn roles() -> Vec<Role> {
     vec![
         ("pingpong", role_pingpong),
@@ -1190,6 +1267,7 @@ fn roles() -> Vec<Role> {
         ("threads", role_threads),
         ("funneled_other_thread", role_funneled_other_thread),
         ("deferred_windows", role_deferred_windows),
+        ("requests_into", role_requests_into),
         ("wait_mixes", role_wait_mixes),
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
@@ -1357,6 +1435,21 @@ fn main() -> ExitCode {
             "deferred_windows",
             2,
             &[("TMX_SHMEM_DEFER_RECV", "off")],
+            0,
+        ),
+        ("requests_into".into(), "requests_into", 2, &[], 0),
+        (
+            "requests_into_funneled".into(),
+            "requests_into",
+            2,
+            funneled,
+            0,
+        ),
+        (
+            "requests_into_without_cma".into(),
+            "requests_into",
+            2,
+            no_cma,
             0,
         ),
         ("pingpong_funneled".into(), "pingpong", 2, funneled, 0),
