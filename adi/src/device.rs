@@ -836,7 +836,8 @@ impl Device {
     /// [`Device::start_send`] of an owned buffer (`Comm::isend`; inline
     /// there). Kept apart from [`Device::start_send_owned_into`]: built
     /// through it and returned, the request was copied once more through
-    /// the stack (see there).
+    /// the stack (see there; 2–3% of a bi-directional window, median of 12
+    /// rotating rounds).
     #[inline]
     pub(crate) fn start_send_owned(
         &self,
@@ -1163,7 +1164,10 @@ impl Device {
     /// (`Comm::irecv`), with the common outcome of a message already here
     /// (a plain success) built straight from the endpoint's result, read
     /// in place: the result is large, and moving it (twice) cost more than
-    /// the rest of the path.
+    /// the rest of the path. Kept apart from
+    /// [`Device::start_recv_owned_into`], as [`Device::start_send_owned`]
+    /// is: returned through it, the request cost 2–3% of a bi-directional
+    /// window.
     #[inline]
     pub(crate) fn start_recv_owned(
         &self,
