@@ -488,6 +488,7 @@ pub(crate) fn request_into(
         Some(pair) => pair,
         None => fresh_pair(),
     };
+    out.free_if_active();
     out.state = State::Shared { slot: mine, op };
     out.buffer = None;
     Completer { slot: Some(theirs) }
@@ -623,11 +624,22 @@ impl Request {
     /// aside and assigning it copied it through the stack.
     #[inline(always)]
     pub(crate) fn set_ready_with_buffer(&mut self, status: Status, buffer: Vec<u8>) {
+        self.free_if_active();
         self.state = State::Ready(Ready {
             status,
             detail: None,
         });
         self.buffer = Some(buffer);
+    }
+
+    /// Before a field-by-field overwrite: an active request is dropped as a
+    /// whole first (`MPI_Request_free`: its slot marked freed), which
+    /// assigning its fields alone would skip.
+    #[inline(always)]
+    fn free_if_active(&mut self) {
+        if matches!(self.state, State::Shared { .. }) {
+            *self = Request::null();
+        }
     }
 
     /// A request that is already complete with `status` (for operations that

@@ -1231,6 +1231,19 @@ fn role_requests_into(w: &Comm) {
         assert_eq!(st.count, 6);
         assert_eq!(&r.take_buffer().unwrap()[..6], b"second");
     }
+    // Overwriting an active request frees it (as dropping it does): its
+    // completer sees it freed, on the born-complete path (an inline send)
+    // and on the pending one (a receive not matched yet).
+    let (mut r, c1) = adi::request::request();
+    w.isend_into(&mut r, vec![3u8; 3], peer, 11).unwrap();
+    assert!(c1.is_freed(), "overwritten by a completed send");
+    let (mut q, c2) = adi::request::request();
+    w.irecv_into(&mut q, vec![0u8; 3], peer, 11).unwrap();
+    assert!(c2.is_freed(), "overwritten by a pending receive");
+    assert_eq!(w.wait(&mut q).unwrap().count, 3);
+    assert_eq!(q.take_buffer().unwrap(), vec![3u8; 3]);
+    w.wait(&mut r).unwrap();
+    drop((c1, c2));
     // An error leaves the request as it was (here: still pending).
     let mut r = w.irecv(vec![0u8; 4], peer, 7).unwrap();
     let bad = w.isend_into(&mut r, vec![1], w.size(), 0).unwrap_err();
