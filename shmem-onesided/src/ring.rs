@@ -770,7 +770,9 @@ impl Outbox {
         payload: &[u8],
         before: impl FnOnce(u8),
     ) -> bool {
-        if !self.pending.is_empty() || !self.producer.has_room(ring) {
+        // Checked here too, so that `before` never runs for a push that
+        // cannot happen.
+        if payload.len() > INLINE_MAX || !self.pending.is_empty() || !self.producer.has_room(ring) {
             return false;
         }
         before(fields.flags);
