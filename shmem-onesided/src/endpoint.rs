@@ -135,7 +135,9 @@ use crate::error::{Error, Result};
 use crate::idmap::{IdMap, IdTable, KeySlab};
 use crate::node::{CmaStatus, Node};
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
-use crate::ring::{ext_slots, Consumer, Header, InlineFields, Outbox, RingRef, Sent, INLINE_MAX};
+use crate::ring::{
+    ext_slots, Consumer, Header, HeaderFields, InlineFields, Outbox, RingRef, Sent, INLINE_MAX,
+};
 use crate::segment::{ArrivalWatch, Segment};
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::VecDeque;
@@ -1071,6 +1073,19 @@ fn eager_block(
     data: &[u8],
     mut tmpl: Header,
 ) -> Option<Header> {
+    let off = eager_copy(seg, eager, data)?;
+    tmpl.source = seg.rank();
+    tmpl.word = off;
+    Some(tmpl)
+}
+
+/// Copies `data` into a fresh eager block and returns the block's offset,
+/// or `None` if the eager area has no room even after reclaiming. (The
+/// send fast path fills its header itself: a `Header` returned through
+/// memory was copied in wide loads of its narrow stores, which waited for
+/// the payload copy's stores to drain.)
+#[inline]
+fn eager_copy(seg: &Segment, eager: &mut EagerArea, data: &[u8]) -> Option<u64> {
     let need = EAGER_PREFIX + data.len() as u64;
     let off = eager.alloc(need, released(seg))?;
     let me = seg.rank();
@@ -1086,9 +1101,7 @@ fn eager_block(
             data.len(),
         )
     };
-    tmpl.source = me;
-    tmpl.word = off;
-    Some(tmpl)
+    Some(off)
 }
 
 impl Endpoint {
@@ -1266,20 +1279,21 @@ impl Endpoint {
             return false;
         }
         let id = self.next_id;
-        let mut tmpl = Header {
+        let seg = self.node.segment();
+        let Some(off) = eager_copy(seg, &mut self.eager, data) else {
+            return false;
+        };
+        let fields = HeaderFields {
             kind: KIND_EAGER,
             flags: self.counted_flag(),
             // <= pipeline_min, and the eager area (< 2^32)
             nbytes: len as u32,
-            source: self.rank(),
+            source: seg.rank(),
             tag,
             context,
-            ..Header::default()
-        };
-        tmpl.ext[8..16].copy_from_slice(&id.to_le_bytes());
-        let seg = self.node.segment();
-        let Some(h) = eager_block(seg, &mut self.eager, data, tmpl) else {
-            return false;
+            word: off,
+            ext: [0, id, 0, 0],
+            ..HeaderFields::default()
         };
         self.next_id += 1;
         self.counters.buffered_sends += 1;
@@ -1287,13 +1301,13 @@ impl Endpoint {
         let me = seg.rank();
         let p = &mut self.peers[dest as usize];
         let ring = seg.ring(me, dest);
-        let sent = p.out.try_send_now(ring, &h, |h| {
-            if h.flags & FLAG_COUNTED != 0 {
+        let sent = p.out.try_send_fields_now(ring, fields, |flags| {
+            if flags & FLAG_COUNTED != 0 {
                 ring.count_message();
             }
         });
         if !sent {
-            self.enqueue(dest, h);
+            self.enqueue(dest, fields.header());
         }
         true
     }

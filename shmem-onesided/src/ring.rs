@@ -532,6 +532,52 @@ impl Producer {
         self.head += 1;
         Ok(())
     }
+
+    /// Publishes the header `fields` describes: the same bytes as
+    /// [`Producer::try_push`] of [`HeaderFields::header`], written straight
+    /// into the slot as words made in registers, for a header that was
+    /// never in memory (see [`Producer::try_push_inline`] for why: an
+    /// eager send's header copied through the stack waited there for the
+    /// payload copy's stores to drain). [`Full`] (nothing written) as
+    /// `try_push`.
+    #[inline(always)]
+    pub fn try_push_fields(&mut self, ring: RingRef<'_>, f: HeaderFields) -> Result<(), Full> {
+        let n = ring.capacity();
+        if self.head.wrapping_sub(self.cached_consumed) >= n {
+            self.rereads += 1;
+            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
+            if self.head.wrapping_sub(self.cached_consumed) >= n {
+                return Err(Full);
+            }
+        }
+        // Body bytes 0..8: kind, flags, aux, nbytes; 8..16: source, tag;
+        // 16..20: context; 20..28: word; 28..60: ext.
+        let w0 = u64::from(f.kind)
+            | u64::from(f.flags) << 8
+            | u64::from(f.aux) << 16
+            | u64::from(f.nbytes) << 32;
+        let w1 = u64::from(f.source) | u64::from(f.tag) << 32;
+        let slot = ring.slot(self.head);
+        // SAFETY: the slot is free, as in `push_with` (we are its only
+        // producer, the consumer finished its previous lap and reads this
+        // one only after acquiring `seq` below). The writes cover body
+        // bytes 0..8, 8..16, 16..20, 20..28 and 28..60, all inside the
+        // body (BODY_BYTES == 60).
+        slot.body.with_mut(|p| unsafe {
+            let b = p.cast::<u8>();
+            b.cast::<u64>().write_unaligned(w0.to_le());
+            b.add(8).cast::<u64>().write_unaligned(w1.to_le());
+            b.add(16).cast::<u32>().write_unaligned(f.context.to_le());
+            b.add(20).cast::<u64>().write_unaligned(f.word.to_le());
+            for (i, w) in f.ext.iter().enumerate() {
+                b.add(28 + 8 * i).cast::<u64>().write_unaligned(w.to_le());
+            }
+        });
+        slot.seq
+            .store((self.head as u32).wrapping_add(1), Ordering::Release);
+        self.head += 1;
+        Ok(())
+    }
 }
 
 /// Word `i` (bytes `8i..8i + 8`, little-endian, zero past the end) of an
@@ -563,6 +609,51 @@ pub struct InlineFields {
     pub tag: u32,
     /// MPI context id.
     pub context: u32,
+}
+
+/// A header's fields for [`Producer::try_push_fields`], with `ext` as
+/// four little-endian words (`ext[8i..8i + 8]` of [`Header::ext`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeaderFields {
+    /// Message kind.
+    pub kind: u8,
+    /// Flags.
+    pub flags: u8,
+    /// Auxiliary 16 bits.
+    pub aux: u16,
+    /// Message length in bytes.
+    pub nbytes: u32,
+    /// Sender's local rank.
+    pub source: u32,
+    /// MPI tag.
+    pub tag: u32,
+    /// MPI context id.
+    pub context: u32,
+    /// Data offset/address.
+    pub word: u64,
+    /// `Header::ext` as words.
+    pub ext: [u64; 4],
+}
+
+impl HeaderFields {
+    /// The [`Header`] these fields publish.
+    pub fn header(&self) -> Header {
+        let mut ext = [0u8; 32];
+        for (i, w) in self.ext.iter().enumerate() {
+            ext[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        Header {
+            kind: self.kind,
+            flags: self.flags,
+            aux: self.aux,
+            nbytes: self.nbytes,
+            source: self.source,
+            tag: self.tag,
+            context: self.context,
+            word: self.word,
+            ext,
+        }
+    }
 }
 
 /// The consumer's process-private state.
@@ -779,6 +870,23 @@ impl Outbox {
         self.producer.try_push_inline(ring, fields, payload).is_ok()
     }
 
+    /// [`Outbox::try_send_now`] of a header given as fields, written
+    /// straight into the slot ([`Producer::try_push_fields`]); `before`
+    /// gets the flags.
+    #[inline(always)]
+    pub fn try_send_fields_now(
+        &mut self,
+        ring: RingRef<'_>,
+        fields: HeaderFields,
+        before: impl FnOnce(u8),
+    ) -> bool {
+        if !self.pending.is_empty() || !self.producer.has_room(ring) {
+            return false;
+        }
+        before(fields.flags);
+        self.producer.try_push_fields(ring, fields).is_ok()
+    }
+
     /// Publishes `hdr` at once if nothing is pending and the ring has room
     /// (after one re-read of the consumer index), calling `before` just
     /// before; otherwise does nothing and returns `false` (the caller then
@@ -937,6 +1045,33 @@ mod tests {
             prop_assert_eq!(cons.poll(mem.view()), Some(h));
             let (b, n) = h.inline_payload();
             prop_assert_eq!(&b[..n], &p[..]);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// A header pushed as fields publishes what `try_push` of the same
+        /// header would, over a stale slot.
+        #[test]
+        fn fields_push_is_try_push_of_its_header(
+            k in any::<[u8; 2]>(),
+            aux in any::<u16>(),
+            w in any::<[u32; 4]>(),
+            word in any::<u64>(),
+            ext in any::<[u64; 4]>(),
+            stale in any_header(),
+        ) {
+            let f = HeaderFields {
+                kind: k[0], flags: k[1], aux, nbytes: w[0], source: w[1], tag: w[2],
+                context: w[3], word, ext,
+            };
+            let mem = RingMem::new(1);
+            let (mut prod, mut cons) = (Producer::new(), Consumer::new(1));
+            prop_assert!(prod.try_push(mem.view(), &stale).is_ok());
+            prop_assert_eq!(cons.poll(mem.view()), Some(stale));
+            prop_assert!(prod.try_push_fields(mem.view(), f).is_ok());
+            prop_assert_eq!(prod.try_push_fields(mem.view(), f), Err(Full));
+            prop_assert_eq!(cons.poll(mem.view()), Some(f.header()));
         }
     }
 
