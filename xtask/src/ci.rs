@@ -549,8 +549,23 @@ fn target_dir(root: &Path) -> PathBuf {
 
 /// The MPICH side of adi's OSU-style benchmark.
 const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
-/// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench adi`.
+/// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench adi`
+/// (`TMX_BENCH_ROUNDS` overrides it).
 const ADI_BENCH_ROUNDS: usize = 5;
+
+/// The number of rounds: `TMX_BENCH_ROUNDS` (1 to 100) or `default`.
+fn bench_rounds(default: usize) -> Result<usize, String> {
+    match std::env::var("TMX_BENCH_ROUNDS") {
+        Err(std::env::VarError::NotPresent) => Ok(default),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "TMX_BENCH_ROUNDS={v:?}: expected an integer from 1 to 100"
+            )),
+        },
+        Err(e) => Err(format!("TMX_BENCH_ROUNDS: {e}")),
+    }
+}
 
 /// adi: our `osu` example under `tmrun -n 2 --bind-to core`, and the same
 /// measurements over Debian's MPICH under `mpiexec.hydra -n 2 -bind-to core`,
@@ -575,26 +590,126 @@ fn run_adi_bench() -> Result<(), String> {
         return Err("building tmrun and adi's osu example failed".into());
     }
     let rel = target_dir(&root).join("release");
+    let rounds = bench_rounds(ADI_BENCH_ROUNDS)?;
     let mut ours = Figures::default();
     let mut theirs = Figures::default();
-    for round in 1..=ADI_BENCH_ROUNDS {
-        if let Some(bin) = &mpich {
-            let out = run_mpich_pair(bin, "MPICH OSU benchmark")?;
-            theirs.merge(&out, "mpich");
+    // Each round's pair of runs, for the paired ratios.
+    let mut pairs = Vec::new();
+    for round in 1..=rounds {
+        let (mut o, mut t) = (Figures::default(), Figures::default());
+        // Odd rounds run MPICH first, even ones tmx first, so that a drift
+        // of the machine's speed within a round favours neither side.
+        for mpich_turn in if round % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        } {
+            if mpich_turn {
+                if let Some(bin) = &mpich {
+                    let out = run_mpich_pair(bin, "MPICH OSU benchmark")?;
+                    theirs.merge(&out, "mpich");
+                    t.merge(&out, "mpich");
+                }
+            } else {
+                let out = run_tmrun_pair(&rel, "osu")?;
+                ours.merge(&out, "tmx");
+                o.merge(&out, "tmx");
+            }
         }
-        let out = run_tmrun_pair(&rel, "osu")?;
-        ours.merge(&out, "tmx");
-        println!("(round {round} of {ADI_BENCH_ROUNDS} done)");
+        pairs.push((o, t));
+        println!("(round {round} of {rounds} done)");
     }
     println!(
-        "\n==== adi (osu example) vs MPICH ({ADI_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
+        "\n==== adi (osu example) vs MPICH ({rounds} interleaved rounds, best of each) ====\n"
     );
     println!(
         "thread level: tmx `adi::init_thread(Funneled)` (one thread owns the device, no core \
          lock; osu --threads multiple for the locked mode), MPICH `MPI_Init` (MPI_THREAD_SINGLE)\n"
     );
     print!("{}", adi_table(&ours, mpich.is_some().then_some(&theirs)));
-    run_adi_rma_bench(&root, &rel)
+    if mpich.is_some() {
+        println!(
+            "\n==== the same runs, paired: each round's tmx figure over the same round's MPICH \
+             figure (> 1: tmx is better); median, and the lowest and highest of the {rounds} \
+             rounds ====\n"
+        );
+        print!("{}", paired_table(&pairs));
+    }
+    run_adi_rma_bench(&root, &rel, rounds)
+}
+
+/// Per size and measurement, the ratios of the rounds' (tmx, MPICH)
+/// figures (> 1: tmx is better): median, lowest and highest. The best-of
+/// table compares each side's luckiest run, which on a machine whose speed
+/// moves by 2× within minutes can be from different phases; a pair ran
+/// back to back, and the median of the pairs is what a phase does not
+/// decide. A closing line lists the sizes whose median is below 1.
+fn paired_table(pairs: &[(Figures, Figures)]) -> String {
+    let kinds = ["lat", "bw", "bibw"];
+    let get = |f: &Figures, kind: &str, path: &str, b: u64| {
+        let m = match kind {
+            "lat" => &f.lat,
+            "bw" => &f.bw,
+            _ => &f.bibw,
+        };
+        m.get(&(path.to_string(), b)).copied()
+    };
+    let mut sizes: Vec<u64> = pairs
+        .iter()
+        .flat_map(|(o, _)| o.lat.keys().chain(o.bw.keys()).chain(o.bibw.keys()))
+        .map(|k| k.1)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut s = String::from(
+        "| size | lat ratio median | lat lowest–highest | bw ratio median | bw lowest–highest | bibw ratio median | bibw lowest–highest |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut below: Vec<String> = Vec::new();
+    for b in sizes {
+        s.push_str(&format!("| {} |", size_name(b)));
+        for kind in kinds {
+            let mut r: Vec<f64> = pairs
+                .iter()
+                .filter_map(
+                    |(o, t)| match (get(o, kind, "tmx", b), get(t, kind, "mpich", b)) {
+                        (Some(o), Some(t)) if o > 0.0 && t > 0.0 => {
+                            Some(if kind == "lat" { t / o } else { o / t })
+                        }
+                        _ => None,
+                    },
+                )
+                .collect();
+            r.sort_by(f64::total_cmp);
+            match median(&r) {
+                Some(m) => {
+                    s.push_str(&format!(" {m:.2} | {:.2}–{:.2} |", r[0], r[r.len() - 1]));
+                    if m < 1.0 {
+                        below.push(format!("{kind} {} ({m:.2})", size_name(b)));
+                    }
+                }
+                None => s.push_str(" – | – |"),
+            }
+        }
+        s.push('\n');
+    }
+    if below.is_empty() {
+        s.push_str("\nEvery paired median is at or above 1.\n");
+    } else {
+        s.push_str(&format!(
+            "\nPaired medians below 1: {}.\n",
+            below.join(", ")
+        ));
+    }
+    s
+}
+
+/// The median of sorted `v` (the mean of the middle two when even).
+fn median(v: &[f64]) -> Option<f64> {
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 /// The MPICH side of adi's RMA benchmark.
@@ -602,7 +717,7 @@ const MPICH_RMA: &str = "adi/bench/mpich_rma.c";
 
 /// RMA windows: `osu_rma --raw` under tmrun and `mpich_rma` under Hydra,
 /// alternately; one table (test × size) with ratios (> 1: tmx is better).
-fn run_adi_rma_bench(root: &Path, rel: &Path) -> Result<(), String> {
+fn run_adi_rma_bench(root: &Path, rel: &Path, rounds: usize) -> Result<(), String> {
     let mpich = build_mpich(root, MPICH_RMA, "mpich_rma")?;
     let mut c = cargo();
     c.args(["build", "--release", "-p", "adi", "--example", "osu_rma"]);
@@ -629,17 +744,17 @@ fn run_adi_rma_bench(root: &Path, rel: &Path) -> Result<(), String> {
         }
     };
     let (mut ours, mut theirs) = (Best::new(), Best::new());
-    for round in 1..=ADI_BENCH_ROUNDS {
+    for round in 1..=rounds {
         if let Some(bin) = &mpich {
             let out = run_mpich_pair(bin, "MPICH RMA benchmark")?;
             merge(&mut theirs, &out);
         }
         let out = run_tmrun_pair(rel, "osu_rma")?;
         merge(&mut ours, &out);
-        println!("(RMA round {round} of {ADI_BENCH_ROUNDS} done)");
+        println!("(RMA round {round} of {rounds} done)");
     }
     println!(
-        "\n==== adi RMA windows (osu_rma) vs MPICH ({ADI_BENCH_ROUNDS} interleaved rounds, best of each) ====\n"
+        "\n==== adi RMA windows (osu_rma) vs MPICH ({rounds} interleaved rounds, best of each) ====\n"
     );
     let mut s = String::from("| test | size | tmx | MPICH | ratio |\n|---|---:|---:|---:|---:|\n");
     for ((test, b), v) in &ours {
@@ -1026,6 +1141,43 @@ test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
                 .contains("| 20000 | 8000 | 2.50 | 14000 | 12000 | 15000 | 0.80 | 27000 |"),
             "{t}"
         );
+        let cells = |l: &str| l.matches('|').count();
+        let header = t.lines().next().unwrap_or("");
+        for l in t.lines().filter(|l| l.starts_with('|')) {
+            assert_eq!(cells(l), cells(header), "{l}");
+        }
+    }
+
+    #[test]
+    fn paired_table_takes_the_median_of_per_round_ratios() {
+        let round = |ours: &str, mpich: &str| {
+            let (mut o, mut t) = (Figures::default(), Figures::default());
+            o.merge(ours, "tmx");
+            t.merge(mpich, "mpich");
+            (o, t)
+        };
+        let pairs = [
+            // lat 8 B: 0.10 vs 0.20 (2.00); bw 64 B: 900 vs 1000 (0.90)
+            round("lat 8 0.10\nbw 64 900\n", "lat 8 0.20\nbw 64 1000\n"),
+            // 1.00 and 1.20
+            round("lat 8 0.20\nbw 64 1200\n", "lat 8 0.20\nbw 64 1000\n"),
+            // 0.50 and 0.95; MPICH's best bw (2000) is in another round
+            round("lat 8 0.40\nbw 64 1900\n", "lat 8 0.20\nbw 64 2000\n"),
+        ];
+        let t = paired_table(&pairs);
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("| 8 B |"))
+            .unwrap_or_else(|| panic!("no 8 B row in\n{t}"));
+        assert!(row.contains("| 1.00 | 0.50–2.00 |"), "{t}");
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("| 64 B |"))
+            .unwrap_or_else(|| panic!("no 64 B row in\n{t}"));
+        assert!(row.contains("| 0.95 | 0.90–1.20 |"), "{t}");
+        assert!(t.contains("Paired medians below 1: bw 64 B (0.95)."), "{t}");
+        assert_eq!(median(&[1.0, 2.0, 4.0, 8.0]), Some(3.0));
+        assert_eq!(median(&[]), None);
         let cells = |l: &str| l.matches('|').count();
         let header = t.lines().next().unwrap_or("");
         for l in t.lines().filter(|l| l.starts_with('|')) {
