@@ -7,7 +7,8 @@
 //!   named ones) and prints a summary with the number of tests run.
 //! - `cargo xtask bench [CRATE...]` runs the benchmarks of the crates that have
 //!   them; for shmem-onesided and adi, side by side with Debian's MPICH in one
-//!   table.
+//!   table (adi: also a table of paired per-round ratios; `TMX_BENCH_ROUNDS`
+//!   rounds, default 5).
 //! - `cargo xtask cluster` runs the multi-host tests (`tmrun --hosts` over
 //!   `local:` and network-namespace hosts); they also run inside `ci`.
 //!
@@ -28,7 +29,8 @@ commands:
                     steps: system fmt clippy test doc loom proptest
   bench [CRATE...]  run benchmarks (all crates that have benches/, or the named ones);
                     shmem-onesided and adi (its osu example under tmrun) run beside
-                    Debian's MPICH and print one table with ratios
+                    Debian's MPICH and print one table with ratios (adi also a
+                    table of paired per-round ratios: median, lowest, highest)
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
                     (network namespaces; needs root and iproute2), verbosely
   help              this text
@@ -36,6 +38,7 @@ commands:
 environment:
   TMX_PROPTEST_CASES   cases per property in the heavy proptest step (default 2000)
   LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
+  TMX_BENCH_ROUNDS     rounds of `bench adi` (point-to-point and RMA), 1 to 100 (default 5)
 ";
 
 fn main() -> ExitCode {
