@@ -646,19 +646,7 @@ fn run_adi_bench() -> Result<(), String> {
 /// decide. A closing line lists the sizes whose median is below 1.
 fn paired_table(pairs: &[(Figures, Figures)]) -> String {
     let kinds = ["lat", "bw", "bibw"];
-    let get = |f: &Figures, kind: &str, path: &str, b: u64| {
-        let m = match kind {
-            "lat" => &f.lat,
-            "bw" => &f.bw,
-            _ => &f.bibw,
-        };
-        m.get(&(path.to_string(), b)).copied()
-    };
-    let mut sizes: Vec<u64> = pairs
-        .iter()
-        .flat_map(|(o, _)| o.lat.keys().chain(o.bw.keys()).chain(o.bibw.keys()))
-        .map(|k| k.1)
-        .collect();
+    let mut sizes: Vec<u64> = pairs.iter().flat_map(|(o, _)| o.sizes()).collect();
     sizes.sort_unstable();
     sizes.dedup();
     let mut s = String::from(
@@ -670,14 +658,7 @@ fn paired_table(pairs: &[(Figures, Figures)]) -> String {
         for kind in kinds {
             let mut r: Vec<f64> = pairs
                 .iter()
-                .filter_map(
-                    |(o, t)| match (get(o, kind, "tmx", b), get(t, kind, "mpich", b)) {
-                        (Some(o), Some(t)) if o > 0.0 && t > 0.0 => {
-                            Some(if kind == "lat" { t / o } else { o / t })
-                        }
-                        _ => None,
-                    },
-                )
+                .filter_map(|(o, t)| ratio(kind, o.get(kind, "tmx", b), t.get(kind, "mpich", b)))
                 .collect();
             r.sort_by(f64::total_cmp);
             match median(&r) {
@@ -783,37 +764,16 @@ fn run_adi_rma_bench(root: &Path, rel: &Path, rounds: usize) -> Result<(), Strin
 /// each bandwidth group without a ratio.
 fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
     let cell = |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
-    let get = |f: &Figures, kind: &str, path: &str, b: u64| {
-        let m = match kind {
-            "lat" => &f.lat,
-            "bw" => &f.bw,
-            _ => &f.bibw,
-        };
-        m.get(&(path.to_string(), b)).copied()
-    };
-    let mut sizes: Vec<u64> = ours
-        .lat
-        .keys()
-        .chain(ours.bw.keys())
-        .chain(ours.bibw.keys())
-        .map(|k| k.1)
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
+    let sizes = ours.sizes();
     let mut s = String::from(
         "| size | lat µs tmx | lat µs MPICH | ratio | bw MB/s tmx | bw MB/s MPICH | ratio | bw MPICH one buffer | bibw MB/s tmx | bibw MB/s MPICH | ratio | bibw MPICH one buffer |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for b in sizes {
         s.push_str(&format!("| {} |", size_name(b)));
         for kind in ["lat", "bw", "bibw"] {
-            let t = get(ours, kind, "tmx", b);
-            let m = mpich.and_then(|f| get(f, kind, "mpich", b));
-            let ratio = match (t, m) {
-                (Some(t), Some(m)) if t > 0.0 && m > 0.0 => {
-                    Some(if kind == "lat" { m / t } else { t / m })
-                }
-                _ => None,
-            };
+            let t = ours.get(kind, "tmx", b);
+            let m = mpich.and_then(|f| f.get(kind, "mpich", b));
+            let ratio = ratio(kind, t, m);
             let prec = if kind == "lat" { 2 } else { 0 };
             s.push_str(&format!(
                 " {} | {} | {} |",
@@ -823,7 +783,7 @@ fn adi_table(ours: &Figures, mpich: Option<&Figures>) -> String {
             ));
             if kind != "lat" {
                 // OSU's classic form: one buffer for the whole window.
-                let one = mpich.and_then(|f| get(f, kind, "one", b));
+                let one = mpich.and_then(|f| f.get(kind, "one", b));
                 s.push_str(&format!(" {} |", cell(one, 0)));
             }
         }
@@ -898,7 +858,40 @@ struct Figures {
     ring: Vec<f64>,
 }
 
+/// tmx's figure over MPICH's for `kind` (`lat`: MPICH's time over ours),
+/// so that > 1 means tmx is better; `None` without both.
+fn ratio(kind: &str, tmx: Option<f64>, mpich: Option<f64>) -> Option<f64> {
+    match (tmx, mpich) {
+        (Some(t), Some(m)) if t > 0.0 && m > 0.0 => Some(if kind == "lat" { m / t } else { t / m }),
+        _ => None,
+    }
+}
+
 impl Figures {
+    /// Every size with a latency, bandwidth or bi-bandwidth figure, sorted.
+    fn sizes(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = (self
+            .lat
+            .keys()
+            .chain(self.bw.keys())
+            .chain(self.bibw.keys()))
+        .map(|k| k.1)
+        .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The figure of `kind` (`lat`, `bw` or `bibw`) for `path` at `b` bytes.
+    fn get(&self, kind: &str, path: &str, b: u64) -> Option<f64> {
+        let m = match kind {
+            "lat" => &self.lat,
+            "bw" => &self.bw,
+            _ => &self.bibw,
+        };
+        m.get(&(path.to_string(), b)).copied()
+    }
+
     /// Reads `lat [path] <bytes> <usec>`, `bw`/`bibw [path] <bytes> <MB/s>` and
     /// `memcpy <bytes> <MB/s>` lines; a line without a path gets `default_path`.
     fn merge(&mut self, output: &str, default_path: &str) {
