@@ -353,6 +353,7 @@ impl Producer {
     /// Whether the next push will succeed, re-reading the consumer index
     /// once if the cached one says the ring is full (only this producer
     /// fills the ring, so a `true` stays true until the next push).
+    #[inline(always)]
     pub fn has_room(&mut self, ring: RingRef<'_>) -> bool {
         let n = ring.capacity();
         if self.head.wrapping_sub(self.cached_consumed) >= n {
@@ -448,17 +449,12 @@ impl Producer {
         hdr: &Header,
         publish: Ordering,
     ) -> Result<(), Full> {
-        let n = ring.capacity();
-        if self.head.wrapping_sub(self.cached_consumed) >= n {
-            self.rereads += 1;
-            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
-            if self.head.wrapping_sub(self.cached_consumed) >= n {
-                return Err(Full);
-            }
+        if !self.has_room(ring) {
+            return Err(Full);
         }
         let slot = ring.slot(self.head);
         let body = hdr.encode();
-        // SAFETY: the slot is free: `consumed` (acquired above, or earlier)
+        // SAFETY: the slot is free: `consumed` (acquired by `has_room`, or earlier)
         // is past `head - n`, so the consumer finished reading this slot's
         // previous lap before its Release store of `consumed`, and it reads
         // this lap only after our Release store of `seq` below. We are the
@@ -492,17 +488,12 @@ impl Producer {
         fields: InlineFields,
         payload: &[u8],
     ) -> Result<(), Full> {
-        let n = ring.capacity();
         let len = payload.len();
         if len > INLINE_MAX {
             return Err(Full);
         }
-        if self.head.wrapping_sub(self.cached_consumed) >= n {
-            self.rereads += 1;
-            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
-            if self.head.wrapping_sub(self.cached_consumed) >= n {
-                return Err(Full);
-            }
+        if !self.has_room(ring) {
+            return Err(Full);
         }
         // Body bytes 0..4: kind, flags, aux (the length, < 2^16); 4..12:
         // nbytes, source; 12..20: tag, context; 20..60: the payload.
@@ -542,13 +533,8 @@ impl Producer {
     /// `try_push`.
     #[inline(always)]
     pub fn try_push_fields(&mut self, ring: RingRef<'_>, f: HeaderFields) -> Result<(), Full> {
-        let n = ring.capacity();
-        if self.head.wrapping_sub(self.cached_consumed) >= n {
-            self.rereads += 1;
-            self.cached_consumed = ring.ctl.consumed.load(Ordering::Acquire);
-            if self.head.wrapping_sub(self.cached_consumed) >= n {
-                return Err(Full);
-            }
+        if !self.has_room(ring) {
+            return Err(Full);
         }
         // Body bytes 0..8: kind, flags, aux, nbytes; 8..16: source, tag;
         // 16..20: context; 20..28: word; 28..60: ext.
