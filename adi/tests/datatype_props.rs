@@ -212,8 +212,28 @@ fn check_layout(spec: &Spec) -> Result<(), TestCaseError> {
     }
     prop_assert!(dt.extent() >= 0);
     dt.commit().unwrap();
-    let blocks: &[Block] = dt.flat().unwrap().blocks();
-    prop_assert!(blocks.len() <= MAX_FLAT_BLOCKS);
+    let flat = dt.flat().unwrap();
+    let runs = flat.runs();
+    prop_assert!(runs.len() <= MAX_FLAT_BLOCKS);
+    prop_assert!(runs
+        .iter()
+        .all(|r| r.len > 0 && r.count > 0 && (r.count == 1 || r.stride != r.len as isize)));
+    prop_assert_eq!(
+        runs.iter().map(|r| r.len * r.count).sum::<usize>(),
+        dt.size()
+    );
+    // The runs expand to exactly the type map.
+    let from_runs: Vec<isize> = runs
+        .iter()
+        .flat_map(|r| {
+            (0..r.count).flat_map(move |j| {
+                let d = r.disp + j as isize * r.stride;
+                (0..r.len as isize).map(move |i| d + i)
+            })
+        })
+        .collect();
+    prop_assert_eq!(&from_runs, &map);
+    let blocks: Vec<Block> = flat.blocks();
     prop_assert_eq!(blocks.iter().map(|b| b.len).sum::<usize>(), dt.size());
     prop_assert_eq!(dt.pack_size(3).unwrap(), 3 * dt.size());
     prop_assert!(blocks.iter().all(|b| b.len > 0));
@@ -269,16 +289,28 @@ fn check_pack_unpack(
     }
     prop_assert_eq!(&parts, &packed);
 
-    // Segments cover the stream, inside the buffer.
-    let seg_total: usize = dt
+    // Segments are the model's offsets, in order, inside the buffer; touching
+    // regions are merged; any sub-range gives the same bytes.
+    let segs: Vec<(usize, usize)> = dt
         .segments(c.buf_len, count, 0, usize::MAX)
         .unwrap()
-        .map(|(s, l)| {
-            assert!(s + l <= c.buf_len);
-            l
-        })
-        .sum();
-    prop_assert_eq!(seg_total, total);
+        .collect();
+    let from_segs: Vec<usize> = segs.iter().flat_map(|&(s, l)| s..s + l).collect();
+    prop_assert!(from_segs.iter().all(|&o| o < c.buf_len));
+    prop_assert_eq!(&from_segs, &c.full);
+    for w in segs.windows(2) {
+        prop_assert!(w[0].0 + w[0].1 != w[1].0, "touching regions not merged");
+    }
+    if total > 0 {
+        let off = chunks[0] % total;
+        let len = chunks[chunks.len() - 1];
+        let part: Vec<usize> = dt
+            .segments(c.buf_len, count, off, len)
+            .unwrap()
+            .flat_map(|(s, l)| s..s + l)
+            .collect();
+        prop_assert_eq!(&part[..], &c.full[off..(off + len).min(total)]);
+    }
 
     // Unpack (in chunks) restores the covered bytes and leaves the others
     // untouched. Overlapping type maps are erroneous for receives in MPI.

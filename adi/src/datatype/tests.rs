@@ -403,7 +403,11 @@ fn unpack_of_short_input_is_truncation() {
 
 #[test]
 fn too_many_blocks_cannot_commit() {
-    let t = Datatype::vector(MAX_FLAT_BLOCKS as i64 + 1, 1, 2, &i8t()).unwrap();
+    // Blocks of 1 and 2 bytes, 3 bytes apart: no two merge into a run.
+    let n = MAX_FLAT_BLOCKS + 1;
+    let lens: Vec<i64> = (0..n).map(|i| 1 + (i % 2) as i64).collect();
+    let displs: Vec<i64> = (0..n).map(|i| 3 * i as i64).collect();
+    let t = Datatype::indexed(&lens, &displs, &i8t()).unwrap();
     assert_eq!(
         t.commit(),
         Err(Error::TooManyBlocks {
@@ -415,9 +419,48 @@ fn too_many_blocks_cannot_commit() {
         Error::TooManyBlocks { max: 1 }.class(),
         crate::ErrorClass::Type
     );
-    let ok = Datatype::vector(MAX_FLAT_BLOCKS as i64, 1, 2, &i8t()).unwrap();
+    let ok = Datatype::indexed(&lens[..n - 1], &displs[..n - 1], &i8t()).unwrap();
     ok.commit().unwrap();
-    assert_eq!(ok.flat().unwrap().blocks().len(), MAX_FLAT_BLOCKS);
+    assert_eq!(ok.flat().unwrap().runs().len(), MAX_FLAT_BLOCKS);
+}
+
+#[test]
+fn strided_data_is_one_run_whatever_its_count() {
+    // Every other byte, 2^22 times (more blocks than MAX_FLAT_BLOCKS).
+    let t = Datatype::vector(1 << 22, 1, 2, &i8t()).unwrap();
+    t.commit().unwrap();
+    assert_eq!(
+        t.flat().unwrap().runs(),
+        &[Run {
+            disp: 0,
+            len: 1,
+            count: 1 << 22,
+            stride: 2
+        }]
+    );
+    let src: Vec<u8> = (0..(1u32 << 23)).map(|i| i as u8).collect();
+    let mut packed = vec![0u8; t.pack_size(1).unwrap()];
+    assert_eq!(t.pack_part(&src, 1, 0, &mut packed).unwrap(), 1 << 22);
+    assert!(packed.iter().enumerate().all(|(i, &b)| b == (2 * i) as u8));
+    // A vector of vectors whose outer stride continues the inner one is
+    // one run too; one that does not is one run per outer block.
+    let f = Datatype::basic(BasicType::F64);
+    let inner = Datatype::vector(4, 1, 3, &f).unwrap();
+    let cont = Datatype::hvector(5, 1, 4 * 24, &inner).unwrap();
+    cont.commit().unwrap();
+    assert_eq!(cont.flat().unwrap().runs().len(), 1);
+    let rows = Datatype::hvector(5, 1, 1000, &inner).unwrap();
+    rows.commit().unwrap();
+    assert_eq!(
+        rows.flat().unwrap().runs()[1],
+        Run {
+            disp: 1000,
+            len: 8,
+            count: 4,
+            stride: 24
+        }
+    );
+    assert_eq!(rows.flat().unwrap().runs().len(), 5);
 }
 
 #[test]
