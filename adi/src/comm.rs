@@ -457,9 +457,11 @@ impl Comm {
     /// Packs (or, for contiguous data, copies) `count` elements of
     /// `datatype` from `buf` into one message buffer, following the
     /// three-case [`plan_send`]: contiguous data is copied as is; data that
-    /// fits the envelope or one buffer is packed at once; larger data is
-    /// packed part by part ([`SendPlan::parts`]) into the message buffer.
-    /// The transport then chooses inline / eager / rendezvous by size.
+    /// fits the envelope or one buffer is packed at once into a buffer of
+    /// the device's staging pool (see [`Comm::recycle`]); larger data is
+    /// packed part by part ([`SendPlan::parts`]) into a fresh message
+    /// buffer. The transport then chooses inline / eager / rendezvous by
+    /// size.
     fn pack_message(&self, buf: &[u8], count: i64, datatype: &Datatype) -> Result<Vec<u8>, Error> {
         let plan = plan_send(datatype, count, &self.dev().limits)?;
         match plan {
@@ -471,14 +473,22 @@ impl Comm {
                 };
                 let start = usize::try_from(start).map_err(|_| bad())?;
                 let end = start.checked_add(len).ok_or_else(bad)?;
-                Ok(buf.get(start..end).ok_or_else(bad)?.to_vec())
+                let from = buf.get(start..end).ok_or_else(bad)?;
+                let mut out = self.dev().staging(len);
+                out.copy_from_slice(from);
+                Ok(out)
             }
             SendPlan::Envelope { len } | SendPlan::Packed { len } => {
                 self.dev().note_packed();
-                let mut out = vec![0u8; len];
+                let mut out = self.dev().staging(len);
                 let mut pos = 0;
-                datatype.pack(buf, count, &mut out, &mut pos)?;
-                Ok(out)
+                match datatype.pack(buf, count, &mut out, &mut pos) {
+                    Ok(()) => Ok(out),
+                    Err(e) => {
+                        self.dev().give_back_staging(out);
+                        Err(e)
+                    }
+                }
             }
             SendPlan::Pipelined { len, .. } => {
                 self.dev().note_packed();
@@ -533,12 +543,27 @@ impl Comm {
             Mode::Standard,
             None,
         )?;
-        self.dev().wait(&mut req).map(|_| ())
+        let r = self.dev().wait(&mut req).map(|_| ());
+        self.recycle(&mut req);
+        r
+    }
+
+    /// Gives a completed send's packed buffer back to the staging pool, so
+    /// that the next datatype send or receive reuses it instead of
+    /// allocating (the request then hands back no buffer).
+    fn recycle(&self, req: &mut Request) {
+        if req.is_complete() {
+            if let Some(b) = req.take_buffer() {
+                self.dev().give_back_staging(b);
+            }
+        }
     }
 
     /// `MPI_Isend` of `count` elements of `datatype`: the data is packed at
     /// once, so `buf` (and `datatype`) may change or go right after the
-    /// call; the request hands back the packed message buffer.
+    /// call. The request hands back the packed message buffer if the send
+    /// did not complete in the call; one that did (an inline or eager send)
+    /// went back to the device's staging pool.
     pub fn isend_typed(
         &self,
         buf: &[u8],
@@ -550,7 +575,9 @@ impl Comm {
         Self::send_tag(tag)?;
         self.dest(dest)?;
         let data = self.pack_message(buf, count, datatype)?;
-        self.isend(data, dest, tag)
+        let mut req = self.isend(data, dest, tag)?;
+        self.recycle(&mut req);
+        Ok(req)
     }
 
     /// `MPI_Recv` of up to `count` elements of `datatype` into `buf`.

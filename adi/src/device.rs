@@ -90,9 +90,21 @@ pub const DEFAULT_SPIN: u32 = 4096;
 /// Idle passes of a blocking check, after its spinning ones, before it
 /// returns (a spurious return; waits loop).
 const YIELD_PASSES: u32 = 256;
-/// Staging buffers kept for reuse, and the largest one kept.
-const STAGING_KEEP: usize = 8;
-const STAGING_MAX: usize = 64 << 20;
+/// Staging buffers kept for reuse (two windows of 64 datatype operations
+/// in flight: a window's receives and its sends), and the bytes of
+/// capacity they may hold in all (so also the largest one kept). With 8
+/// kept, a 64-message window of 4 KiB `irecv_typed`/`isend_typed`
+/// allocated 56 buffers per window and freed them, and glibc returned the
+/// heap's top to the kernel each time: 2.3 GB/s against MPICH's 11.5.
+const STAGING_KEEP: usize = 128;
+const STAGING_BYTES: usize = 64 << 20;
+
+/// The staging pool: buffers and the sum of their capacities.
+#[derive(Debug, Default)]
+struct StagingPool {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+}
 
 /// How this rank reaches a peer: the one place that chooses a transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -575,7 +587,7 @@ pub(crate) struct Device {
     /// Serializes communicator creation on this process (see `Comm::dup`).
     pub(crate) comm_create: Mutex<()>,
     pmi: Mutex<Option<Pmi>>,
-    staging: Mutex<Vec<Vec<u8>>>,
+    staging: Mutex<StagingPool>,
     pub(crate) node_name: String,
     pub(crate) appnum: i64,
     pub(crate) limits: PlanLimits,
@@ -692,7 +704,7 @@ impl Device {
             contexts: Mutex::new(ContextPool::new(pairs)),
             comm_create: Mutex::new(()),
             pmi: Mutex::new(Some(pmi)),
-            staging: Mutex::new(Vec::new()),
+            staging: Mutex::new(StagingPool::default()),
             node_name,
             limits: PlanLimits::DEFAULT,
             print_counters,
@@ -1095,8 +1107,9 @@ impl Device {
     /// Takes a staging buffer of exactly `len` bytes (reused when possible).
     pub(crate) fn staging(&self, len: usize) -> Vec<u8> {
         let mut pool = lock(&self.staging);
-        if let Some(i) = pool.iter().position(|v| v.capacity() >= len) {
-            let mut v = pool.swap_remove(i);
+        if let Some(i) = pool.bufs.iter().rposition(|v| v.capacity() >= len) {
+            let mut v = pool.bufs.swap_remove(i);
+            pool.bytes -= v.capacity();
             if v.len() >= len {
                 v.truncate(len);
             } else {
@@ -1108,13 +1121,12 @@ impl Device {
         vec![0u8; len]
     }
 
+    /// Returns a staging buffer to the pool (dropped if the pool is full).
     pub(crate) fn give_back_staging(&self, v: Vec<u8>) {
-        if v.capacity() > STAGING_MAX {
-            return;
-        }
         let mut pool = lock(&self.staging);
-        if pool.len() < STAGING_KEEP {
-            pool.push(v);
+        if pool.bufs.len() < STAGING_KEEP && pool.bytes + v.capacity() <= STAGING_BYTES {
+            pool.bytes += v.capacity();
+            pool.bufs.push(v);
         }
     }
 

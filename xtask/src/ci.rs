@@ -696,14 +696,54 @@ fn median(v: &[f64]) -> Option<f64> {
 /// The MPICH side of adi's RMA benchmark.
 const MPICH_RMA: &str = "adi/bench/mpich_rma.c";
 
-/// RMA windows: `osu_rma --raw` under tmrun and `mpich_rma` under Hydra,
-/// alternately; one table (test × size) with ratios (> 1: tmx is better).
+/// RMA windows (`osu_rma --raw` under tmrun, `mpich_rma` under Hydra),
+/// then non-contiguous sends (`osu_ddt --raw`, `mpich_ddt`), each pair
+/// alternately; one table (test × size) each, with ratios (> 1: tmx is
+/// better).
 fn run_adi_rma_bench(root: &Path, rel: &Path, rounds: usize) -> Result<(), String> {
-    let mpich = build_mpich(root, MPICH_RMA, "mpich_rma")?;
+    run_pair_bench(
+        root,
+        rel,
+        rounds,
+        (MPICH_RMA, "mpich_rma"),
+        "osu_rma",
+        "RMA",
+        "adi RMA windows (osu_rma)",
+    )?;
+    run_pair_bench(
+        root,
+        rel,
+        rounds,
+        (MPICH_DDT, "mpich_ddt"),
+        "osu_ddt",
+        "datatype",
+        "adi non-contiguous sends, MPI_Type_vector(n, 1, 2, MPI_DOUBLE) (osu_ddt; size = packed bytes)",
+    )
+}
+
+/// The MPICH side of adi's datatype benchmark.
+const MPICH_DDT: &str = "adi/bench/mpich_ddt.c";
+
+/// Runs adi's `example --raw` and the MPICH program `mpich_src` (built as
+/// `mpich_name`) alternately for `rounds` rounds; both print
+/// `test bytes value` lines (a test whose name contains `_bw_` is a
+/// bandwidth, higher is better; anything else a time, lower is better).
+/// Prints one table (test × size) of each side's best with ratios (> 1:
+/// tmx is better).
+fn run_pair_bench(
+    root: &Path,
+    rel: &Path,
+    rounds: usize,
+    (mpich_src, mpich_name): (&str, &str),
+    example: &str,
+    what: &str,
+    title: &str,
+) -> Result<(), String> {
+    let mpich = build_mpich(root, mpich_src, mpich_name)?;
     let mut c = cargo();
-    c.args(["build", "--release", "-p", "adi", "--example", "osu_rma"]);
+    c.args(["build", "--release", "-p", "adi", "--example", example]);
     if !run_plain(c)? {
-        return Err("building adi's osu_rma example failed".into());
+        return Err(format!("building adi's {example} example failed"));
     }
     type Best = std::collections::BTreeMap<(String, u64), f64>;
     let merge = |best: &mut Best, out: &str| {
@@ -727,16 +767,14 @@ fn run_adi_rma_bench(root: &Path, rel: &Path, rounds: usize) -> Result<(), Strin
     let (mut ours, mut theirs) = (Best::new(), Best::new());
     for round in 1..=rounds {
         if let Some(bin) = &mpich {
-            let out = run_mpich_pair(bin, "MPICH RMA benchmark")?;
+            let out = run_mpich_pair(bin, &format!("MPICH {what} benchmark"))?;
             merge(&mut theirs, &out);
         }
-        let out = run_tmrun_pair(rel, "osu_rma")?;
+        let out = run_tmrun_pair(rel, example)?;
         merge(&mut ours, &out);
-        println!("(RMA round {round} of {rounds} done)");
+        println!("({what} round {round} of {rounds} done)");
     }
-    println!(
-        "\n==== adi RMA windows (osu_rma) vs MPICH ({rounds} interleaved rounds, best of each) ====\n"
-    );
+    println!("\n==== {title} vs MPICH ({rounds} interleaved rounds, best of each) ====\n");
     let mut s = String::from("| test | size | tmx | MPICH | ratio |\n|---|---:|---:|---:|---:|\n");
     for ((test, b), v) in &ours {
         let bw = test.contains("_bw_");
