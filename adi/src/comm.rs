@@ -552,10 +552,8 @@ impl Comm {
     /// that the next datatype send or receive reuses it instead of
     /// allocating (the request then hands back no buffer).
     fn recycle(&self, req: &mut Request) {
-        if req.is_complete() {
-            if let Some(b) = req.take_buffer() {
-                self.dev().give_back_staging(b);
-            }
+        if let Some(b) = req.take_ready_buffer().or_else(|| req.take_buffer()) {
+            self.dev().give_back_staging(b);
         }
     }
 

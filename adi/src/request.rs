@@ -835,6 +835,16 @@ impl Request {
         self.buffer.take()
     }
 
+    /// The buffer of a request born complete, taken without handing over
+    /// its completion (a later wait or test still sees the status): for the
+    /// device to recycle a buffer the user will not get back.
+    pub(crate) fn take_ready_buffer(&mut self) -> Option<Vec<u8>> {
+        match self.state {
+            State::Ready(_) => self.buffer.take(),
+            _ => None,
+        }
+    }
+
     /// The buffer handed back by the completed operation, without taking it.
     pub fn buffer(&self) -> Option<&[u8]> {
         if let State::Ready(_) = self.state {
