@@ -252,12 +252,23 @@ impl Flat {
         self.size
     }
 
-    /// Index of the run holding packed byte `within` of an element
-    /// (`within < size`).
-    fn run_at(&self, within: usize) -> usize {
-        self.starts
+    /// Whether the stream of elements `extent` apart is one region: one
+    /// block as long as the extent.
+    fn is_dense(&self, extent: isize) -> bool {
+        matches!(self.runs.as_slice(), [r] if r.count == 1 && r.len as isize == extent)
+    }
+
+    /// Where packed byte `pos` of the stream lies (`size > 0`): its
+    /// element, run, block within the run and byte within the block.
+    fn locate(&self, pos: usize) -> (usize, usize, usize, usize) {
+        let within = pos % self.size;
+        let run = self
+            .starts
             .partition_point(|&s| s <= within)
-            .saturating_sub(1)
+            .saturating_sub(1);
+        let into = within - self.starts.get(run).copied().unwrap_or(0);
+        let len = self.runs.get(run).map_or(1, |r| r.len);
+        (pos / self.size, run, into / len, into % len)
     }
 }
 
@@ -1173,27 +1184,18 @@ fn walk(
         return Ok(());
     }
     let at = |v: i128| isize::try_from(v).map_err(|_| overflow("buffer offset"));
-    if let [r] = flat.runs.as_slice() {
-        if r.count == 1 && r.len as isize == extent {
-            // Dense: the whole stream is one region.
-            return f(at(r.disp as i128 + pos as i128)?, end - pos, 1, 0);
-        }
+    if flat.is_dense(extent) {
+        // The whole stream is one region.
+        let disp = flat.runs.first().map_or(0, |r| r.disp);
+        return f(at(disp as i128 + pos as i128)?, end - pos, 1, 0);
     }
-    let mut elem = pos / size;
-    let within = pos % size;
-    let mut i = flat.run_at(within);
-    let mut into = within - flat.starts.get(i).copied().unwrap_or(0);
+    let (mut elem, mut i, mut j, mut off) = flat.locate(pos);
     let mut left = end - pos;
     loop {
         let Some(r) = flat.runs.get(i) else {
             return Ok(());
         };
         let base = elem as i128 * extent as i128 + r.disp as i128;
-        let (mut j, off) = if into == 0 {
-            (0, 0)
-        } else {
-            (into / r.len, into % r.len)
-        };
         let block = |j: usize| base + j as i128 * r.stride as i128;
         if off > 0 {
             let n = (r.len - off).min(left);
@@ -1217,7 +1219,7 @@ fn walk(
             // The range ends inside this block.
             return f(at(block(j))?, left, 1, 0);
         }
-        into = 0;
+        (j, off) = (0, 0);
         i += 1;
         if i == flat.runs.len() {
             i = 0;
@@ -1385,7 +1387,7 @@ pub struct Segments<'a> {
 
 impl<'a> Segments<'a> {
     fn new(flat: &'a Flat, extent: isize, pos: usize, end: usize) -> Self {
-        let dense = matches!(flat.runs.as_slice(), [r] if r.count == 1 && r.len as isize == extent);
+        let dense = flat.is_dense(extent);
         let mut s = Segments {
             flat,
             extent,
@@ -1399,14 +1401,7 @@ impl<'a> Segments<'a> {
             ahead: None,
         };
         if flat.size > 0 && s.left > 0 && !dense {
-            s.elem = pos / flat.size;
-            let within = pos % flat.size;
-            s.run = flat.run_at(within);
-            let into = within - flat.starts.get(s.run).copied().unwrap_or(0);
-            if let Some(r) = flat.runs.get(s.run) {
-                s.block = into / r.len;
-                s.off = into % r.len;
-            }
+            (s.elem, s.run, s.block, s.off) = flat.locate(pos);
         }
         s
     }
