@@ -132,6 +132,17 @@ pub struct Comm {
     pub(crate) inner: Arc<CommInner>,
 }
 
+/// Largest packed size that [`Comm::send_packed_now`] packs straight into
+/// the transport; larger data is packed into a staging buffer first, which
+/// the transport then copies.
+///
+/// Packing writes an eager block's lines piecewise (8-byte stores for a
+/// vector of doubles), and each line, last read by the receiver's core, is
+/// fetched back before it is written; a copy of a packed buffer from this
+/// core's cache writes whole lines. See the README's "Speed" for the
+/// measurements behind this value.
+const PACK_DIRECT_MAX: usize = 1024;
+
 impl Comm {
     pub(crate) fn dev(&self) -> &Device {
         &self.inner.dev
@@ -512,6 +523,62 @@ impl Comm {
         }
     }
 
+    /// Sends `count` elements of `datatype` from `buf` to world rank
+    /// `world` by packing them straight into the transport, if that send
+    /// completes in the call (inline, or an eager block: see
+    /// [`Device::send_fill_now`]): no staging buffer and no second copy.
+    /// `Ok(false)`: nothing was sent, the caller takes the general path.
+    /// Packing errors (a buffer too short for the type) are returned as
+    /// they are.
+    fn send_packed_now(
+        &self,
+        world: u32,
+        tag: u32,
+        buf: &[u8],
+        count: i64,
+        datatype: &Datatype,
+        len: usize,
+    ) -> Result<bool, Error> {
+        let mut failed = None;
+        let mut fill = |out: &mut [u8]| match datatype.pack_part(buf, count, 0, out) {
+            Ok(n) if n == out.len() => true,
+            Ok(n) => {
+                failed = Some(Error::Truncated {
+                    need: out.len(),
+                    have: n,
+                });
+                false
+            }
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        };
+        let sent = self
+            .dev()
+            .send_fill_now(world, tag, self.inner.ctx, len, &mut fill)?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if sent {
+            self.dev().note_packed();
+        }
+        Ok(sent)
+    }
+
+    /// The packed size of a send of `count` elements of `datatype` that
+    /// [`Comm::send_packed_now`] may take: one packed at once by the plan
+    /// (contiguous, envelope or one buffer) of at most [`PACK_DIRECT_MAX`]
+    /// bytes; `None` otherwise.
+    fn packs_at_once(&self, count: i64, datatype: &Datatype) -> Result<Option<usize>, Error> {
+        Ok(match plan_send(datatype, count, &self.dev().limits)? {
+            SendPlan::Contiguous { len, .. }
+            | SendPlan::Envelope { len }
+            | SendPlan::Packed { len } => Some(len).filter(|&l| l <= PACK_DIRECT_MAX),
+            SendPlan::Pipelined { .. } => None,
+        })
+    }
+
     /// `MPI_Send` of `count` elements of `datatype` (committed) from `buf`.
     pub fn send_typed(
         &self,
@@ -532,6 +599,11 @@ impl Comm {
                 .and_then(|s| buf.get(s..s.checked_add(len)?))
             {
                 return self.send(slice, dest, tag);
+            }
+        }
+        if let Some(len) = self.packs_at_once(count, datatype)? {
+            if self.send_packed_now(world, tag_u, buf, count, datatype, len)? {
+                return Ok(());
             }
         }
         let data = self.pack_message(buf, count, datatype)?;
@@ -559,9 +631,12 @@ impl Comm {
 
     /// `MPI_Isend` of `count` elements of `datatype`: the data is packed at
     /// once, so `buf` (and `datatype`) may change or go right after the
-    /// call. The request hands back the packed message buffer if the send
-    /// did not complete in the call; one that did (an inline or eager send)
-    /// went back to the device's staging pool.
+    /// call. A send that completes in the call (inline or eager) is packed
+    /// straight into the transport (the header ring, or an eager block in
+    /// shared memory) and its request hands back no buffer. Otherwise the
+    /// data is packed into a message buffer, which the request hands back
+    /// if the send did not complete in the call (one that did went back to
+    /// the device's staging pool).
     pub fn isend_typed(
         &self,
         buf: &[u8],
@@ -570,8 +645,14 @@ impl Comm {
         dest: i32,
         tag: i32,
     ) -> Result<Request, Error> {
-        Self::send_tag(tag)?;
-        self.dest(dest)?;
+        let tag_u = Self::send_tag(tag)?;
+        if let Some(world) = self.dest(dest)? {
+            if let Some(len) = self.packs_at_once(count, datatype)? {
+                if self.send_packed_now(world, tag_u, buf, count, datatype, len)? {
+                    return Ok(Request::ready(Status::new(ANY_SOURCE, ANY_TAG, len)));
+                }
+            }
+        }
         let data = self.pack_message(buf, count, datatype)?;
         let mut req = self.isend(data, dest, tag)?;
         self.recycle(&mut req);

@@ -951,6 +951,34 @@ impl Device {
         Ok(())
     }
 
+    /// A standard send of `len` bytes to world rank `dest` that `fill`
+    /// writes straight into the transport, if it completes in the call
+    /// (`Endpoint::send_now_with`: inline, or packed into an eager block in
+    /// shared memory). `Ok(false)`: nothing was sent (a size or state that
+    /// needs the general path, a self-send, or `fill` gave up); the caller
+    /// packs into a buffer and sends that. `fill` runs under the core lock.
+    pub(crate) fn send_fill_now(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> Result<bool, Error> {
+        let local = self.local_of(dest)?;
+        let mut g = self.core.lock()?;
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        if !core.ep.send_now_with(local, tag, context, len, fill) {
+            return Ok(false);
+        }
+        self.count_route(dest);
+        drop(g);
+        self.sent(dest, tag, context, len, Mode::Standard, true);
+        Ok(true)
+    }
+
     /// Counts a started send by its mode and traces it.
     #[inline(always)]
     fn sent(&self, dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {

@@ -618,6 +618,18 @@ impl Request {
         }
     }
 
+    /// A request born complete with `status` and no buffer to hand back.
+    #[inline]
+    pub(crate) fn ready(status: Status) -> Request {
+        Request {
+            state: State::Ready(Ready {
+                status,
+                detail: None,
+            }),
+            buffer: None,
+        }
+    }
+
     /// Makes this request [`ready_with_buffer`](Self::ready_with_buffer)
     /// in place (what it held before is dropped, as by an assignment):
     /// each field is stored where it goes, where building the request

@@ -346,6 +346,19 @@ fn role_datatypes(w: &Comm) {
         let mut r = w.isend_typed(&big_src, 1, &big_t, peer, 4).unwrap();
         w.wait(&mut r).unwrap();
         w.send_typed(&src, 0, &vec_t, peer, 5).unwrap();
+        // 1 KiB packed: `isend_typed` packs it straight into an eager
+        // block. A buffer too short for the type is an error, and nothing
+        // is sent (the receiver's next message is the good one).
+        let mid_t = Datatype::vector(128, 2, 4, &i32t).unwrap();
+        mid_t.commit().unwrap();
+        let mid_src = pattern(8, 2040);
+        let e = w.isend_typed(&mid_src[..2000], 1, &mid_t, peer, 6);
+        assert_eq!(e.unwrap_err().class(), ErrorClass::Buffer);
+        let e = w.send_typed(&mid_src[..2039], 1, &mid_t, peer, 6);
+        assert_eq!(e.unwrap_err().class(), ErrorClass::Buffer);
+        let mut r = w.isend_typed(&mid_src, 1, &mid_t, peer, 6).unwrap();
+        w.wait(&mut r).unwrap();
+        w.send_typed(&mid_src, 1, &mid_t, peer, 7).unwrap();
     } else {
         let mut packed = [0u8; 16];
         let st = w.recv(&mut packed, peer, 1).unwrap();
@@ -386,6 +399,19 @@ fn role_datatypes(w: &Comm) {
         }
         let st = w.recv_typed(&mut out, 0, &vec_t, peer, 5).unwrap();
         assert_eq!(st.count, 0);
+        let mid_src = pattern(8, 2040);
+        for tag in [6, 7] {
+            let mut packed = vec![0u8; 2048];
+            let st = w.recv(&mut packed, peer, tag).unwrap();
+            assert_eq!(st.count, 1024, "tag {tag}");
+            for blk in 0..128 {
+                assert_eq!(
+                    packed[blk * 8..blk * 8 + 8],
+                    mid_src[blk * 16..blk * 16 + 8],
+                    "tag {tag} block {blk}"
+                );
+            }
+        }
     }
 }
 

@@ -146,6 +146,19 @@ impl EagerArea {
         Some(off)
     }
 
+    /// Takes back the block just handed out by [`EagerArea::alloc`] (at
+    /// `off`, the newest in flight) without it having been used: it goes
+    /// where a released block goes. Nothing happens if `off` is not the
+    /// newest block in flight.
+    pub(crate) fn unalloc_last(&mut self, off: u64) {
+        if let Some(&(last, c)) = self.in_flight.back() {
+            if last == off {
+                self.in_flight.pop_back();
+                self.put_back(off, c);
+            }
+        }
+    }
+
     /// Takes back every block in flight that `released` says is free;
     /// returns how many.
     pub(crate) fn reclaim(&mut self, released: impl Fn(u64) -> bool) -> usize {

@@ -199,6 +199,9 @@ const PHASE_WINDOW: u64 = 1 << 15;
 
 /// Bytes before the data in an eager block (the release flag's cache line).
 const EAGER_PREFIX: u64 = 64;
+/// [`Endpoint::send_now_with`] fills messages of up to this many bytes on
+/// the stack (they go inline, or are copied into an eager block).
+const FILL_ON_STACK: usize = 256;
 /// Smallest message that goes by CMA rendezvous instead of being copied
 /// aside when the eager area is full (or sends to that peer are already
 /// held locally): below it the extra copy is cheaper than the FIN round trip.
@@ -1278,11 +1281,38 @@ impl Endpoint {
         {
             return false;
         }
-        let id = self.next_id;
         let seg = self.node.segment();
         let Some(off) = eager_copy(seg, &mut self.eager, data) else {
             return false;
         };
+        self.publish_eager_now(dest, tag, context, len, off);
+        true
+    }
+
+    /// Whether a message of `len` bytes (more than `ext_max`) to `dest`
+    /// would go through an eager block on [`Endpoint::send_now`]'s path:
+    /// nothing held for `dest`, and not a pipelined, prepost-direct or CMA
+    /// size.
+    fn eager_now_ok(&self, dest: u32, len: usize) -> bool {
+        let p = &self.peers[dest as usize];
+        if !p.staged.is_empty() || p.out.pending() != 0 {
+            return false;
+        }
+        let cfg = self.node.config();
+        let len64 = len as u64;
+        !(len64 > cfg.pipeline_min
+            || len64 > self.eager_max()
+            || (self.prepost && len64 >= cfg.prepost_min)
+            || (self.cma_ok() && len64 > cfg.cma_threshold))
+    }
+
+    /// Publishes the header of an eager message of `len` bytes whose data
+    /// is in our eager block at `off` (queued behind if the ring is full:
+    /// the send is complete either way).
+    #[inline]
+    fn publish_eager_now(&mut self, dest: u32, tag: u32, context: u32, len: usize, off: u64) {
+        let id = self.next_id;
+        let seg = self.node.segment();
         let fields = HeaderFields {
             kind: KIND_EAGER,
             flags: self.counted_flag(),
@@ -1309,6 +1339,71 @@ impl Endpoint {
         if !sent {
             self.enqueue(dest, fields.header());
         }
+    }
+
+    /// A standard send of `len` bytes that `fill` writes straight into
+    /// where the message travels, if it completes at once: a message that
+    /// goes inline (`fill` writes into a buffer on the stack) or through an
+    /// eager block (`fill` writes into the block itself, in shared memory),
+    /// as on [`Endpoint::isend_now`]'s path. This is how a packing layer
+    /// (a datatype send) avoids packing into a buffer of its own that the
+    /// transport then copies again.
+    ///
+    /// `fill` gets a slice of exactly `len` bytes and must write all of it
+    /// (whatever it leaves is sent as found: zeros on the stack, stale
+    /// bytes in a block); it returns `false` to give up (an error it keeps
+    /// to itself), and then nothing is sent.
+    ///
+    /// `false` (nothing sent; `fill` may or may not have run) when the
+    /// message needs the general path: `dest` is this rank or not a rank,
+    /// sends are held for `dest`, a pipelined, prepost-direct or CMA size,
+    /// the eager area or (inline) the ring is full, or `fill` gave up. The
+    /// caller then packs into a buffer and sends that.
+    pub fn send_now_with(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> bool {
+        if dest == self.rank() || dest >= self.size() {
+            return false;
+        }
+        if len <= FILL_ON_STACK {
+            let mut tmp = [0u8; FILL_ON_STACK];
+            let data = &mut tmp[..len];
+            return fill(data) && self.send_now(dest, tag, context, data);
+        }
+        // Larger inline messages (`TMX_SHMEM_INLINE_EXT` above the stack
+        // buffer) take the general path, as `send_now` would send them.
+        if len <= self.ext_max || !self.eager_now_ok(dest, len) {
+            return false;
+        }
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let need = EAGER_PREFIX + len as u64;
+        let Some(off) = self.eager.alloc(need, released(seg)) else {
+            return false;
+        };
+        eager_flag(seg, me, off).store(0, Ordering::Relaxed);
+        // SAFETY: [off + 64, off + 64 + len) is inside our eager area (the
+        // allocator's block of `need` bytes) and nobody else touches it: no
+        // receiver reads it before the header that names it is published
+        // (Release, below), and the block was released by its previous
+        // receiver before the allocator handed it out again. The slice
+        // lives only for the `fill` call.
+        let block = unsafe {
+            core::slice::from_raw_parts_mut(
+                seg.eager_ptr(me).add((off + EAGER_PREFIX) as usize),
+                len,
+            )
+        };
+        if !fill(block) {
+            self.eager.unalloc_last(off);
+            return false;
+        }
+        self.publish_eager_now(dest, tag, context, len, off);
         true
     }
 
@@ -4869,6 +4964,58 @@ mod tests {
             assert_eq!(sd.len() + rd.len(), issued.len());
             assert!(ep.wait(recvs.pop().unwrap()).is_err());
             assert!(ep.wait_send(sends.pop().unwrap()).is_err());
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// `send_now_with` delivers what `fill` wrote, on the stack (inline
+    /// and small eager) and straight into an eager block; a `fill` that
+    /// gives up sends nothing and leaves no block in flight; a self-send
+    /// is refused without calling `fill`.
+    #[test]
+    fn send_now_with_sends_what_fill_writes() {
+        const FILLED: [usize; 5] = [0, 24, 200, 3000, 60_000];
+        pair("fill", |me, mut ep| {
+            if me == 0 {
+                for (k, &len) in FILLED.iter().enumerate() {
+                    let want = data(k as u32, len);
+                    let mut calls = 0;
+                    let sent = ep.send_now_with(1, k as u32, 4, len, &mut |out| {
+                        calls += 1;
+                        assert_eq!(out.len(), len);
+                        out.copy_from_slice(&want);
+                        true
+                    });
+                    assert!(sent, "len {len}");
+                    assert_eq!(calls, 1);
+                }
+                let in_flight = ep.eager.in_flight();
+                for len in [100, 3000] {
+                    assert!(!ep.send_now_with(1, 99, 4, len, &mut |_| false));
+                    assert_eq!(ep.eager.in_flight(), in_flight, "len {len}");
+                }
+                let mut called = false;
+                assert!(!ep.send_now_with(0, 99, 4, 8, &mut |_| {
+                    called = true;
+                    true
+                }));
+                assert!(!called, "fill called for a self-send");
+                ep.send(1, 100, 4, b"end").unwrap();
+            } else {
+                for (k, &len) in FILLED.iter().enumerate() {
+                    let mut buf = vec![0u8; len];
+                    let st = ep.recv(spec(0, k as u32), &mut buf).unwrap();
+                    assert_eq!(st.len, len);
+                    assert_eq!(buf, data(k as u32, len), "len {len}");
+                }
+                let mut end = [0u8; 3];
+                ep.recv(spec(0, 100), &mut end).unwrap();
+                assert_eq!(&end, b"end");
+                assert!(
+                    ep.iprobe(spec(0, 99)).unwrap().is_none(),
+                    "a refused send arrived"
+                );
+            }
             ep.finalize().unwrap();
         });
     }
