@@ -529,7 +529,9 @@ impl Comm {
     /// [`Device::send_fill_now`]): no staging buffer and no second copy.
     /// `Ok(false)`: nothing was sent, the caller takes the general path.
     /// Packing errors (a buffer too short for the type) are returned as
-    /// they are.
+    /// they are. `packed`: the plan packs the data (counted as a packed
+    /// send), not a contiguous range copied as is.
+    #[allow(clippy::too_many_arguments)]
     fn send_packed_now(
         &self,
         world: u32,
@@ -538,6 +540,7 @@ impl Comm {
         count: i64,
         datatype: &Datatype,
         len: usize,
+        packed: bool,
     ) -> Result<bool, Error> {
         let mut failed = None;
         let mut fill = |out: &mut [u8]| match datatype.pack_part(buf, count, 0, out) {
@@ -560,7 +563,7 @@ impl Comm {
         if let Some(e) = failed {
             return Err(e);
         }
-        if sent {
+        if sent && packed {
             self.dev().note_packed();
         }
         Ok(sent)
@@ -569,14 +572,19 @@ impl Comm {
     /// The packed size of a send of `count` elements of `datatype` that
     /// [`Comm::send_packed_now`] may take: one packed at once by the plan
     /// (contiguous, envelope or one buffer) of at most [`PACK_DIRECT_MAX`]
-    /// bytes; `None` otherwise.
-    fn packs_at_once(&self, count: i64, datatype: &Datatype) -> Result<Option<usize>, Error> {
+    /// bytes, and whether the plan packs it (not contiguous); `None`
+    /// otherwise.
+    fn packs_at_once(
+        &self,
+        count: i64,
+        datatype: &Datatype,
+    ) -> Result<Option<(usize, bool)>, Error> {
         Ok(match plan_send(datatype, count, &self.dev().limits)? {
-            SendPlan::Contiguous { len, .. }
-            | SendPlan::Envelope { len }
-            | SendPlan::Packed { len } => Some(len).filter(|&l| l <= PACK_DIRECT_MAX),
+            SendPlan::Contiguous { len, .. } => Some((len, false)),
+            SendPlan::Envelope { len } | SendPlan::Packed { len } => Some((len, true)),
             SendPlan::Pipelined { .. } => None,
-        })
+        }
+        .filter(|&(len, _)| len <= PACK_DIRECT_MAX))
     }
 
     /// `MPI_Send` of `count` elements of `datatype` (committed) from `buf`.
@@ -601,8 +609,8 @@ impl Comm {
                 return self.send(slice, dest, tag);
             }
         }
-        if let Some(len) = self.packs_at_once(count, datatype)? {
-            if self.send_packed_now(world, tag_u, buf, count, datatype, len)? {
+        if let Some((len, packed)) = self.packs_at_once(count, datatype)? {
+            if self.send_packed_now(world, tag_u, buf, count, datatype, len, packed)? {
                 return Ok(());
             }
         }
@@ -647,8 +655,8 @@ impl Comm {
     ) -> Result<Request, Error> {
         let tag_u = Self::send_tag(tag)?;
         if let Some(world) = self.dest(dest)? {
-            if let Some(len) = self.packs_at_once(count, datatype)? {
-                if self.send_packed_now(world, tag_u, buf, count, datatype, len)? {
+            if let Some((len, packed)) = self.packs_at_once(count, datatype)? {
+                if self.send_packed_now(world, tag_u, buf, count, datatype, len, packed)? {
                     return Ok(Request::ready(Status::new(ANY_SOURCE, ANY_TAG, len)));
                 }
             }
