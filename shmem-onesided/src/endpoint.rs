@@ -1082,6 +1082,16 @@ fn eager_block(
     Some(tmpl)
 }
 
+/// A fresh eager block for `len` bytes of data, its release flag lowered;
+/// its offset, or `None` if the eager area has no room even after
+/// reclaiming.
+#[inline]
+fn eager_alloc(seg: &Segment, eager: &mut EagerArea, len: usize) -> Option<u64> {
+    let off = eager.alloc(EAGER_PREFIX + len as u64, released(seg))?;
+    eager_flag(seg, seg.rank(), off).store(0, Ordering::Relaxed);
+    Some(off)
+}
+
 /// Copies `data` into a fresh eager block and returns the block's offset,
 /// or `None` if the eager area has no room even after reclaiming. (The
 /// send fast path fills its header itself: a `Header` returned through
@@ -1089,10 +1099,8 @@ fn eager_block(
 /// the payload copy's stores to drain.)
 #[inline]
 fn eager_copy(seg: &Segment, eager: &mut EagerArea, data: &[u8]) -> Option<u64> {
-    let need = EAGER_PREFIX + data.len() as u64;
-    let off = eager.alloc(need, released(seg))?;
+    let off = eager_alloc(seg, eager, data.len())?;
     let me = seg.rank();
-    eager_flag(seg, me, off).store(0, Ordering::Relaxed);
     // SAFETY: [off + 64, off + 64 + len) is inside our eager area (the
     // allocator's block); no receiver reads it before the header that names
     // it is published (Release), and we do not reuse it before the release
@@ -1272,13 +1280,7 @@ impl Endpoint {
         if len <= self.ext_max && self.send_inline_ext(dest, tag, context, data) {
             return true;
         }
-        let cfg = self.node.config();
-        let len64 = len as u64;
-        if len64 > cfg.pipeline_min
-            || len64 > self.eager_max()
-            || (self.prepost && len64 >= cfg.prepost_min)
-            || (self.cma_ok() && len64 > cfg.cma_threshold)
-        {
+        if !self.eager_size_ok(len) {
             return false;
         }
         let seg = self.node.segment();
@@ -1289,15 +1291,12 @@ impl Endpoint {
         true
     }
 
-    /// Whether a message of `len` bytes (more than `ext_max`) to `dest`
-    /// would go through an eager block on [`Endpoint::send_now`]'s path:
-    /// nothing held for `dest`, and not a pipelined, prepost-direct or CMA
-    /// size.
-    fn eager_now_ok(&self, dest: u32, len: usize) -> bool {
-        let p = &self.peers[dest as usize];
-        if !p.staged.is_empty() || p.out.pending() != 0 {
-            return false;
-        }
+    /// Whether a message of `len` bytes (more than `ext_max`) may go
+    /// through an eager block on [`Endpoint::send_now`]'s path: not a
+    /// pipelined, prepost-direct or CMA size, and no larger than the eager
+    /// area allows.
+    #[inline]
+    fn eager_size_ok(&self, len: usize) -> bool {
         let cfg = self.node.config();
         let len64 = len as u64;
         !(len64 > cfg.pipeline_min
@@ -1377,16 +1376,19 @@ impl Endpoint {
         }
         // Larger inline messages (`TMX_SHMEM_INLINE_EXT` above the stack
         // buffer) take the general path, as `send_now` would send them.
-        if len <= self.ext_max || !self.eager_now_ok(dest, len) {
+        let p = &self.peers[dest as usize];
+        if len <= self.ext_max
+            || !p.staged.is_empty()
+            || p.out.pending() != 0
+            || !self.eager_size_ok(len)
+        {
             return false;
         }
         let seg = self.node.segment();
         let me = seg.rank();
-        let need = EAGER_PREFIX + len as u64;
-        let Some(off) = self.eager.alloc(need, released(seg)) else {
+        let Some(off) = eager_alloc(seg, &mut self.eager, len) else {
             return false;
         };
-        eager_flag(seg, me, off).store(0, Ordering::Relaxed);
         // SAFETY: [off + 64, off + 64 + len) is inside our eager area (the
         // allocator's block of `need` bytes) and nobody else touches it: no
         // receiver reads it before the header that names it is published
