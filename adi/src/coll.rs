@@ -157,11 +157,11 @@ fn combine_into<T: Reducible>(acc: &mut [T], other: &[u8], op: ReduceOp) -> Resu
         let b = other
             .get(i * T::SIZE..(i + 1) * T::SIZE)
             .map(T::get)
-            .ok_or(Error::Truncated {
+            .ok_or_else(|| Error::Truncated {
                 need: (i + 1) * T::SIZE,
                 have: other.len(),
             })?;
-        *a = T::combine(op, *a, b).ok_or(Error::InvalidOp {
+        *a = T::combine(op, *a, b).ok_or_else(|| Error::InvalidOp {
             op: op.name(),
             ty: T::NAME,
         })?;
@@ -250,7 +250,7 @@ impl Comm {
         }
         // Check the operation once, locally, before any message moves.
         if let Some(&x) = send.first() {
-            T::combine(op, x, x).ok_or(Error::InvalidOp {
+            T::combine(op, x, x).ok_or_else(|| Error::InvalidOp {
                 op: op.name(),
                 ty: T::NAME,
             })?;
@@ -359,7 +359,7 @@ impl Comm {
             .enumerate()
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
-            .ok_or(Error::ContextExhausted { max: pool.pairs() })?;
+            .ok_or_else(|| Error::ContextExhausted { max: pool.pairs() })?;
         if take {
             pool.take(k);
         }
@@ -428,13 +428,12 @@ impl Comm {
             .iter()
             .filter_map(|(_, r)| self.world_rank_of(*r))
             .collect();
-        let rank =
-            members
-                .iter()
-                .position(|(_, r)| *r == self.rank())
-                .ok_or(Error::InvalidArgument {
-                    what: "split: this rank missing from its own color",
-                })? as i32;
+        let rank = members
+            .iter()
+            .position(|(_, r)| *r == self.rank())
+            .ok_or_else(|| Error::InvalidArgument {
+                what: "split: this rank missing from its own color",
+            })? as i32;
         let group = Arc::new(Group::new(world, dev.world_size as usize));
         Ok(Some(self.with_context(k, rank, group)))
     }

@@ -1033,7 +1033,7 @@ impl Persistent {
                 what: "start of an active persistent request",
             });
         }
-        let buf = self.buf.take().ok_or(Error::InvalidRequest {
+        let buf = self.buf.take().ok_or_else(|| Error::InvalidRequest {
             what: "persistent request lost its buffer",
         })?;
         let r = match self.kind {

@@ -1120,7 +1120,7 @@ impl Device {
             {
                 let mut pool = lock(&self.bsend);
                 if pool.used.is_empty() {
-                    return pool.buf.take().ok_or(Error::InvalidArgument {
+                    return pool.buf.take().ok_or_else(|| Error::InvalidArgument {
                         what: "no buffer attached",
                     });
                 }

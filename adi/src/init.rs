@@ -173,7 +173,7 @@ fn device() -> Result<Arc<Device>, Error> {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     };
-    g.clone().ok_or(Error::NotInitialized {
+    g.clone().ok_or_else(|| Error::NotInitialized {
         what: "not initialized",
     })
 }
@@ -186,14 +186,14 @@ pub fn finalize() -> Result<(), Error> {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let dev = g.as_ref().ok_or(Error::NotInitialized {
+        let dev = g.as_ref().ok_or_else(|| Error::NotInitialized {
             what: "not initialized",
         })?;
         // Under `ThreadLevel::Funneled` only the owning thread may
         // finalize: refused before the device is taken, so that the owner
         // can still finalize it.
         dev.check_thread()?;
-        g.take().ok_or(Error::NotInitialized {
+        g.take().ok_or_else(|| Error::NotInitialized {
             what: "not initialized",
         })?
     };

@@ -439,15 +439,12 @@ fn drain_actions(dev: &Device, st: &mut RmaState) -> Result<usize, Error> {
                     tracing::warn!(to, "RMA packet of an unknown window not sent");
                     continue;
                 };
-                let world =
-                    slot.group
-                        .world
-                        .get(to as usize)
-                        .copied()
-                        .ok_or(Error::InvalidRank {
-                            rank: to as i32,
-                            size: slot.group.world.len() as i32,
-                        })?;
+                let world = slot.group.world.get(to as usize).copied().ok_or_else(|| {
+                    Error::InvalidRank {
+                        rank: to as i32,
+                        size: slot.group.world.len() as i32,
+                    }
+                })?;
                 let req = dev.start_send(
                     world,
                     TAG_RMA,
@@ -712,10 +709,12 @@ impl Win {
         let mut cma = false;
         let heap_windows = heap_windows()?;
         if shared || dynamic || direct_wanted()? {
-            let world = wcomm.world_rank_of(me as i32).ok_or(Error::InvalidRank {
-                rank: me as i32,
-                size: n as i32,
-            })?;
+            let world = wcomm
+                .world_rank_of(me as i32)
+                .ok_or_else(|| Error::InvalidRank {
+                    rank: me as i32,
+                    size: n as i32,
+                })?;
             let pe = dev.local_of(world)?;
             prep = dev.with_node(|node| {
                 cma = *node.cma_status() == shmem_onesided::CmaStatus::Available;
@@ -1007,7 +1006,7 @@ impl Win {
         let slot = g
             .wins
             .get_mut(&self.id)
-            .ok_or(Error::Rma(rma_epoch::Error::NoSuchWindow(self.id)))?;
+            .ok_or_else(|| Error::Rma(rma_epoch::Error::NoSuchWindow(self.id)))?;
         Ok(f(&mut slot.mem))
     }
 
@@ -1340,7 +1339,7 @@ impl Win {
         let mut packed = vec![0u8; total];
         origin_type.pack_part(origin, origin_count, 0, &mut packed)?;
         let size = self.sizes.get(t as usize).copied().unwrap_or(0);
-        let avail = size.checked_sub(disp).ok_or(Error::RmaRange {
+        let avail = size.checked_sub(disp).ok_or_else(|| Error::RmaRange {
             target,
             disp,
             len: total,
@@ -1358,7 +1357,7 @@ impl Win {
             .collect();
         let mut off = 0;
         for (start, len) in segs {
-            let piece = packed.get(off..off + len).ok_or(Error::Truncated {
+            let piece = packed.get(off..off + len).ok_or_else(|| Error::Truncated {
                 need: off + len,
                 have: total,
             })?;
@@ -1408,7 +1407,7 @@ impl Win {
             return Ok(direct::completed_read(target, buf));
         }
         let r = self.post_op(Some((target, Some(buf))), |e, w| e.get(w, t, disp, len))?;
-        r.ok_or(Error::Abandoned)
+        r.ok_or_else(|| Error::Abandoned)
     }
 
     /// `MPI_Rget`: the same as [`Win::get`] (both return a request).
@@ -1422,7 +1421,7 @@ impl Win {
         f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
     ) -> Result<Request, Error> {
         let r = self.post_op(Some((target, None)), f)?;
-        r.ok_or(Error::Abandoned)
+        r.ok_or_else(|| Error::Abandoned)
     }
 
     /// `MPI_Accumulate`: `target[disp..] = target[disp..] op data` element
@@ -1693,7 +1692,7 @@ impl SharedWin {
         usize::try_from(rank)
             .ok()
             .and_then(|r| self.regions.get(r).copied())
-            .ok_or(Error::InvalidRank {
+            .ok_or_else(|| Error::InvalidRank {
                 rank,
                 size: self.win.comm.size(),
             })

@@ -297,7 +297,12 @@ impl FlatBuilder {
             (len, 1, 0)
         } else if stride == len as i128 {
             // Dense repetition: one block.
-            (len.checked_mul(count).ok_or(overflow("type size"))?, 1, 0)
+            (
+                len.checked_mul(count)
+                    .ok_or_else(|| overflow("type size"))?,
+                1,
+                0,
+            )
         } else {
             (len, count, stride)
         };
@@ -309,13 +314,17 @@ impl FlatBuilder {
         // representable: iteration computes both without further checks.
         isize::try_from(disp as i128 + (count as i128 - 1) * stride as i128)
             .map_err(|_| overflow("block displacement"))?;
-        len.checked_mul(count).ok_or(overflow("type size"))?;
+        len.checked_mul(count)
+            .ok_or_else(|| overflow("type size"))?;
         if let Some(last) = self.runs.last_mut() {
             let next = last.disp as i128 + last.count as i128 * last.stride as i128;
             if last.count == 1 && count == 1 && last.disp as i128 + last.len as i128 == disp as i128
             {
                 // A block right after a block: one longer block.
-                last.len = last.len.checked_add(len).ok_or(overflow("block length"))?;
+                last.len = last
+                    .len
+                    .checked_add(len)
+                    .ok_or_else(|| overflow("block length"))?;
                 return Ok(());
             }
             if last.len == len {
@@ -324,7 +333,7 @@ impl FlatBuilder {
                     last.count = last
                         .count
                         .checked_add(count)
-                        .ok_or(overflow("block count"))?;
+                        .ok_or_else(|| overflow("block count"))?;
                     return Ok(());
                 }
                 if last.count == 1 {
@@ -333,7 +342,9 @@ impl FlatBuilder {
                         if count == 1 || gap == stride {
                             // Two equal blocks start a run (a gap equal to
                             // the length was merged above).
-                            last.count = count.checked_add(1).ok_or(overflow("block count"))?;
+                            last.count = count
+                                .checked_add(1)
+                                .ok_or_else(|| overflow("block count"))?;
                             last.stride = gap;
                             return Ok(());
                         }
@@ -367,7 +378,7 @@ impl FlatBuilder {
             [u] if step == u.count as i128 * u.stride as i128 => {
                 let count = (u.count as u128)
                     .checked_mul(n)
-                    .ok_or(overflow("block count"))?;
+                    .ok_or_else(|| overflow("block count"))?;
                 return self.push(
                     base + u.disp as i128,
                     u.len as u128,
@@ -764,7 +775,7 @@ impl Datatype {
                 what: "negative extent",
             });
         }
-        let ub = lb.checked_add(extent).ok_or(Error::Overflow {
+        let ub = lb.checked_add(extent).ok_or_else(|| Error::Overflow {
             what: "upper bound",
         })?;
         let o = &old.inner;
@@ -914,16 +925,18 @@ impl Datatype {
     }
 
     fn committed_flat(&self) -> Result<&Flat, Error> {
-        self.flat().ok_or(Error::NotCommitted)
+        self.flat().ok_or_else(|| Error::NotCommitted)
     }
 
     /// `MPI_Pack_size`: bytes needed to pack `count` elements (exactly
     /// `count * size()`: the packed format is the raw data).
     pub fn pack_size(&self, count: i64) -> Result<usize, Error> {
         let count = count_arg(count, "count")?;
-        count.checked_mul(self.inner.size).ok_or(Error::Overflow {
-            what: "packed size",
-        })
+        count
+            .checked_mul(self.inner.size)
+            .ok_or_else(|| Error::Overflow {
+                what: "packed size",
+            })
     }
 
     /// `MPI_Get_count`: how many whole elements `bytes` packed bytes hold, or
@@ -1033,7 +1046,9 @@ impl Datatype {
         let (flat, end) = self.checked_range(src.len(), count, offset, out.len())?;
         let n = end - offset;
         let have = out.len();
-        let out = out.get_mut(..n).ok_or(Error::Truncated { need: n, have })?;
+        let out = out
+            .get_mut(..n)
+            .ok_or_else(|| Error::Truncated { need: n, have })?;
         let mut at = 0usize;
         walk(
             flat,
@@ -1042,10 +1057,12 @@ impl Datatype {
             end,
             |start, len, blocks, stride| {
                 let bytes = len * blocks;
-                let to = out.get_mut(at..at + bytes).ok_or(Error::Truncated {
-                    need: at + bytes,
-                    have: at,
-                })?;
+                let to = out
+                    .get_mut(at..at + bytes)
+                    .ok_or_else(|| Error::Truncated {
+                        need: at + bytes,
+                        have: at,
+                    })?;
                 at += bytes;
                 gather_blocks(src, start, len, stride, to)
             },
@@ -1077,7 +1094,7 @@ impl Datatype {
             end,
             |start, len, blocks, stride| {
                 let bytes = len * blocks;
-                let from = packed.get(at..at + bytes).ok_or(Error::Truncated {
+                let from = packed.get(at..at + bytes).ok_or_else(|| Error::Truncated {
                     need: at + bytes,
                     have: packed.len(),
                 })?;
@@ -1100,10 +1117,12 @@ impl Datatype {
     ) -> Result<(), Error> {
         let need = self.pack_size(count)?;
         let out_len = out.len();
-        let rest = out.get_mut(*position..).ok_or(Error::OffsetOutOfRange {
-            offset: *position,
-            len: out_len,
-        })?;
+        let rest = out
+            .get_mut(*position..)
+            .ok_or_else(|| Error::OffsetOutOfRange {
+                offset: *position,
+                len: out_len,
+            })?;
         if rest.len() < need {
             return Err(Error::Truncated {
                 need,
@@ -1126,10 +1145,12 @@ impl Datatype {
         count: i64,
     ) -> Result<(), Error> {
         let need = self.pack_size(count)?;
-        let rest = input.get(*position..).ok_or(Error::OffsetOutOfRange {
-            offset: *position,
-            len: input.len(),
-        })?;
+        let rest = input
+            .get(*position..)
+            .ok_or_else(|| Error::OffsetOutOfRange {
+                offset: *position,
+                len: input.len(),
+            })?;
         if rest.len() < need {
             return Err(Error::Truncated {
                 need,

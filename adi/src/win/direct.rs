@@ -199,10 +199,12 @@ impl Direct {
     }
 
     fn t(&self, rank: u32) -> Result<&Target, Error> {
-        self.targets.get(rank as usize).ok_or(Error::InvalidRank {
-            rank: rank as i32,
-            size: self.targets.len() as i32,
-        })
+        self.targets
+            .get(rank as usize)
+            .ok_or_else(|| Error::InvalidRank {
+                rank: rank as i32,
+                size: self.targets.len() as i32,
+            })
     }
 
     fn word(&self, rank: u32, off: u64) -> Result<&AtomicU64, Error> {
@@ -565,7 +567,7 @@ impl Direct {
                 let mut own = lock(&self.own);
                 let d = disp as usize;
                 own.get_mut(d..d + data.len())
-                    .ok_or(Error::Abandoned)?
+                    .ok_or_else(|| Error::Abandoned)?
                     .copy_from_slice(data);
             }
             Mem::User(base) => self.view.cma_write(t.pe, base + disp, data)?,
@@ -587,7 +589,7 @@ impl Direct {
             Mem::User(_) if rank == self.me => {
                 let own = lock(&self.own);
                 let d = disp as usize;
-                buf.copy_from_slice(own.get(d..d + buf.len()).ok_or(Error::Abandoned)?);
+                buf.copy_from_slice(own.get(d..d + buf.len()).ok_or_else(|| Error::Abandoned)?);
             }
             Mem::User(base) => self.view.cma_read(t.pe, base + disp, buf)?,
             Mem::Dynamic if rank == self.me => {
@@ -614,7 +616,7 @@ impl Direct {
         let words =
             self.view
                 .atomic_u64_slice(t.pe, t.cb.offset(cb_regions(n)), winsync::REGION_WORDS)?;
-        RegionTable::new(words).ok_or(Error::Abandoned)
+        RegionTable::new(words).ok_or_else(|| Error::Abandoned)
     }
 
     /// Checks `[addr, addr + len)` against `rank`'s attached regions.
@@ -677,7 +679,7 @@ impl Direct {
         let mut regions = lock(&self.attached);
         let slot = (0..table.slots())
             .find(|i| regions.iter().all(|(_, _, s)| s != i))
-            .ok_or(Error::InvalidArgument {
+            .ok_or_else(|| Error::InvalidArgument {
                 what: "attach: every region slot of this dynamic window is in use",
             })?;
         // A zero-length Vec has a dangling (but non-zero) address: it gets
@@ -695,7 +697,7 @@ impl Direct {
         let i = regions
             .iter()
             .position(|(b, _, _)| *b == base)
-            .ok_or(Error::InvalidArgument {
+            .ok_or_else(|| Error::InvalidArgument {
                 what: "detach: no region is attached at this address",
             })?;
         let (_, mem, slot) = regions.swap_remove(i);
