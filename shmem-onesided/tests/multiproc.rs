@@ -792,8 +792,10 @@ fn sigkill_mid_pipelined_message_is_reported() {
     let mut line = String::new();
     BufReader::new(so).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "SENT");
-    // Let rank 1 take the first chunks, then kill rank 0 mid-message.
-    std::thread::sleep(Duration::from_millis(100));
+    // Let rank 1 take the first chunks, then kill rank 0 mid-message. (At
+    // 100 ms this failed once on a loaded 2-core VM: rank 1 had not taken
+    // the first chunk yet.)
+    std::thread::sleep(Duration::from_millis(1000));
     let c0 = &mut job.children[0];
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(c0.id() as i32),
