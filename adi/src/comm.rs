@@ -26,7 +26,7 @@ use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 use crate::device::{
     Device, DeviceProgress, Group, Mode, RecvInto, SendData, TypedInto, PROC_NULL_STATUS,
 };
-use crate::request::{self, AnyOutcome, Request, Status};
+use crate::request::{self, AnyOutcome, Outcome, Request, Status};
 use crate::{plan_send, Datatype, Error, SendPlan};
 use std::sync::Arc;
 use std::time::Instant;
@@ -142,6 +142,23 @@ pub struct Comm {
 /// core's cache writes whole lines. See the README's "Speed" for the
 /// measurements behind this value.
 const PACK_DIRECT_MAX: usize = 1024;
+
+/// Largest packed size that a datatype receive takes into a buffer on the
+/// stack and unpacks from (a message already here, for
+/// [`Comm::irecv_typed`]; any, for [`Comm::recv_typed`]), instead of a
+/// staging buffer from the device's pool kept with the request.
+const UNPACK_ON_STACK: usize = 256;
+
+/// The bytes a receive delivered into a buffer of `cap` bytes: the
+/// status's count, also for a truncated message; none after another error.
+fn delivered(r: &Result<Status, Error>, cap: usize) -> usize {
+    match r {
+        Ok(st) => st.count,
+        Err(Error::RecvTruncated { status, .. }) => status.count,
+        Err(_) => 0,
+    }
+    .min(cap)
+}
 
 impl Comm {
     pub(crate) fn dev(&self) -> &Device {
@@ -655,7 +672,17 @@ impl Comm {
     ) -> Result<Request, Error> {
         let tag_u = Self::send_tag(tag)?;
         if let Some(world) = self.dest(dest)? {
-            if let Some((len, packed)) = self.packs_at_once(count, datatype)? {
+            let range = datatype.contiguous_range(count)?.and_then(|(start, len)| {
+                let s = usize::try_from(start).ok()?;
+                buf.get(s..s.checked_add(len)?)
+            });
+            if let Some(data) = range {
+                // Contiguous: copied into the transport as is.
+                let ctx = self.inner.ctx;
+                if self.dev().send_slice_now(world, tag_u, ctx, data)? {
+                    return Ok(Request::ready(Status::new(ANY_SOURCE, ANY_TAG, data.len())));
+                }
+            } else if let Some((len, packed)) = self.packs_at_once(count, datatype)? {
                 if self.send_packed_now(world, tag_u, buf, count, datatype, len, packed)? {
                     return Ok(Request::ready(Status::new(ANY_SOURCE, ANY_TAG, len)));
                 }
@@ -691,15 +718,21 @@ impl Comm {
             self.dev().note_proc_null();
             return Ok(PROC_NULL_STATUS);
         };
-        let mut stage = self.dev().staging(datatype.pack_size(count)?);
-        let r = self.dev().recv_into(spec, &mut stage, &self.inner.group);
-        let n = match &r {
-            Ok(st) => st.count,
-            Err(Error::RecvTruncated { status, .. }) => status.count,
-            Err(_) => 0,
+        let packed = datatype.pack_size(count)?;
+        let mut small = [0u8; UNPACK_ON_STACK];
+        let mut staged = (packed > UNPACK_ON_STACK).then(|| self.dev().staging(packed));
+        let stage: &mut [u8] = match &mut staged {
+            Some(v) => v,
+            None => &mut small[..packed],
         };
-        let unpacked = datatype.unpack_part(&stage[..n.min(stage.len())], buf, count, 0);
-        self.dev().give_back_staging(stage);
+        let r = self.dev().recv_into(spec, stage, &self.inner.group);
+        let unpacked = datatype.unpack_part(&stage[..delivered(&r, stage.len())], buf, count, 0);
+        if let Some(v) = staged {
+            self.dev().give_back_staging(v);
+        }
+        if matches!(r, Ok(_) | Err(Error::RecvTruncated { .. })) {
+            self.dev().note_unpacked();
+        }
         unpacked?;
         r
     }
@@ -720,7 +753,24 @@ impl Comm {
         let Some(spec) = self.spec(source.into(), tag.into())? else {
             return Ok(self.proc_null_request(Some(buf)));
         };
-        let stage = self.dev().staging(datatype.pack_size(count)?);
+        let packed = datatype.pack_size(count)?;
+        let range = datatype.contiguous_range(count)?.and_then(|(start, len)| {
+            let s = usize::try_from(start).ok()?;
+            (s.checked_add(len)? <= buf.len()).then_some(s..s + len)
+        });
+        if range.as_ref().is_some_and(|r| *r == (0..buf.len())) {
+            // The data is the whole buffer: a plain receive into it.
+            return self.dev().start_recv_owned(spec, buf, &self.inner.group);
+        }
+        let buf = if packed <= UNPACK_ON_STACK {
+            match self.recv_typed_now(spec, buf, count, datatype, packed, range)? {
+                Ok(done) => return Ok(done),
+                Err(buf) => buf,
+            }
+        } else {
+            buf
+        };
+        let stage = self.dev().staging(packed);
         self.dev().start_recv(
             spec,
             stage,
@@ -731,6 +781,56 @@ impl Comm {
             })),
             Arc::clone(&self.inner.group),
         )
+    }
+
+    /// [`Comm::irecv_typed`] of a message already here (see
+    /// [`Device::recv_now`]), finished in the call: received straight into
+    /// `range` of `buf` when the data is that contiguous range, otherwise
+    /// onto the stack (`packed` ≤ [`UNPACK_ON_STACK`] bytes) and unpacked
+    /// from there. No staging buffer, nothing kept with the request.
+    /// `Err(buf)`: no such message yet, nothing was received or posted.
+    fn recv_typed_now(
+        &self,
+        spec: tm_proto::MatchSpec,
+        mut buf: Vec<u8>,
+        count: i64,
+        datatype: &Datatype,
+        packed: usize,
+        range: Option<core::ops::Range<usize>>,
+    ) -> Result<Result<Request, Vec<u8>>, Error> {
+        let group = &self.inner.group;
+        let (r, unpacked) = match range {
+            Some(range) => match self.dev().recv_now(spec, &mut buf[range], group)? {
+                Some(r) => (r, Ok(0)),
+                None => return Ok(Err(buf)),
+            },
+            None => {
+                let mut small = [0u8; UNPACK_ON_STACK];
+                let stage = &mut small[..packed];
+                let Some(r) = self.dev().recv_now(spec, stage, group)? else {
+                    return Ok(Err(buf));
+                };
+                let n = delivered(&r, packed);
+                self.dev().note_unpacked();
+                (r, datatype.unpack_part(&stage[..n], &mut buf, count, 0))
+            }
+        };
+        Ok(Ok(match (unpacked, r) {
+            (Ok(_), Ok(status)) => Request::ready_with_buffer(status, buf),
+            (Err(e), r) => Request::from_outcome(Outcome {
+                status: r.unwrap_or(Status::EMPTY),
+                error: Some(e),
+                buffer: Some(buf),
+            }),
+            (Ok(_), Err(e)) => Request::from_outcome(Outcome {
+                status: match &e {
+                    Error::RecvTruncated { status, .. } => *status,
+                    _ => Status::EMPTY,
+                },
+                error: Some(e),
+                buffer: Some(buf),
+            }),
+        }))
     }
 
     // ------------------------------------------------------------ probes

@@ -979,6 +979,34 @@ impl Device {
         Ok(true)
     }
 
+    /// A standard send of `data` to world rank `dest` if it completes in
+    /// the call (`Endpoint::isend_now`: inline or eager, the data copied
+    /// into the transport). `Ok(false)`: nothing was sent (a size or state
+    /// that needs the general path, or a self-send).
+    pub(crate) fn send_slice_now(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+    ) -> Result<bool, Error> {
+        let local = self.local_of(dest)?;
+        let mut g = self.core.lock()?;
+        let Some(core) = g.as_mut() else {
+            return Err(Error::NotInitialized { what: "finalized" });
+        };
+        if !core
+            .ep
+            .isend_now(local, tag, context, data, SendMode::Standard)
+        {
+            return Ok(false);
+        }
+        self.count_route(dest);
+        drop(g);
+        self.sent(dest, tag, context, data.len(), Mode::Standard, true);
+        Ok(true)
+    }
+
     /// Counts a started send by its mode and traces it.
     #[inline(always)]
     fn sent(&self, dest: u32, tag: u32, context: u32, len: usize, mode: Mode, at_once: bool) {
@@ -1303,6 +1331,36 @@ impl Device {
                 Ok(st) => self.recv_outcome(&st, buf, into, group),
             }),
         }
+    }
+
+    /// Receives into `buf` a message already here that a receive for
+    /// `spec` posted now would match (`Endpoint::recv_now`): `Some` of the
+    /// MPI result ([`Device::recv_result`]: a longer message fills `buf`
+    /// and is `RecvTruncated`), counted as a started receive; `None` when
+    /// no such message has arrived, and then nothing was received, posted
+    /// or counted. For datatype receives that unpack from a buffer on the
+    /// caller's stack (`Comm::irecv_typed`). Inlined: its result, returned
+    /// through memory, stalled store forwarding in the caller.
+    #[inline(always)]
+    pub(crate) fn recv_now(
+        &self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+        group: &Group,
+    ) -> Result<Option<Result<Status, Error>>, Error> {
+        let got = self.with_core(|core| {
+            let got = core.ep.recv_now(spec, buf)?;
+            if got.is_some() {
+                bump_locked(&self.counters.recvs);
+            }
+            Ok(got)
+        })?;
+        Ok(got.map(|st| self.recv_result(&st, (!group.identity).then_some(group))))
+    }
+
+    /// Counts a datatype receive that unpacked.
+    pub(crate) fn note_unpacked(&self) {
+        bump(&self.counters.unpacked_recvs);
     }
 
     /// Starts a receive of matched message `msg` into `buf`.

@@ -359,6 +359,13 @@ fn role_datatypes(w: &Comm) {
         let mut r = w.isend_typed(&mid_src, 1, &mid_t, peer, 6).unwrap();
         w.wait(&mut r).unwrap();
         w.send_typed(&mid_src, 1, &mid_t, peer, 7).unwrap();
+        // Three small vectors on one tag, once the peer has a receive for
+        // the first one pending.
+        w.recv(&mut [0u8; 1], peer, 9).unwrap();
+        for k in 10..13 {
+            w.send_typed(&pattern(k, 28), 1, &vec_t, peer, 8).unwrap();
+        }
+        w.send(b"x", peer, 10).unwrap();
     } else {
         let mut packed = [0u8; 16];
         let st = w.recv(&mut packed, peer, 1).unwrap();
@@ -410,6 +417,32 @@ fn role_datatypes(w: &Comm) {
                     mid_src[blk * 16..blk * 16 + 8],
                     "tag {tag} block {blk}"
                 );
+            }
+        }
+        // Small typed receives of messages already here are unpacked in
+        // the call (from the stack), but never ahead of an earlier pending
+        // receive: the first of the three messages is the early one's.
+        let mut early = w.irecv_typed(vec![0xCCu8; 28], 1, &vec_t, peer, 8).unwrap();
+        w.send(b"g", peer, 9).unwrap();
+        w.recv(&mut [0u8; 1], peer, 10).unwrap();
+        let unpacked = w.counters().unpacked_recvs;
+        let mut later: Vec<Request> = (0..2)
+            .map(|_| w.irecv_typed(vec![0xCCu8; 28], 1, &vec_t, peer, 8).unwrap())
+            .collect();
+        // Both were here (queued ahead of tag 10): unpacked inside the
+        // calls.
+        assert_eq!(w.counters().unpacked_recvs, unpacked + 2);
+        for (k, r) in (10..13).zip(std::iter::once(&mut early).chain(later.iter_mut())) {
+            let st = w.wait(r).unwrap();
+            assert_eq!((st.tag, st.count), (8, 16), "message {k}");
+            let got = r.take_buffer().unwrap();
+            let want = pattern(k, 28);
+            for blk in 0..4 {
+                let o = blk * 8;
+                assert_eq!(got[o..o + 4], want[o..o + 4], "message {k} block {blk}");
+                if blk < 3 {
+                    assert_eq!(got[o + 4..o + 8], [0xCC; 4], "message {k} hole {blk}");
+                }
             }
         }
     }

@@ -3715,6 +3715,56 @@ impl Endpoint {
         }
     }
 
+    /// The receive half of [`Endpoint::irecv_or_done`] that completes at
+    /// once, into the caller's `buf`: if a message that a receive for `spec`
+    /// posted now would match has already arrived, it is received into
+    /// `buf` (as [`Endpoint::recv`] does: a longer message fills `buf` and
+    /// says so in the status) and its status returned; otherwise
+    /// `Ok(None)`, and nothing was received or posted (arrivals may have
+    /// moved from the rings to the matcher's queues). A caller that then
+    /// wants the receive to wait calls [`Endpoint::irecv_or_done`] with a
+    /// buffer of its own.
+    ///
+    /// For an upper layer that unpacks a small message (a datatype receive)
+    /// from a buffer on its stack instead of a staging buffer it must keep
+    /// with the request. Unlike [`Endpoint::try_recv`] it neither posts the
+    /// deferred receives nor runs a progress pass: a miss costs one look at
+    /// the source's ring (and, with messages queued, one post and cancel
+    /// in the matcher), and deferral stays as it was. While an older
+    /// deferred receive is still waiting, nothing is taken (the matcher
+    /// matches nothing while any is deferred).
+    // Inlined: its result, returned through memory, was copied on in
+    // overlapping pieces that stalled store forwarding in the caller.
+    #[inline]
+    pub fn recv_now(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        self.check_source(spec)?;
+        if !self.deferred.is_empty() {
+            self.take_deferred()?;
+            if !self.deferred.is_empty() {
+                return Ok(None);
+            }
+        }
+        if let Some(r) = self.drain_source(spec, buf)? {
+            return r.map(Some);
+        }
+        if self.off.unexpected_len() == 0 && self.off.parked_len() == 0 {
+            // Nothing queued could match (and what was in the ring that
+            // could went to the queue or was taken above).
+            return Ok(None);
+        }
+        // A queued message may match: the receive is posted against the
+        // queue (no pass), and withdrawn if it did not match at once.
+        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, (false, false), buf)?;
+        if let Some(done) = self.take_done(key) {
+            return done.map(Some);
+        }
+        if let Some(id) = id {
+            let _ = self.off.cancel(id);
+        }
+        self.requests.remove(key);
+        Ok(None)
+    }
+
     /// Whether a nonblocking receive for `spec` into `capacity` bytes may
     /// be deferred now: deferral is on, an exact other source, never
     /// advertised to its sender, and the model empty (nothing posted,
@@ -5017,6 +5067,107 @@ mod tests {
                     ep.iprobe(spec(0, 99)).unwrap().is_none(),
                     "a refused send arrived"
                 );
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// `recv_now` takes only what a receive posted at that moment would
+    /// match: nothing before it is sent; from the ring (inline, inline-ext,
+    /// eager, truncated) and from the matcher's queue; never the message an
+    /// earlier pending receive is owed; never the same message twice.
+    #[test]
+    fn recv_now_takes_only_what_a_receive_posted_now_would() {
+        fn spin_now(ep: &mut Endpoint, spec: MatchSpec, buf: &mut [u8]) -> Status {
+            let t0 = Instant::now();
+            loop {
+                if let Some(st) = ep.recv_now(spec, buf).unwrap() {
+                    return st;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "{spec:?} never came"
+                );
+                std::thread::yield_now();
+            }
+        }
+        // The handshakes give up too: a panicking peer must fail the test,
+        // not leave this side blocked.
+        fn recv_within(ep: &mut Endpoint, spec: MatchSpec, buf: &mut [u8]) {
+            let t0 = Instant::now();
+            while ep.try_recv(spec, buf).unwrap().is_none() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "{spec:?} never came"
+                );
+                std::thread::yield_now();
+            }
+        }
+        pair_with("recv-now", 64, |me, mut ep| {
+            if me == 0 {
+                let mut go = [0u8; 1];
+                recv_within(&mut ep, spec(1, 50), &mut go);
+                // Tag 3 twice: the first is owed to rank 1's earlier receive.
+                for (tag, seed, len) in [(1, 1, 24), (3, 30, 100), (3, 31, 100), (2, 2, 3000)] {
+                    ep.send(1, tag, 4, &data(seed, len)).unwrap();
+                }
+                ep.send(1, 4, 4, &data(4, 200)).unwrap();
+                recv_within(&mut ep, spec(1, 51), &mut go);
+                for tag in [6, 7, 52] {
+                    ep.send(1, tag, 4, &data(tag, 64)).unwrap();
+                }
+            } else {
+                let mut b24 = [0u8; 24];
+                assert!(ep.recv_now(spec(0, 1), &mut b24).unwrap().is_none());
+                let pending = match ep.irecv_or_done(spec(0, 3), vec![0; 100]).unwrap() {
+                    Ok(req) => req,
+                    Err(_) => panic!("tag 3 matched before it was sent"),
+                };
+                ep.send(0, 50, 4, b"g").unwrap();
+
+                let st = spin_now(&mut ep, spec(0, 1), &mut b24);
+                assert_eq!((st.source, st.tag, st.len), (0, 1, 24));
+                assert_eq!(b24.to_vec(), data(1, 24));
+                let mut b100 = [0u8; 100];
+                let st = spin_now(&mut ep, spec(0, 3), &mut b100);
+                assert_eq!(st.len, 100);
+                assert_eq!(b100.to_vec(), data(31, 100), "took the earlier receive's");
+                let t0 = Instant::now();
+                while !ep.test(&pending).unwrap() {
+                    assert!(t0.elapsed() < Duration::from_secs(20), "tag 3 never came");
+                }
+                let (st, v) = ep.wait(pending).unwrap();
+                assert_eq!((st.tag, v), (3, data(30, 100)));
+                let mut b3000 = vec![0u8; 3000];
+                let st = spin_now(&mut ep, spec(0, 2), &mut b3000);
+                assert_eq!((st.len, b3000), (3000, data(2, 3000)));
+                let mut b50 = [0u8; 50];
+                let st = spin_now(&mut ep, spec(0, 4), &mut b50);
+                assert!(st.truncated());
+                assert_eq!((st.len, st.msg_len), (50, 200));
+                assert_eq!(b50.to_vec(), data(4, 50));
+                ep.send(0, 51, 4, b"g").unwrap();
+
+                // Tags 6 and 7 are queued as unexpected while tag 52 is
+                // received: `recv_now` finds them in the queue.
+                let mut b64 = [0u8; 64];
+                recv_within(&mut ep, spec(0, 52), &mut b64);
+                let st = ep.recv_now(spec(0, 7), &mut b64).unwrap().unwrap();
+                assert_eq!((st.tag, b64.to_vec()), (7, data(7, 64)));
+                let any = MatchSpec {
+                    source: Source::Any,
+                    ..spec(0, 6)
+                };
+                let st = ep.recv_now(any, &mut b64).unwrap().unwrap();
+                assert_eq!((st.source, st.tag, b64.to_vec()), (0, 6, data(6, 64)));
+                for tag in [1, 2, 3, 4, 6, 7] {
+                    assert!(ep.recv_now(spec(0, tag), &mut b64).unwrap().is_none());
+                }
+                let all = MatchSpec {
+                    tag: Tag::Any,
+                    ..any
+                };
+                assert!(ep.iprobe(all).unwrap().is_none(), "a message left over");
             }
             ep.finalize().unwrap();
         });
