@@ -24,7 +24,8 @@
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 use crate::device::{
-    Device, DeviceProgress, Group, Mode, RecvInto, SendData, TypedInto, PROC_NULL_STATUS,
+    typed_result, Device, DeviceProgress, Group, Mode, RecvInto, SendData, TypedInto,
+    PROC_NULL_STATUS,
 };
 use crate::request::{self, AnyOutcome, Outcome, Request, Status};
 use crate::{plan_send, Datatype, Error, SendPlan};
@@ -815,19 +816,11 @@ impl Comm {
                 (r, datatype.unpack_part(&stage[..n], &mut buf, count, 0))
             }
         };
-        Ok(Ok(match (unpacked, r) {
-            (Ok(_), Ok(status)) => Request::ready_with_buffer(status, buf),
-            (Err(e), r) => Request::from_outcome(Outcome {
-                status: r.unwrap_or(Status::EMPTY),
-                error: Some(e),
-                buffer: Some(buf),
-            }),
-            (Ok(_), Err(e)) => Request::from_outcome(Outcome {
-                status: match &e {
-                    Error::RecvTruncated { status, .. } => *status,
-                    _ => Status::EMPTY,
-                },
-                error: Some(e),
+        Ok(Ok(match typed_result(unpacked.err(), r) {
+            (status, None) => Request::ready_with_buffer(status, buf),
+            (status, error) => Request::from_outcome(Outcome {
+                status,
+                error,
                 buffer: Some(buf),
             }),
         }))

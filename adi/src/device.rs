@@ -395,6 +395,24 @@ fn bump_locked(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
+/// The status and error of a datatype receive from its unpack error and
+/// the receive's MPI result: an unpack error wins (with the receive's
+/// status, if it had one); a truncation keeps the status of what was
+/// delivered; another error has the empty status.
+pub(crate) fn typed_result(
+    unpack_error: Option<Error>,
+    res: Result<Status, Error>,
+) -> (Status, Option<Error>) {
+    match (unpack_error, res) {
+        (Some(e), r) => (r.unwrap_or(Status::EMPTY), Some(e)),
+        (None, Ok(s)) => (s, None),
+        (None, Err(Error::RecvTruncated { status, msg_len })) => {
+            (status, Some(Error::RecvTruncated { status, msg_len }))
+        }
+        (None, Err(e)) => (Status::EMPTY, Some(e)),
+    }
+}
+
 /// Where a receive's data goes once the endpoint delivers it.
 #[derive(Debug)]
 pub(crate) enum RecvInto {
@@ -1935,14 +1953,7 @@ impl Device {
                 (user, unpacked.err())
             }
         };
-        let (status, error) = match (unpack_error, res) {
-            (Some(e), r) => (r.unwrap_or(Status::EMPTY), Some(e)),
-            (None, Ok(s)) => (s, None),
-            (None, Err(Error::RecvTruncated { status, msg_len })) => {
-                (status, Some(Error::RecvTruncated { status, msg_len }))
-            }
-            (None, Err(e)) => (Status::EMPTY, Some(e)),
-        };
+        let (status, error) = typed_result(unpack_error, res);
         Outcome {
             status,
             error,
