@@ -150,6 +150,21 @@ const PACK_DIRECT_MAX: usize = 1024;
 /// staging buffer from the device's pool kept with the request.
 const UNPACK_ON_STACK: usize = 256;
 
+/// The byte range of a buffer of `len` bytes that `count` elements of
+/// `datatype` occupy, if it is one contiguous range
+/// ([`Datatype::contiguous_range`]) lying inside the buffer.
+fn contiguous_in(
+    datatype: &Datatype,
+    count: i64,
+    len: usize,
+) -> Result<Option<core::ops::Range<usize>>, Error> {
+    Ok(datatype.contiguous_range(count)?.and_then(|(start, n)| {
+        let s = usize::try_from(start).ok()?;
+        let e = s.checked_add(n)?;
+        (e <= len).then_some(s..e)
+    }))
+}
+
 /// The bytes a receive delivered into a buffer of `cap` bytes: the
 /// status's count, also for a truncated message; none after another error.
 fn delivered(r: &Result<Status, Error>, cap: usize) -> usize {
@@ -619,13 +634,8 @@ impl Comm {
             self.dev().note_proc_null();
             return Ok(());
         };
-        if let Some((start, len)) = datatype.contiguous_range(count)? {
-            if let Some(slice) = usize::try_from(start)
-                .ok()
-                .and_then(|s| buf.get(s..s.checked_add(len)?))
-            {
-                return self.send(slice, dest, tag);
-            }
+        if let Some(range) = contiguous_in(datatype, count, buf.len())? {
+            return self.send(&buf[range], dest, tag);
         }
         if let Some((len, packed)) = self.packs_at_once(count, datatype)? {
             if self.send_packed_now(world, tag_u, buf, count, datatype, len, packed)? {
@@ -673,13 +683,9 @@ impl Comm {
     ) -> Result<Request, Error> {
         let tag_u = Self::send_tag(tag)?;
         if let Some(world) = self.dest(dest)? {
-            let range = datatype.contiguous_range(count)?.and_then(|(start, len)| {
-                let s = usize::try_from(start).ok()?;
-                buf.get(s..s.checked_add(len)?)
-            });
-            if let Some(data) = range {
+            if let Some(range) = contiguous_in(datatype, count, buf.len())? {
                 // Contiguous: copied into the transport as is.
-                let ctx = self.inner.ctx;
+                let (ctx, data) = (self.inner.ctx, &buf[range]);
                 if self.dev().send_slice_now(world, tag_u, ctx, data)? {
                     return Ok(Request::ready(Status::new(ANY_SOURCE, ANY_TAG, data.len())));
                 }
@@ -707,13 +713,8 @@ impl Comm {
     ) -> Result<Status, Error> {
         // Checks commit, count and that `buf` covers every byte touched.
         datatype.segments(buf.len(), count, 0, 0)?;
-        if let Some((start, len)) = datatype.contiguous_range(count)? {
-            if let Some(slice) = usize::try_from(start)
-                .ok()
-                .and_then(|s| buf.get_mut(s..s.checked_add(len)?))
-            {
-                return self.recv(slice, source, tag);
-            }
+        if let Some(range) = contiguous_in(datatype, count, buf.len())? {
+            return self.recv(&mut buf[range], source, tag);
         }
         let Some(spec) = self.spec(source.into(), tag.into())? else {
             self.dev().note_proc_null();
@@ -755,10 +756,7 @@ impl Comm {
             return Ok(self.proc_null_request(Some(buf)));
         };
         let packed = datatype.pack_size(count)?;
-        let range = datatype.contiguous_range(count)?.and_then(|(start, len)| {
-            let s = usize::try_from(start).ok()?;
-            (s.checked_add(len)? <= buf.len()).then_some(s..s + len)
-        });
+        let range = contiguous_in(datatype, count, buf.len())?;
         if range.as_ref().is_some_and(|r| *r == (0..buf.len())) {
             // The data is the whole buffer: a plain receive into it.
             return self.dev().start_recv_owned(spec, buf, &self.inner.group);
