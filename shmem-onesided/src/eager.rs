@@ -135,6 +135,14 @@ impl EagerArea {
         Some(off)
     }
 
+    /// The block the next [`EagerArea::alloc`] of `need` bytes would most
+    /// likely hand out (the top of its class's stack), as a prefetch hint.
+    #[inline]
+    pub(crate) fn next_kept(&self, need: u64) -> Option<u64> {
+        let (c, _) = class_of(need)?;
+        self.stacks.get(c)?.last().copied()
+    }
+
     /// A new block from the allocator (of the class's size, or exactly
     /// `need` bytes without a class), now in flight.
     fn alloc_fresh(&mut self, need: u64, class: Option<(usize, u64)>) -> Option<u64> {
@@ -280,6 +288,31 @@ mod tests {
         // LIFO: the last one taken back comes first.
         let z = a.alloc(1088, |_| false).unwrap();
         assert!(z == x || z == y);
+    }
+
+    /// `next_kept` names the block the next allocation of that size hands
+    /// out (the warmest released one of its class), and nothing when the
+    /// class has none kept.
+    #[test]
+    fn next_kept_is_the_block_alloc_hands_out_next() {
+        let mut a = EagerArea::new(1 << 20);
+        let freed = RefCell::new(HashSet::new());
+        let rel = |o: u64| freed.borrow().contains(&o);
+        assert_eq!(a.next_kept(1088), None, "nothing released yet");
+        let x = a.alloc(1088, rel).unwrap();
+        let y = a.alloc(1088, rel).unwrap();
+        let other = a.alloc(200, rel).unwrap();
+        freed.borrow_mut().extend([x, y, other]);
+        assert_eq!(a.reclaim(rel), 3);
+        let next = a.next_kept(1100).expect("a 1280-byte block is kept");
+        assert!(next == x || next == y);
+        assert_eq!(a.alloc(1100, |_| false), Some(next));
+        let last = a.next_kept(1088).expect("the other one");
+        assert_ne!(last, next);
+        assert_eq!(a.alloc(1088, |_| false), Some(last));
+        assert_eq!(a.next_kept(1088), None, "class emptied");
+        assert_eq!(a.next_kept(200), Some(other), "other classes apart");
+        assert_eq!(a.next_kept(POOL_MAX + 1), None, "no class");
     }
 
     #[test]

@@ -53,6 +53,8 @@ mod error;
 pub mod heap;
 #[cfg(not(tmx_shmem_loom))]
 mod idmap;
+#[cfg_attr(tmx_shmem_loom, allow(dead_code))]
+mod prefetch;
 pub mod prepost;
 pub mod ring;
 pub mod winsync;

@@ -683,6 +683,24 @@ impl Consumer {
         self.poll_with(ring, Ordering::Relaxed)
     }
 
+    /// The next header if one is published, as [`Consumer::peek`] but
+    /// never publishing the consumer index (which `peek` does when the ring
+    /// is empty): a look ahead, e.g. at the header after the one just
+    /// taken, to prefetch its payload. Takes nothing.
+    #[inline(always)]
+    pub fn peek_ahead(&self, ring: RingRef<'_>) -> Option<Header> {
+        let slot = ring.slot(self.next);
+        let expect = (self.next as u32).wrapping_add(1);
+        if slot.seq.load(Ordering::Acquire) != expect {
+            return None;
+        }
+        // SAFETY: as in `peek_with`: the Acquire load saw this lap's seq,
+        // and the producer does not touch the slot before we publish
+        // `consumed` past it.
+        let body = slot.body.with(|p| unsafe { p.read() });
+        Some(Header::decode(&body))
+    }
+
     #[inline]
     fn poll_with(&mut self, ring: RingRef<'_>, release: Ordering) -> Option<Header> {
         let h = self.peek_with(ring, release)?;
@@ -1080,6 +1098,36 @@ mod tests {
         assert!(p.try_push_inline(mem.view(), f, &[1; 8]).is_ok());
         assert_eq!(p.try_push_inline(mem.view(), f, &[1; 8]), Err(Full));
         assert_eq!(p.pushed(), 1);
+    }
+
+    /// `peek_ahead` sees the next published header without taking it and,
+    /// unlike `peek`, never publishes the consumer index: a look at an
+    /// empty ring leaves the producer's view of free slots as it was.
+    #[test]
+    fn peek_ahead_looks_without_taking_or_publishing() {
+        let mem = RingMem::new(2);
+        let (mut p, mut c) = (Producer::new(), Consumer::new(8));
+        let h = |t| Header {
+            tag: t,
+            ..Header::default()
+        };
+        assert_eq!(c.peek_ahead(mem.view()), None, "empty ring");
+        assert!(p.try_push(mem.view(), &h(0)).is_ok());
+        assert!(p.try_push(mem.view(), &h(1)).is_ok());
+        assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(0));
+        // The header after the one just taken, as often as asked.
+        assert_eq!(c.peek_ahead(mem.view()).map(|x| x.tag), Some(1));
+        assert_eq!(c.peek_ahead(mem.view()).map(|x| x.tag), Some(1));
+        assert_eq!(c.consumed(), 1, "nothing taken");
+        assert_eq!(c.poll(mem.view()).map(|x| x.tag), Some(1));
+        // Empty again: peek_ahead publishes nothing (batch 8 not reached),
+        // so the producer still sees a full ring...
+        assert_eq!(c.peek_ahead(mem.view()), None);
+        assert_eq!(p.try_push(mem.view(), &h(2)), Err(Full));
+        // ...until `peek` finds the ring empty and publishes.
+        assert_eq!(c.peek(mem.view()), None);
+        assert!(p.try_push(mem.view(), &h(2)).is_ok());
+        assert_eq!(c.peek_ahead(mem.view()).map(|x| x.tag), Some(2));
     }
 
     #[test]

@@ -1,0 +1,68 @@
+//! Cache prefetch hints for lines the other core wrote or last read.
+//!
+//! Two-copy messaging moves every payload line between the two cores'
+//! caches twice: the sender's copy-in takes ownership of lines the receiver
+//! last read, the receiver's copy-out fetches lines the sender just wrote.
+//! Each message's copy waits for its first misses. Issuing them one
+//! message ahead overlaps that wait with the current message's work (see
+//! the crate README, "Prefetching the next message").
+//!
+//! A prefetch is only a hint: it never faults, whatever the address, and
+//! changes no value, so no protocol depends on it. Under loom, and on
+//! targets other than x86_64, the hints are no-ops.
+
+/// Lines are this many bytes apart.
+pub(crate) const LINE: usize = 64;
+
+/// Hints that the line holding `p` is about to be read.
+#[inline(always)]
+pub(crate) fn read(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(tmx_shmem_loom)))]
+    // SAFETY: PREFETCHT0 (SSE, part of the x86_64 baseline) is a hint: it
+    // does not fault on any address and writes nothing.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(all(target_arch = "x86_64", not(tmx_shmem_loom))))]
+    let _ = p;
+}
+
+/// Hints that the line holding `p` is about to be written: its ownership
+/// is requested now, invalidating other cores' copies.
+#[inline(always)]
+pub(crate) fn write(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(tmx_shmem_loom)))]
+    // SAFETY: PREFETCHW is a hint: it does not fault on any address and
+    // writes nothing (the encoding 0F 0D /1 executes as a no-op on CPUs
+    // without it). `core::arch` offers it only behind an unstable target
+    // feature, hence the one instruction of inline assembly.
+    unsafe {
+        core::arch::asm!(
+            "prefetchw [{0}]",
+            in(reg) p,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
+    #[cfg(not(all(target_arch = "x86_64", not(tmx_shmem_loom))))]
+    let _ = p;
+}
+
+/// [`read`] of every line of `[p, p + len)`.
+#[inline(always)]
+pub(crate) fn read_range(p: *const u8, len: usize) {
+    let mut o = 0;
+    while o < len {
+        read(p.wrapping_add(o));
+        o += LINE;
+    }
+}
+
+/// [`write`] of every line of `[p, p + len)`.
+#[inline(always)]
+pub(crate) fn write_range(p: *const u8, len: usize) {
+    let mut o = 0;
+    while o < len {
+        write(p.wrapping_add(o));
+        o += LINE;
+    }
+}
