@@ -1122,7 +1122,10 @@ fn eager_copy(seg: &Segment, eager: &mut EagerArea, data: &[u8]) -> Option<u64> 
             data.len(),
         )
     };
-    if data.len() as u64 <= PREFETCH_MAX {
+    // Only while older blocks are still in flight (a window of sends): a
+    // lone send (a ping-pong) takes its own block back before the next
+    // one, so the kept block would be prefetched for nothing.
+    if data.len() as u64 <= PREFETCH_MAX && eager.in_flight() > 1 {
         // The block the next send of this size will most likely take.
         if let Some(next) = eager.next_kept(EAGER_PREFIX + data.len() as u64) {
             prefetch::write_range(
