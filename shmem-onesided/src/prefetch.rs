@@ -50,19 +50,21 @@ pub(crate) fn write(p: *const u8) {
 /// [`read`] of every line of `[p, p + len)`.
 #[inline(always)]
 pub(crate) fn read_range(p: *const u8, len: usize) {
-    let mut o = 0;
-    while o < len {
-        read(p.wrapping_add(o));
-        o += LINE;
-    }
+    each_line(p, len, read);
 }
 
 /// [`write`] of every line of `[p, p + len)`.
 #[inline(always)]
 pub(crate) fn write_range(p: *const u8, len: usize) {
+    each_line(p, len, write);
+}
+
+/// `hint` for the address of every line of `[p, p + len)`.
+#[inline(always)]
+fn each_line(p: *const u8, len: usize, hint: fn(*const u8)) {
     let mut o = 0;
     while o < len {
-        write(p.wrapping_add(o));
+        hint(p.wrapping_add(o));
         o += LINE;
     }
 }
