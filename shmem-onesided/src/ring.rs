@@ -690,13 +690,15 @@ impl Consumer {
     #[inline(always)]
     pub fn peek_ahead(&self, ring: RingRef<'_>) -> Option<Header> {
         let slot = ring.slot(self.next);
+        // Truncation: see Producer::push_with.
         let expect = (self.next as u32).wrapping_add(1);
         if slot.seq.load(Ordering::Acquire) != expect {
             return None;
         }
-        // SAFETY: as in `peek_with`: the Acquire load saw this lap's seq,
-        // and the producer does not touch the slot before we publish
-        // `consumed` past it.
+        // SAFETY: the Acquire load above saw the producer's Release store of
+        // this lap's `seq`, which follows its write of the body; the producer
+        // does not touch this slot again until we publish `consumed` past it
+        // (in `skip_with`, after this read).
         let body = slot.body.with(|p| unsafe { p.read() });
         Some(Header::decode(&body))
     }
@@ -729,19 +731,11 @@ impl Consumer {
     // store-forwarding stall per message.
     #[inline(always)]
     fn peek_with(&mut self, ring: RingRef<'_>, release: Ordering) -> Option<Header> {
-        let slot = ring.slot(self.next);
-        // Truncation: see Producer::push_with.
-        let expect = (self.next as u32).wrapping_add(1);
-        if slot.seq.load(Ordering::Acquire) != expect {
+        let h = self.peek_ahead(ring);
+        if h.is_none() {
             self.publish_with(ring, release);
-            return None;
         }
-        // SAFETY: the Acquire load above saw the producer's Release store of
-        // this lap's `seq`, which follows its write of the body; the producer
-        // does not touch this slot again until we publish `consumed` past it
-        // (in `skip_with`, after this read).
-        let body = slot.body.with(|p| unsafe { p.read() });
-        Some(Header::decode(&body))
+        h
     }
 
     #[inline]
