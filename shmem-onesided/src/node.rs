@@ -71,6 +71,9 @@ impl Node {
     /// and probes CMA. All local ranks must call this with the same job id,
     /// size and configuration; they may be started independently.
     pub fn init(job_id: &str, local_rank: u32, local_size: u32, cfg: Config) -> Result<Self> {
+        // The sizes left to the node's size are chosen now, so that
+        // `config()` reports what the segment uses.
+        let cfg = cfg.resolved(local_size);
         let probe = Box::new(0x746d_785f_7072_6f62u64 ^ u64::from(std::process::id()));
         if cfg.cma != CmaMode::Off {
             allow_ptrace_by_peers();

@@ -911,7 +911,7 @@ impl Outbox {
     ///
     /// Until 2026-11-23 half the ring was kept free of continuation slots
     /// (for the headers of later messages of a stream). In a window of 64
-    /// messages of 64 B on the default 64-slot ring that sent half of them
+    /// messages of 64 B on a 64-slot ring (the default then) that sent half of them
     /// buffered, each re-reading the consumer index first; without it,
     /// two-rank windows ran 0.91× (64 B) and 0.89× (100 B) the time per
     /// slot both ways, and 1.00× and 0.93× one way (median of 10–12

@@ -156,6 +156,7 @@ pub struct Layout {
 impl Layout {
     /// The layout for `local_size` ranks with `cfg`'s sizes.
     pub fn new(local_size: u32, cfg: &Config) -> Result<Self> {
+        let cfg = &cfg.resolved(local_size);
         // A `Config` built in code skips `Config::from_env`'s checks; the
         // rings index their slots with a mask.
         let pow2 = |v: u32| v.is_power_of_two() && v <= 65536;
@@ -668,8 +669,17 @@ mod tests {
     #[test]
     fn layout_refuses_rings_that_are_not_powers_of_two() {
         let ok = Config::default();
-        assert!(Layout::new(2, &ok).is_ok());
-        for (ring_slots, prepost_slots) in [(3, 16), (0, 16), (64, 12), (1 << 17, 16)] {
+        // `AUTO` ring slots (the default) are chosen by the node's size.
+        assert_eq!(ok.ring_slots, crate::config::AUTO);
+        assert_eq!(
+            Layout::new(2, &ok).map(|l| l.ring_slots).ok(),
+            Some(crate::config::RING_SLOTS_SMALL_NODE)
+        );
+        assert_eq!(
+            Layout::new(65, &ok).map(|l| l.ring_slots).ok(),
+            Some(crate::config::RING_SLOTS_LARGE_NODE)
+        );
+        for (ring_slots, prepost_slots) in [(3, 16), (64, 0), (64, 12), (1 << 17, 16)] {
             let c = Config {
                 ring_slots,
                 prepost_slots,
