@@ -26,7 +26,13 @@
  *   mpiexec.hydra -n 2 -bind-to core ./mpich_osu
  *
  * `cargo xtask bench adi` does this and prints it beside ours with ratios.
- * An optional argument scales the iteration counts (default 1.0).
+ * An optional first argument, a number, scales the iteration counts
+ * (default 1.0). Options as `osu`'s: `--tests lat,bw,bibw` (a subset;
+ * `latency` is accepted for `lat`), `--min-size BYTES`, `--max-size BYTES`
+ * (default 1 and 4194304), `--no-one-buffer` (skip the "one" forms): with
+ * them one size of one test runs in a fraction of a second, so that many
+ * short runs of the two programs can alternate (a paired comparison that
+ * the machine's slow changes of speed do not decide).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -59,10 +65,44 @@ static int scaled(int n, double scale) {
     return s < 1 ? 1 : s;
 }
 
+static int has_test(const char *tests, const char *name) {
+    /* `tests` is a comma-separated list; "latency" stands for "lat". */
+    size_t n = strlen(name);
+    for (const char *p = tests; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if ((l == n && strncmp(p, name, n) == 0) ||
+            (strcmp(name, "lat") == 0 && l == 7 && strncmp(p, "latency", 7) == 0))
+            return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int rank, size;
-    double scale = argc > 1 ? atof(argv[1]) : 1.0;
-    if (scale <= 0) scale = 1.0;
+    double scale = 1.0;
+    const char *tests = "lat,bw,bibw";
+    long min_len = 1, max_len = MAX_LEN;
+    int one_buffer = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--tests") == 0 && i + 1 < argc) {
+            tests = argv[++i];
+        } else if (strcmp(argv[i], "--min-size") == 0 && i + 1 < argc) {
+            min_len = atol(argv[++i]);
+        } else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc) {
+            max_len = atol(argv[++i]);
+        } else if (strcmp(argv[i], "--no-one-buffer") == 0) {
+            one_buffer = 0;
+        } else if (i == 1 && atof(argv[i]) > 0) {
+            scale = atof(argv[i]);
+        } else {
+            fprintf(stderr, "mpich_osu: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (max_len > MAX_LEN) max_len = MAX_LEN;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -82,7 +122,8 @@ int main(int argc, char **argv) {
     char ack = 0;
     double samples[ROUNDS];
 
-    for (int len = 1; len <= MAX_LEN; len *= 2) {
+    for (int len = 1; len <= max_len && has_test(tests, "lat"); len *= 2) {
+        if (len < min_len) continue;
         int n = scaled(lat_iters(len), scale);
         for (int round = 0; round <= ROUNDS; round++) { /* round 0 warms up */
             MPI_Barrier(MPI_COMM_WORLD);
@@ -106,9 +147,10 @@ int main(int argc, char **argv) {
 
     /* distinct = 1: each operation of a window has its own buffer (the
      * figures compared with adi's); 0: OSU's one buffer ("one"). */
-    for (int distinct = 1; distinct >= 0; distinct--) {
+    for (int distinct = 1; distinct >= (one_buffer ? 0 : 1); distinct--) {
         const char *path = distinct ? "" : "one ";
-        for (int len = 1; len <= MAX_LEN; len *= 2) {
+        for (int len = 1; len <= max_len && has_test(tests, "bw"); len *= 2) {
+            if (len < min_len) continue;
             int reps = scaled(bw_reps(len), scale);
             size_t step = distinct ? (size_t)len : 0;
             for (int round = 0; round <= ROUNDS; round++) {
@@ -137,7 +179,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
 
-        for (int len = 1; len <= MAX_LEN; len *= 2) {
+        for (int len = 1; len <= max_len && has_test(tests, "bibw"); len *= 2) {
+            if (len < min_len) continue;
             int reps = scaled(bw_reps(len), scale);
             size_t step = distinct ? (size_t)len : 0;
             for (int round = 0; round <= ROUNDS; round++) {

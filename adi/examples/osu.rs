@@ -30,7 +30,8 @@
 //!
 //! Options: `--csv` (rows `test,bytes,value,unit`), `--raw` (lines
 //! `lat|bw|bibw <bytes> <value>`, the form `mpich_osu` prints),
-//! `--max-size BYTES` (default 4194304), `--quick` (1/50 of the iterations,
+//! `--min-size BYTES` (default 1), `--max-size BYTES` (default 4194304),
+//! `--scale N` (N times the iterations, for profiling), `--quick` (1/50 of the iterations,
 //! for smoke tests), `--tests latency,bw,bibw` (a subset), `--threads
 //! funneled|multiple` (the thread level asked of `adi::init_thread`;
 //! default `funneled`, one thread calls the device, which is what OSU's
@@ -48,8 +49,11 @@ const WINDOW: usize = 64;
 struct Opts {
     csv: bool,
     raw: bool,
+    min_size: usize,
     max_size: usize,
     quick: bool,
+    /// Multiplies the iteration counts (`--scale`), for profiling.
+    scale: usize,
     tests: Vec<String>,
     threads: ThreadLevel,
     /// Requests written in place (`irecv_into`/`isend_into`), or returned.
@@ -60,8 +64,10 @@ fn parse_opts() -> Result<Opts, String> {
     let mut o = Opts {
         csv: false,
         raw: false,
+        min_size: 1,
         max_size: 4 << 20,
         quick: false,
+        scale: 1,
         tests: vec!["latency".into(), "bw".into(), "bibw".into()],
         threads: ThreadLevel::Funneled,
         into: true,
@@ -75,6 +81,17 @@ fn parse_opts() -> Result<Opts, String> {
             "--max-size" => {
                 let v = args.next().ok_or("--max-size needs a value")?;
                 o.max_size = v.parse().map_err(|_| format!("bad --max-size {v:?}"))?;
+            }
+            "--min-size" => {
+                let v = args.next().ok_or("--min-size needs a value")?;
+                o.min_size = v.parse().map_err(|_| format!("bad --min-size {v:?}"))?;
+            }
+            "--scale" => {
+                let v = args.next().ok_or("--scale needs a value")?;
+                o.scale = match v.parse() {
+                    Ok(n) if n >= 1 => n,
+                    _ => return Err(format!("bad --scale {v:?} (a whole number, at least 1)")),
+                };
             }
             "--tests" => {
                 let v = args.next().ok_or("--tests needs a value")?;
@@ -95,7 +112,8 @@ fn parse_opts() -> Result<Opts, String> {
                 };
             }
             "-h" | "--help" => return Err(
-                "usage: osu [--csv | --raw] [--quick] [--max-size BYTES] [--tests latency,bw,bibw] \
+                "usage: osu [--csv | --raw] [--quick] [--min-size BYTES] [--max-size BYTES] [--scale N] \
+                 [--tests latency,bw,bibw] \
                  [--threads funneled|multiple] [--requests into|returned]"
                     .into(),
             ),
@@ -105,11 +123,14 @@ fn parse_opts() -> Result<Opts, String> {
     Ok(o)
 }
 
-fn sizes(max: usize) -> Vec<usize> {
+/// The powers of two from `min` to `max`.
+fn sizes(min: usize, max: usize) -> Vec<usize> {
     let mut v = Vec::new();
     let mut s = 1;
     while s <= max {
-        v.push(s);
+        if s >= min {
+            v.push(s);
+        }
         s *= 2;
     }
     v
@@ -144,7 +165,7 @@ fn scaled(n: usize, o: &Opts) -> usize {
     if o.quick {
         (n / 50).max(1)
     } else {
-        n
+        n.saturating_mul(o.scale)
     }
 }
 
@@ -282,7 +303,7 @@ fn run(o: &Opts) -> Result<(), Error> {
             };
             println!("# {test}\n{:<12}{:>18}", "# size", unit);
         }
-        for len in sizes(o.max_size) {
+        for len in sizes(o.min_size, o.max_size) {
             let (v, unit) = match test.as_str() {
                 "latency" => (latency(&world, len, o)?, "us"),
                 "bw" => (bandwidth(&world, len, o, false)?, "MB/s"),
