@@ -965,14 +965,22 @@ fn eager_src(area: u64, h: &Header) -> Result<u64> {
     }
 }
 
-/// Largest eager payload for which the prefetch hints of
-/// [`crate::prefetch`] are given: the receiver's for the next message's
-/// block, the sender's for the block its next send of the same size takes.
-/// Above it a copy streams well enough by itself, and the hints did not
-/// pay: at 4 KiB the sender's slowed a both-ways window down by a third,
-/// the receiver's changed nothing measurable, and at 8 KiB the early look
-/// at the next header cost ≈ 6%.
+/// Largest eager payload for which the receiver's prefetch hint of
+/// [`crate::prefetch`] is given (for the next message's block). Above it
+/// a copy-out streams well enough by itself: at 4 and 8 KiB the hint (and
+/// the early look at the next header) cost 1–6% (sessions 15 and 16).
 const PREFETCH_MAX: u64 = 2048;
+
+/// Largest eager payload for which the sender's hint is given (`PREFETCHW`
+/// of the block its next send of the same size takes). Up to 8 KiB the
+/// sender's copy-in is what a window waits for: it takes ownership of
+/// every line of a block the receiver's core last read. Raised from 2 KiB
+/// on 2026-11-27 (one-size paired runs, 60 pairs each, median ratio
+/// against 2 KiB): bandwidth 1.14× at 4 KiB and 1.09× at 8 KiB,
+/// bi-bandwidth 1.10× and 1.04×; at 16 and 32 KiB it did not pay (0.91–1.01).
+/// (Session 15 had measured a third slower at 4 KiB on a scratch
+/// both-ways window of bare endpoints; the ADI's windows did not show it.)
+const PREFETCH_WRITE_MAX: u64 = 8192;
 
 /// Copies an eager payload into `dst` (at most `dst.len()` bytes) and
 /// releases the sender's block.
@@ -1125,7 +1133,7 @@ fn eager_copy(seg: &Segment, eager: &mut EagerArea, data: &[u8]) -> Option<u64> 
     // Only while older blocks are still in flight (a window of sends): a
     // lone send (a ping-pong) takes its own block back before the next
     // one, so the kept block would be prefetched for nothing.
-    if data.len() as u64 <= PREFETCH_MAX && eager.in_flight() > 1 {
+    if data.len() as u64 <= PREFETCH_WRITE_MAX && eager.in_flight() > 1 {
         // The block the next send of this size will most likely take.
         if let Some(next) = eager.next_kept(EAGER_PREFIX + data.len() as u64) {
             prefetch::write_range(
