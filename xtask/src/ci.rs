@@ -468,6 +468,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             run_adi_bench()?;
             continue;
         }
+        if krate == "adi-pairs" {
+            run_adi_pairs()?;
+            continue;
+        }
         let mut c = cargo();
         c.args(["bench", "-p", krate]);
         if !run_plain(c)? {
@@ -636,6 +640,145 @@ fn run_adi_bench() -> Result<(), String> {
         print!("{}", paired_table(&pairs));
     }
     run_adi_rma_bench(&root, &rel, rounds)
+}
+
+/// Short paired runs of `adi-pairs` per (test, size): `TMX_BENCH_PAIRS`.
+const ADI_PAIRS: usize = 6;
+/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX`.
+const ADI_PAIR_MAX: u64 = 64 << 10;
+
+/// `cargo xtask bench adi-pairs`: the comparison with MPICH that the
+/// machine's changes of speed do not decide. For each test (latency,
+/// bandwidth, bi-bandwidth) and each size from 1 B to `TMX_BENCH_PAIR_MAX`
+/// (default 64 KiB), `TMX_BENCH_PAIRS` (default 6) times: MPICH, tmx, tmx,
+/// MPICH, each a run of that one size of that one test (`osu` and
+/// `mpich_osu` with `--tests`, `--min-size`, `--max-size`; a fraction of a
+/// second each), so that each tmx run has an MPICH run right beside it.
+/// Prints per size the median of the pairs' ratios (> 1: tmx is better)
+/// and their quartiles, and lists the medians below 1. The whole-range
+/// rounds of `bench adi` are a minute long each: a change of the VM's
+/// speed within a round (2× and more, see the adi README) decides their
+/// ratios; here a pair is about a second apart.
+fn run_adi_pairs() -> Result<(), String> {
+    let root = workspace_root();
+    let Some(mpich) = build_mpich(&root, MPICH_OSU, "mpich_osu")? else {
+        return Err("adi-pairs needs Debian's mpich (mpicc.mpich, mpiexec.hydra)".into());
+    };
+    let mut c = cargo();
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "launcher",
+        "--bin",
+        "tmrun",
+        "-p",
+        "adi",
+        "--example",
+        "osu",
+    ]);
+    if !run_plain(c)? {
+        return Err("building tmrun and adi's osu example failed".into());
+    }
+    let rel = target_dir(&root).join("release");
+    let pairs = env_count("TMX_BENCH_PAIRS", ADI_PAIRS, 1, 1000)?;
+    let max = env_count("TMX_BENCH_PAIR_MAX", ADI_PAIR_MAX as usize, 1, 4 << 20)? as u64;
+    let one = |tmx: bool, test: &str, b: u64| -> Result<f64, String> {
+        let size = b.to_string();
+        let mut cmd = if tmx {
+            let mut c = Command::new(rel.join("tmrun"));
+            c.args(["-n", "2", "--bind-to", "core"])
+                .arg(rel.join("examples").join("osu"))
+                .args([
+                    "--raw",
+                    "--tests",
+                    if test == "lat" { "latency" } else { test },
+                ]);
+            c
+        } else {
+            let mut c = Command::new("mpiexec.hydra");
+            c.args(["-n", "2", "-bind-to", "core"]).arg(&mpich).args([
+                "--no-one-buffer",
+                "--tests",
+                test,
+            ]);
+            c
+        };
+        cmd.args(["--min-size", &size, "--max-size", &size]);
+        let out = cmd
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot start `{}`: {e}", show(&cmd)))?;
+        if !out.status.success() {
+            return Err(format!("`{}` failed", show(&cmd)));
+        }
+        let mut f = Figures::default();
+        f.merge(&String::from_utf8_lossy(&out.stdout), "x");
+        f.get(test, "x", b)
+            .ok_or_else(|| format!("`{}` printed no {test} figure for {b} B", show(&cmd)))
+    };
+    println!(
+        "\n==== adi (osu) vs MPICH, one size at a time: {pairs} x (MPICH, tmx, tmx, MPICH) per \
+         size; median of the pairs' ratios (> 1: tmx is better) and quartiles ====\n"
+    );
+    let mut s = String::from(
+        "| size | lat median | lat quartiles | bw median | bw quartiles | bibw median | bibw quartiles |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut below = Vec::new();
+    let mut b = 1u64;
+    while b <= max {
+        s.push_str(&format!("| {} |", size_name(b)));
+        for test in ["lat", "bw", "bibw"] {
+            let mut r = Vec::with_capacity(2 * pairs);
+            for _ in 0..pairs {
+                let m1 = one(false, test, b)?;
+                let t1 = one(true, test, b)?;
+                let t2 = one(true, test, b)?;
+                let m2 = one(false, test, b)?;
+                r.extend(ratio(test, Some(t1), Some(m1)));
+                r.extend(ratio(test, Some(t2), Some(m2)));
+            }
+            r.sort_by(f64::total_cmp);
+            match median(&r) {
+                Some(m) => {
+                    let n = r.len();
+                    s.push_str(&format!(
+                        " {m:.2} | {:.2}–{:.2} |",
+                        r[n / 4],
+                        r[(3 * n) / 4]
+                    ));
+                    if m < 1.0 {
+                        below.push(format!("{test} {} ({m:.2})", size_name(b)));
+                    }
+                }
+                None => s.push_str(" – | – |"),
+            }
+        }
+        s.push('\n');
+        println!("({} done)", size_name(b));
+        b *= 2;
+    }
+    print!("\n{s}");
+    if below.is_empty() {
+        println!("\nEvery median is at or above 1.");
+    } else {
+        println!("\nMedians below 1: {}.", below.join(", "));
+    }
+    Ok(())
+}
+
+/// An integer from `lo` to `hi` in environment variable `var`, or `default`.
+fn env_count(var: &str, default: usize, lo: usize, hi: usize) -> Result<usize, String> {
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Ok(default),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "{var}={v:?}: expected an integer from {lo} to {hi}"
+            )),
+        },
+        Err(e) => Err(format!("{var}: {e}")),
+    }
 }
 
 /// Per size and measurement, the ratios of the rounds' (tmx, MPICH)

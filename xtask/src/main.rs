@@ -30,7 +30,9 @@ commands:
   bench [CRATE...]  run benchmarks (all crates that have benches/, or the named ones);
                     shmem-onesided and adi (its osu example under tmrun) run beside
                     Debian's MPICH and print one table with ratios (adi also a
-                    table of paired per-round ratios: median, lowest, highest)
+                    table of paired per-round ratios: median, lowest, highest);
+                    `bench adi-pairs`: one size at a time, many short alternating
+                    runs of adi's osu and MPICH, median ratio per size
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
                     (network namespaces; needs root and iproute2), verbosely
   help              this text
@@ -39,6 +41,8 @@ environment:
   TMX_PROPTEST_CASES   cases per property in the heavy proptest step (default 2000)
   LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
   TMX_BENCH_ROUNDS     rounds of `bench adi` (point-to-point and RMA), 1 to 100 (default 5)
+  TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
+  TMX_BENCH_PAIR_MAX   largest size of `bench adi-pairs`, bytes (default 65536)
 ";
 
 fn main() -> ExitCode {
