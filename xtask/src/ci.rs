@@ -559,16 +559,7 @@ const ADI_BENCH_ROUNDS: usize = 5;
 
 /// The number of rounds: `TMX_BENCH_ROUNDS` (1 to 100) or `default`.
 fn bench_rounds(default: usize) -> Result<usize, String> {
-    match std::env::var("TMX_BENCH_ROUNDS") {
-        Err(std::env::VarError::NotPresent) => Ok(default),
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if (1..=100).contains(&n) => Ok(n),
-            _ => Err(format!(
-                "TMX_BENCH_ROUNDS={v:?}: expected an integer from 1 to 100"
-            )),
-        },
-        Err(e) => Err(format!("TMX_BENCH_ROUNDS: {e}")),
-    }
+    env_count("TMX_BENCH_ROUNDS", default, 1, 100)
 }
 
 /// adi: our `osu` example under `tmrun -n 2 --bind-to core`, and the same
@@ -577,23 +568,7 @@ fn bench_rounds(default: usize) -> Result<usize, String> {
 fn run_adi_bench() -> Result<(), String> {
     let root = workspace_root();
     let mpich = build_mpich(&root, MPICH_OSU, "mpich_osu")?;
-    let mut c = cargo();
-    c.args([
-        "build",
-        "--release",
-        "-p",
-        "launcher",
-        "--bin",
-        "tmrun",
-        "-p",
-        "adi",
-        "--example",
-        "osu",
-    ]);
-    if !run_plain(c)? {
-        return Err("building tmrun and adi's osu example failed".into());
-    }
-    let rel = target_dir(&root).join("release");
+    let rel = build_osu(&root)?;
     let rounds = bench_rounds(ADI_BENCH_ROUNDS)?;
     let mut ours = Figures::default();
     let mut theirs = Figures::default();
@@ -642,6 +617,28 @@ fn run_adi_bench() -> Result<(), String> {
     run_adi_rma_bench(&root, &rel, rounds)
 }
 
+/// Builds `tmrun` and adi's `osu` example (release); returns the release
+/// directory that holds them.
+fn build_osu(root: &Path) -> Result<PathBuf, String> {
+    let mut c = cargo();
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "launcher",
+        "--bin",
+        "tmrun",
+        "-p",
+        "adi",
+        "--example",
+        "osu",
+    ]);
+    if !run_plain(c)? {
+        return Err("building tmrun and adi's osu example failed".into());
+    }
+    Ok(target_dir(root).join("release"))
+}
+
 /// Short paired runs of `adi-pairs` per (test, size): `TMX_BENCH_PAIRS`.
 const ADI_PAIRS: usize = 6;
 /// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX`.
@@ -664,23 +661,7 @@ fn run_adi_pairs() -> Result<(), String> {
     let Some(mpich) = build_mpich(&root, MPICH_OSU, "mpich_osu")? else {
         return Err("adi-pairs needs Debian's mpich (mpicc.mpich, mpiexec.hydra)".into());
     };
-    let mut c = cargo();
-    c.args([
-        "build",
-        "--release",
-        "-p",
-        "launcher",
-        "--bin",
-        "tmrun",
-        "-p",
-        "adi",
-        "--example",
-        "osu",
-    ]);
-    if !run_plain(c)? {
-        return Err("building tmrun and adi's osu example failed".into());
-    }
-    let rel = target_dir(&root).join("release");
+    let rel = build_osu(&root)?;
     let pairs = env_count("TMX_BENCH_PAIRS", ADI_PAIRS, 1, 1000)?;
     let max = env_count("TMX_BENCH_PAIR_MAX", ADI_PAIR_MAX as usize, 1, 4 << 20)? as u64;
     let one = |tmx: bool, test: &str, b: u64| -> Result<f64, String> {
