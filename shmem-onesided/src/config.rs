@@ -47,10 +47,10 @@ pub const SMALL_NODE_RANKS: u32 = 64;
 /// room for a window of 64 messages of up to 100 bytes (a header slot and a
 /// continuation slot each, see `TMX_SHMEM_INLINE_EXT`), as OSU's
 /// benchmarks and halo exchanges post them. With 64 slots such a window
-/// overflows: a tenth of a 64-byte bi-directional window went through
-/// eager blocks and a sixth of the sends re-read the consumer index.
-/// Measured: 64-byte bandwidth and bi-bandwidth 5–6% higher than with 64
-/// slots, other sizes unchanged (shmem-onesided README, "Ring size").
+/// overflows: in a 64-byte bi-directional window 1 send in 9 went through
+/// an eager block and 1 in 4 re-read the consumer index. Measured: 64-byte
+/// bandwidth and bi-bandwidth 4–6% higher than with 64 slots, other sizes
+/// unchanged (shmem-onesided README, "Ring size").
 pub const RING_SLOTS_SMALL_NODE: u32 = 128;
 /// [`AUTO`] ring slots on a larger node, where rings are one per ordered
 /// pair of ranks (`n × (n − 1)` of them) and the memory matters more.
@@ -180,14 +180,10 @@ impl Config {
                 _ => Err(bad(var, &v, "a power of two from 1 to 65536")),
             }
         };
-        match get("TMX_SHMEM_RING_SLOTS") {
-            Some(v) if v.trim().eq_ignore_ascii_case("auto") => c.ring_slots = AUTO,
-            Some(_) => {
-                if let Some(n) = pow2("TMX_SHMEM_RING_SLOTS")? {
-                    c.ring_slots = n;
-                }
-            }
-            None => {}
+        if get("TMX_SHMEM_RING_SLOTS").is_some_and(|v| v.trim().eq_ignore_ascii_case("auto")) {
+            c.ring_slots = AUTO;
+        } else if let Some(n) = pow2("TMX_SHMEM_RING_SLOTS")? {
+            c.ring_slots = n;
         }
         if let Some(v) = get("TMX_SHMEM_PUBLISH_BATCH") {
             // With `auto` slots the ring has at least 64.
