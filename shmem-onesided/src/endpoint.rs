@@ -750,6 +750,16 @@ pub struct Endpoint {
     deferred: VecDeque<u64>,
     deferred_src: u32,
     defer_recv: bool,
+    /// CMA messages matched by a nonblocking receive as it was posted,
+    /// oldest first, whose single copy is left to the next progress pass
+    /// ([`Endpoint::copy_late`]): the receive stays pending until then.
+    /// Copying them inside `irecv` kept a rank that had fallen behind
+    /// from posting its own sends until it had read every message of its
+    /// peer's window, so the two ranks copied in turn instead of at once.
+    late: VecDeque<(u64, Unexpected)>,
+    /// Set around the post of a nonblocking receive: a CMA message it
+    /// matches at once joins `late` instead of being copied.
+    late_ok: bool,
     /// The ring an `ANY_SOURCE` quick look starts at.
     rr: u32,
     /// Our eager-pressure flag is raised.
@@ -1190,6 +1200,8 @@ impl Endpoint {
             idle_polls: 0,
             deferred: VecDeque::new(),
             deferred_src: 0,
+            late: VecDeque::new(),
+            late_ok: false,
             defer_recv,
             rr: 0,
             pressure: false,
@@ -2306,6 +2318,9 @@ impl Endpoint {
     ) -> Result<(usize, Option<Result<Status>>)> {
         let mut got = None;
         let mut events = 0;
+        if !self.late.is_empty() {
+            events += self.copy_late(buf);
+        }
         if !self.deferred.is_empty() {
             events += self.take_deferred()?;
         }
@@ -2720,6 +2735,7 @@ impl Endpoint {
     /// sends held locally, copies owed to a pressured sender, preposts.
     fn local_work(&self) -> bool {
         self.uncopied > 0
+            || !self.late.is_empty()
             || self.pressure
             || !self.requests.engine.is_empty()
             || self
@@ -3105,6 +3121,18 @@ impl Endpoint {
             let _ = self.deliver(u.hdr, u.data, &mut []);
             return;
         };
+        if self.late_ok
+            && u.hdr.kind == KIND_CMA
+            && u.data.is_none()
+            && matches!(req.buf, ReqBuf::Owned(_))
+        {
+            // Matched as a nonblocking receive was posted: the copy waits
+            // for the next progress pass, and the request, now pending,
+            // reports its completion then.
+            req.user = true;
+            self.late.push_back((recv, u));
+            return;
+        }
         // An owned buffer taken out for the delivery, put back by
         // `finish_recv_with` (one lookup for both).
         let mut back = None;
@@ -3657,7 +3685,10 @@ impl Endpoint {
         self.check_source(spec)?;
         self.undefer()?;
         let addr = buf.as_mut_ptr() as u64;
-        let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut [])?;
+        self.late_ok = true;
+        let posted = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut []);
+        self.late_ok = false;
+        let (key, id) = posted?;
         if id.is_some() {
             self.counters.posted_recvs += 1;
         }
@@ -3749,9 +3780,15 @@ impl Endpoint {
             }
         }
         let addr = buf.as_mut_ptr() as u64;
-        let (key, id) = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut [])?;
+        self.late_ok = true;
+        let posted = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut []);
+        self.late_ok = false;
+        let (key, id) = posted?;
         if id.is_some() {
             self.counters.posted_recvs += 1;
+            return Ok(Ok(RecvRequest(key)));
+        }
+        if self.late.back().is_some_and(|&(k, _)| k == key) {
             return Ok(Ok(RecvRequest(key)));
         }
         match self.requests.remove_if_done(key) {
@@ -3927,6 +3964,18 @@ impl Endpoint {
             }
         }
         Ok(done)
+    }
+
+    /// Copies the CMA messages of [`Endpoint::late`] into their receives
+    /// (and returns their FINs), completing the receives; returns how many.
+    #[inline(never)]
+    fn copy_late(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while let Some((key, u)) = self.late.pop_front() {
+            self.complete_stored_slow(key, u, buf);
+            n += 1;
+        }
+        n
     }
 
     /// Posts every deferred receive to the model, oldest first, as
@@ -4914,6 +4963,7 @@ impl Endpoint {
     /// Flushes, marks this rank finalized and returns the counters.
     pub fn finalize(mut self) -> Result<Counters> {
         self.undefer()?;
+        self.copy_late(&mut []);
         self.flush()?;
         let c = self.counters();
         tracing::info!(rank = self.rank(), counters = %c, "shmem endpoint finalized");

@@ -924,3 +924,91 @@ mod self_model {
         }
     }
 }
+
+/// A CMA message that a nonblocking receive matches as it is posted (it
+/// had arrived first) is not read inside `irecv` / `irecv_or_done`: the
+/// receive comes back pending, cannot be cancelled (it has matched), and
+/// the next progress pass reads it, including the passes of a `try_recv`
+/// that spins for another message which the sender sends only once the
+/// first one's FIN came back (a progress dependency that would hang if
+/// the copy waited for `wait`).
+#[test]
+fn cma_matched_by_irecv_is_read_by_the_next_progress_pass() {
+    const LEN: usize = 64 << 10;
+    let cfg = Config {
+        cma_threshold: 4096,
+        ..cfg()
+    };
+    ranks("late", 2, cfg, move |me, mut ep| {
+        if !cma(&ep) {
+            return;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        if me == 1 {
+            for tag in [1u32, 2] {
+                let data = pattern(tag, LEN);
+                let s = ep.isend(0, tag, 4, data, SendMode::Standard).unwrap();
+                while !ep.test_send(&s).unwrap() {
+                    assert!(std::time::Instant::now() < deadline, "no FIN for tag {tag}");
+                }
+                assert_eq!(ep.wait_send(s).unwrap().unwrap(), pattern(tag, LEN));
+            }
+            // Both again, this time through `irecv_or_done`.
+            for tag in [3u32, 4] {
+                let s = ep
+                    .isend(0, tag, 4, pattern(tag, LEN), SendMode::Standard)
+                    .unwrap();
+                while !ep.test_send(&s).unwrap() {
+                    assert!(std::time::Instant::now() < deadline, "no FIN for tag {tag}");
+                }
+                ep.wait_send(s).unwrap();
+            }
+        } else {
+            for (first, second, or_done) in [(1u32, 2u32, false), (3, 4, true)] {
+                // Wait until the first message has arrived (queued unexpected).
+                while ep.iprobe(spec(Some(1), Some(first))).unwrap().is_none() {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "tag {first} never came"
+                    );
+                }
+                let req = if or_done {
+                    match ep
+                        .irecv_or_done(spec(Some(1), Some(first)), vec![0u8; LEN])
+                        .unwrap()
+                    {
+                        Ok(r) => r,
+                        Err(_) => panic!("a CMA message was read inside irecv_or_done"),
+                    }
+                } else {
+                    ep.irecv(spec(Some(1), Some(first)), vec![0u8; LEN])
+                        .unwrap()
+                };
+                assert!(!ep.is_complete(req.id()), "read inside the receive call");
+                assert!(
+                    !ep.cancel_recv(&req).unwrap(),
+                    "a matched receive was cancelled"
+                );
+                let mut got = vec![0u8; LEN];
+                let st = loop {
+                    if let Some(st) = ep.try_recv(spec(Some(1), Some(second)), &mut got).unwrap() {
+                        break st;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "tag {second} never came"
+                    );
+                };
+                assert_eq!((st.len, st.tag), (LEN, second));
+                assert!(got == pattern(second, LEN), "tag {second} data");
+                let (st, v) = ep.wait(req).unwrap();
+                assert_eq!((st.len, st.tag, st.cancelled), (LEN, first, false));
+                assert!(v == pattern(first, LEN), "tag {first} data");
+            }
+        }
+        let c = ep.finalize().unwrap();
+        if me == 1 {
+            assert_eq!(c.cma_sends, 4, "{c}");
+        }
+    });
+}
