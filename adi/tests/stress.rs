@@ -79,6 +79,8 @@ const NEVER_TAG: i32 = TAG_UB - 1;
 const EAGER_BYTES: usize = 16 << 10;
 const CMA_THRESHOLD: usize = 8 << 10;
 const PREPOST_MIN: usize = 64 << 10;
+/// CMA messages from this size on may be copied by both ranks at once.
+const CMA_SPLIT: usize = 12 << 10;
 /// Sizes right around every threshold of the transport so configured:
 /// header boundary, inline limit, fragment size (eager/4 - 64), CMA
 /// threshold, end of the eager area (eager - 64), prepost minimum.
@@ -1216,10 +1218,12 @@ fn transport_env(overrides: &[(&str, &str)]) -> Vec<(String, String)> {
     let eager = EAGER_BYTES.to_string();
     let cma = CMA_THRESHOLD.to_string();
     let prepost = PREPOST_MIN.to_string();
+    let split = CMA_SPLIT.to_string();
     let mut env: Vec<(&str, &str)> = vec![
         ("TMX_SHMEM_RING_SLOTS", "4"),
         ("TMX_SHMEM_EAGER_BYTES", &eager),
         ("TMX_SHMEM_CMA_THRESHOLD", &cma),
+        ("TMX_SHMEM_CMA_SPLIT", &split),
         ("TMX_SHMEM_PREPOST_MIN", &prepost),
     ];
     for (k, v) in overrides {

@@ -11,6 +11,7 @@
 //! | `TMX_SHMEM_PIPELINE_MIN` | 128K | messages larger than this that are not sent by CMA go as consecutive chunks through the eager area, each published as soon as it is copied, so that the receiver copies one chunk while the sender copies the next (`off`: never) |
 //! | `TMX_SHMEM_PIPELINE_CHUNK` | 128K | chunk size of pipelined messages (and of fragments of messages larger than the eager area; at most a quarter of the eager area) |
 //! | `TMX_SHMEM_CMA_THRESHOLD` | 8M | messages larger than this use CMA single copy when it is available |
+//! | `TMX_SHMEM_CMA_SPLIT` | 32K | CMA messages of at least this size are copied by both ranks at once: the receiver offers the second half of its buffer to the sender, which `process_vm_writev`s it while the receiver reads the first half; if the sender has not claimed the offer when the receiver is done, the receiver withdraws it and reads the rest itself (`off`: the receiver reads everything) |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_DEFER_RECV` | `on` | a nonblocking exact-source receive that finds nothing (its source's ring empty, nothing posted or queued, never advertised) waits outside the matcher; progress later takes its message straight from the ring, or posts it (and every later deferred one, in order) the moment anything else could match first (`off`: post at once) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
@@ -77,6 +78,11 @@ pub struct Config {
     pub cma: CmaMode,
     /// Messages above this size use CMA when available.
     pub cma_threshold: u64,
+    /// Smallest CMA message whose copy the two ranks share
+    /// (`TMX_SHMEM_CMA_SPLIT`; `u64::MAX`: never): the receiver offers the
+    /// second half of its buffer to the sender, which writes it while the
+    /// receiver reads the first half ([`crate::Endpoint`], "split copies").
+    pub cma_split: u64,
     /// Messages above this size that are not sent by CMA are pipelined:
     /// sent as consecutive chunks through the eager area, each published as
     /// soon as it is copied (`TMX_SHMEM_PIPELINE_MIN`; `u64::MAX`: never).
@@ -116,6 +122,7 @@ impl Default for Config {
             eager_bytes: 8 << 20,
             cma: CmaMode::Auto,
             cma_threshold: 8 << 20,
+            cma_split: 32 << 10,
             pipeline_min: 128 << 10,
             pipeline_chunk: 128 << 10,
             prepost: true,
@@ -240,6 +247,19 @@ impl Config {
                 )
             })?;
         }
+        if let Some(v) = get("TMX_SHMEM_CMA_SPLIT") {
+            c.cma_split = if v.trim().eq_ignore_ascii_case("off") {
+                u64::MAX
+            } else {
+                parse_size(&v).ok_or_else(|| {
+                    bad(
+                        "TMX_SHMEM_CMA_SPLIT",
+                        &v,
+                        "a size (bytes, or with suffix K, M or G) or off",
+                    )
+                })?
+            };
+        }
         if let Some(v) = get("TMX_SHMEM_PIPELINE_MIN") {
             c.pipeline_min = if v.trim().eq_ignore_ascii_case("off") {
                 u64::MAX
@@ -358,6 +378,15 @@ mod tests {
         );
         assert_eq!((c.prepost, c.prepost_min), (false, 1024));
         assert!(!c.defer_recv);
+        assert_eq!(
+            with(&[("TMX_SHMEM_CMA_SPLIT", "64K")]).unwrap().cma_split,
+            64 << 10
+        );
+        assert_eq!(
+            with(&[("TMX_SHMEM_CMA_SPLIT", "OFF")]).unwrap().cma_split,
+            u64::MAX
+        );
+        assert!(with(&[("TMX_SHMEM_CMA_SPLIT", "half")]).is_err());
         assert!(Config::default().defer_recv);
         assert_eq!(c.inline_ext, 1024);
         assert_eq!(

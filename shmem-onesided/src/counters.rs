@@ -22,6 +22,12 @@ pub struct Counters {
     pub preposts_withdrawn: u64,
     /// Sends delivered by CMA single copy (receiver `process_vm_readv`).
     pub cma_sends: u64,
+    /// CMA messages whose copy the sender shared (it wrote the second half
+    /// while we read the first; receiver side, `TMX_SHMEM_CMA_SPLIT`).
+    pub cma_split_shared: u64,
+    /// Split offers withdrawn because the sender had not claimed them when
+    /// we finished our half (we read the rest; receiver side).
+    pub cma_split_withdrawn: u64,
     /// Sends larger than the eager area, cut into fragments (CMA unavailable).
     pub fragmented_sends: u64,
     /// Sends above `TMX_SHMEM_PIPELINE_MIN` that fit the eager area, sent
@@ -69,7 +75,8 @@ impl fmt::Display for Counters {
         write!(
             f,
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
-             preposts {} (withdrawn {}), cma sends {}, fragmented sends {}, \
+             preposts {} (withdrawn {}), cma sends {} (split copies {}, withdrawn {}), \
+             fragmented sends {}, \
              pipelined sends {} (received in place {}), backpressure events {}, \
              staged sends {}, index re-reads {}, received {} (posted first {}, deferred {}), \
              unexpected {} (max held {}), \
@@ -81,6 +88,8 @@ impl fmt::Display for Counters {
             self.preposts,
             self.preposts_withdrawn,
             self.cma_sends,
+            self.cma_split_shared,
+            self.cma_split_withdrawn,
             self.fragmented_sends,
             self.pipelined_sends,
             self.pipelined_in_place,

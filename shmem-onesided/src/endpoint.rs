@@ -186,6 +186,9 @@ pub const FLAG_COUNTED: u8 = 2;
 /// from every arriving header): its payload was copied straight into the
 /// buffer of the blocked receive it is bound to match.
 const FLAG_IN_PLACE: u8 = 0x80;
+/// On a CMA header: the sender may share the copy (`TMX_SHMEM_CMA_SPLIT`;
+/// see [`SPLIT_IDLE`]).
+const FLAG_SPLIT: u8 = 0x10;
 /// Local marker on a reassembled fragmented message (never sent): its
 /// fragments are still in the sender's eager area, their headers in
 /// `Endpoint::held` under `(source, first fragment's offset)`.
@@ -757,6 +760,16 @@ pub struct Endpoint {
     /// from posting its own sends until it had read every message of its
     /// peer's window, so the two ranks copied in turn instead of at once.
     late: VecDeque<(u64, Unexpected)>,
+    /// Our CMA sends whose receivers may offer to share the copy
+    /// (`TMX_SHMEM_CMA_SPLIT`; see [`SPLIT_IDLE`]), by request id: the
+    /// destination and the data (kept by the request until the FIN,
+    /// which the receiver sends only once the hand-off is over).
+    splits: std::collections::HashMap<u64, (u32, usize, usize)>,
+    /// How many of `splits` go to each peer.
+    split_out: Vec<u32>,
+    /// We marked some ring `READY` since the last
+    /// [`Endpoint::unready_splits`].
+    ready_splits: bool,
     /// Set around the post of a nonblocking receive: a CMA message it
     /// matches at once joins `late` instead of being copied.
     late_ok: bool,
@@ -788,6 +801,34 @@ fn eager_flag(seg: &Segment, pe: u32, off: u64) -> &AtomicU32 {
     // word is valid for any bit pattern and lives as long as the mapping.
     unsafe { AtomicU32::from_ptr(seg.eager_ptr(pe).add(off as usize).cast()) }
 }
+
+/// Split copies (`TMX_SHMEM_CMA_SPLIT`): the hand-off of a CMA message's
+/// copy between its receiver and its sender, in the words of their
+/// ring's control block ([`crate::ring::SplitWords`]; one hand-off at a
+/// time per ring, as the receiver reads a ring's messages one by one).
+///
+/// `state` goes `IDLE` → `READY` (sender, on a progress pass that had
+/// nothing else to do while it has CMA sends to that receiver: "I am
+/// waiting, I can help"; it takes it back, `READY` → `IDLE`, before a
+/// copy of its own) → `OFFERED` (receiver, by compare-exchange, after
+/// writing `id`, `addr`, `len` and `start`: "for send `id`, write `len`
+/// bytes of your buffer from `start` to my address `addr`") → either
+/// `CLAIMED` (sender, by compare-exchange) → `DONE` or `FAILED` (sender,
+/// after its `process_vm_writev`), or `WITHDRAWN` (receiver, by
+/// compare-exchange, when it finished its own part first; it then copies
+/// the rest itself). The receiver waits only while the state is
+/// `CLAIMED` (the sender's one write), then sets `READY` after `DONE`
+/// (the sender was idle) or `IDLE` otherwise, and sends its FIN. Exactly one side copies each byte. A receiver that finds the
+/// state not `READY` (a busy sender) reads the whole message in one call
+/// as without splitting: a withdrawn offer costs a second
+/// `process_vm_readv`.
+const SPLIT_IDLE: u32 = 0;
+const SPLIT_READY: u32 = 1;
+const SPLIT_OFFERED: u32 = 2;
+const SPLIT_CLAIMED: u32 = 3;
+const SPLIT_DONE: u32 = 4;
+const SPLIT_FAILED: u32 = 5;
+const SPLIT_WITHDRAWN: u32 = 6;
 
 fn envelope(h: &Header) -> Envelope {
     Envelope {
@@ -1201,6 +1242,9 @@ impl Endpoint {
             deferred: VecDeque::new(),
             deferred_src: 0,
             late: VecDeque::new(),
+            splits: std::collections::HashMap::new(),
+            split_out: vec![0; n as usize],
+            ready_splits: false,
             late_ok: false,
             defer_recv,
             rr: 0,
@@ -2112,6 +2156,9 @@ impl Endpoint {
 
     /// The receiver's FIN for CMA send `id` (`matched`: it also matched it).
     fn on_fin(&mut self, id: u64, matched: bool) {
+        if !self.splits.is_empty() {
+            self.settle_split(id);
+        }
         let Some(r) = self.sends.get_mut(&id) else {
             tracing::warn!(id, "FIN for an unknown send ignored");
             return;
@@ -2237,6 +2284,16 @@ impl Endpoint {
         h.kind = KIND_CMA;
         h.word = data.as_ptr() as u64;
         h.ext[..8].copy_from_slice(&id.to_le_bytes());
+        if data.len() as u64 >= self.node.config().cma_split {
+            h.flags |= FLAG_SPLIT;
+            if self
+                .splits
+                .insert(id, (dest, data.as_ptr() as usize, data.len()))
+                .is_none()
+            {
+                self.split_out[dest as usize] += 1;
+            }
+        }
         self.counters.cma_sends += 1;
         tracing::debug!(
             dest,
@@ -2360,6 +2417,12 @@ impl Endpoint {
         }
         if !self.requests.engine.is_empty() {
             events += self.poll_engine(buf)?;
+        }
+        if events == 0 && !self.splits.is_empty() {
+            // Only a pass with nothing of its own to do helps a receiver
+            // copy: a busy one leaves the offer, which the receiver then
+            // withdraws (both ranks copying their own messages already).
+            events += self.serve_splits();
         }
         if self.uncopied > 0 {
             events += self.relieve_pressure();
@@ -2736,6 +2799,7 @@ impl Endpoint {
     fn local_work(&self) -> bool {
         self.uncopied > 0
             || !self.late.is_empty()
+            || !self.splits.is_empty()
             || self.pressure
             || !self.requests.engine.is_empty()
             || self
@@ -4846,7 +4910,12 @@ impl Endpoint {
             }),
             KIND_EAGER => self.get_eager(&h, dst),
             KIND_CMA => {
-                let res = if n > 0 {
+                if self.ready_splits {
+                    self.unready_splits();
+                }
+                let res = if n as u64 >= self.node.config().cma_split && h.flags & FLAG_SPLIT != 0 {
+                    self.split_read(&h, dst)
+                } else if n > 0 {
                     self.node.cma_read(h.source, h.word, dst)
                 } else {
                     Ok(())
@@ -4861,6 +4930,215 @@ impl Endpoint {
         };
         self.matched_sync(&h, data.is_some());
         r.map(|()| st)
+    }
+
+    /// Reads CMA message `h` into `dst` with its sender's help (see
+    /// [`SPLIT_IDLE`]): offers it the second half of `dst`, reads the first
+    /// half, then either waits for the sender's write to finish or, if
+    /// the sender has not claimed the offer yet, withdraws it and reads
+    /// the second half too.
+    fn split_read(&mut self, h: &Header, dst: &mut [u8]) -> Result<()> {
+        let src = h.source;
+        let seg = self.node.segment();
+        let w = seg.ring(src, seg.rank()).split();
+        if w.state.load(Ordering::Acquire) != SPLIT_READY {
+            return self.node.cma_read(src, h.word, dst);
+        }
+        let n = dst.len();
+        // The sender's part starts on a page boundary of `dst` near the
+        // middle (fewer pages pinned by both copies), else at the middle.
+        let base = dst.as_ptr() as usize;
+        let page = (base + n / 2) & !4095;
+        let mid = if page > base && page < base + n {
+            page - base
+        } else {
+            n / 2
+        };
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&h.ext[..8]);
+        w.id.store(u64::from_le_bytes(id), Ordering::Relaxed);
+        w.addr.store((base + mid) as u64, Ordering::Relaxed);
+        w.len.store((n - mid) as u64, Ordering::Relaxed);
+        w.start.store(mid as u64, Ordering::Relaxed);
+        if w.state
+            .compare_exchange(
+                SPLIT_READY,
+                SPLIT_OFFERED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return self.node.cma_read(src, h.word, dst);
+        }
+        let mine = self.node.cma_read(src, h.word, &mut dst[..mid]);
+        let mut spins = 0u32;
+        let theirs = loop {
+            match w.state.load(Ordering::Acquire) {
+                SPLIT_DONE => break Ok(true),
+                SPLIT_OFFERED => {
+                    if w.state
+                        .compare_exchange(
+                            SPLIT_OFFERED,
+                            SPLIT_WITHDRAWN,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        break Ok(false);
+                    }
+                }
+                SPLIT_CLAIMED => {
+                    // The sender is writing: wait (bounded by its copy),
+                    // checking now and then that it is still alive.
+                    spins = spins.wrapping_add(1);
+                    if spins % 4096 == 0 {
+                        if let Err(e) = seg.check_alive(src) {
+                            break Err(e);
+                        }
+                    }
+                    core::hint::spin_loop();
+                }
+                // FAILED (or a state no sender writes): read it ourselves.
+                _ => break Ok(false),
+            }
+        };
+        // Settled: the ring is free for the next hand-off. A sender that
+        // just wrote its part is serving (idle otherwise): it stays
+        // `READY` for our next message, as its next idle pass would mark
+        // it (it takes that back itself before a copy of its own).
+        let next = if matches!(theirs, Ok(true)) {
+            SPLIT_READY
+        } else {
+            SPLIT_IDLE
+        };
+        w.state.store(next, Ordering::Release);
+        let theirs = theirs?;
+        if theirs {
+            self.counters.cma_split_shared += 1;
+        } else {
+            self.counters.cma_split_withdrawn += 1;
+            let at = h.word.checked_add(mid as u64).ok_or(Error::BadHeader {
+                source_pe: src,
+                reason: "CMA address range wraps around",
+            })?;
+            self.node.cma_read(src, at, &mut dst[mid..])?;
+        }
+        mine
+    }
+
+    /// The FIN of send `id` came: the receiver is done with its data, so
+    /// no offer can come for it any more.
+    fn settle_split(&mut self, id: u64) {
+        if let Some((dest, _, _)) = self.splits.remove(&id) {
+            self.split_out[dest as usize] -= 1;
+        }
+    }
+
+    /// About to copy a message of our own (a busy stretch): takes back the
+    /// `READY` of our rings, so that their receivers read our messages
+    /// whole rather than offer and withdraw.
+    #[inline(never)]
+    fn unready_splits(&mut self) {
+        self.ready_splits = false;
+        let seg = self.node.segment();
+        let me = seg.rank();
+        for (d, &k) in self.split_out.iter().enumerate() {
+            if k == 0 {
+                continue;
+            }
+            let w = seg.ring(me, d as u32).split();
+            if w.state.load(Ordering::Relaxed) == SPLIT_READY {
+                // Fails harmlessly if the receiver offered meanwhile.
+                let _ = w.state.compare_exchange(
+                    SPLIT_READY,
+                    SPLIT_IDLE,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
+    /// The sender's side of split copies, run by a progress pass that had
+    /// nothing else to do: marks `READY` the rings of the receivers we
+    /// have CMA sends to, and answers every offer on them (writes the
+    /// part asked for). Returns how many parts it wrote.
+    #[inline(never)]
+    fn serve_splits(&mut self) -> usize {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        let mut wrote = 0;
+        for d in 0..self.split_out.len() {
+            if self.split_out[d] == 0 {
+                continue;
+            }
+            let w = seg.ring(me, d as u32).split();
+            match w.state.load(Ordering::Acquire) {
+                SPLIT_IDLE => {
+                    if w.state
+                        .compare_exchange(
+                            SPLIT_IDLE,
+                            SPLIT_READY,
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                    {
+                        self.ready_splits = true;
+                    }
+                }
+                SPLIT_OFFERED => {
+                    if w.state
+                        .compare_exchange(
+                            SPLIT_OFFERED,
+                            SPLIT_CLAIMED,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let id = w.id.load(Ordering::Relaxed);
+                    let (addr, len, start) = (
+                        w.addr.load(Ordering::Relaxed),
+                        w.len.load(Ordering::Relaxed) as usize,
+                        w.start.load(Ordering::Relaxed) as usize,
+                    );
+                    let r = match self.splits.get(&id) {
+                        Some(&(dest, ptr, n))
+                            if dest as usize == d
+                                && start.checked_add(len).is_some_and(|end| end <= n) =>
+                        {
+                            // SAFETY: [ptr + start, ptr + start + len) is
+                            // inside send `id`'s data (checked above),
+                            // which its request keeps until the FIN; the
+                            // receiver sends the FIN only after our
+                            // DONE/FAILED below.
+                            let data = unsafe {
+                                core::slice::from_raw_parts((ptr + start) as *const u8, len)
+                            };
+                            self.node.cma_write(dest, addr, data)
+                        }
+                        _ => Err(Error::InvalidArgument("split offer for an unknown send")),
+                    };
+                    if let Err(e) = &r {
+                        tracing::warn!(error = %e, dest = d, "split copy failed: the receiver reads it");
+                    }
+                    w.state.store(
+                        if r.is_ok() { SPLIT_DONE } else { SPLIT_FAILED },
+                        Ordering::Release,
+                    );
+                    wrote += 1;
+                }
+                // READY (no offer yet), CLAIMED (never seen here: we write
+                // between the claim and DONE), or the receiver's to reset.
+                _ => {}
+            }
+        }
+        wrote
     }
 
     /// Tells a CMA sender that we finished reading its buffer.

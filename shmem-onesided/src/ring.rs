@@ -104,6 +104,31 @@ pub struct RingCtl {
     /// Written by the producer only (so a plain load and store, no
     /// read-modify-write), read by any sender checking the receiver's phase.
     counted: AtomicU64,
+    /// The split-copy hand-off between this ring's producer (a CMA
+    /// sender) and consumer (its receiver), one at a time per ring: see
+    /// [`SplitWords`].
+    split_state: AtomicU32,
+    split_id: AtomicU64,
+    split_addr: AtomicU64,
+    split_len: AtomicU64,
+    split_start: AtomicU64,
+}
+
+/// The words of a ring's split-copy hand-off (the transport defines the
+/// protocol: `shmem_onesided`'s endpoint, "split copies"). They share the
+/// control block's second line with `counted`.
+#[derive(Debug, Clone, Copy)]
+pub struct SplitWords<'a> {
+    /// The hand-off's state.
+    pub state: &'a AtomicU32,
+    /// The send the offer is for (the sender's request id).
+    pub id: &'a AtomicU64,
+    /// Where in the receiver's address space the sender writes.
+    pub addr: &'a AtomicU64,
+    /// How many bytes it writes.
+    pub len: &'a AtomicU64,
+    /// From which offset of its message.
+    pub start: &'a AtomicU64,
 }
 
 impl RingCtl {
@@ -114,6 +139,11 @@ impl RingCtl {
             #[cfg(not(tmx_shmem_loom))]
             _pad: [0; 7],
             counted: AtomicU64::new(0),
+            split_state: AtomicU32::new(0),
+            split_id: AtomicU64::new(0),
+            split_addr: AtomicU64::new(0),
+            split_len: AtomicU64::new(0),
+            split_start: AtomicU64::new(0),
         }
     }
 }
@@ -281,6 +311,18 @@ impl<'a> RingRef<'a> {
     #[inline]
     pub fn counted(&self) -> u64 {
         self.ctl.counted.load(Ordering::Acquire)
+    }
+
+    /// The ring's split-copy words.
+    pub fn split(&self) -> SplitWords<'a> {
+        let c = self.ctl;
+        SplitWords {
+            state: &c.split_state,
+            id: &c.split_id,
+            addr: &c.split_addr,
+            len: &c.split_len,
+            start: &c.split_start,
+        }
     }
 
     /// Number of slots.

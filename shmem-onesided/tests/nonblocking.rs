@@ -1012,3 +1012,80 @@ fn cma_matched_by_irecv_is_read_by_the_next_progress_pass() {
         }
     });
 }
+
+/// Split CMA copies (`TMX_SHMEM_CMA_SPLIT`): a sender waiting for its
+/// FIN writes the second half of the receive buffer while the receiver
+/// reads the first; a sender that stopped progressing after saying it
+/// could help has its offer withdrawn, and the receiver reads the rest;
+/// a sender that never said so (busy) has its message read whole. Every
+/// way the data arrives intact, also truncated into a shorter buffer.
+#[test]
+fn cma_split_copies_shared_withdrawn_or_whole() {
+    const LEN: usize = (1 << 20) + 4097;
+    let cfg = Config {
+        cma_threshold: 4096,
+        cma_split: 32 << 10,
+        ..cfg()
+    };
+    let gate = Arc::new(Barrier::new(2));
+    let out = ranks("split", 2, cfg, move |me, mut ep| {
+        if !cma(&ep) {
+            return None;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        if me == 1 {
+            // 1: shared (we progress until the FIN); 2: withdrawn (one idle
+            // pass says READY, then we stop until the receiver is done);
+            // 3: whole (never an idle pass before the receiver reads it);
+            // 4: shared, into a shorter buffer.
+            for tag in 1u32..=4 {
+                let s = ep
+                    .isend(0, tag, 4, pattern(tag, LEN), SendMode::Standard)
+                    .unwrap();
+                match tag {
+                    2 => {
+                        ep.progress().unwrap();
+                        gate.wait(); // the receiver may start
+                        gate.wait(); // it has read the message
+                    }
+                    3 => {
+                        gate.wait();
+                        gate.wait();
+                    }
+                    _ => {
+                        ep.progress().unwrap();
+                        gate.wait();
+                    }
+                }
+                while !ep.test_send(&s).unwrap() {
+                    assert!(std::time::Instant::now() < deadline, "no FIN for tag {tag}");
+                }
+                assert!(ep.wait_send(s).unwrap().unwrap() == pattern(tag, LEN));
+            }
+        } else {
+            for tag in 1u32..=4 {
+                gate.wait();
+                let cap = if tag == 4 { LEN - 100_000 } else { LEN };
+                let mut got = vec![0u8; cap];
+                let st = ep.recv(spec(Some(1), Some(tag)), &mut got).unwrap();
+                assert_eq!((st.len, st.msg_len, st.tag), (cap, LEN, tag));
+                assert!(got[..] == pattern(tag, LEN)[..cap], "tag {tag} data");
+                if tag == 2 || tag == 3 {
+                    gate.wait();
+                }
+            }
+        }
+        Some(ep.finalize().unwrap())
+    });
+    if let Some(c) = out[0] {
+        // Receiver side: tag 2 withdrawn, tag 3 never offered, tags 1
+        // and 4 offered to a sender that spins in `test_send` from before
+        // the receiver looks (a half of 1 MiB takes far longer than its
+        // pass, so they are shared unless that thread is descheduled).
+        assert_eq!(c.cma_split_shared + c.cma_split_withdrawn, 3, "{c}");
+        assert!(c.cma_split_shared >= 1 && c.cma_split_withdrawn >= 1, "{c}");
+    }
+    if let Some(c) = out[1] {
+        assert_eq!(c.cma_sends, 4, "{c}");
+    }
+}
