@@ -5076,7 +5076,7 @@ impl Endpoint {
             }
             let w = seg.ring(me, d as u32).split();
             match w.state.load(Ordering::Acquire) {
-                SPLIT_IDLE => {
+                SPLIT_IDLE
                     if w.state
                         .compare_exchange(
                             SPLIT_IDLE,
@@ -5084,10 +5084,9 @@ impl Endpoint {
                             Ordering::AcqRel,
                             Ordering::Relaxed,
                         )
-                        .is_ok()
-                    {
-                        self.ready_splits = true;
-                    }
+                        .is_ok() =>
+                {
+                    self.ready_splits = true;
                 }
                 SPLIT_OFFERED => {
                     if w.state
