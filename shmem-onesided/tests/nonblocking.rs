@@ -138,7 +138,13 @@ fn isend_fragments_both_ways_then_barrier_then_wait() {
 /// order and checks every byte. Rank 0's counters, or `None` without CMA.
 fn overflow_window(name: &str, n: u32, len: usize, last_pending: bool) -> Option<Counters> {
     let bar = Arc::new(Barrier::new(2));
-    let mut out = ranks(name, 2, cfg(), move |me, mut ep| {
+    // The two-copy paths under test: CMA only where they give way to it
+    // (the default threshold, 32K, would send every message by CMA).
+    let two_copy = Config {
+        cma_threshold: 8 << 20,
+        ..cfg()
+    };
+    let mut out = ranks(name, 2, two_copy, move |me, mut ep| {
         if !cma(&ep) {
             return None;
         }

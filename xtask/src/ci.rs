@@ -646,7 +646,8 @@ const ADI_PAIR_MAX: u64 = 64 << 10;
 
 /// `cargo xtask bench adi-pairs`: the comparison with MPICH that the
 /// machine's changes of speed do not decide. For each test (latency,
-/// bandwidth, bi-bandwidth) and each size from 1 B to `TMX_BENCH_PAIR_MAX`
+/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN`
+/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX`
 /// (default 64 KiB), `TMX_BENCH_PAIRS` (default 6) times: MPICH, tmx, tmx,
 /// MPICH, each a run of that one size of that one test (`osu` and
 /// `mpich_osu` with `--tests`, `--min-size`, `--max-size`; a fraction of a
@@ -664,6 +665,7 @@ fn run_adi_pairs() -> Result<(), String> {
     let rel = build_osu(&root)?;
     let pairs = env_count("TMX_BENCH_PAIRS", ADI_PAIRS, 1, 1000)?;
     let max = env_count("TMX_BENCH_PAIR_MAX", ADI_PAIR_MAX as usize, 1, 4 << 20)? as u64;
+    let min = env_count("TMX_BENCH_PAIR_MIN", 1, 1, 4 << 20)? as u64;
     let one = |tmx: bool, test: &str, b: u64| -> Result<f64, String> {
         let size = b.to_string();
         let mut cmd = if tmx {
@@ -707,6 +709,9 @@ fn run_adi_pairs() -> Result<(), String> {
     );
     let mut below = Vec::new();
     let mut b = 1u64;
+    while b < min {
+        b *= 2;
+    }
     while b <= max {
         s.push_str(&format!("| {} |", size_name(b)));
         for test in ["lat", "bw", "bibw"] {
