@@ -670,9 +670,9 @@ impl Comm {
     /// call. A send that completes in the call (inline or eager) is packed
     /// straight into the transport (the header ring, or an eager block in
     /// shared memory) and its request hands back no buffer. Otherwise the
-    /// data is packed into a message buffer, which the request hands back
-    /// if the send did not complete in the call (one that did went back to
-    /// the device's staging pool).
+    /// data is packed into a message buffer of the device's staging pool,
+    /// which goes back to the pool when the send completes (the request
+    /// hands back no buffer).
     pub fn isend_typed(
         &self,
         buf: &[u8],
@@ -698,6 +698,7 @@ impl Comm {
         let data = self.pack_message(buf, count, datatype)?;
         let mut req = self.isend(data, dest, tag)?;
         self.recycle(&mut req);
+        self.dev().keep_staged(&req)?;
         Ok(req)
     }
 

@@ -488,6 +488,10 @@ struct Core {
     /// Spare request slots: given back by completions in place during a
     /// harvest, taken by the next operations started (both under the lock).
     spares: SparePairs,
+    /// Pending sends whose owned buffer is the device's (a packed message
+    /// of `Comm::isend_typed`): at completion it goes back to the staging
+    /// pool instead of to the request ([`Device::keep_staged`]).
+    staged: std::collections::HashSet<u64>,
 }
 
 /// What `Endpoint::take_finished` reports for a send (as `wait_send`).
@@ -710,6 +714,7 @@ impl Device {
                     sends_done: Vec::new(),
                     recvs_done: Vec::new(),
                     spares: SparePairs::default(),
+                    staged: std::collections::HashSet::new(),
                 }),
                 level,
             ),
@@ -1197,6 +1202,24 @@ impl Device {
         }
         drop(pool);
         vec![0u8; len]
+    }
+
+    /// Makes the owned buffer of pending send `req` (a packed message the
+    /// caller never sees) go back to the staging pool when the send
+    /// completes, instead of to the request: a window of `isend_typed` by
+    /// CMA (which keeps the buffer until the receiver's FIN) then reuses
+    /// its buffers instead of allocating and faulting in new ones every
+    /// window. A send already harvested keeps its buffer in its request.
+    pub(crate) fn keep_staged(&self, req: &Request) -> Result<(), Error> {
+        let Some(id) = req.op() else {
+            return Ok(());
+        };
+        self.with_core(|core| {
+            if core.ops.get(id).is_some() {
+                core.staged.insert(id);
+            }
+            Ok(())
+        })
     }
 
     /// Returns a staging buffer to the pool (dropped if the pool is full).
@@ -1694,6 +1717,7 @@ impl Device {
             sends_done,
             recvs_done,
             spares,
+            staged,
         } = core;
         ep.take_finished(sends_done, recvs_done);
         if sends_done.is_empty() && recvs_done.is_empty() {
@@ -1706,6 +1730,15 @@ impl Device {
         // copies of narrowly written memory, which stalled on
         // store-to-load forwarding. The lists are cleared at the end.
         for (id, result) in sends_done.iter_mut() {
+            if !staged.is_empty() && staged.remove(id) {
+                // A packed message's buffer: back to the pool (the
+                // request hands back none).
+                if let Ok(b) = result {
+                    if let Some(v) = b.take() {
+                        self.give_back_staging(v);
+                    }
+                }
+            }
             match ops.remove(*id) {
                 Some(Op {
                     kind:

@@ -345,6 +345,9 @@ fn role_datatypes(w: &Comm) {
         w.send(&pattern(3, 16), peer, 3).unwrap();
         let mut r = w.isend_typed(&big_src, 1, &big_t, peer, 4).unwrap();
         w.wait(&mut r).unwrap();
+        // The packed buffer is the device's: back in its staging pool,
+        // not handed to the request (CMA keeps it until the FIN).
+        assert!(r.take_buffer().is_none(), "packed buffer handed back");
         w.send_typed(&src, 0, &vec_t, peer, 5).unwrap();
         // 1 KiB packed: `isend_typed` packs it straight into an eager
         // block. A buffer too short for the type is an error, and nothing
