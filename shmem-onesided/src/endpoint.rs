@@ -818,9 +818,10 @@ fn eager_flag(seg: &Segment, pe: u32, off: u64) -> &AtomicU32 {
 /// compare-exchange, when it finished its own part first; it then copies
 /// the rest itself). The receiver waits only while the state is
 /// `CLAIMED` (the sender's one write), then sets `READY` after `DONE`
-/// (the sender was idle) or `IDLE` otherwise, and sends its FIN. Exactly one side copies each byte. A receiver that finds the
-/// state not `READY` (a busy sender) reads the whole message in one call
-/// as without splitting: a withdrawn offer costs a second
+/// (the sender was idle) or `IDLE` otherwise, and sends its FIN. Exactly
+/// one side copies each byte. A receiver that finds the state not
+/// `READY` (a busy sender) reads the whole message in one call as
+/// without splitting: a withdrawn offer costs a second
 /// `process_vm_readv`.
 const SPLIT_IDLE: u32 = 0;
 const SPLIT_READY: u32 = 1;
