@@ -247,31 +247,20 @@ impl Config {
                 )
             })?;
         }
-        if let Some(v) = get("TMX_SHMEM_CMA_SPLIT") {
-            c.cma_split = if v.trim().eq_ignore_ascii_case("off") {
-                u64::MAX
+        // A size, or `off` (never: u64::MAX).
+        let size_or_off = |var: &'static str, v: &str| {
+            if v.trim().eq_ignore_ascii_case("off") {
+                Ok(u64::MAX)
             } else {
-                parse_size(&v).ok_or_else(|| {
-                    bad(
-                        "TMX_SHMEM_CMA_SPLIT",
-                        &v,
-                        "a size (bytes, or with suffix K, M or G) or off",
-                    )
-                })?
-            };
+                parse_size(v)
+                    .ok_or_else(|| bad(var, v, "a size (bytes, or with suffix K, M or G), or off"))
+            }
+        };
+        if let Some(v) = get("TMX_SHMEM_CMA_SPLIT") {
+            c.cma_split = size_or_off("TMX_SHMEM_CMA_SPLIT", &v)?;
         }
         if let Some(v) = get("TMX_SHMEM_PIPELINE_MIN") {
-            c.pipeline_min = if v.trim().eq_ignore_ascii_case("off") {
-                u64::MAX
-            } else {
-                parse_size(&v).ok_or_else(|| {
-                    bad(
-                        "TMX_SHMEM_PIPELINE_MIN",
-                        &v,
-                        "a size (bytes, or with suffix K, M or G), or off",
-                    )
-                })?
-            };
+            c.pipeline_min = size_or_off("TMX_SHMEM_PIPELINE_MIN", &v)?;
         }
         if let Some(v) = get("TMX_SHMEM_PIPELINE_CHUNK") {
             match parse_size(&v) {
