@@ -1006,22 +1006,31 @@ impl Device {
     /// the call (`Endpoint::isend_now`: inline or eager, the data copied
     /// into the transport). `Ok(false)`: nothing was sent (a size or state
     /// that needs the general path, or a self-send).
+    ///
+    /// `staged`: `data` is a staging buffer just packed, which the caller
+    /// reuses once this returns: it is copied into an eager block above
+    /// the CMA threshold too (`Endpoint::send_copied_now`), rather than
+    /// kept until the receiver's single copy of it.
     pub(crate) fn send_slice_now(
         &self,
         dest: u32,
         tag: u32,
         context: u32,
         data: &[u8],
+        staged: bool,
     ) -> Result<bool, Error> {
         let local = self.local_of(dest)?;
         let mut g = self.core.lock()?;
         let Some(core) = g.as_mut() else {
             return Err(Error::NotInitialized { what: "finalized" });
         };
-        if !core
-            .ep
-            .isend_now(local, tag, context, data, SendMode::Standard)
-        {
+        let sent = if staged {
+            core.ep.send_copied_now(local, tag, context, data)
+        } else {
+            core.ep
+                .isend_now(local, tag, context, data, SendMode::Standard)
+        };
+        if !sent {
             return Ok(false);
         }
         self.count_route(dest);

@@ -326,6 +326,14 @@ fn role_probe_cancel(w: &Comm) {
     }
 }
 
+/// A vector of 4096 blocks of two `i32` at a stride of four (32 KiB
+/// packed) and a source buffer its extent covers.
+fn v32(i32t: &Datatype) -> (Datatype, Vec<u8>) {
+    let t = Datatype::vector(4096, 2, 4, i32t).unwrap();
+    t.commit().unwrap();
+    (t, pattern(9, 4095 * 16 + 8))
+}
+
 /// Datatype sends and receives: vector → contiguous, contiguous → vector,
 /// a struct; an irecv whose datatype the user drops before completion;
 /// large (pipelined-plan) data.
@@ -362,6 +370,14 @@ fn role_datatypes(w: &Comm) {
         let mut r = w.isend_typed(&mid_src, 1, &mid_t, peer, 6).unwrap();
         w.wait(&mut r).unwrap();
         w.send_typed(&mid_src, 1, &mid_t, peer, 7).unwrap();
+        // 32 KiB packed, above the default CMA threshold (16 KiB): copied
+        // into an eager block all the same (the staging buffer is reused
+        // at once), so the send is complete when the call returns; the
+        // blocking form goes the same way.
+        let (v32_t, v32_src) = v32(&i32t);
+        let r = w.isend_typed(&v32_src, 1, &v32_t, peer, 20).unwrap();
+        assert!(r.is_complete(), "packed 32 KiB send left pending");
+        w.send_typed(&v32_src, 1, &v32_t, peer, 21).unwrap();
         // Three small vectors on one tag, once the peer has a receive for
         // the first one pending.
         w.recv(&mut [0u8; 1], peer, 9).unwrap();
@@ -418,6 +434,19 @@ fn role_datatypes(w: &Comm) {
                 assert_eq!(
                     packed[blk * 8..blk * 8 + 8],
                     mid_src[blk * 16..blk * 16 + 8],
+                    "tag {tag} block {blk}"
+                );
+            }
+        }
+        let (_, v32_src) = v32(&i32t);
+        for tag in [20, 21] {
+            let mut packed = vec![0u8; 32_768];
+            let st = w.recv(&mut packed, peer, tag).unwrap();
+            assert_eq!(st.count, 32_768, "tag {tag}");
+            for blk in 0..4096 {
+                assert_eq!(
+                    packed[blk * 8..blk * 8 + 8],
+                    v32_src[blk * 16..blk * 16 + 8],
                     "tag {tag} block {blk}"
                 );
             }

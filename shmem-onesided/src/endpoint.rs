@@ -1356,6 +1356,21 @@ impl Endpoint {
     /// (the send is complete either way, as on the general path).
     #[inline]
     fn send_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        self.send_now_within(dest, tag, context, data, true)
+    }
+
+    /// [`Endpoint::send_now`]; `cma`: whether sizes above
+    /// `TMX_SHMEM_CMA_THRESHOLD` are left to CMA (else they are copied
+    /// into an eager block too, up to `TMX_SHMEM_PIPELINE_MIN`).
+    #[inline(always)]
+    fn send_now_within(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        cma: bool,
+    ) -> bool {
         let len = data.len();
         if len <= INLINE_MAX {
             return self.send_inline_now(dest, tag, context, data);
@@ -1367,7 +1382,7 @@ impl Endpoint {
         if len <= self.ext_max && self.send_inline_ext(dest, tag, context, data) {
             return true;
         }
-        if !self.eager_size_ok(len) {
+        if !self.eager_size_ok(len, cma) {
             return false;
         }
         let seg = self.node.segment();
@@ -1381,15 +1396,37 @@ impl Endpoint {
     /// Whether a message of `len` bytes (more than `ext_max`) may go
     /// through an eager block on [`Endpoint::send_now`]'s path: not a
     /// pipelined, prepost-direct or CMA size, and no larger than the eager
-    /// area allows.
+    /// area allows. `cma`: a CMA size counts (see
+    /// [`Endpoint::send_now_within`]).
     #[inline]
-    fn eager_size_ok(&self, len: usize) -> bool {
+    fn eager_size_ok(&self, len: usize, cma: bool) -> bool {
         let cfg = self.node.config();
         let len64 = len as u64;
         !(len64 > cfg.pipeline_min
             || len64 > self.eager_max()
             || (self.prepost && len64 >= cfg.prepost_min)
-            || (self.cma_ok() && len64 > cfg.cma_threshold))
+            || (cma && self.cma_ok() && len64 > cfg.cma_threshold))
+    }
+
+    /// A standard send of a buffer the caller is about to reuse (a
+    /// packing layer's staging buffer, just written): copied into an eager
+    /// block now if it fits, even above `TMX_SHMEM_CMA_THRESHOLD` (up to
+    /// `TMX_SHMEM_PIPELINE_MIN` and the eager area), so that the send
+    /// completes in the call and the buffer is free again at once; inline
+    /// as [`Endpoint::isend_now`] if small. A CMA send would keep the
+    /// buffer until the receiver's FIN, and a window of such sends keeps a
+    /// buffer each (a working set that no longer fits the cache the next
+    /// pack writes into), while the receiver's single copy of data that
+    /// was just packed saves nothing over two copies.
+    ///
+    /// `false` (nothing done) as for [`Endpoint::isend_now`]: `dest` is
+    /// this rank or not a rank, sends are held for `dest`, a pipelined or
+    /// prepost-direct size, or the eager area is full. The caller then
+    /// sends it the general way.
+    pub fn send_copied_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        dest != self.rank()
+            && dest < self.size()
+            && self.send_now_within(dest, tag, context, data, false)
     }
 
     /// Publishes the header of an eager message of `len` bytes whose data
@@ -1467,7 +1504,7 @@ impl Endpoint {
         if len <= self.ext_max
             || !p.staged.is_empty()
             || p.out.pending() != 0
-            || !self.eager_size_ok(len)
+            || !self.eager_size_ok(len, true)
         {
             return false;
         }
@@ -5446,6 +5483,42 @@ mod tests {
                 let mut end = [0u8; 3];
                 ep.recv(spec(0, 100), &mut end).unwrap();
                 assert_eq!(&end, b"end");
+                assert!(
+                    ep.iprobe(spec(0, 99)).unwrap().is_none(),
+                    "a refused send arrived"
+                );
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// `send_copied_now` copies a CMA size into an eager block (where
+    /// `isend_now` leaves it to CMA), and refuses a pipelined size and a
+    /// self-send without sending anything.
+    #[test]
+    fn send_copied_now_copies_cma_sizes() {
+        const LEN: usize = 40_000;
+        pair("copied", |me, mut ep| {
+            if me == 0 {
+                let d = data(1, LEN);
+                if ep.cma_ok() {
+                    assert!(!ep.isend_now(1, 1, 4, &d, SendMode::Standard));
+                }
+                let buffered = ep.counters.buffered_sends;
+                assert!(ep.send_copied_now(1, 1, 4, &d));
+                assert_eq!(ep.counters.buffered_sends, buffered + 1);
+                let in_flight = ep.eager.in_flight();
+                assert!(!ep.send_copied_now(1, 99, 4, &data(2, 200_000)));
+                assert!(!ep.send_copied_now(0, 99, 4, &d));
+                assert_eq!(ep.eager.in_flight(), in_flight);
+                ep.send(1, 100, 4, b"end").unwrap();
+            } else {
+                let mut buf = vec![0u8; LEN];
+                let st = ep.recv(spec(0, 1), &mut buf).unwrap();
+                assert_eq!(st.len, LEN);
+                assert_eq!(buf, data(1, LEN));
+                let mut end = [0u8; 3];
+                ep.recv(spec(0, 100), &mut end).unwrap();
                 assert!(
                     ep.iprobe(spec(0, 99)).unwrap().is_none(),
                     "a refused send arrived"
