@@ -30,7 +30,8 @@
 //!
 //! Options: `--csv` (rows `test,bytes,value,unit`), `--raw` (lines
 //! `lat|bw|bibw <bytes> <value>`, the form `mpich_osu` prints),
-//! `--min-size BYTES` (default 1), `--max-size BYTES` (default 4194304),
+//! `--min-size BYTES` (default 1), `--max-size BYTES` (default 4194304; the
+//! sizes are the powers of two between, or exactly BYTES when both are equal),
 //! `--scale N` (N times the iterations, for profiling), `--quick` (1/50 of the iterations,
 //! for smoke tests), `--tests latency,bw,bibw` (a subset), `--threads
 //! funneled|multiple` (the thread level asked of `adi::init_thread`;
@@ -123,8 +124,12 @@ fn parse_opts() -> Result<Opts, String> {
     Ok(o)
 }
 
-/// The powers of two from `min` to `max`.
+/// The powers of two from `min` to `max`; just `min` if the two are equal
+/// (any size, power of two or not).
 fn sizes(min: usize, max: usize) -> Vec<usize> {
+    if min == max {
+        return vec![min];
+    }
     let mut v = Vec::new();
     let mut s = 1;
     while s <= max {
