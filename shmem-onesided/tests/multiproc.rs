@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use shmem_onesided::{CmaStatus, Config, Endpoint, Error, Node, SendMode, SymAddr};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use tm_proto::{MatchSpec, Source, Tag};
@@ -254,6 +254,14 @@ fn child_killed_pipelined() {
         println!("SENT");
         std::thread::sleep(Duration::from_secs(60));
     } else {
+        // Not a progress pass before rank 0's isend has returned (the
+        // parent says so on stdin): a pass that freed eager blocks while
+        // the isend ran let it publish the whole message inside the call
+        // (seen once on a loaded 2-core VM), and nothing was left to die
+        // in the middle of.
+        let mut go = String::new();
+        std::io::stdin().read_line(&mut go).unwrap();
+        assert_eq!(go.trim(), "GO");
         let mut buf = vec![0u8; 200_000];
         match ep.recv(exact(0, 5), &mut buf) {
             Err(e @ Error::PeerDied { .. }) => println!("pipelined receive: {e}"),
@@ -545,6 +553,7 @@ impl Job {
                     .env("RANK", r.to_string())
                     .env("SIZE", size.to_string())
                     .env("TMX_SHMEM_ATTACH_TIMEOUT_MS", "20000")
+                    .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
                 for (k, v) in env {
@@ -792,6 +801,11 @@ fn sigkill_mid_pipelined_message_is_reported() {
     let mut line = String::new();
     BufReader::new(so).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "SENT");
+    // Rank 0's isend has returned with at most the eager area's 64 KiB
+    // published: rank 1 may start receiving.
+    let mut si = job.children[1].stdin.take().unwrap();
+    si.write_all(b"GO\n").unwrap();
+    drop(si);
     // Let rank 1 take the first chunks, then kill rank 0 mid-message. (At
     // 100 ms this failed once on a loaded 2-core VM: rank 1 had not taken
     // the first chunk yet.)
