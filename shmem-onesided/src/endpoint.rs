@@ -137,7 +137,8 @@ use crate::node::{CmaStatus, Node};
 use crate::prefetch;
 use crate::prepost::{Claimer, PostState, Poster, Prepost, Withdraw};
 use crate::ring::{
-    ext_slots, Consumer, Header, HeaderFields, InlineFields, Outbox, RingRef, Sent, INLINE_MAX,
+    ext_slots, Consumer, Header, HeaderFields, InlineFields, Outbox, RingRef, Sent, SplitOffer,
+    SplitPoll, INLINE_MAX, SPLIT_IDLE, SPLIT_OFFERED,
 };
 use crate::segment::{ArrivalWatch, Segment};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -187,7 +188,7 @@ pub const FLAG_COUNTED: u8 = 2;
 /// buffer of the blocked receive it is bound to match.
 const FLAG_IN_PLACE: u8 = 0x80;
 /// On a CMA header: the sender may share the copy (`TMX_SHMEM_CMA_SPLIT`;
-/// see [`SPLIT_IDLE`]).
+/// see [`crate::ring::SplitWords`]).
 const FLAG_SPLIT: u8 = 0x10;
 /// Local marker on a reassembled fragmented message (never sent): its
 /// fragments are still in the sender's eager area, their headers in
@@ -761,9 +762,10 @@ pub struct Endpoint {
     /// peer's window, so the two ranks copied in turn instead of at once.
     late: VecDeque<(u64, Unexpected)>,
     /// Our CMA sends whose receivers may offer to share the copy
-    /// (`TMX_SHMEM_CMA_SPLIT`; see [`SPLIT_IDLE`]), by request id: the
-    /// destination and the data (kept by the request until the FIN,
-    /// which the receiver sends only once the hand-off is over).
+    /// (`TMX_SHMEM_CMA_SPLIT`; see [`crate::ring::SplitWords`]), by
+    /// request id: the destination and the data (kept by the request
+    /// until the FIN, which the receiver sends only once the hand-off is
+    /// over).
     splits: std::collections::HashMap<u64, (u32, usize, usize)>,
     /// How many of `splits` go to each peer.
     split_out: Vec<u32>,
@@ -802,34 +804,10 @@ fn eager_flag(seg: &Segment, pe: u32, off: u64) -> &AtomicU32 {
     unsafe { AtomicU32::from_ptr(seg.eager_ptr(pe).add(off as usize).cast()) }
 }
 
-/// Split copies (`TMX_SHMEM_CMA_SPLIT`): the hand-off of a CMA message's
-/// copy between its receiver and its sender, in the words of their
-/// ring's control block ([`crate::ring::SplitWords`]; one hand-off at a
-/// time per ring, as the receiver reads a ring's messages one by one).
-///
-/// `state` goes `IDLE` → `READY` (sender, on a progress pass that had
-/// nothing else to do while it has CMA sends to that receiver: "I am
-/// waiting, I can help"; it takes it back, `READY` → `IDLE`, before a
-/// copy of its own) → `OFFERED` (receiver, by compare-exchange, after
-/// writing `id`, `addr`, `len` and `start`: "for send `id`, write `len`
-/// bytes of your buffer from `start` to my address `addr`") → either
-/// `CLAIMED` (sender, by compare-exchange) → `DONE` or `FAILED` (sender,
-/// after its `process_vm_writev`), or `WITHDRAWN` (receiver, by
-/// compare-exchange, when it finished its own part first; it then copies
-/// the rest itself). The receiver waits only while the state is
-/// `CLAIMED` (the sender's one write), then sets `READY` after `DONE`
-/// (the sender was idle) or `IDLE` otherwise, and sends its FIN. Exactly
-/// one side copies each byte. A receiver that finds the state not
-/// `READY` (a busy sender) reads the whole message in one call as
-/// without splitting: a withdrawn offer costs a second
-/// `process_vm_readv`.
-const SPLIT_IDLE: u32 = 0;
-const SPLIT_READY: u32 = 1;
-const SPLIT_OFFERED: u32 = 2;
-const SPLIT_CLAIMED: u32 = 3;
-const SPLIT_DONE: u32 = 4;
-const SPLIT_FAILED: u32 = 5;
-const SPLIT_WITHDRAWN: u32 = 6;
+// Split copies (`TMX_SHMEM_CMA_SPLIT`): the hand-off protocol, its states
+// and its transitions are in `crate::ring::SplitWords` (where loom checks
+// them); `Endpoint::split_read` is the receiver's side,
+// `Endpoint::serve_splits` and `Endpoint::unready_splits` the sender's.
 
 fn envelope(h: &Header) -> Envelope {
     Envelope {
@@ -4971,17 +4949,14 @@ impl Endpoint {
     }
 
     /// Reads CMA message `h` into `dst` with its sender's help (see
-    /// [`SPLIT_IDLE`]): offers it the second half of `dst`, reads the first
-    /// half, then either waits for the sender's write to finish or, if
-    /// the sender has not claimed the offer yet, withdraws it and reads
-    /// the second half too.
+    /// [`crate::ring::SplitWords`]): offers it the second half of `dst`,
+    /// reads the first half, then either waits for the sender's write to
+    /// finish or, if the sender has not claimed the offer yet, withdraws
+    /// it and reads the second half too.
     fn split_read(&mut self, h: &Header, dst: &mut [u8]) -> Result<()> {
         let src = h.source;
         let seg = self.node.segment();
         let w = seg.ring(src, seg.rank()).split();
-        if w.state.load(Ordering::Acquire) != SPLIT_READY {
-            return self.node.cma_read(src, h.word, dst);
-        }
         let n = dst.len();
         // The sender's part starts on a page boundary of `dst` near the
         // middle (fewer pages pinned by both copies), else at the middle.
@@ -4994,40 +4969,23 @@ impl Endpoint {
         };
         let mut id = [0u8; 8];
         id.copy_from_slice(&h.ext[..8]);
-        w.id.store(u64::from_le_bytes(id), Ordering::Relaxed);
-        w.addr.store((base + mid) as u64, Ordering::Relaxed);
-        w.len.store((n - mid) as u64, Ordering::Relaxed);
-        w.start.store(mid as u64, Ordering::Relaxed);
-        if w.state
-            .compare_exchange(
-                SPLIT_READY,
-                SPLIT_OFFERED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
+        let offer = SplitOffer {
+            id: u64::from_le_bytes(id),
+            addr: (base + mid) as u64,
+            len: (n - mid) as u64,
+            start: mid as u64,
+        };
+        // Not `READY` (a busy sender), or taken back meanwhile: read it
+        // whole.
+        if !w.offer(offer) {
             return self.node.cma_read(src, h.word, dst);
         }
         let mine = self.node.cma_read(src, h.word, &mut dst[..mid]);
         let mut spins = 0u32;
         let theirs = loop {
-            match w.state.load(Ordering::Acquire) {
-                SPLIT_DONE => break Ok(true),
-                SPLIT_OFFERED => {
-                    if w.state
-                        .compare_exchange(
-                            SPLIT_OFFERED,
-                            SPLIT_WITHDRAWN,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
-                        break Ok(false);
-                    }
-                }
-                SPLIT_CLAIMED => {
+            match w.poll_offer() {
+                SplitPoll::Done => break Ok(true),
+                SplitPoll::Claimed => {
                     // The sender is writing: wait (bounded by its copy),
                     // checking now and then that it is still alive.
                     spins = spins.wrapping_add(1);
@@ -5038,20 +4996,15 @@ impl Endpoint {
                     }
                     core::hint::spin_loop();
                 }
-                // FAILED (or a state no sender writes): read it ourselves.
-                _ => break Ok(false),
+                // Withdrawn before the sender claimed it, or its write
+                // failed: read it ourselves.
+                SplitPoll::Withdrawn | SplitPoll::Failed => break Ok(false),
             }
         };
-        // Settled: the ring is free for the next hand-off. A sender that
-        // just wrote its part is serving (idle otherwise): it stays
-        // `READY` for our next message, as its next idle pass would mark
-        // it (it takes that back itself before a copy of its own).
-        let next = if matches!(theirs, Ok(true)) {
-            SPLIT_READY
-        } else {
-            SPLIT_IDLE
-        };
-        w.state.store(next, Ordering::Release);
+        // Settled: the ring is free for the next hand-off (`READY` again
+        // after the sender's part, which it takes back itself before a
+        // copy of its own).
+        w.release(matches!(theirs, Ok(true)));
         let theirs = theirs?;
         if theirs {
             self.counters.cma_split_shared += 1;
@@ -5086,16 +5039,8 @@ impl Endpoint {
             if k == 0 {
                 continue;
             }
-            let w = seg.ring(me, d as u32).split();
-            if w.state.load(Ordering::Relaxed) == SPLIT_READY {
-                // Fails harmlessly if the receiver offered meanwhile.
-                let _ = w.state.compare_exchange(
-                    SPLIT_READY,
-                    SPLIT_IDLE,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
-            }
+            // Fails harmlessly if the receiver offered meanwhile.
+            seg.ring(me, d as u32).split().unready();
         }
     }
 
@@ -5113,37 +5058,16 @@ impl Endpoint {
                 continue;
             }
             let w = seg.ring(me, d as u32).split();
-            match w.state.load(Ordering::Acquire) {
-                SPLIT_IDLE
-                    if w.state
-                        .compare_exchange(
-                            SPLIT_IDLE,
-                            SPLIT_READY,
-                            Ordering::AcqRel,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok() =>
-                {
+            match w.state() {
+                SPLIT_IDLE if w.mark_ready() => {
                     self.ready_splits = true;
                 }
                 SPLIT_OFFERED => {
-                    if w.state
-                        .compare_exchange(
-                            SPLIT_OFFERED,
-                            SPLIT_CLAIMED,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_err()
-                    {
+                    let Some(o) = w.claim() else {
                         continue;
-                    }
-                    let id = w.id.load(Ordering::Relaxed);
-                    let (addr, len, start) = (
-                        w.addr.load(Ordering::Relaxed),
-                        w.len.load(Ordering::Relaxed) as usize,
-                        w.start.load(Ordering::Relaxed) as usize,
-                    );
+                    };
+                    let (id, addr) = (o.id, o.addr);
+                    let (len, start) = (o.len as usize, o.start as usize);
                     let r = match self.splits.get(&id) {
                         Some(&(dest, ptr, n))
                             if dest as usize == d
@@ -5164,10 +5088,7 @@ impl Endpoint {
                     if let Err(e) = &r {
                         tracing::warn!(error = %e, dest = d, "split copy failed: the receiver reads it");
                     }
-                    w.state.store(
-                        if r.is_ok() { SPLIT_DONE } else { SPLIT_FAILED },
-                        Ordering::Release,
-                    );
+                    w.complete(r.is_ok());
                     wrote += 1;
                 }
                 // READY (no offer yet), CLAIMED (never seen here: we write

@@ -114,21 +114,239 @@ pub struct RingCtl {
     split_start: AtomicU64,
 }
 
-/// The words of a ring's split-copy hand-off (the transport defines the
-/// protocol: `shmem_onesided`'s endpoint, "split copies"). They share the
-/// control block's second line with `counted`.
+/// Split-copy state: nothing going on (the sender is busy or has not
+/// offered help). See [`SplitWords`].
+pub const SPLIT_IDLE: u32 = 0;
+/// Split-copy state: the sender is idle and can write part of a message.
+pub const SPLIT_READY: u32 = 1;
+/// Split-copy state: the receiver offered the sender a part
+/// ([`SplitOffer`] in the words).
+pub const SPLIT_OFFERED: u32 = 2;
+/// Split-copy state: the sender claimed the offer and is writing its part.
+pub const SPLIT_CLAIMED: u32 = 3;
+/// Split-copy state: the sender wrote its part.
+pub const SPLIT_DONE: u32 = 4;
+/// Split-copy state: the sender's write failed (the receiver copies the part).
+pub const SPLIT_FAILED: u32 = 5;
+/// Split-copy state: the receiver took its offer back before the sender
+/// claimed it (the receiver copies the part).
+pub const SPLIT_WITHDRAWN: u32 = 6;
+
+/// The words of a ring's split-copy hand-off (`TMX_SHMEM_CMA_SPLIT`): the
+/// hand-off of a CMA message's copy between its receiver (the ring's
+/// consumer) and its sender (the ring's producer), one hand-off at a time
+/// per ring, as the receiver reads a ring's messages one by one. They
+/// share the control block's second line with `counted`.
+///
+/// `state` goes [`SPLIT_IDLE`] → [`SPLIT_READY`] (sender,
+/// [`SplitWords::mark_ready`], on a progress pass that had nothing else to
+/// do while it has CMA sends to that receiver: "I am waiting, I can help";
+/// it takes it back, `READY` → `IDLE` with [`SplitWords::unready`],
+/// before a copy of its own) → [`SPLIT_OFFERED`] (receiver,
+/// [`SplitWords::offer`], by compare-exchange after writing `id`, `addr`,
+/// `len` and `start`: "for send `id`, write `len` bytes of your buffer
+/// from `start` to my address `addr`") → either [`SPLIT_CLAIMED`]
+/// (sender, [`SplitWords::claim`], by compare-exchange) → [`SPLIT_DONE`]
+/// or [`SPLIT_FAILED`] (sender, [`SplitWords::complete`], after its
+/// `process_vm_writev`), or [`SPLIT_WITHDRAWN`] (receiver,
+/// [`SplitWords::poll_offer`], by compare-exchange, when it finished its
+/// own part first; it then copies the rest itself). The receiver waits
+/// only while the state is `CLAIMED` (the sender's one write), then sets
+/// `READY` after `DONE` (the sender was idle) or `IDLE` otherwise
+/// ([`SplitWords::release`]), and sends its FIN, after which the sender
+/// may free or reuse its buffer. Exactly one side copies each byte. A
+/// receiver that finds the state not `READY` (a busy sender) reads the
+/// whole message in one call as without splitting: a withdrawn offer
+/// costs a second `process_vm_readv`.
+///
+/// The transitions are methods here, under the `sync` shim, so that loom
+/// can check the code the endpoint runs.
 #[derive(Debug, Clone, Copy)]
 pub struct SplitWords<'a> {
-    /// The hand-off's state.
-    pub state: &'a AtomicU32,
+    /// The hand-off's state (`SPLIT_*`).
+    state: &'a AtomicU32,
     /// The send the offer is for (the sender's request id).
-    pub id: &'a AtomicU64,
+    id: &'a AtomicU64,
     /// Where in the receiver's address space the sender writes.
-    pub addr: &'a AtomicU64,
+    addr: &'a AtomicU64,
     /// How many bytes it writes.
-    pub len: &'a AtomicU64,
+    len: &'a AtomicU64,
     /// From which offset of its message.
-    pub start: &'a AtomicU64,
+    start: &'a AtomicU64,
+}
+
+/// A receiver's offer: "for send `id`, write `len` bytes of your buffer
+/// from `start` to my address `addr`" ([`SplitWords::offer`],
+/// [`SplitWords::claim`]). Peer data to the sender: it checks `id`,
+/// `start` and `len` against its own sends before writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitOffer {
+    /// The send the offer is for (the sender's request id).
+    pub id: u64,
+    /// Where in the receiver's address space the sender writes.
+    pub addr: u64,
+    /// How many bytes it writes.
+    pub len: u64,
+    /// From which offset of its message.
+    pub start: u64,
+}
+
+/// One look of a receiver at its offer ([`SplitWords::poll_offer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitPoll {
+    /// The sender wrote its part ([`SPLIT_DONE`]).
+    Done,
+    /// The sender had not claimed the offer: it is withdrawn
+    /// ([`SPLIT_WITHDRAWN`]), the receiver copies the part.
+    Withdrawn,
+    /// The sender is writing its part ([`SPLIT_CLAIMED`]): look again.
+    Claimed,
+    /// The sender's write failed ([`SPLIT_FAILED`], or a state no sender
+    /// writes here): the receiver copies the part.
+    Failed,
+}
+
+impl SplitWords<'_> {
+    /// Receiver: offers the sender `o` if the state is [`SPLIT_READY`]:
+    /// writes the words (Relaxed), then `READY` → `OFFERED` by
+    /// compare-exchange (AcqRel, publishing them). `false` (the receiver
+    /// copies everything itself) if the state was not `READY` (an Acquire
+    /// load, before any word is written) or the sender took its `READY`
+    /// back meanwhile.
+    #[inline]
+    pub fn offer(&self, o: SplitOffer) -> bool {
+        if self.state.load(Ordering::Acquire) != SPLIT_READY {
+            return false;
+        }
+        self.id.store(o.id, Ordering::Relaxed);
+        self.addr.store(o.addr, Ordering::Relaxed);
+        self.len.store(o.len, Ordering::Relaxed);
+        self.start.store(o.start, Ordering::Relaxed);
+        self.state
+            .compare_exchange(
+                SPLIT_READY,
+                SPLIT_OFFERED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Receiver, after a successful [`SplitWords::offer`] and its own
+    /// part: one step of its wait (Acquire loads). An offer still
+    /// unclaimed is withdrawn, `OFFERED` → `WITHDRAWN` by compare-exchange
+    /// (AcqRel); if the sender claimed it just before, the state is looked
+    /// at again. The caller repeats while [`SplitPoll::Claimed`], then
+    /// calls [`SplitWords::release`].
+    #[inline]
+    pub fn poll_offer(&self) -> SplitPoll {
+        self.poll_with(|state| {
+            state
+                .compare_exchange(
+                    SPLIT_OFFERED,
+                    SPLIT_WITHDRAWN,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        })
+    }
+
+    /// [`SplitWords::poll_offer`] with `withdraw` run when the state is
+    /// `OFFERED` (`true`: withdrawn; `false`: the state is read again).
+    #[inline(always)]
+    fn poll_with(&self, withdraw: impl Fn(&AtomicU32) -> bool) -> SplitPoll {
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                SPLIT_DONE => return SplitPoll::Done,
+                SPLIT_OFFERED => {
+                    if withdraw(self.state) {
+                        return SplitPoll::Withdrawn;
+                    }
+                    // The sender claimed it just now (only its claim
+                    // moves an offer on): look again.
+                }
+                SPLIT_CLAIMED => return SplitPoll::Claimed,
+                _ => return SplitPoll::Failed,
+            }
+        }
+    }
+
+    /// Receiver: ends the hand-off (a Release store): `READY` if the
+    /// sender wrote its part (`shared`: it is serving, idle otherwise, so
+    /// it stays `READY` for the next message, as its next idle pass would
+    /// mark it), `IDLE` otherwise. The receiver sends its FIN after this.
+    #[inline]
+    pub fn release(&self, shared: bool) {
+        let next = if shared { SPLIT_READY } else { SPLIT_IDLE };
+        self.state.store(next, Ordering::Release);
+    }
+
+    /// Sender: the state (an Acquire load), to choose between
+    /// [`SplitWords::mark_ready`] (`IDLE`) and [`SplitWords::claim`]
+    /// (`OFFERED`).
+    #[inline]
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Sender: `IDLE` → `READY` by compare-exchange (AcqRel): it can help.
+    /// `false` if the state was not `IDLE`.
+    #[inline]
+    pub fn mark_ready(&self) -> bool {
+        self.state
+            .compare_exchange(SPLIT_IDLE, SPLIT_READY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Sender, about to copy a message of its own: takes its `READY` back
+    /// (`READY` → `IDLE` by compare-exchange, AcqRel, tried only if a
+    /// Relaxed load sees `READY`). Fails harmlessly if the receiver
+    /// offered meanwhile (the receiver then withdraws, or the sender
+    /// claims on a later pass).
+    #[inline]
+    pub fn unready(&self) {
+        if self.state.load(Ordering::Relaxed) == SPLIT_READY {
+            let _ = self.state.compare_exchange(
+                SPLIT_READY,
+                SPLIT_IDLE,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Sender: claims the receiver's offer, `OFFERED` → `CLAIMED` by
+    /// compare-exchange (AcqRel, which acquires the words the receiver
+    /// wrote before offering), and reads it (Relaxed). `None` if there was
+    /// no offer (not `OFFERED`, or withdrawn meanwhile). After a claim the
+    /// sender must write the part (the receiver waits for it) and then
+    /// call [`SplitWords::complete`].
+    #[inline]
+    pub fn claim(&self) -> Option<SplitOffer> {
+        self.state
+            .compare_exchange(
+                SPLIT_OFFERED,
+                SPLIT_CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .ok()?;
+        Some(SplitOffer {
+            id: self.id.load(Ordering::Relaxed),
+            addr: self.addr.load(Ordering::Relaxed),
+            len: self.len.load(Ordering::Relaxed),
+            start: self.start.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Sender, after writing a claimed part: `DONE` if the write succeeded
+    /// (`ok`), `FAILED` otherwise (a Release store, publishing the write).
+    #[inline]
+    pub fn complete(&self, ok: bool) {
+        let s = if ok { SPLIT_DONE } else { SPLIT_FAILED };
+        self.state.store(s, Ordering::Release);
+    }
 }
 
 impl RingCtl {
