@@ -159,8 +159,8 @@ pub const SPLIT_WITHDRAWN: u32 = 6;
 /// whole message in one call as without splitting: a withdrawn offer
 /// costs a second `process_vm_readv`.
 ///
-/// The transitions are methods here, under the `sync` shim, so that loom
-/// can check the code the endpoint runs.
+/// The transitions are methods here, so that `tests/loom.rs` checks the
+/// code the endpoint runs (`split_handoff_*`).
 #[derive(Debug, Clone, Copy)]
 pub struct SplitWords<'a> {
     /// The hand-off's state (`SPLIT_*`).
@@ -249,6 +249,20 @@ impl SplitWords<'_> {
                     Ordering::Acquire,
                 )
                 .is_ok()
+        })
+    }
+
+    /// **Negative control for loom only**: [`SplitWords::poll_offer`]
+    /// withdrawing with a plain store of `WITHDRAWN` after the load that
+    /// saw `OFFERED`, not a compare-exchange, so the sender can claim in
+    /// between and both sides copy the part. `tests/loom.rs` asserts that
+    /// loom rejects it.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn poll_offer_withdraw_by_store(&self) -> SplitPoll {
+        self.poll_with(|state| {
+            state.store(SPLIT_WITHDRAWN, Ordering::Release);
+            true
         })
     }
 

@@ -1,8 +1,9 @@
 #![cfg(tmx_shmem_loom)]
 //! Loom models of the header ring and the prepost ring, on heap-backed
 //! memory (`RingMem`, `PrepostMem`): the same code that runs on the node
-//! segment, with `sync` switched to loom's atomics and cells; and of the
-//! RMA window synchronization (`winsync`) on heap-allocated words.
+//! segment, with `sync` switched to loom's atomics and cells; of the
+//! split-copy hand-off in a ring's control block; and of the RMA window
+//! synchronization (`winsync`) on heap-allocated words.
 //!
 //! Run: `RUSTFLAGS="--cfg tmx_shmem_loom" LOOM_MAX_PREEMPTIONS=2 \
 //!       cargo test -p shmem-onesided --test loom --release`
@@ -66,14 +67,34 @@
 //!   after wait. Negative control `win_pscw_relaxed_complete_is_rejected`
 //!   (`RwTicket::signal_relaxed` as complete) must make loom report a
 //!   causality violation.
+//! - `split_handoff_each_byte_copied_once`: the split-copy hand-off
+//!   (`ring::SplitWords`) between a CMA receiver, which offers its sender
+//!   the second half of a two-word message, copies the first and then
+//!   waits or withdraws, and an idle sender serving the offer: each word
+//!   is copied exactly once and never concurrently, the sender reads the
+//!   offer words the receiver wrote, it reuses its buffer only after the
+//!   FIN, the receiver reads a complete message, and the ring is left
+//!   `READY` or `IDLE`. Each test also checks that loom reached every
+//!   outcome (read whole, shared with and without waiting, withdrawn,
+//!   claimed). `split_handoff_sender_takes_ready_back`: the same with the
+//!   sender's take-back of `READY` (`unready`) racing the offer;
+//!   `split_handoff_failed_write`: a sender whose write fails after
+//!   writing part of its half. Negative control
+//!   `split_withdraw_by_store_is_rejected`
+//!   (`SplitWords::poll_offer_withdraw_by_store`: the withdrawal as a load
+//!   then a store, not a compare-exchange) must make loom report the two
+//!   concurrent writes of the second half.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::AtomicU64;
+use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use shmem_onesided::prepost::{Claimer, Phase, PostState, Poster, Prepost, PrepostMem, Withdraw};
-use shmem_onesided::ring::{Consumer, Header, InlineFields, Outbox, Producer, RingMem, Sent};
+use shmem_onesided::ring::{
+    Consumer, Header, InlineFields, Outbox, Producer, RingMem, Sent, SplitOffer, SplitPoll,
+    SplitWords, SPLIT_IDLE, SPLIT_OFFERED, SPLIT_READY,
+};
 use shmem_onesided::winsync::{arrive, arrived, observed, signal, RegionTable, RwTicket, RW_WORDS};
 
 fn hdr(i: u32) -> Header {
@@ -922,6 +943,269 @@ fn win_region_table_without_version_is_rejected() {
     let msg = loom_rejects(|| region_model(false));
     assert!(
         msg.contains("torn region"),
+        "rejected for another reason: {msg}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Split copies (`ring::SplitWords`): a CMA receiver offers its sender the
+// second half of a message. The two buffers are unsynchronized loom cells,
+// standing for `process_vm_readv`/`process_vm_writev`: the receiver reads
+// the sender's buffer (its own half, and the rest after a withdrawal or a
+// failed write), the sender reads it and writes the receiver's buffer
+// after a claim, and reuses its buffer once it sees the FIN.
+// ---------------------------------------------------------------------------
+
+/// What a CMA sender and its receiver share in the split model.
+struct SplitPair {
+    /// Their ring (only its control block's split words are used).
+    ring: RingMem,
+    /// The sender's buffer: a message of two words.
+    src: [UnsafeCell<u64>; 2],
+    /// The receiver's buffer.
+    dst: [UnsafeCell<u64>; 2],
+    /// The receiver's FIN (a ring message in the endpoint: a Release
+    /// publish and an Acquire poll).
+    fin: AtomicBool,
+    /// Whole copies of the second word, by either side.
+    copies: AtomicU64,
+}
+
+/// The message (the sender's buffer until the FIN).
+const SPLIT_MSG: [u64; 2] = [0x1111, 0x2222];
+/// The send's request id, as the receiver names it in its offer.
+const SPLIT_ID: u64 = 42;
+
+/// What the sender does besides serving offers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SplitSender {
+    /// Every pass is idle: it serves (`serve_splits`).
+    Serve,
+    /// After its first pass it copies a message of its own, taking its
+    /// `READY` back first (`unready_splits`), then serves again.
+    Unready,
+    /// Its write fails after writing part of the destination.
+    Fail,
+}
+
+/// `process_vm_readv` of word `i` of the sender's buffer into the
+/// receiver's.
+fn split_copy(p: &SplitPair, i: usize) {
+    // SAFETY: (test) the sender writes its buffer only after the FIN.
+    let v = p.src[i].with(|s| unsafe { *s });
+    // SAFETY: (test) the hand-off gives each word to one side at a time.
+    p.dst[i].with_mut(|d| unsafe { *d = v });
+}
+
+/// The receiver's side (`Endpoint::split_read`), withdrawing with `poll`.
+/// Returns how the hand-off went and the message as the receive's caller
+/// then reads it from its buffer.
+fn split_receiver(
+    p: &SplitPair,
+    poll: fn(&SplitWords<'_>) -> SplitPoll,
+) -> (&'static str, [u64; 2]) {
+    let w = p.ring.view().split();
+    let offer = SplitOffer {
+        id: SPLIT_ID,
+        addr: 1,
+        len: 1,
+        start: 1,
+    };
+    let offered = w.offer(offer);
+    split_copy(p, 0);
+    let (mut how, mut shared) = ("whole", false);
+    if offered {
+        let mut waited = false;
+        how = loop {
+            match poll(&w) {
+                SplitPoll::Done if waited => break "shared after waiting",
+                SplitPoll::Done => break "shared",
+                SplitPoll::Claimed => {
+                    waited = true;
+                    thread::yield_now();
+                }
+                SplitPoll::Withdrawn => break "withdrawn",
+                SplitPoll::Failed => break "failed",
+            }
+        };
+        shared = how.starts_with("shared");
+        w.release(shared);
+    }
+    if !shared {
+        split_copy(p, 1);
+        p.copies.fetch_add(1, Ordering::Relaxed);
+    }
+    p.fin.store(true, Ordering::Release);
+    // SAFETY: (test) the hand-off is over: `DONE` (Acquire) ordered the
+    // sender's write, or the receiver wrote the word itself.
+    let got = p.dst.each_ref().map(|c| c.with(|d| unsafe { *d }));
+    (how, got)
+}
+
+/// The sender's side: idle progress passes (`Endpoint::serve_splits`)
+/// until the FIN, then it reuses its buffer. Returns whether it claimed
+/// the offer.
+fn split_sender(p: &SplitPair, plan: SplitSender) -> bool {
+    let w = p.ring.view().split();
+    // The first pass on a fresh ring: `serve_splits` loads the state
+    // first, which can only be `IDLE` here (the receiver never moves the
+    // state out of `IDLE`), so the model goes straight to the
+    // compare-exchange. With that load, the `Unready` variant needs a
+    // third preemption to reach a receiver waiting on a claim.
+    assert!(w.mark_ready());
+    if plan == SplitSender::Unready {
+        w.unready();
+    }
+    let mut claimed = false;
+    loop {
+        match w.state() {
+            SPLIT_IDLE => {
+                w.mark_ready();
+            }
+            SPLIT_OFFERED => {
+                if let Some(o) = w.claim() {
+                    claimed = true;
+                    let want = (SPLIT_ID, 1, 1, 1);
+                    assert_eq!((o.id, o.addr, o.len, o.start), want, "offer words");
+                    let (from, to) = (o.start as usize, o.addr as usize);
+                    if plan == SplitSender::Fail {
+                        // SAFETY: (test) the claim gives the sender this
+                        // word until DONE/FAILED.
+                        p.dst[to].with_mut(|d| unsafe { *d = 0xbad });
+                        w.complete(false);
+                    } else {
+                        // SAFETY: (test) its own buffer, reused only after
+                        // the FIN.
+                        let v = p.src[from].with(|s| unsafe { *s });
+                        // SAFETY: (test) the claim gives the sender this
+                        // word until DONE/FAILED.
+                        p.dst[to].with_mut(|d| unsafe { *d = v });
+                        p.copies.fetch_add(1, Ordering::Relaxed);
+                        w.complete(true);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if p.fin.load(Ordering::Acquire) {
+            break;
+        }
+        thread::yield_now();
+    }
+    for s in &p.src {
+        // SAFETY: (test) after the FIN the buffer is the sender's again.
+        s.with_mut(|s| unsafe { *s = 0xdead });
+    }
+    claimed
+}
+
+/// Runs the split model; returns the outcomes it reached (the receiver's,
+/// and "claimed" when the sender claimed), so that a test can check that
+/// loom explored each of them.
+fn split_model(
+    plan: SplitSender,
+    poll: fn(&SplitWords<'_>) -> SplitPoll,
+) -> std::collections::BTreeSet<&'static str> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let seen2 = seen.clone();
+    loom::model(move || {
+        let p = Arc::new(SplitPair {
+            ring: RingMem::new(1),
+            src: SPLIT_MSG.map(UnsafeCell::new),
+            dst: [UnsafeCell::new(0), UnsafeCell::new(0)],
+            fin: AtomicBool::new(false),
+            copies: AtomicU64::new(0),
+        });
+        let p2 = p.clone();
+        // The sender is the main thread. Spawned and starting with a load
+        // of the state, its `READY` never preceded the receiver's first
+        // load, whatever the preemption bound: loom's DPOR tracks one
+        // last access per atomic, and the sender's own load hid the race
+        // of its compare-exchange with the receiver's load
+        // (tokio-rs/loom#166, #392). The outcome checks in the tests
+        // catch such blind spots.
+        let receiver = thread::spawn(move || split_receiver(&p2, poll));
+        let claimed = split_sender(&p, plan);
+        let (how, got) = receiver.join().unwrap();
+        assert_eq!(got, SPLIT_MSG, "the receiver's buffer");
+        assert_eq!(
+            p.copies.load(Ordering::Relaxed),
+            1,
+            "the second half copied twice (or never)"
+        );
+        let state = p.ring.view().split().state();
+        assert!(
+            state == SPLIT_READY || state == SPLIT_IDLE,
+            "hand-off left in state {state}"
+        );
+        let mut seen = seen2.lock().unwrap();
+        seen.insert(how);
+        if claimed {
+            seen.insert("claimed");
+        }
+    });
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+/// The split hand-off with an idle sender: whether the sender claims the
+/// offer before the receiver finishes its half or not, each word of the
+/// message is copied exactly once, the sender writes only after a claim
+/// and reads the offer words the receiver wrote, the sender's buffer is
+/// not reused before the receiver's last read of it (the FIN), and the
+/// ring is `READY` or `IDLE` for the next message.
+#[test]
+fn split_handoff_each_byte_copied_once() {
+    let seen = split_model(SplitSender::Serve, |w| w.poll_offer());
+    let want = [
+        "claimed",
+        "shared",
+        "shared after waiting",
+        "whole",
+        "withdrawn",
+    ];
+    assert_eq!(seen, want.into(), "outcomes loom explored");
+}
+
+/// The same with a sender that takes its `READY` back at once (a copy of
+/// its own, `unready_splits`) and then serves again: the take-back races
+/// the offer.
+#[test]
+fn split_handoff_sender_takes_ready_back() {
+    let seen = split_model(SplitSender::Unready, |w| w.poll_offer());
+    let want = [
+        "claimed",
+        "shared",
+        "shared after waiting",
+        "whole",
+        "withdrawn",
+    ];
+    assert_eq!(seen, want.into(), "outcomes loom explored");
+}
+
+/// The same with a sender whose write fails after writing part of its
+/// half: the receiver copies that half after `FAILED`, over the partial
+/// write and never concurrently with it.
+#[test]
+fn split_handoff_failed_write() {
+    let seen = split_model(SplitSender::Fail, |w| w.poll_offer());
+    assert_eq!(
+        seen,
+        ["claimed", "failed", "whole", "withdrawn"].into(),
+        "outcomes loom explored"
+    );
+}
+
+/// Negative control: a withdrawal that stores `WITHDRAWN` after the load
+/// that saw `OFFERED` (not a compare-exchange) lets the sender claim in
+/// between, so both sides write the second half; loom must report it.
+#[test]
+fn split_withdraw_by_store_is_rejected() {
+    let msg = loom_rejects(|| {
+        split_model(SplitSender::Serve, |w| w.poll_offer_withdraw_by_store());
+    });
+    assert!(
+        msg.contains("Causality violation: Concurrent write accesses to `UnsafeCell`"),
         "rejected for another reason: {msg}"
     );
 }
