@@ -5089,6 +5089,9 @@ impl Endpoint {
                         tracing::warn!(error = %e, dest = d, "split copy failed: the receiver reads it");
                     }
                     w.complete(r.is_ok());
+                    // After DONE the receiver leaves the ring `READY`:
+                    // ours to take back before a copy of our own.
+                    self.ready_splits |= r.is_ok();
                     wrote += 1;
                 }
                 // READY (no offer yet), CLAIMED (never seen here: we write
