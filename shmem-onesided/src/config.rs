@@ -10,7 +10,7 @@
 //! | `TMX_SHMEM_CMA` | `auto` | single copy via `process_vm_readv/writev`: `auto` (probe), `on` (fail if not permitted), `off` |
 //! | `TMX_SHMEM_PIPELINE_MIN` | 128K | messages larger than this that are not sent by CMA go as consecutive chunks through the eager area, each published as soon as it is copied, so that the receiver copies one chunk while the sender copies the next (`off`: never) |
 //! | `TMX_SHMEM_PIPELINE_CHUNK` | 128K | chunk size of pipelined messages (and of fragments of messages larger than the eager area; at most a quarter of the eager area) |
-//! | `TMX_SHMEM_CMA_THRESHOLD` | 16K | messages larger than this use CMA single copy when it is available (with split copies from `TMX_SHMEM_CMA_SPLIT`) |
+//! | `TMX_SHMEM_CMA_THRESHOLD` | 8K | messages larger than this use CMA single copy when it is available (with split copies from `TMX_SHMEM_CMA_SPLIT`) |
 //! | `TMX_SHMEM_CMA_SPLIT` | 32K | CMA messages of at least this size are copied by both ranks at once: the receiver offers the second half of its buffer to the sender, which `process_vm_writev`s it while the receiver reads the first half; if the sender has not claimed the offer when the receiver is done, the receiver withdraws it and reads the rest itself (`off`: the receiver reads everything) |
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_DEFER_RECV` | `on` | a nonblocking exact-source receive that finds nothing (its source's ring empty, nothing posted or queued, never advertised) waits outside the matcher; progress later takes its message straight from the ring, or posts it (and every later deferred one, in order) the moment anything else could match first (`off`: post at once) |
@@ -121,7 +121,7 @@ impl Default for Config {
             heap_bytes: 16 << 20,
             eager_bytes: 8 << 20,
             cma: CmaMode::Auto,
-            cma_threshold: 16 << 10,
+            cma_threshold: 8 << 10,
             cma_split: 32 << 10,
             pipeline_min: 128 << 10,
             pipeline_chunk: 128 << 10,

@@ -5370,7 +5370,7 @@ mod tests {
     /// is refused without calling `fill`.
     #[test]
     fn send_now_with_sends_what_fill_writes() {
-        const FILLED: [usize; 5] = [0, 24, 200, 3000, 15_000];
+        const FILLED: [usize; 5] = [0, 24, 200, 3000, 8_000];
         pair("fill", |me, mut ep| {
             if me == 0 {
                 for (k, &len) in FILLED.iter().enumerate() {
