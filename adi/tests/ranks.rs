@@ -326,6 +326,24 @@ fn role_probe_cancel(w: &Comm) {
     }
 }
 
+/// Receives (contiguous, into `cap` bytes) the messages of `tags`, each
+/// the packed form of a vector of two-`i32` blocks at a stride of four
+/// over `src`, and checks that each is `count` bytes of those blocks.
+fn recv_packed_pairs(w: &Comm, peer: i32, tags: [i32; 2], cap: usize, count: usize, src: &[u8]) {
+    for tag in tags {
+        let mut packed = vec![0u8; cap];
+        let st = w.recv(&mut packed, peer, tag).unwrap();
+        assert_eq!(st.count, count, "tag {tag}");
+        for blk in 0..count / 8 {
+            assert_eq!(
+                packed[blk * 8..blk * 8 + 8],
+                src[blk * 16..blk * 16 + 8],
+                "tag {tag} block {blk}"
+            );
+        }
+    }
+}
+
 /// A vector of 4096 blocks of two `i32` at a stride of four (32 KiB
 /// packed) and a source buffer its extent covers.
 fn v32(i32t: &Datatype) -> (Datatype, Vec<u8>) {
@@ -425,32 +443,8 @@ fn role_datatypes(w: &Comm) {
         }
         let st = w.recv_typed(&mut out, 0, &vec_t, peer, 5).unwrap();
         assert_eq!(st.count, 0);
-        let mid_src = pattern(8, 2040);
-        for tag in [6, 7] {
-            let mut packed = vec![0u8; 2048];
-            let st = w.recv(&mut packed, peer, tag).unwrap();
-            assert_eq!(st.count, 1024, "tag {tag}");
-            for blk in 0..128 {
-                assert_eq!(
-                    packed[blk * 8..blk * 8 + 8],
-                    mid_src[blk * 16..blk * 16 + 8],
-                    "tag {tag} block {blk}"
-                );
-            }
-        }
-        let (_, v32_src) = v32(&i32t);
-        for tag in [20, 21] {
-            let mut packed = vec![0u8; 32_768];
-            let st = w.recv(&mut packed, peer, tag).unwrap();
-            assert_eq!(st.count, 32_768, "tag {tag}");
-            for blk in 0..4096 {
-                assert_eq!(
-                    packed[blk * 8..blk * 8 + 8],
-                    v32_src[blk * 16..blk * 16 + 8],
-                    "tag {tag} block {blk}"
-                );
-            }
-        }
+        recv_packed_pairs(w, peer, [6, 7], 2048, 1024, &pattern(8, 2040));
+        recv_packed_pairs(w, peer, [20, 21], 32_768, 32_768, &v32(&i32t).1);
         // Small typed receives of messages already here are unpacked in
         // the call (from the stack), but never ahead of an earlier pending
         // receive: the first of the three messages is the early one's.

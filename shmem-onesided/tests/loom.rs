@@ -1157,15 +1157,17 @@ fn split_model(
 #[test]
 fn split_handoff_each_byte_copied_once() {
     let seen = split_model(SplitSender::Serve, |w| w.poll_offer());
-    let want = [
-        "claimed",
-        "shared",
-        "shared after waiting",
-        "whole",
-        "withdrawn",
-    ];
-    assert_eq!(seen, want.into(), "outcomes loom explored");
+    assert_eq!(seen, SERVED.into(), "outcomes loom explored");
 }
+
+/// What loom must reach with a sender that serves every offer it sees.
+const SERVED: [&str; 5] = [
+    "claimed",
+    "shared",
+    "shared after waiting",
+    "whole",
+    "withdrawn",
+];
 
 /// The same with a sender that takes its `READY` back at once (a copy of
 /// its own, `unready_splits`) and then serves again: the take-back races
@@ -1173,14 +1175,7 @@ fn split_handoff_each_byte_copied_once() {
 #[test]
 fn split_handoff_sender_takes_ready_back() {
     let seen = split_model(SplitSender::Unready, |w| w.poll_offer());
-    let want = [
-        "claimed",
-        "shared",
-        "shared after waiting",
-        "whole",
-        "withdrawn",
-    ];
-    assert_eq!(seen, want.into(), "outcomes loom explored");
+    assert_eq!(seen, SERVED.into(), "outcomes loom explored");
 }
 
 /// The same with a sender whose write fails after writing part of its
