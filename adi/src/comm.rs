@@ -699,7 +699,8 @@ impl Comm {
         tag: i32,
     ) -> Result<Request, Error> {
         let tag_u = Self::send_tag(tag)?;
-        if let Some(world) = self.dest(dest)? {
+        let world = self.dest(dest)?;
+        if let Some(world) = world {
             if let Some(range) = contiguous_in(datatype, count, buf.len())? {
                 // Contiguous: copied into the transport as is.
                 let (ctx, data) = (self.inner.ctx, &buf[range]);
@@ -713,7 +714,7 @@ impl Comm {
             }
         }
         let data = self.pack_message(buf, count, datatype)?;
-        if let Some(world) = self.dest(dest)? {
+        if let Some(world) = world {
             if self.send_staged_now(world, tag_u, &data)? {
                 let len = data.len();
                 self.dev().give_back_staging(data);
