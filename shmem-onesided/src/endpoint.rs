@@ -732,6 +732,16 @@ pub struct Endpoint {
     /// is still held with [`Fed::Queued`]; `feed_queued` counts those.
     feed: Vec<(u64, bool)>,
     feed_queued: usize,
+    /// Deferred receives completed by [`Endpoint::take_deferred`] while the
+    /// feed was empty, already taken out of the request table in the form
+    /// [`Endpoint::take_finished`] hands over (which takes the whole list
+    /// by a swap): the drain of a window of deferred receives then costs
+    /// what a receive finished in its call costs, not a table entry, a
+    /// feed entry and a second lookup each. Every entry completed before
+    /// every receive in `feed`. The calls that look a receive up by id
+    /// (`wait`, `test`, `cancel_recv`, `take_completed`) first put these
+    /// back as ordinary completed requests ([`Endpoint::unready`]).
+    ready: Vec<RecvFinished>,
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
     prepost: bool,
@@ -1214,6 +1224,7 @@ impl Endpoint {
             sends: Sends::default(),
             feed: Vec::new(),
             feed_queued: 0,
+            ready: Vec::new(),
             ext_max: ext_max(node_cfg_inline_ext, node_cfg_ring_slots),
             eager,
             uncopied: 0,
@@ -4027,7 +4038,17 @@ impl Endpoint {
             match self.take_now(spec, &mut buf) {
                 Ok(Some(result)) => {
                     self.deferred.pop_front();
-                    self.finish_recv_with(key, result, Some(buf));
+                    if self.feed.is_empty() {
+                        // Straight to the finished list (see `ready`).
+                        self.requests.remove(key);
+                        self.ready.push(RecvFinished {
+                            id: key,
+                            result: boxed(result),
+                            buf,
+                        });
+                    } else {
+                        self.finish_recv_with(key, result, Some(buf));
+                    }
                     done += 1;
                 }
                 taken => {
@@ -4125,6 +4146,38 @@ impl Endpoint {
     /// matches against the model (a probe, a blocking or plain receive, a
     /// cancel, a wait) or ends the endpoint.
     #[inline]
+    /// Puts the receives of [`Endpoint::ready`] back into the request
+    /// table as completed requests queued in the feed, ahead of what the
+    /// feed holds (they completed first): for the calls that look a
+    /// receive up by id.
+    #[cold]
+    fn unready(&mut self) {
+        if self.ready.is_empty() {
+            return;
+        }
+        let mut feed = Vec::with_capacity(self.ready.len() + self.feed.len());
+        for f in self.ready.drain(..) {
+            let req = Req {
+                // Not used again: the request is complete.
+                spec: MatchSpec {
+                    context_id: 0,
+                    source: Source::Any,
+                    tag: tm_proto::Tag::Any,
+                },
+                buf: ReqBuf::Owned(f.buf),
+                done: Some(f.result),
+                id: None,
+                user: true,
+                fed: Fed::Queued,
+            };
+            self.requests.reqs.insert(f.id, req);
+            feed.push((f.id, false));
+            self.feed_queued += 1;
+        }
+        feed.append(&mut self.feed);
+        self.feed = feed;
+    }
+
     fn undefer(&mut self) -> Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
@@ -4134,6 +4187,7 @@ impl Endpoint {
 
     /// Whether `req` has completed (runs one progress pass).
     pub fn test(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.unready();
         if !self.is_done(req.0) {
             self.progress_for(&mut [])?;
         }
@@ -4146,6 +4200,7 @@ impl Endpoint {
     /// (a dead peer) the buffer is dropped.
     pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
         let key = req.0;
+        self.unready();
         self.undefer()?;
         // Already complete (the common case when an upper layer collects
         // what `take_completed` reported): one lookup, no progress.
@@ -4371,6 +4426,7 @@ impl Endpoint {
     /// A request handed to [`Endpoint::wait`] / [`Endpoint::wait_send`]
     /// before it was reported is not reported. Ids accumulate until taken.
     pub fn take_completed(&mut self, out: &mut Vec<u64>) {
+        self.unready();
         let (sends, requests) = (&mut self.sends, &mut self.requests);
         for (id, send) in self.feed.drain(..) {
             let fed = if send {
@@ -4398,6 +4454,15 @@ impl Endpoint {
         sends: &mut Vec<(u64, Result<Option<Vec<u8>>>)>,
         recvs: &mut Vec<RecvFinished>,
     ) {
+        if !self.ready.is_empty() {
+            // Completed before everything in the feed: first, and (as a
+            // rule: the caller hands back its emptied list) without a copy.
+            if recvs.is_empty() {
+                core::mem::swap(recvs, &mut self.ready);
+            } else {
+                recvs.append(&mut self.ready);
+            }
+        }
         if self.feed.is_empty() {
             return;
         }
@@ -4647,6 +4712,7 @@ impl Endpoint {
     /// or a pipelined message bound to match it is being copied into it
     /// (it completes normally).
     pub fn cancel_recv(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.unready();
         self.undefer()?;
         let Some(r) = self.requests.get(req.0) else {
             return Err(Error::InvalidArgument("unknown receive request"));
@@ -5926,6 +5992,88 @@ mod tests {
                     }
                 }
                 assert_eq!(ep.counters().unexpected, queued, "taken through the queue");
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// Deferred receives that a progress pass completes go straight to the
+    /// finished list (`ready`), in order, with their data; a receive looked
+    /// up by id afterwards (`test`, `cancel_recv`, `take_completed`,
+    /// `wait`) finds it complete, exactly once.
+    #[test]
+    fn deferred_receives_finished_in_a_drain_stay_visible_by_id() {
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        pair("ready", move |me, mut ep| {
+            let peer = 1 - me;
+            let sizes = [(1u32, 8usize), (2, 100), (3, 24), (4, 40)];
+            if me == 1 {
+                for _round in 0..2 {
+                    gate.wait();
+                    for (k, len) in sizes {
+                        ep.send(peer, 5, 4, &data(k, len)).unwrap();
+                    }
+                    gate.wait();
+                }
+            } else {
+                // Round 1: the finished list, taken as the ADI takes it.
+                let mut ids = Vec::new();
+                for (_, len) in sizes {
+                    match ep.irecv_or_done(spec(peer, 5), vec![0; len]).unwrap() {
+                        Ok(r) => ids.push(r.id()),
+                        Err(done) => panic!("nothing was sent yet: {done:?}"),
+                    }
+                }
+                assert_eq!(ep.deferred.len(), sizes.len(), "all deferred");
+                gate.wait();
+                gate.wait();
+                while ep.ready.len() < sizes.len() {
+                    ep.progress().unwrap();
+                }
+                assert!(ids.iter().all(|&id| ep.is_complete(id)));
+                let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+                ep.take_finished(&mut sends, &mut recvs);
+                assert!(ep.ready.is_empty() && sends.is_empty());
+                let got: Vec<_> = recvs
+                    .drain(..)
+                    .map(|f| (f.id, f.result.unwrap().len, f.buf))
+                    .collect();
+                let want: Vec<_> = ids
+                    .iter()
+                    .zip(sizes)
+                    .map(|(&id, (k, len))| (id, len, data(k, len)))
+                    .collect();
+                assert_eq!(got, want);
+                ep.take_finished(&mut sends, &mut recvs);
+                assert!(recvs.is_empty(), "handed over twice");
+
+                // Round 2: the same receives looked up by id instead.
+                let mut reqs = Vec::new();
+                for (_, len) in sizes {
+                    match ep.irecv_or_done(spec(peer, 5), vec![0; len]).unwrap() {
+                        Ok(r) => reqs.push(r),
+                        Err(done) => panic!("nothing was sent yet: {done:?}"),
+                    }
+                }
+                gate.wait();
+                gate.wait();
+                while ep.ready.len() < sizes.len() {
+                    ep.progress().unwrap();
+                }
+                assert!(!ep.cancel_recv(&reqs[1]).unwrap(), "a finished receive");
+                assert!(ep.ready.is_empty(), "put back for the lookup");
+                assert!(ep.test(&reqs[0]).unwrap());
+                let mut reported = Vec::new();
+                ep.take_completed(&mut reported);
+                let ids: Vec<u64> = reqs.iter().map(|r| r.id()).collect();
+                assert_eq!(reported, ids, "each reported once, in order");
+                reported.clear();
+                ep.take_completed(&mut reported);
+                assert!(reported.is_empty());
+                for (r, (k, len)) in reqs.into_iter().zip(sizes).rev() {
+                    let (st, buf) = ep.wait(r).unwrap();
+                    assert_eq!((st.len, st.cancelled, buf), (len, false, data(k, len)));
+                }
             }
             ep.finalize().unwrap();
         });
