@@ -4142,19 +4142,19 @@ impl Endpoint {
         )
     }
 
-    /// Posts the deferred receives, if any, before an operation that
-    /// matches against the model (a probe, a blocking or plain receive, a
-    /// cancel, a wait) or ends the endpoint.
-    #[inline]
     /// Puts the receives of [`Endpoint::ready`] back into the request
     /// table as completed requests queued in the feed, ahead of what the
     /// feed holds (they completed first): for the calls that look a
     /// receive up by id.
-    #[cold]
+    #[inline]
     fn unready(&mut self) {
-        if self.ready.is_empty() {
-            return;
+        if !self.ready.is_empty() {
+            self.unready_all();
         }
+    }
+
+    #[cold]
+    fn unready_all(&mut self) {
         let mut feed = Vec::with_capacity(self.ready.len() + self.feed.len());
         for f in self.ready.drain(..) {
             let req = Req {
@@ -4178,6 +4178,10 @@ impl Endpoint {
         self.feed = feed;
     }
 
+    /// Posts the deferred receives, if any, before an operation that
+    /// matches against the model (a probe, a blocking or plain receive, a
+    /// cancel, a wait) or ends the endpoint.
+    #[inline]
     fn undefer(&mut self) -> Result<()> {
         if self.deferred.is_empty() {
             return Ok(());
