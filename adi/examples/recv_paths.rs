@@ -82,13 +82,23 @@ fn rx_drain(world: &Comm, reqs: &mut [Request]) -> Result<(), Error> {
     world.waitall(reqs).map(|_| ())
 }
 
-/// Takes the window's buffers back, checking every payload.
+/// Rank 0's half: a window of sends to rank 1, completed.
+fn send_window(world: &Comm, reqs: &mut [Request], len: usize) -> Result<(), Error> {
+    for r in reqs.iter_mut() {
+        world.isend_into(r, vec![0x5au8; len], 1, DATA)?;
+    }
+    world.waitall(reqs).map(|_| ())
+}
+
+/// Takes the window's buffers back, checking every payload, and clears
+/// them for the next window.
 fn take_back(world: &Comm, reqs: &mut [Request], pool: &mut Vec<Vec<u8>>, len: usize) {
     for r in reqs.iter_mut() {
-        let b = r.take_buffer().unwrap_or_default();
+        let mut b = r.take_buffer().unwrap_or_default();
         if b.len() != len || b.iter().any(|&x| x != 0x5a) {
             world.abort(1, "recv_paths: a payload did not arrive intact");
         }
+        b.fill(0);
         pool.push(b);
     }
 }
@@ -118,22 +128,13 @@ fn run() -> Result<(), Error> {
     for _ in 0..REPS {
         if me == 0 {
             // Arrived: send the window, then wait for the receiver's word.
-            for r in reqs.iter_mut() {
-                world.isend_into(r, vec![0x5au8; len], 1, DATA)?;
-            }
-            world.waitall(&mut reqs)?;
+            send_window(&world, &mut reqs, len)?;
             world.recv(&mut one, 1, DONE)?;
             // Posted: send once the receiver has made its receives.
             world.recv(&mut one, 1, GO)?;
-            for r in reqs.iter_mut() {
-                world.isend_into(r, vec![0x5au8; len], 1, DATA)?;
-            }
-            world.waitall(&mut reqs)?;
+            send_window(&world, &mut reqs, len)?;
             world.recv(&mut one, 1, DONE)?;
         } else {
-            for r in pool.iter_mut() {
-                r.fill(0);
-            }
             settle(us);
             let t0 = adi::wtime();
             rx_arrived(&world, &mut reqs, &mut pool, len)?;
@@ -141,9 +142,6 @@ fn run() -> Result<(), Error> {
             take_back(&world, &mut reqs, &mut pool, len);
             world.send(&one, 0, DONE)?;
 
-            for r in pool.iter_mut() {
-                r.fill(0);
-            }
             let t0 = adi::wtime();
             rx_posted(&world, &mut reqs, &mut pool, len)?;
             let t1 = adi::wtime();

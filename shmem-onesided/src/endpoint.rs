@@ -735,9 +735,9 @@ pub struct Endpoint {
     /// Deferred receives completed by [`Endpoint::take_deferred`] while the
     /// feed was empty, already taken out of the request table in the form
     /// [`Endpoint::take_finished`] hands over (which takes the whole list
-    /// by a swap): the drain of a window of deferred receives then costs
-    /// what a receive finished in its call costs, not a table entry, a
-    /// feed entry and a second lookup each. Every entry completed before
+    /// by a swap): draining a window of deferred receives then costs no
+    /// table update, feed entry or second lookup per receive. Every entry
+    /// completed before
     /// every receive in `feed`. The calls that look a receive up by id
     /// (`wait`, `test`, `cancel_recv`, `take_completed`) first put these
     /// back as ordinary completed requests ([`Endpoint::unready`]).
