@@ -3818,8 +3818,13 @@ impl Endpoint {
         self.check_source(spec)?;
         if !self.deferred.is_empty() {
             // Older deferred receives first: their messages, then (if any
-            // is left) either this one joins them or they are posted.
-            self.take_deferred()?;
+            // is left) either this one joins them or they are posted. The
+            // common case, nothing arrived and nothing to post, is the
+            // first test `take_deferred` would make, answered here without
+            // the call (a window of receives made before its messages).
+            if !self.deferred_quiet() {
+                self.take_deferred()?;
+            }
             if !self.deferred.is_empty() {
                 if self.may_defer(spec, buf.len()) && spec.source == Source::Rank(self.deferred_src)
                 {
@@ -4011,6 +4016,15 @@ impl Endpoint {
     /// ([`Endpoint::post_deferred`]) as soon as the front message is not
     /// the oldest one's, or the model holds anything. Returns how many
     /// completed.
+    /// Whether [`Endpoint::take_deferred`] would do nothing now: the
+    /// matcher empty, the deferred receives' source not under eager
+    /// pressure, and its ring empty (its own first test, inline).
+    #[inline(always)]
+    fn deferred_quiet(&mut self) -> bool {
+        let s = self.deferred_src;
+        self.matcher_empty() && !self.node.segment().eager_pressure(s) && self.ring_empty(s)
+    }
+
     fn take_deferred(&mut self) -> Result<usize> {
         let mut done = 0;
         while let Some(&key) = self.deferred.front() {
