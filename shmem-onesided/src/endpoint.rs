@@ -737,10 +737,10 @@ pub struct Endpoint {
     /// [`Endpoint::take_finished`] hands over (which takes the whole list
     /// by a swap): draining a window of deferred receives then costs no
     /// table update, feed entry or second lookup per receive. Every entry
-    /// completed before
-    /// every receive in `feed`. The calls that look a receive up by id
-    /// (`wait`, `test`, `cancel_recv`, `take_completed`) first put these
-    /// back as ordinary completed requests ([`Endpoint::unready`]).
+    /// completed before every receive in `feed`. The calls that look a
+    /// receive up by id (`wait`, `test`, `cancel_recv`, `take_completed`)
+    /// first put these back as ordinary completed requests
+    /// ([`Endpoint::unready`]).
     ready: Vec<RecvFinished>,
     layout: TagLayout,
     /// The prepost protocol is on (config, CMA, phase window).
