@@ -5455,7 +5455,11 @@ mod tests {
     #[test]
     fn send_now_with_sends_what_fill_writes() {
         const FILLED: [usize; 5] = [0, 24, 200, 3000, 8_000];
-        pair("fill", |me, mut ep| {
+        // The receiver starts once the sender's checks are done: its
+        // releases would otherwise let a refused send reclaim blocks and
+        // move `in_flight` under the check.
+        let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+        pair("fill", move |me, mut ep| {
             if me == 0 {
                 for (k, &len) in FILLED.iter().enumerate() {
                     let want = data(k as u32, len);
@@ -5480,8 +5484,10 @@ mod tests {
                     true
                 }));
                 assert!(!called, "fill called for a self-send");
+                gate.wait();
                 ep.send(1, 100, 4, b"end").unwrap();
             } else {
+                gate.wait();
                 for (k, &len) in FILLED.iter().enumerate() {
                     let mut buf = vec![0u8; len];
                     let st = ep.recv(spec(0, k as u32), &mut buf).unwrap();
