@@ -828,6 +828,7 @@ impl<R, M> Offload<R, M> {
         self.actions.push_back(a);
     }
 
+    #[inline(never)]
     fn sync(&mut self) {
         debug!(count = self.count, "tm-match offload: sync");
         let count = self.count;
@@ -1020,7 +1021,7 @@ impl<R, M> Offload<R, M> {
     ///
     /// Returns `false`, changing nothing, when the preconditions do not
     /// hold: take the normal path then.
-    #[inline]
+    #[inline(always)]
     pub fn consume_arrival(&mut self, from_engine: bool) -> bool {
         if self.shadow.posted_len() != 0 || self.parked_len() != 0 {
             return false;
@@ -1071,6 +1072,9 @@ impl<R, M> Offload<R, M> {
     }
 
     /// One processed engine-unexpected message: bump the counter and sync.
+    /// Inlined (a receive fast path runs it per message); the sync, due at
+    /// most once per `sync_interval` messages, is not.
+    #[inline(always)]
     fn counted(&mut self) {
         self.count = self.count.wrapping_add(1);
         self.stats.unexpected += 1;
