@@ -668,28 +668,50 @@ impl Producer {
                 return Err(Full);
             }
         }
-        for (i, chunk) in tail.chunks(EXT_SLOT_BYTES).enumerate() {
-            let slot = ring.slot(self.head + 1 + i as u64);
-            // Straight into the slot (the bytes after `chunk` are never
-            // read): no body built on the stack and copied again.
-            // SAFETY: as in `push_with`: these slots are free (`consumed`
-            // is past `head + need - 1 - n`), the consumer reads them only
-            // after acquiring the header's `seq` stored below, and we are
-            // the only producer. `chunk.len() <= EXT_SLOT_BYTES ==
-            // BODY_BYTES`, so the copy stays inside the body.
+        if tail.len() <= EXT_SLOT_BYTES {
+            // The common tail, one slot: no loop. Straight into the slot
+            // (the bytes after the tail are never read).
+            let slot = ring.slot(self.head + 1);
+            // SAFETY: as in `push_with`: this slot is free (`consumed` is
+            // past `head + need - 1 - n`), the consumer reads it only after
+            // acquiring the header's `seq` stored below, and we are the only
+            // producer. `tail.len() <= EXT_SLOT_BYTES == BODY_BYTES`, so the
+            // copy stays inside the body.
             slot.body.with_mut(|p| unsafe {
-                core::ptr::copy_nonoverlapping(chunk.as_ptr(), p.cast::<u8>(), chunk.len())
+                core::ptr::copy_nonoverlapping(tail.as_ptr(), p.cast::<u8>(), tail.len())
             });
+        } else {
+            self.write_tail(ring, tail);
         }
         let slot = ring.slot(self.head);
         let body = hdr.encode();
-        // SAFETY: see the loop above.
+        // SAFETY: as for the tail above; the header slot is free too.
         slot.body.with_mut(|p| unsafe { p.write(body) });
         // Truncation to u32 is the sequence word's wrap-around by design.
         slot.seq
             .store((self.head as u32).wrapping_add(1), Ordering::Release);
         self.head += need;
         Ok(())
+    }
+
+    /// [`Producer::try_push_ext`]'s copy of a tail longer than one slot
+    /// into the slots after `head` (the caller checked they are free).
+    #[inline(never)]
+    fn write_tail(&mut self, ring: RingRef<'_>, tail: &[u8]) {
+        for (i, chunk) in tail.chunks(EXT_SLOT_BYTES).enumerate() {
+            let slot = ring.slot(self.head + 1 + i as u64);
+            // Straight into the slot (the bytes after `chunk` are never
+            // read): no body built on the stack and copied again.
+            // SAFETY: as in `push_with`: these slots are free (`consumed`
+            // is past `head + need - 1 - n`), the consumer reads them only
+            // after acquiring the header's `seq`, which the caller stores
+            // after this, and we are the only producer. `chunk.len() <=
+            // EXT_SLOT_BYTES == BODY_BYTES`, so the copy stays inside the
+            // body.
+            slot.body.with_mut(|p| unsafe {
+                core::ptr::copy_nonoverlapping(chunk.as_ptr(), p.cast::<u8>(), chunk.len())
+            });
+        }
     }
 
     /// Whether `1 + ext` slots are free, re-reading the consumer index once
@@ -1025,11 +1047,37 @@ impl Consumer {
     /// [`Producer::try_push_ext`]) and steps over those slots. Call it once,
     /// right after that `poll`, with the length the header announced.
     ///
+    /// The common tail (one slot, up to 60 bytes) is copied inline; longer
+    /// ones out of line.
+    ///
     /// # Errors
     /// [`Full`]-free: returns `false` (copying nothing, consuming nothing)
     /// if the length is more than the ring could ever hold (a corrupt
     /// header); the caller then treats the message as malformed.
+    #[inline(always)]
     pub fn take_ext(&mut self, ring: RingRef<'_>, dst: &mut [u8]) -> bool {
+        if dst.len() > EXT_SLOT_BYTES || ring.capacity() < 2 {
+            return self.take_ext_slots(ring, dst);
+        }
+        let slot = ring.slot(self.next);
+        // SAFETY: the producer wrote this body before its Release store of
+        // the header's `seq`, which our `poll` acquired; it does not reuse
+        // it until we publish `consumed` past it. `dst.len() <=
+        // EXT_SLOT_BYTES == BODY_BYTES`: the copy stays inside the body,
+        // and `dst` is private memory.
+        slot.body.with(|p| unsafe {
+            core::ptr::copy_nonoverlapping(p.cast::<u8>(), dst.as_mut_ptr(), dst.len())
+        });
+        self.next += u64::from(!dst.is_empty());
+        if self.next - self.published >= self.batch {
+            self.publish(ring);
+        }
+        true
+    }
+
+    /// [`Consumer::take_ext`] of a tail of any length.
+    #[inline(never)]
+    fn take_ext_slots(&mut self, ring: RingRef<'_>, dst: &mut [u8]) -> bool {
         let k = ext_slots(dst.len());
         if k + 1 > ring.capacity() {
             return false;
