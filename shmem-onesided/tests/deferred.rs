@@ -2,7 +2,8 @@
 //!
 //! One thread drives two endpoints of one segment (rank 0 sends, rank 1
 //! receives), so every run is deterministic: a program of sends, nonblocking
-//! receives (`irecv_or_done`, exact or `ANY_TAG`), probes, cancels, plain
+//! receives (`irecv_or_done`, alone or after `recv_arrived` as the adi
+//! makes them, exact or `ANY_TAG`), probes, cancels, plain
 //! `irecv`s and progress passes, then a drain with `ANY_TAG` receives. The
 //! outcome is checked against the rules, not against one schedule:
 //!
@@ -30,11 +31,27 @@ use tm_proto::{MatchSpec, Source, Tag};
 
 #[derive(Debug, Clone)]
 enum Op {
-    Send { tag: u32, len: usize },
-    Irecv { tag: Option<u32> },
-    PlainIrecv { tag: Option<u32> },
-    Probe { tag: Option<u32> },
-    Cancel { k: usize },
+    Send {
+        tag: u32,
+        len: usize,
+    },
+    Irecv {
+        tag: Option<u32>,
+    },
+    /// As the adi makes one: `recv_arrived` first, `irecv_or_done` if it
+    /// declines.
+    ArrivedIrecv {
+        tag: Option<u32>,
+    },
+    PlainIrecv {
+        tag: Option<u32>,
+    },
+    Probe {
+        tag: Option<u32>,
+    },
+    Cancel {
+        k: usize,
+    },
     Progress,
     SenderProgress,
 }
@@ -44,7 +61,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (1u32..3, prop_oneof![Just(8usize), Just(40), Just(64), Just(300)])
             .prop_map(|(tag, len)| Op::Send { tag, len }),
-        7 => tag.clone().prop_map(|tag| Op::Irecv { tag }),
+        4 => tag.clone().prop_map(|tag| Op::Irecv { tag }),
+        4 => tag.clone().prop_map(|tag| Op::ArrivedIrecv { tag }),
         1 => tag.clone().prop_map(|tag| Op::PlainIrecv { tag }),
         1 => tag.prop_map(|tag| Op::Probe { tag }),
         1 => (0usize..16).prop_map(|k| Op::Cancel { k }),
@@ -70,6 +88,17 @@ fn payload(i: usize, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = (0..len).map(|k| (k * 13 + i * 7) as u8).collect();
     v[..4].copy_from_slice(&(i as u32).to_le_bytes());
     v
+}
+
+/// How a nonblocking receive is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// `irecv`.
+    Plain,
+    /// `irecv_or_done`.
+    OrDone,
+    /// `recv_arrived`, then `irecv_or_done` if it declines.
+    Arrived,
 }
 
 struct Recv {
@@ -155,8 +184,8 @@ fn run(ops: &[Op], defer: bool) -> u64 {
     let mut probes: Vec<Probe> = Vec::new();
     let mut pending_sends = 0usize;
     let (mut ss, mut sr) = (Vec::new(), Vec::new());
-    let post = |e1: &mut Endpoint, recvs: &mut Vec<Recv>, msgs: &[(u32, usize)], tag, at, plain| {
-        let buf = vec![0u8; 300];
+    let post = |e1: &mut Endpoint, recvs: &mut Vec<Recv>, msgs: &[(u32, usize)], tag, at, how| {
+        let mut buf = vec![0u8; 300];
         let mut rv = Recv {
             tag,
             at,
@@ -164,8 +193,13 @@ fn run(ops: &[Op], defer: bool) -> u64 {
             got: None,
             cancelled: false,
         };
-        if plain {
+        if how == How::Plain {
             rv.req = Some(e1.irecv(spec(tag), buf).unwrap());
+        } else if let Some(st) = (how == How::Arrived)
+            .then(|| e1.recv_arrived(spec(tag), &mut buf).unwrap())
+            .flatten()
+        {
+            record(&mut rv, &st, &buf, msgs);
         } else {
             match e1.irecv_or_done(spec(tag), buf).unwrap() {
                 Ok(r) => rv.req = Some(r),
@@ -187,8 +221,11 @@ fn run(ops: &[Op], defer: bool) -> u64 {
                     pending_sends += 1;
                 }
             }
-            Op::Irecv { tag } => post(&mut e1, &mut recvs, &msgs, tag, step, false),
-            Op::PlainIrecv { tag } => post(&mut e1, &mut recvs, &msgs, tag, step, true),
+            Op::Irecv { tag } => post(&mut e1, &mut recvs, &msgs, tag, step, How::OrDone),
+            Op::ArrivedIrecv { tag } => {
+                post(&mut e1, &mut recvs, &msgs, tag, step, How::Arrived);
+            }
+            Op::PlainIrecv { tag } => post(&mut e1, &mut recvs, &msgs, tag, step, How::Plain),
             Op::Probe { tag } => {
                 let saw = e1.iprobe(spec(tag)).unwrap().map(|st| (st.tag, st.len));
                 probes.push(Probe {
@@ -250,7 +287,7 @@ fn run(ops: &[Op], defer: bool) -> u64 {
             .filter(|r| r.req.is_some() && r.tag.is_none())
             .count();
         if taken + open_any < msgs.len() {
-            post(&mut e1, &mut recvs, &msgs, None, drain_at, false);
+            post(&mut e1, &mut recvs, &msgs, None, drain_at, How::OrDone);
         }
         spins += 1;
         assert!(
