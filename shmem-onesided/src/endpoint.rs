@@ -2844,17 +2844,20 @@ impl Endpoint {
     /// directly ([`Offload::consume_arrival`]); if so, `h` is accounted
     /// for (counted in the phase if its sender counted it). A counted
     /// message the tag layout cannot carry takes the normal path.
+    // Always inlined: every fast path runs it per message; the sync it may
+    // make due (once per `sync_interval` messages at most) is out of line.
+    #[inline(always)]
     fn take_direct(&mut self, h: &Header) -> Result<bool> {
         let counted = h.flags & FLAG_COUNTED != 0;
-        if counted && self.layout.encode(envelope(h)).is_err() {
-            return Ok(false);
-        }
-        if !self.off.consume_arrival(counted) {
+        // `TagLayout::encode` would accept the envelope (three comparisons).
+        let (max_context, max_rank, max_tag) = self.layout_max;
+        let fits = h.context <= max_context && h.source <= max_rank && h.tag <= max_tag;
+        if (counted && !fits) || !self.off.consume_arrival(counted) {
             return Ok(false);
         }
         // A sync the count made due: store it in our phase now.
-        while let Some(a) = self.off.poll_action() {
-            self.execute(a)?;
+        if self.off.has_output() {
+            self.run_actions()?;
         }
         Ok(true)
     }
@@ -3995,17 +3998,23 @@ impl Endpoint {
     /// twice its instructions for the same message; see the adi README).
     #[inline(always)]
     pub fn recv_arrived(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        if !self.deferred.is_empty() {
+            return Ok(None);
+        }
+        self.take_front(spec, buf)
+    }
+
+    /// [`Endpoint::recv_arrived`] without its first condition (no deferred
+    /// receive): for the oldest deferred receive itself
+    /// ([`Endpoint::take_deferred`]), which nothing else may come before.
+    #[inline(always)]
+    fn take_front(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
         let Source::Rank(s) = spec.source else {
             return Ok(None);
         };
         let seg = self.node.segment();
         let me = seg.rank();
-        if s == me
-            || s >= seg.size()
-            || !self.deferred.is_empty()
-            || !self.matcher_empty()
-            || seg.eager_pressure(s)
-        {
+        if s == me || s >= seg.size() || !self.matcher_empty() || seg.eager_pressure(s) {
             return Ok(None);
         }
         let ring = seg.ring(s, me);
@@ -4020,20 +4029,13 @@ impl Endpoint {
             KIND_INLINE_EXT => len > INLINE_MAX && ext_slots(len - INLINE_MAX) < ring.capacity(),
             _ => false,
         };
-        if !whole || len > buf.len() || h.flags & FLAG_SYNC != 0 || !spec.matches(&envelope(&h)) {
+        if !whole
+            || len > buf.len()
+            || h.flags & FLAG_SYNC != 0
+            || !spec.matches(&envelope(&h))
+            || !self.take_direct(&h)?
+        {
             return Ok(None);
-        }
-        // `take_direct`, inline: a counted message the tag layout cannot
-        // carry takes the normal path; a sync the count made due is stored
-        // in our phase now.
-        let counted = h.flags & FLAG_COUNTED != 0;
-        let (max_context, max_rank, max_tag) = self.layout_max;
-        let fits = h.context <= max_context && s <= max_rank && h.tag <= max_tag;
-        if (counted && !fits) || !self.off.consume_arrival(counted) {
-            return Ok(None);
-        }
-        if self.off.has_output() {
-            self.run_actions()?;
         }
         let seg = self.node.segment();
         let ring = seg.ring(s, me);
@@ -4155,7 +4157,14 @@ impl Endpoint {
                 ReqBuf::Owned(v) => core::mem::take(v),
                 ReqBuf::Caller => Vec::new(),
             };
-            match self.take_now(spec, &mut buf) {
+            // An inline or inline-ext message by the short path
+            // (`take_front`, small result), the rest as `take_now` takes it.
+            let taken = match self.take_front(spec, &mut buf) {
+                Ok(Some(st)) => Ok(Some(Ok(st))),
+                Ok(None) => self.take_now(spec, &mut buf),
+                Err(e) => Err(e),
+            };
+            match taken {
                 Ok(Some(result)) => {
                     self.deferred.pop_front();
                     if self.feed.is_empty() {
