@@ -3985,7 +3985,7 @@ impl Endpoint {
     /// - the next header of that rank's ring is an inline or inline-ext
     ///   message (well formed, not synchronous) that `spec` matches, that
     ///   fits `buf` whole, and that the model lets a receive take directly
-    ///   ([`Endpoint::take_direct`]),
+    ///   (the private `take_direct` check),
     ///
     /// the message is received into `buf[..len]` and its status returned.
     /// This is what `irecv_or_done` would do in that case (its
