@@ -3982,10 +3982,10 @@ impl Endpoint {
     /// - `spec` names one other rank, no deferred receive is waiting, the
     ///   matcher holds nothing (posted, queued or parked) and the source is
     ///   not under eager pressure, and
-    /// - the next header of that rank's ring is an inline or inline-ext
-    ///   message (well formed, not synchronous) that `spec` matches, that
-    ///   fits `buf` whole, and that the model lets a receive take directly
-    ///   (the private `take_direct` check),
+    /// - the next header of that rank's ring is an inline, inline-ext or
+    ///   eager message (well formed, not synchronous) that `spec` matches,
+    ///   that fits `buf` whole, and that the model lets a receive take
+    ///   directly (the private `take_direct` check),
     ///
     /// the message is received into `buf[..len]` and its status returned.
     /// This is what `irecv_or_done` would do in that case (its
@@ -4027,6 +4027,7 @@ impl Endpoint {
         let whole = match h.kind {
             KIND_INLINE => usize::from(h.aux) == len && len <= INLINE_MAX,
             KIND_INLINE_EXT => len > INLINE_MAX && ext_slots(len - INLINE_MAX) < ring.capacity(),
+            KIND_EAGER => eager_src(self.node.config().eager_bytes, &h).is_ok(),
             _ => false,
         };
         if !whole
@@ -4042,13 +4043,21 @@ impl Endpoint {
         let inb = &mut self.peers[s as usize].inb;
         inb.skip(ring);
         let dst = &mut buf[..len];
-        if len <= INLINE_MAX {
+        if h.kind == KIND_INLINE {
             copy_inline(&h, dst);
-        } else {
+        } else if h.kind == KIND_INLINE_EXT {
             let (head, tail) = dst.split_at_mut(INLINE_MAX);
             copy_inline(&h, head);
             // Cannot fail: the continuation fits the ring (checked above).
             let _ = inb.take_ext(ring, tail);
+        } else {
+            // Eager, as `take_now` takes it: the next block's prefetch
+            // hint, then the copy-out, which cannot fail (its block was
+            // checked above) and releases the block.
+            if len as u64 <= PREFETCH_MAX {
+                self.prefetch_next_eager(s);
+            }
+            let _ = self.get_eager(&h, dst);
         }
         self.counters.received += 1;
         Ok(Some(Status {
@@ -4157,8 +4166,9 @@ impl Endpoint {
                 ReqBuf::Owned(v) => core::mem::take(v),
                 ReqBuf::Caller => Vec::new(),
             };
-            // An inline or inline-ext message by the short path
-            // (`take_front`, small result), the rest as `take_now` takes it.
+            // An inline, inline-ext or eager message that fits by the
+            // short path (`take_front`, small result), the rest (a
+            // truncated one, CMA, fragments) as `take_now` takes it.
             let taken = match self.take_front(spec, &mut buf) {
                 Ok(Some(st)) => Ok(Some(Ok(st))),
                 Ok(None) => self.take_now(spec, &mut buf),
@@ -6089,14 +6099,18 @@ mod tests {
             let peer = 1 - me;
             if me == 1 {
                 // Inline, inline-ext (one continuation slot, then a full
-                // one), eager.
+                // one), eager, then a synchronous one.
                 for (k, len) in [(1u32, 8usize), (2, 64), (3, 100), (4, 300)] {
                     ep.send(peer, 5, 4, &data(k, len)).unwrap();
                 }
+                let sync = ep
+                    .isend(peer, 5, 4, data(6, 8), SendMode::Synchronous)
+                    .unwrap();
                 gate.wait();
                 gate.wait();
                 ep.send(peer, 5, 4, &data(5, 8)).unwrap();
                 gate.wait();
+                ep.wait_send(sync).unwrap();
             } else {
                 gate.wait();
                 let received = ep.counters().received;
@@ -6109,20 +6123,25 @@ mod tests {
                 // Too small a buffer: declined (the general path truncates).
                 let mut small = vec![0u8; 10];
                 assert_eq!(ep.recv_arrived(spec(peer, 5), &mut small).unwrap(), None);
-                for (k, len) in [(2u32, 64usize), (3, 100)] {
+                for (k, len) in [(2u32, 64usize), (3, 100), (4, 300)] {
                     let mut buf = vec![0u8; len];
                     let st = ep.recv_arrived(spec(peer, 5), &mut buf).unwrap().unwrap();
                     assert_eq!((st.len, st.msg_len, buf), (len, len, data(k, len)));
                 }
-                assert_eq!(ep.counters().received, received + 3);
-                // An eager message is the general path's.
+                assert_eq!(ep.counters().received, received + 4);
+                // A synchronous message is the general path's (it owes an
+                // acknowledgement).
                 assert_eq!(
-                    ep.recv_arrived(spec(peer, 5), &mut vec![0; 300]).unwrap(),
+                    ep.recv_arrived(spec(peer, 5), &mut [0; 8]).unwrap(),
                     None
                 );
-                match ep.irecv_or_done(spec(peer, 5), vec![0; 300]).unwrap() {
-                    Err((Ok(st), buf)) => assert_eq!((st.len, buf), (300, data(4, 300))),
-                    other => panic!("not finished at once: {other:?}"),
+                match ep.irecv_or_done(spec(peer, 5), vec![0; 8]).unwrap() {
+                    Err((Ok(st), buf)) => assert_eq!((st.len, buf), (8, data(6, 8))),
+                    Ok(r) => {
+                        let (st, buf) = ep.wait(r).unwrap();
+                        assert_eq!((st.len, buf), (8, data(6, 8)));
+                    }
+                    Err((Err(e), _)) => panic!("failed: {e}"),
                 }
                 // An older receive (deferred: the ring is empty) comes first.
                 let older = match ep.irecv_or_done(spec(peer, 5), vec![0; 8]).unwrap() {
