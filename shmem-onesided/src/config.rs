@@ -16,6 +16,7 @@
 //! | `TMX_SHMEM_DEFER_RECV` | `on` | a nonblocking exact-source receive that finds nothing (its source's ring empty, nothing posted or queued, never advertised) waits outside the matcher; progress later takes its message straight from the ring, or posts it (and every later deferred one, in order) the moment anything else could match first (`off`: post at once) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
 //! | `TMX_SHMEM_INLINE_EXT` | 100 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
+//! | `TMX_SHMEM_INLINE_REPLY` | 1K | largest message sent inline in the header ring as a reply: a message above `TMX_SHMEM_INLINE_EXT` goes inline instead of through an eager block when the sender alternates with its destination (it took a message from it since its previous such send, and only one send went between the two takes) and has at most one eager block in flight, the request-reply pattern of a ping-pong; capped to half the ring; `40` (or at most `TMX_SHMEM_INLINE_EXT`) turns it off |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
 //!
@@ -106,6 +107,13 @@ pub struct Config {
     /// payload continues in the following slots. Capped at run time to a
     /// quarter of the ring; 40 or less turns the continuation off.
     pub inline_ext: u64,
+    /// Largest message sent inline in the header ring as a *reply*
+    /// (`TMX_SHMEM_INLINE_REPLY`): a message larger than `inline_ext` goes
+    /// inline (not through an eager block) when the sender has taken a
+    /// message from the destination since its previous such send, the
+    /// request-reply pattern of a ping-pong. Capped at run time to half
+    /// the ring; `inline_ext` or less turns it off.
+    pub inline_reply: u64,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -129,6 +137,7 @@ impl Default for Config {
             defer_recv: true,
             prepost_min: 8 << 20,
             inline_ext: 100,
+            inline_reply: 1 << 10,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -302,6 +311,11 @@ impl Config {
                 .filter(|n| *n <= 1 << 20)
                 .ok_or_else(|| bad("TMX_SHMEM_INLINE_EXT", &v, "a size in bytes, at most 1M"))?;
         }
+        if let Some(v) = get("TMX_SHMEM_INLINE_REPLY") {
+            c.inline_reply = parse_size(&v)
+                .filter(|n| *n <= 1 << 20)
+                .ok_or_else(|| bad("TMX_SHMEM_INLINE_REPLY", &v, "a size in bytes, at most 1M"))?;
+        }
         let millis = |var: &'static str, lo: u64| -> Result<Option<Duration>> {
             let Some(v) = get(var) else { return Ok(None) };
             match v.trim().parse::<u64>() {
@@ -378,6 +392,15 @@ mod tests {
         assert!(with(&[("TMX_SHMEM_CMA_SPLIT", "half")]).is_err());
         assert!(Config::default().defer_recv);
         assert_eq!(c.inline_ext, 1024);
+        assert_eq!(Config::default().inline_reply, 1024);
+        assert_eq!(
+            with(&[("TMX_SHMEM_INLINE_REPLY", "512")])
+                .unwrap()
+                .inline_reply,
+            512
+        );
+        assert!(with(&[("TMX_SHMEM_INLINE_REPLY", "2G")]).is_err());
+        assert!(with(&[("TMX_SHMEM_INLINE_REPLY", "big")]).is_err());
         assert_eq!(
             (c.ring_slots, c.publish_batch, c.prepost_slots, c.heap_bytes),
             (8, 3, 4, 2 << 20)

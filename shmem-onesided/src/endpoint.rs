@@ -439,6 +439,12 @@ struct Peer {
     poster: Poster,
     /// Our side of the prepost ring on which it advertises receives to us.
     claimer: Claimer,
+    /// `inb.consumed()` at the last send that asked
+    /// [`Endpoint::inline_as_reply`]: a send finding it changed answers a
+    /// message taken from this peer since.
+    reply_mark: u64,
+    /// Asks of [`Endpoint::inline_as_reply`] since `reply_mark` last moved.
+    reply_run: u32,
 }
 
 /// A fragmented or pipelined message being received from one peer. It
@@ -753,6 +759,9 @@ pub struct Endpoint {
     /// (`TMX_SHMEM_INLINE_EXT`, capped to a quarter of the ring; at most
     /// `INLINE_MAX` turns it off).
     ext_max: usize,
+    /// Largest message sent inline as a reply (`TMX_SHMEM_INLINE_REPLY`,
+    /// capped to half the ring; at most `ext_max` turns it off).
+    reply_max: usize,
     eager: EagerArea,
     /// Unexpected eager messages still in their sender's eager area.
     uncopied: usize,
@@ -829,6 +838,18 @@ fn envelope(h: &Header) -> Envelope {
         source: h.source,
         tag: h.tag,
     }
+}
+
+/// The largest message sent inline as a reply for `inline_reply` and a
+/// ring of `ring_slots`: the header and its continuation slots take at
+/// most half the ring.
+fn reply_max(inline_reply: u64, ring_slots: u32) -> usize {
+    let slots = u64::from(ring_slots / 2);
+    if slots < 2 {
+        return INLINE_MAX;
+    }
+    let cap = INLINE_MAX as u64 + (slots - 1) * crate::ring::EXT_SLOT_BYTES as u64;
+    inline_reply.min(cap).max(INLINE_MAX as u64) as usize
 }
 
 /// The largest inline-with-continuation message for `inline_ext` and a ring
@@ -1197,6 +1218,7 @@ impl Endpoint {
         let eager = EagerArea::new(node.config().eager_bytes);
         let layout = TagLayout::DEFAULT;
         let node_cfg_inline_ext = node.config().inline_ext;
+        let node_cfg_inline_reply = node.config().inline_reply;
         let node_cfg_ring_slots = node.config().ring_slots;
         let prepost = node.config().prepost
             && *node.cma_status() == CmaStatus::Available
@@ -1212,6 +1234,8 @@ impl Endpoint {
                     assembly: None,
                     poster: Poster::new(),
                     claimer: Claimer::new(),
+                    reply_mark: 0,
+                    reply_run: 0,
                 })
                 .collect(),
             off: Offload::new(OffloadConfig::new(
@@ -1231,6 +1255,7 @@ impl Endpoint {
             feed_queued: 0,
             ready: Vec::new(),
             ext_max: ext_max(node_cfg_inline_ext, node_cfg_ring_slots),
+            reply_max: reply_max(node_cfg_inline_reply, node_cfg_ring_slots),
             eager,
             uncopied: 0,
             idle_polls: 0,
@@ -1373,7 +1398,9 @@ impl Endpoint {
         if !p.staged.is_empty() || p.out.pending() != 0 {
             return false;
         }
-        if len <= self.ext_max && self.send_inline_ext(dest, tag, context, data) {
+        if (len <= self.ext_max || self.inline_as_reply(dest, len))
+            && self.send_inline_ext(dest, tag, context, data)
+        {
             return true;
         }
         if !self.eager_size_ok(len, cma) {
@@ -1545,7 +1572,38 @@ impl Endpoint {
         }
     }
 
-    /// Sends `data` (more than [`INLINE_MAX`], at most `ext_max` bytes) to
+    /// Whether a message of `len` bytes (more than `ext_max`) to `dest`
+    /// goes inline as a reply (`TMX_SHMEM_INLINE_REPLY`): at most
+    /// `reply_max` bytes, and a message was taken from `dest`'s ring since
+    /// the last send that asked. In a ping-pong every message is such a
+    /// reply, and the receiver then reads the payload with its header
+    /// instead of after it, from a block it must also release. Not while
+    /// more than one eager block is in flight (a window of sends went
+    /// before: the blocks are taken back lazily, so at the first send of
+    /// the next window they still count). At most one such message per
+    /// message taken from `dest` occupies `dest`'s ring.
+    #[inline]
+    fn inline_as_reply(&mut self, dest: u32, len: usize) -> bool {
+        if len > self.reply_max {
+            return false;
+        }
+        let p = &mut self.peers[dest as usize];
+        let taken = p.inb.consumed();
+        if taken == p.reply_mark {
+            p.reply_run = p.reply_run.saturating_add(1);
+            return false;
+        }
+        // Something was taken since the last ask: a reply if that ask was
+        // the only one since the take before (strict alternation).
+        let alternating = p.reply_run <= 1;
+        p.reply_mark = taken;
+        p.reply_run = 1;
+        // A window of eager sends before it (their blocks not yet taken
+        // back) says bandwidth, not a ping-pong.
+        alternating && self.eager.in_flight() <= 1
+    }
+
+    /// Sends `data` (more than [`INLINE_MAX`], at most `reply_max` bytes) to
     /// `dest` inline with continuation slots, if nothing is held for `dest`
     /// and its ring has room for all of it now; otherwise returns `false`
     /// and the caller sends it another way (eager).
@@ -1902,7 +1960,7 @@ impl Endpoint {
             let clear = p.staged.is_empty() && p.out.pending() == 0;
             if clear
                 && data.len() > INLINE_MAX
-                && data.len() <= self.ext_max
+                && (data.len() <= self.ext_max || self.inline_as_reply(dest, data.len()))
                 && self.send_inline_ext(dest, tag, context, data)
             {
                 let id = self.next_id;
@@ -1999,7 +2057,7 @@ impl Endpoint {
             tracing::trace!(dest, len, "inline send");
             self.enqueue(dest, h);
         } else if !sync
-            && data.len() <= self.ext_max
+            && (data.len() <= self.ext_max || self.inline_as_reply(dest, data.len()))
             && self.queued_for(dest) == 0
             && self.send_inline_ext(dest, tag, context, data)
         {
@@ -6048,6 +6106,84 @@ mod tests {
         });
     }
 
+    /// `TMX_SHMEM_INLINE_REPLY`: a message above `inline_ext` goes inline
+    /// as a reply in a ping-pong, through an eager block in a window of
+    /// sends (all but the window's first) and above the cap, and not at
+    /// all with the setting off; every message arrives whole.
+    #[test]
+    fn inline_reply_in_a_ping_pong_not_in_a_window() {
+        for reply in [300u64, 0] {
+            let cfg = Config {
+                inline_reply: reply,
+                ..test_cfg(64)
+            };
+            pair_cfg(&format!("reply{reply}"), cfg, move |me, mut ep| {
+                let peer = 1 - me;
+                let mut buf = vec![0u8; 400];
+                // Rank 0's side; rank 1 answers each message with the
+                // next one's payload.
+                let ping_pong = |ep: &mut Endpoint, tag: u32, len: usize, n: u32| {
+                    let mut buf = vec![0u8; 400];
+                    for i in 0..n {
+                        ep.send(peer, tag, 4, &data(i, len)).unwrap();
+                        let st = ep.recv(spec(peer, tag), &mut buf).unwrap();
+                        assert_eq!((st.len, &buf[..len]), (len, &data(i + 1, len)[..]));
+                    }
+                };
+                if me == 1 {
+                    for i in 0..20u32 {
+                        let st = ep.recv(spec(peer, 1), &mut buf).unwrap();
+                        assert_eq!((st.len, &buf[..200]), (200, &data(i, 200)[..]));
+                        ep.send(peer, 1, 4, &data(i + 1, 200)).unwrap();
+                    }
+                } else {
+                    ping_pong(&mut ep, 1, 200, 20);
+                }
+                let c = ep.counters();
+                let (inline, eager) = (c.inline_sends, c.buffered_sends);
+                if reply == 0 {
+                    assert_eq!((inline, eager), (0, 20), "rank {me}: {c}");
+                } else if me == 0 {
+                    // Its first send answers nothing.
+                    assert_eq!((inline, eager), (19, 1), "{c}");
+                } else {
+                    assert_eq!((inline, eager), (20, 0), "{c}");
+                }
+                // A window of 10 from rank 0: only its first follows a take.
+                if me == 0 {
+                    for i in 0..10u32 {
+                        ep.send(peer, 2, 4, &data(100 + i, 200)).unwrap();
+                    }
+                    let c = ep.counters();
+                    let first = u64::from(reply != 0);
+                    assert_eq!(
+                        (c.inline_sends - inline, c.buffered_sends - eager),
+                        (first, 10 - first),
+                        "{c}"
+                    );
+                } else {
+                    for i in 0..10u32 {
+                        let st = ep.recv(spec(peer, 2), &mut buf).unwrap();
+                        assert_eq!((st.len, &buf[..200]), (200, &data(100 + i, 200)[..]));
+                    }
+                }
+                // Above the cap: eager both ways.
+                let before = ep.counters().inline_sends;
+                if me == 1 {
+                    for i in 0..5u32 {
+                        let st = ep.recv(spec(peer, 3), &mut buf).unwrap();
+                        assert_eq!((st.len, &buf[..400]), (400, &data(i, 400)[..]));
+                        ep.send(peer, 3, 4, &data(i + 1, 400)).unwrap();
+                    }
+                } else {
+                    ping_pong(&mut ep, 3, 400, 5);
+                }
+                assert_eq!(ep.counters().inline_sends, before, "rank {me}");
+                ep.finalize().unwrap();
+            });
+        }
+    }
+
     /// Inline messages with continuation slots arriving for receives
     /// posted before them go from the slots straight into the receives'
     /// own buffers: the right bytes, truncation to a short buffer in the
@@ -6131,10 +6267,7 @@ mod tests {
                 assert_eq!(ep.counters().received, received + 4);
                 // A synchronous message is the general path's (it owes an
                 // acknowledgement).
-                assert_eq!(
-                    ep.recv_arrived(spec(peer, 5), &mut [0; 8]).unwrap(),
-                    None
-                );
+                assert_eq!(ep.recv_arrived(spec(peer, 5), &mut [0; 8]).unwrap(), None);
                 match ep.irecv_or_done(spec(peer, 5), vec![0; 8]).unwrap() {
                     Err((Ok(st), buf)) => assert_eq!((st.len, buf), (8, data(6, 8))),
                     Ok(r) => {
