@@ -67,11 +67,15 @@ pub(crate) struct EagerArea {
     /// Blocks handed out and not yet taken back, oldest first, with their
     /// class ([`NO_CLASS`] for exact-size blocks).
     in_flight: VecDeque<(u64, u8)>,
+    /// Payloads of at least this many bytes are copied into a block with
+    /// `rep movsb` (`crate::copy::to_block`; `usize::MAX`: never).
+    movsb_min: usize,
 }
 
 impl EagerArea {
-    /// An empty area of `size` bytes.
-    pub(crate) fn new(size: u64) -> Self {
+    /// An empty area of `size` bytes, whose blocks are filled with `rep
+    /// movsb` from `movsb_min` bytes on.
+    pub(crate) fn new(size: u64, movsb_min: usize) -> Self {
         let heap = SymHeap::new(size);
         EagerArea {
             cache_cap: heap.size() / 4,
@@ -79,7 +83,14 @@ impl EagerArea {
             stacks: vec![Vec::new(); CLASSES],
             cached: 0,
             in_flight: VecDeque::new(),
+            movsb_min,
         }
+    }
+
+    /// From how many bytes a payload is copied in with `rep movsb`.
+    #[inline]
+    pub(crate) fn movsb_min(&self) -> usize {
+        self.movsb_min
     }
 
     /// The area's size in bytes (a multiple of 64).
@@ -271,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_released_block_is_reused_first() {
-        let mut a = EagerArea::new(1 << 20);
+        let mut a = EagerArea::new(1 << 20, usize::MAX);
         let freed = RefCell::new(HashSet::new());
         let rel = |o: u64| freed.borrow().contains(&o);
         let x = a.alloc(1088, rel).unwrap();
@@ -295,7 +306,7 @@ mod tests {
     /// class has none kept.
     #[test]
     fn next_kept_is_the_block_alloc_hands_out_next() {
-        let mut a = EagerArea::new(1 << 20);
+        let mut a = EagerArea::new(1 << 20, usize::MAX);
         let freed = RefCell::new(HashSet::new());
         let rel = |o: u64| freed.borrow().contains(&o);
         assert_eq!(a.next_kept(1088), None, "nothing released yet");
@@ -318,7 +329,7 @@ mod tests {
     #[test]
     fn the_whole_area_fits_once_everything_is_released() {
         let size = 64 << 10;
-        let mut a = EagerArea::new(size);
+        let mut a = EagerArea::new(size, usize::MAX);
         let mut offs = Vec::new();
         while let Some(o) = a.alloc(300, |_| false) {
             offs.push(o);
@@ -333,7 +344,7 @@ mod tests {
     #[test]
     fn small_areas_fall_back_to_exact_sizes() {
         // 4096 + 64 rounds to a 5120-byte class, larger than the area.
-        let mut a = EagerArea::new(4160);
+        let mut a = EagerArea::new(4160, usize::MAX);
         assert_eq!(a.alloc(4160, |_| false), Some(0));
         assert_eq!(a.alloc(64, |_| false), None);
         assert_eq!(a.alloc(4160, |_| true), Some(0));
@@ -348,7 +359,7 @@ mod tests {
             ops in proptest::collection::vec((1u64..40_000, 0u8..4), 1..120)
         ) {
             let size = 256 << 10;
-            let mut a = EagerArea::new(size);
+            let mut a = EagerArea::new(size, usize::MAX);
             let freed = RefCell::new(HashSet::new());
             let mut live: Vec<(u64, u64)> = Vec::new();
             for (need, op) in ops {

@@ -1188,11 +1188,13 @@ fn eager_copy(seg: &Segment, eager: &mut EagerArea, data: &[u8]) -> Option<u64> 
     // allocator's block); no receiver reads it before the header that names
     // it is published (Release), and we do not reuse it before the release
     // flag says the receiver is done.
+    // `rep movsb` from `TMX_SHMEM_MOVSB_MIN` (see `crate::copy`).
     unsafe {
-        core::ptr::copy_nonoverlapping(
+        crate::copy::to_block(
             data.as_ptr(),
             seg.eager_ptr(me).add((off + EAGER_PREFIX) as usize),
             data.len(),
+            eager.movsb_min(),
         )
     };
     // Only while older blocks are still in flight (a window of sends): a
@@ -1215,7 +1217,10 @@ impl Endpoint {
     pub fn new(node: Node) -> Self {
         let n = node.size();
         let batch = u64::from(node.config().publish_batch);
-        let eager = EagerArea::new(node.config().eager_bytes);
+        let eager = EagerArea::new(
+            node.config().eager_bytes,
+            crate::copy::movsb_min(node.config().movsb_min),
+        );
         let layout = TagLayout::DEFAULT;
         let node_cfg_inline_ext = node.config().inline_ext;
         let node_cfg_inline_reply = node.config().inline_reply;

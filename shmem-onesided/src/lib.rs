@@ -47,6 +47,7 @@
 mod sync;
 
 pub mod config;
+mod copy;
 mod counters;
 mod eager;
 mod error;
