@@ -6189,6 +6189,83 @@ mod tests {
         }
     }
 
+    /// Replies of up to `TMX_SHMEM_INLINE_REPLY` bytes (17 continuation
+    /// slots at 1 KiB) reach every kind of receive whole: a blocking
+    /// receive, a receive posted before its message (deferred, then
+    /// drained), one made after it arrived, a probe then a receive, and a
+    /// receive into a short buffer (truncated, counted once).
+    #[test]
+    fn replies_inline_reach_every_receive_kind() {
+        let cfg = Config {
+            inline_reply: 1024,
+            ..test_cfg(64)
+        };
+        pair_cfg("replykinds", cfg, move |me, mut ep| {
+            let peer = 1 - me;
+            let sizes = [101usize, 500, 1000, 1024, 160];
+            let rounds = 40u32;
+            let mut buf = vec![0u8; 1024];
+            for i in 0..rounds {
+                let len = sizes[i as usize % sizes.len()];
+                let seed = i * 2 + me;
+                // Rank 1 answers; rank 0 starts each round.
+                if me == 1 {
+                    let want = data(i * 2, len);
+                    match i % 5 {
+                        0 => {
+                            let st = ep.recv(spec(peer, i), &mut buf).unwrap();
+                            assert_eq!((st.len, &buf[..len]), (len, &want[..]), "round {i}");
+                        }
+                        1 => {
+                            // Posted before the message exists.
+                            let r = ep.irecv(spec(peer, i), vec![0u8; 1024]).unwrap();
+                            let (st, got) = ep.wait(r).unwrap();
+                            assert_eq!((st.len, &got[..len]), (len, &want[..]), "round {i}");
+                        }
+                        2 => {
+                            let st = ep.probe(spec(peer, i)).unwrap();
+                            assert_eq!(st.msg_len, len, "round {i}");
+                            let r = ep.irecv(spec(peer, i), vec![0u8; len]).unwrap();
+                            let (st, got) = ep.wait(r).unwrap();
+                            assert_eq!((st.len, got), (len, want), "round {i}");
+                        }
+                        3 => {
+                            // Into a buffer shorter than the message.
+                            let mut short = vec![0u8; 70];
+                            let st = ep.recv(spec(peer, i), &mut short).unwrap();
+                            assert_eq!((st.len, st.msg_len), (70, len), "round {i}");
+                            assert_eq!(short[..], want[..70], "round {i}");
+                        }
+                        _ => {
+                            let st = ep.probe(spec(peer, i)).unwrap();
+                            assert_eq!(st.msg_len, len);
+                            match ep.recv_arrived(spec(peer, i), &mut buf).unwrap() {
+                                Some(st) => assert_eq!((st.len, &buf[..len]), (len, &want[..])),
+                                None => {
+                                    let st = ep.recv(spec(peer, i), &mut buf).unwrap();
+                                    assert_eq!((st.len, &buf[..len]), (len, &want[..]));
+                                }
+                            }
+                        }
+                    }
+                    ep.send(peer, i, 4, &data(seed, len)).unwrap();
+                } else {
+                    ep.send(peer, i, 4, &data(seed, len)).unwrap();
+                    let st = ep.recv(spec(peer, i), &mut buf).unwrap();
+                    assert_eq!((st.len, &buf[..len]), (len, &data(i * 2 + 1, len)[..]));
+                }
+            }
+            let c = ep.counters();
+            assert_eq!(c.received, u64::from(rounds), "rank {me}: {c}");
+            // Every send but rank 0's first is a reply.
+            assert_eq!(c.inline_sends, u64::from(rounds - 1 + me), "rank {me}: {c}");
+            if me == 1 {
+                assert_eq!(c.truncated, u64::from(rounds / 5), "{c}");
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
     /// Inline messages with continuation slots arriving for receives
     /// posted before them go from the slots straight into the receives'
     /// own buffers: the right bytes, truncation to a short buffer in the
