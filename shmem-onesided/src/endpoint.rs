@@ -840,28 +840,31 @@ fn envelope(h: &Header) -> Envelope {
     }
 }
 
-/// The largest message sent inline as a reply for `inline_reply` and a
-/// ring of `ring_slots`: the header and its continuation slots take at
-/// most half the ring.
-fn reply_max(inline_reply: u64, ring_slots: u32) -> usize {
-    let slots = u64::from(ring_slots / 2);
+/// The largest inline-with-continuation message for a setting of
+/// `wanted` bytes and a ring of `ring_slots`, whose header and
+/// continuation slots take at most `1/share` of the ring (no continuation
+/// at all if that is less than two slots): `TMX_SHMEM_INLINE_EXT` takes a
+/// quarter, `TMX_SHMEM_INLINE_REPLY` half.
+fn inline_cap(wanted: u64, ring_slots: u32, share: u32) -> usize {
+    let slots = u64::from(ring_slots / share);
     if slots < 2 {
         return INLINE_MAX;
     }
     let cap = INLINE_MAX as u64 + (slots - 1) * crate::ring::EXT_SLOT_BYTES as u64;
-    inline_reply.min(cap).max(INLINE_MAX as u64) as usize
+    wanted.min(cap).max(INLINE_MAX as u64) as usize
 }
 
 /// The largest inline-with-continuation message for `inline_ext` and a ring
-/// of `ring_slots`: the header and its continuation slots take at most a
-/// quarter of the ring (so a ring of fewer than 8 slots has none).
+/// of `ring_slots`: a quarter of the ring (so a ring of fewer than 8 slots
+/// has none).
 fn ext_max(inline_ext: u64, ring_slots: u32) -> usize {
-    let slots = u64::from(ring_slots / 4);
-    if slots < 2 {
-        return INLINE_MAX;
-    }
-    let cap = INLINE_MAX as u64 + (slots - 1) * crate::ring::EXT_SLOT_BYTES as u64;
-    inline_ext.min(cap).max(INLINE_MAX as u64) as usize
+    inline_cap(inline_ext, ring_slots, 4)
+}
+
+/// The largest message sent inline as a reply for `inline_reply` and a
+/// ring of `ring_slots`: half the ring.
+fn reply_max(inline_reply: u64, ring_slots: u32) -> usize {
+    inline_cap(inline_reply, ring_slots, 2)
 }
 
 /// Takes the continuation of inline-ext header `h` (just polled from `ring`)
@@ -6130,20 +6133,19 @@ mod tests {
                 let ping_pong = |ep: &mut Endpoint, tag: u32, len: usize, n: u32| {
                     let mut buf = vec![0u8; 400];
                     for i in 0..n {
-                        ep.send(peer, tag, 4, &data(i, len)).unwrap();
+                        // Message i from rank 0, i + 1 back.
+                        let (out, back) = if me == 0 { (i, i + 1) } else { (i + 1, i) };
+                        if me == 0 {
+                            ep.send(peer, tag, 4, &data(out, len)).unwrap();
+                        }
                         let st = ep.recv(spec(peer, tag), &mut buf).unwrap();
-                        assert_eq!((st.len, &buf[..len]), (len, &data(i + 1, len)[..]));
+                        assert_eq!((st.len, &buf[..len]), (len, &data(back, len)[..]));
+                        if me == 1 {
+                            ep.send(peer, tag, 4, &data(out, len)).unwrap();
+                        }
                     }
                 };
-                if me == 1 {
-                    for i in 0..20u32 {
-                        let st = ep.recv(spec(peer, 1), &mut buf).unwrap();
-                        assert_eq!((st.len, &buf[..200]), (200, &data(i, 200)[..]));
-                        ep.send(peer, 1, 4, &data(i + 1, 200)).unwrap();
-                    }
-                } else {
-                    ping_pong(&mut ep, 1, 200, 20);
-                }
+                ping_pong(&mut ep, 1, 200, 20);
                 let c = ep.counters();
                 let (inline, eager) = (c.inline_sends, c.buffered_sends);
                 if reply == 0 {
@@ -6174,15 +6176,7 @@ mod tests {
                 }
                 // Above the cap: eager both ways.
                 let before = ep.counters().inline_sends;
-                if me == 1 {
-                    for i in 0..5u32 {
-                        let st = ep.recv(spec(peer, 3), &mut buf).unwrap();
-                        assert_eq!((st.len, &buf[..400]), (400, &data(i, 400)[..]));
-                        ep.send(peer, 3, 4, &data(i + 1, 400)).unwrap();
-                    }
-                } else {
-                    ping_pong(&mut ep, 3, 400, 5);
-                }
+                ping_pong(&mut ep, 3, 400, 5);
                 assert_eq!(ep.counters().inline_sends, before, "rank {me}");
                 ep.finalize().unwrap();
             });
