@@ -15,7 +15,7 @@
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_DEFER_RECV` | `on` | a nonblocking exact-source receive that finds nothing (its source's ring empty, nothing posted or queued, never advertised) waits outside the matcher; progress later takes its message straight from the ring, or posts it (and every later deferred one, in order) the moment anything else could match first (`off`: post at once) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
-//! | `TMX_SHMEM_INLINE_EXT` | 100 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
+//! | `TMX_SHMEM_INLINE_EXT` | 128 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
 //! | `TMX_SHMEM_INLINE_REPLY` | 1K | largest message sent inline in the header ring as a reply: a message above `TMX_SHMEM_INLINE_EXT` goes inline instead of through an eager block when the sender alternates with its destination (it took a message from it since its previous such send, and only one send went between the two takes) and has at most one eager block in flight, the request-reply pattern of a ping-pong; capped to half the ring; `40` (or at most `TMX_SHMEM_INLINE_EXT`) turns it off |
 //! | `TMX_SHMEM_MOVSB_MIN` | 1K | smallest eager payload the sender copies into its block with `rep movsb` (x86_64 CPUs with ERMS; `memcpy` below it and elsewhere), which writes the lines the receiver last read without reading them first; `off`: always `memcpy` |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
@@ -141,7 +141,7 @@ impl Default for Config {
             prepost: true,
             defer_recv: true,
             prepost_min: 8 << 20,
-            inline_ext: 100,
+            inline_ext: 128,
             inline_reply: 1 << 10,
             movsb_min: 1 << 10,
             attach_timeout: Duration::from_secs(30),
