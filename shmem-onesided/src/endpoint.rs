@@ -6128,8 +6128,8 @@ mod tests {
             pair_cfg(&format!("reply{reply}"), cfg, move |me, mut ep| {
                 let peer = 1 - me;
                 let mut buf = vec![0u8; 400];
-                // Rank 0's side; rank 1 answers each message with the
-                // next one's payload.
+                // Both sides of `n` round trips: rank 0 sends message i,
+                // rank 1 answers with message i + 1.
                 let ping_pong = |ep: &mut Endpoint, tag: u32, len: usize, n: u32| {
                     let mut buf = vec![0u8; 400];
                     for i in 0..n {
