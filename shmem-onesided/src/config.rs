@@ -17,6 +17,7 @@
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
 //! | `TMX_SHMEM_INLINE_EXT` | 128 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
 //! | `TMX_SHMEM_INLINE_REPLY` | 1K | largest message sent inline in the header ring as a reply: a message above `TMX_SHMEM_INLINE_EXT` goes inline instead of through an eager block when the sender alternates with its destination (it took a message from it since its previous such send, and only one send went between the two takes) and has at most one eager block in flight, the request-reply pattern of a ping-pong; capped to half the ring; `40` (or at most `TMX_SHMEM_INLINE_EXT`) turns it off |
+//! | `TMX_SHMEM_CMA_REPLY` | 6K | a reply (as for `TMX_SHMEM_INLINE_REPLY`) larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available: in a ping-pong one copy beats two from about 6.5 KiB, while a window of sends is faster through eager blocks; `off`: never |
 //! | `TMX_SHMEM_MOVSB_MIN` | 1K | smallest eager payload the sender copies into its block with `rep movsb` (x86_64 CPUs with ERMS; `memcpy` below it and elsewhere), which writes the lines the receiver last read without reading them first; `off`: always `memcpy` |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
@@ -119,6 +120,10 @@ pub struct Config {
     /// movsb` (`TMX_SHMEM_MOVSB_MIN`; `u64::MAX`: never), on x86_64 CPUs
     /// with ERMS; `memcpy` below it and elsewhere.
     pub movsb_min: u64,
+    /// Replies larger than this go by CMA even at or below
+    /// `cma_threshold` (`TMX_SHMEM_CMA_REPLY`; `u64::MAX`: off): in a
+    /// ping-pong the single copy beats two from about 6.5 KiB.
+    pub cma_reply: u64,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -144,6 +149,7 @@ impl Default for Config {
             inline_ext: 128,
             inline_reply: 1 << 10,
             movsb_min: 1 << 10,
+            cma_reply: 6 << 10,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -274,6 +280,9 @@ impl Config {
         if let Some(v) = get("TMX_SHMEM_CMA_SPLIT") {
             c.cma_split = size_or_off("TMX_SHMEM_CMA_SPLIT", &v)?;
         }
+        if let Some(v) = get("TMX_SHMEM_CMA_REPLY") {
+            c.cma_reply = size_or_off("TMX_SHMEM_CMA_REPLY", &v)?;
+        }
         if let Some(v) = get("TMX_SHMEM_MOVSB_MIN") {
             c.movsb_min = size_or_off("TMX_SHMEM_MOVSB_MIN", &v)?;
         }
@@ -403,6 +412,12 @@ mod tests {
         assert_eq!(c.inline_ext, 1024);
         assert_eq!(Config::default().inline_reply, 1024);
         assert_eq!(Config::default().movsb_min, 1024);
+        assert_eq!(Config::default().cma_reply, 6144);
+        assert_eq!(
+            with(&[("TMX_SHMEM_CMA_REPLY", "off")]).unwrap().cma_reply,
+            u64::MAX
+        );
+        assert!(with(&[("TMX_SHMEM_CMA_REPLY", "-1")]).is_err());
         assert_eq!(
             with(&[("TMX_SHMEM_MOVSB_MIN", "2K")]).unwrap().movsb_min,
             2048

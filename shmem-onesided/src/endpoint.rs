@@ -1443,6 +1443,13 @@ impl Endpoint {
         {
             return true;
         }
+        if cma && self.cma_reply_size(len) {
+            if self.would_reply(dest) {
+                // A reply by CMA: the general path asks and sends it so.
+                return false;
+            }
+            let _ = self.ask_reply(dest);
+        }
         if !self.eager_size_ok(len, cma) {
             return false;
         }
@@ -1617,33 +1624,56 @@ impl Endpoint {
 
     /// Whether a message of `len` bytes (more than `ext_max`) to `dest`
     /// goes inline as a reply (`TMX_SHMEM_INLINE_REPLY`): at most
-    /// `reply_max` bytes, and a message was taken from `dest`'s ring since
-    /// the last send that asked. In a ping-pong every message is such a
-    /// reply, and the receiver then reads the payload with its header
-    /// instead of after it, from a block it must also release. Not while
-    /// more than one eager block is in flight (a window of sends went
-    /// before: the blocks are taken back lazily, so at the first send of
-    /// the next window they still count). At most one such message per
-    /// message taken from `dest` occupies `dest`'s ring.
+    /// `reply_max` bytes, and [`Endpoint::ask_reply`] says it is one. In
+    /// a ping-pong every message is such a reply, and the receiver then
+    /// reads the payload with its header instead of after it, from a block
+    /// it must also release.
     #[inline]
     fn inline_as_reply(&mut self, dest: u32, len: usize) -> bool {
-        if len > self.reply_max {
-            return false;
-        }
+        len <= self.reply_max && self.ask_reply(dest)
+    }
+
+    /// Whether a message of `len` bytes is in the range that goes by CMA
+    /// when it is a reply (`TMX_SHMEM_CMA_REPLY`): CMA available, above
+    /// that setting and at most `TMX_SHMEM_CMA_THRESHOLD` (above which
+    /// every message goes by CMA).
+    #[inline]
+    fn cma_reply_size(&self, len: usize) -> bool {
+        let cfg = self.node.config();
+        let len = len as u64;
+        len > cfg.cma_reply && len <= cfg.cma_threshold && self.cma_ok()
+    }
+
+    /// Records a send to `dest` of a size that a reply sends another way
+    /// (inline, or by CMA) and says whether it is a reply: a message was
+    /// taken from `dest`'s ring since the last send that asked, and that
+    /// ask was the only one since the take before (strict alternation).
+    /// Not while more than one eager block is in flight (a window of sends
+    /// went before: the blocks are taken back lazily, so at the first send
+    /// of the next window they still count). So at most one such message
+    /// per message taken from `dest` goes the reply's way.
+    #[inline]
+    fn ask_reply(&mut self, dest: u32) -> bool {
         let p = &mut self.peers[dest as usize];
         let taken = p.inb.consumed();
         if taken == p.reply_mark {
             p.reply_run = p.reply_run.saturating_add(1);
             return false;
         }
-        // Something was taken since the last ask: a reply if that ask was
-        // the only one since the take before (strict alternation).
         let alternating = p.reply_run <= 1;
         p.reply_mark = taken;
         p.reply_run = 1;
-        // A window of eager sends before it (their blocks not yet taken
-        // back) says bandwidth, not a ping-pong.
+        // A window of eager sends before it says bandwidth, not a
+        // ping-pong.
         alternating && self.eager.in_flight() <= 1
+    }
+
+    /// What [`Endpoint::ask_reply`] would answer now, without recording
+    /// the ask.
+    #[inline]
+    fn would_reply(&self, dest: u32) -> bool {
+        let p = &self.peers[dest as usize];
+        p.inb.consumed() != p.reply_mark && p.reply_run <= 1 && self.eager.in_flight() <= 1
     }
 
     /// Sends `data` (more than [`INLINE_MAX`], at most `reply_max` bytes) to
@@ -2105,7 +2135,11 @@ impl Endpoint {
             && self.send_inline_ext(dest, tag, context, data)
         {
             // Inline in the ring, continued in the following slots.
-        } else if self.cma_ok() && (len > self.node.config().cma_threshold || len > eager_max) {
+        } else if self.cma_ok()
+            && (len > self.node.config().cma_threshold
+                || len > eager_max
+                || (self.cma_reply_size(data.len()) && self.ask_reply(dest)))
+        {
             self.publish_cma(dest, tmpl, data, id, "CMA rendezvous send");
             // The receiver reads the buffer (owned: kept in the request;
             // borrowed: the caller's contract) until its FIN.
@@ -6212,73 +6246,143 @@ mod tests {
         });
     }
 
-    /// `TMX_SHMEM_INLINE_REPLY`: a message above `inline_ext` goes inline
-    /// as a reply in a ping-pong, through an eager block in a window of
-    /// sends (all but the window's first) and above the cap, and not at
-    /// all with the setting off; every message arrives whole.
-    #[test]
-    fn inline_reply_in_a_ping_pong_not_in_a_window() {
-        for reply in [300u64, 0] {
-            let cfg = Config {
-                inline_reply: reply,
-                ..test_cfg(64)
-            };
-            pair_cfg(&format!("reply{reply}"), cfg, move |me, mut ep| {
+    /// Both sides of `n` round trips of `len`-byte messages with tag
+    /// `tag` between ranks 0 and 1: rank 0 sends message i, rank 1
+    /// answers with message i + 1; every byte is checked.
+    fn ping_pong(me: u32, ep: &mut Endpoint, tag: u32, len: usize, n: u32) {
+        let peer = 1 - me;
+        let mut buf = vec![0u8; len];
+        for i in 0..n {
+            let (out, back) = if me == 0 { (i, i + 1) } else { (i + 1, i) };
+            if me == 0 {
+                ep.send(peer, tag, 4, &data(out, len)).unwrap();
+            }
+            let st = ep.recv(spec(peer, tag), &mut buf).unwrap();
+            assert_eq!((st.len, &buf[..]), (len, &data(back, len)[..]));
+            if me == 1 {
+                ep.send(peer, tag, 4, &data(out, len)).unwrap();
+            }
+        }
+    }
+
+    /// How a reply goes another way than an eager block: its setting in
+    /// the configuration, a size that takes it, one that does not, and the
+    /// counter of its sends.
+    #[derive(Clone, Copy)]
+    struct ReplyWay {
+        name: &'static str,
+        set: fn(&mut Config, bool),
+        len: usize,
+        other_len: usize,
+        count: fn(&crate::Counters) -> u64,
+    }
+
+    /// Checks a `ReplyWay` on and off: in a ping-pong every reply takes
+    /// it (all but rank 0's first send), in a window of sends only the
+    /// window's first, a message of `other_len` never, and with the
+    /// setting off nothing does; every message arrives whole.
+    fn check_reply_way(way: ReplyWay) {
+        for on in [true, false] {
+            let mut cfg = test_cfg(64);
+            (way.set)(&mut cfg, on);
+            pair_cfg(&format!("{}{on}", way.name), cfg, move |me, mut ep| {
                 let peer = 1 - me;
-                let mut buf = vec![0u8; 400];
-                // Both sides of `n` round trips: rank 0 sends message i,
-                // rank 1 answers with message i + 1.
-                let ping_pong = |ep: &mut Endpoint, tag: u32, len: usize, n: u32| {
-                    let mut buf = vec![0u8; 400];
-                    for i in 0..n {
-                        // Message i from rank 0, i + 1 back.
-                        let (out, back) = if me == 0 { (i, i + 1) } else { (i + 1, i) };
-                        if me == 0 {
-                            ep.send(peer, tag, 4, &data(out, len)).unwrap();
-                        }
-                        let st = ep.recv(spec(peer, tag), &mut buf).unwrap();
-                        assert_eq!((st.len, &buf[..len]), (len, &data(back, len)[..]));
-                        if me == 1 {
-                            ep.send(peer, tag, 4, &data(out, len)).unwrap();
-                        }
-                    }
-                };
-                ping_pong(&mut ep, 1, 200, 20);
+                let len = way.len;
+                ping_pong(me, &mut ep, 1, len, 10);
                 let c = ep.counters();
-                let (inline, eager) = (c.inline_sends, c.buffered_sends);
-                if reply == 0 {
-                    assert_eq!((inline, eager), (0, 20), "rank {me}: {c}");
-                } else if me == 0 {
-                    // Its first send answers nothing.
-                    assert_eq!((inline, eager), (19, 1), "{c}");
-                } else {
-                    assert_eq!((inline, eager), (20, 0), "{c}");
-                }
-                // A window of 10 from rank 0: only its first follows a take.
+                let replies = if on { 10 - u64::from(me == 0) } else { 0 };
+                assert_eq!(
+                    ((way.count)(&c), c.buffered_sends),
+                    (replies, 10 - replies),
+                    "{c}"
+                );
+                let (taken, eager) = ((way.count)(&c), c.buffered_sends);
+                // A window of 8 from rank 0: only its first follows a take.
                 if me == 0 {
-                    for i in 0..10u32 {
-                        ep.send(peer, 2, 4, &data(100 + i, 200)).unwrap();
+                    let reqs: Vec<_> = (0..8u32)
+                        .map(|i| {
+                            ep.isend(peer, 2, 4, data(50 + i, len), SendMode::Standard)
+                                .unwrap()
+                        })
+                        .collect();
+                    for r in reqs {
+                        ep.wait_send(r).unwrap();
                     }
                     let c = ep.counters();
-                    let first = u64::from(reply != 0);
+                    let first = u64::from(on);
                     assert_eq!(
-                        (c.inline_sends - inline, c.buffered_sends - eager),
-                        (first, 10 - first),
+                        ((way.count)(&c) - taken, c.buffered_sends - eager),
+                        (first, 8 - first),
                         "{c}"
                     );
                 } else {
-                    for i in 0..10u32 {
+                    let mut buf = vec![0u8; len];
+                    for i in 0..8u32 {
                         let st = ep.recv(spec(peer, 2), &mut buf).unwrap();
-                        assert_eq!((st.len, &buf[..200]), (200, &data(100 + i, 200)[..]));
+                        assert_eq!((st.len, &buf[..]), (len, &data(50 + i, len)[..]));
                     }
                 }
-                // Above the cap: eager both ways.
-                let before = ep.counters().inline_sends;
-                ping_pong(&mut ep, 3, 400, 5);
-                assert_eq!(ep.counters().inline_sends, before, "rank {me}");
+                // A size the setting leaves to eager blocks.
+                let before = (way.count)(&ep.counters());
+                ping_pong(me, &mut ep, 3, way.other_len, 5);
+                assert_eq!((way.count)(&ep.counters()), before, "rank {me}");
                 ep.finalize().unwrap();
             });
         }
+    }
+
+    /// `TMX_SHMEM_CMA_REPLY`: a 7,000-byte reply goes by CMA (6,144 bytes
+    /// does not), where CMA is available.
+    #[test]
+    fn cma_reply_in_a_ping_pong_not_in_a_window() {
+        let job = format!("ut{}-cmaprobe", std::process::id());
+        let node = Node::init(&job, 0, 1, test_cfg(64)).unwrap();
+        if *node.cma_status() != CmaStatus::Available {
+            eprintln!("CMA not available here: nothing to check");
+            return;
+        }
+        drop(node);
+        check_reply_way(ReplyWay {
+            name: "cmareply",
+            set: |c, on| c.cma_reply = if on { 6 << 10 } else { u64::MAX },
+            len: 7000,
+            other_len: 6144,
+            count: |c| c.cma_sends,
+        });
+    }
+
+    /// Both ranks sending before receiving, each message after one taken
+    /// from the other (so replies, by CMA above `TMX_SHMEM_CMA_REPLY`):
+    /// each blocked send finishes, because a blocked rank copies the
+    /// other's CMA message aside and returns its FIN.
+    #[test]
+    fn head_to_head_replies_finish() {
+        pair_cfg("h2h", test_cfg(64), move |me, mut ep| {
+            let peer = 1 - me;
+            let mut buf = vec![0u8; 7000];
+            for i in 0..20u32 {
+                ep.send(peer, 1, 4, &data(i * 2 + me, 7000)).unwrap();
+                let st = ep.recv(spec(peer, 1), &mut buf).unwrap();
+                assert_eq!((st.len, &buf[..]), (7000, &data(i * 2 + peer, 7000)[..]));
+            }
+            if *ep.node().cma_status() == CmaStatus::Available {
+                assert!(ep.counters().cma_sends > 0, "{}", ep.counters());
+            }
+            ep.finalize().unwrap();
+        });
+    }
+
+    /// `TMX_SHMEM_INLINE_REPLY`: a 200-byte reply goes inline (400 bytes,
+    /// above the cap of 300, does not).
+    #[test]
+    fn inline_reply_in_a_ping_pong_not_in_a_window() {
+        check_reply_way(ReplyWay {
+            name: "inlinereply",
+            set: |c, on| c.inline_reply = if on { 300 } else { 0 },
+            len: 200,
+            other_len: 400,
+            count: |c| c.inline_sends,
+        });
     }
 
     /// Replies of up to `TMX_SHMEM_INLINE_REPLY` bytes (17 continuation
