@@ -1654,22 +1654,21 @@ impl Endpoint {
     /// per message taken from `dest` goes the reply's way.
     #[inline]
     fn ask_reply(&mut self, dest: u32) -> bool {
+        let reply = self.would_reply(dest);
         let p = &mut self.peers[dest as usize];
         let taken = p.inb.consumed();
         if taken == p.reply_mark {
             p.reply_run = p.reply_run.saturating_add(1);
-            return false;
+        } else {
+            p.reply_mark = taken;
+            p.reply_run = 1;
         }
-        let alternating = p.reply_run <= 1;
-        p.reply_mark = taken;
-        p.reply_run = 1;
-        // A window of eager sends before it says bandwidth, not a
-        // ping-pong.
-        alternating && self.eager.in_flight() <= 1
+        reply
     }
 
-    /// What [`Endpoint::ask_reply`] would answer now, without recording
-    /// the ask.
+    /// What [`Endpoint::ask_reply`] answers now, without recording the
+    /// ask. A window of eager sends before it (more than one block in
+    /// flight) says bandwidth, not a ping-pong.
     #[inline]
     fn would_reply(&self, dest: u32) -> bool {
         let p = &self.peers[dest as usize];
