@@ -111,9 +111,10 @@ pub struct Config {
     pub inline_ext: u64,
     /// Largest message sent inline in the header ring as a *reply*
     /// (`TMX_SHMEM_INLINE_REPLY`): a message larger than `inline_ext` goes
-    /// inline (not through an eager block) when the sender has taken a
-    /// message from the destination since its previous such send, the
-    /// request-reply pattern of a ping-pong. Capped at run time to half
+    /// inline (not through an eager block) when it is a reply: the sender
+    /// took a message from the destination since its previous such send,
+    /// strictly alternating, with at most one eager block in flight (the
+    /// request-reply pattern of a ping-pong). Capped at run time to half
     /// the ring; `inline_ext` or less turns it off.
     pub inline_reply: u64,
     /// Smallest eager payload the sender copies into its block with `rep

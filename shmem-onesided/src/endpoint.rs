@@ -440,10 +440,10 @@ struct Peer {
     /// Our side of the prepost ring on which it advertises receives to us.
     claimer: Claimer,
     /// `inb.consumed()` at the last send that asked
-    /// [`Endpoint::inline_as_reply`]: a send finding it changed answers a
+    /// [`Endpoint::ask_reply`]: a send finding it changed answers a
     /// message taken from this peer since.
     reply_mark: u64,
-    /// Asks of [`Endpoint::inline_as_reply`] since `reply_mark` last moved.
+    /// Asks of [`Endpoint::ask_reply`] since `reply_mark` last moved.
     reply_run: u32,
 }
 
