@@ -18,6 +18,8 @@
 //! | `TMX_SHMEM_INLINE_EXT` | 128 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
 //! | `TMX_SHMEM_INLINE_REPLY` | 1K | largest message sent inline in the header ring as a reply: a message above `TMX_SHMEM_INLINE_EXT` goes inline instead of through an eager block when the sender alternates with its destination (it took a message from it since its previous such send, and only one send went between the two takes) and has at most one eager block in flight, the request-reply pattern of a ping-pong; capped to half the ring; `40` (or at most `TMX_SHMEM_INLINE_EXT`) turns it off |
 //! | `TMX_SHMEM_CMA_REPLY` | 6K | a reply (as for `TMX_SHMEM_INLINE_REPLY`) larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available: in a ping-pong one copy beats two from about 6.5 KiB, while a window of sends is faster through eager blocks; `off`: never |
+//! | `TMX_SHMEM_CMA_DUPLEX` | 6K | a message larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available and messages flow both ways between the two ranks (over the sender's recent traffic with that peer, it took at least half as many messages from it as it sent): the receiver reads it in one copy, with the others it matches in the same progress pass, instead of both cores copying it while they also copy the other way's messages; a one-way stream keeps the eager blocks; `off`: never |
+//! | `TMX_SHMEM_CMA_BATCH` | `on` | a progress pass reads the CMA messages of one sender that matched posted receives with buffers of their own in one `process_vm_readv` call (up to 64); `off`: one call per message |
 //! | `TMX_SHMEM_MOVSB_MIN` | 1K | smallest eager payload the sender copies into its block with `rep movsb` (x86_64 CPUs with ERMS; `memcpy` below it and elsewhere), which writes the lines the receiver last read without reading them first; `off`: always `memcpy` |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | 20 | how often a blocked rank checks that the peers it waits for are alive |
@@ -125,6 +127,16 @@ pub struct Config {
     /// `cma_threshold` (`TMX_SHMEM_CMA_REPLY`; `u64::MAX`: off): in a
     /// ping-pong the single copy beats two from about 6.5 KiB.
     pub cma_reply: u64,
+    /// Whether a progress pass reads the CMA messages of one sender that
+    /// it matched to posted receives in one `process_vm_readv` call
+    /// (`TMX_SHMEM_CMA_BATCH`, default on).
+    pub cma_batch: bool,
+    /// Messages larger than this go by CMA even at or below
+    /// `cma_threshold` when their sender has a receive outstanding
+    /// (`TMX_SHMEM_CMA_DUPLEX`; `u64::MAX`: off): its core is copying
+    /// messages in as well, and the single copy, left to the receiver,
+    /// halves what both cores copy.
+    pub cma_duplex: u64,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -151,6 +163,8 @@ impl Default for Config {
             inline_reply: 1 << 10,
             movsb_min: 1 << 10,
             cma_reply: 6 << 10,
+            cma_batch: true,
+            cma_duplex: 6 << 10,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -284,6 +298,9 @@ impl Config {
         if let Some(v) = get("TMX_SHMEM_CMA_REPLY") {
             c.cma_reply = size_or_off("TMX_SHMEM_CMA_REPLY", &v)?;
         }
+        if let Some(v) = get("TMX_SHMEM_CMA_DUPLEX") {
+            c.cma_duplex = size_or_off("TMX_SHMEM_CMA_DUPLEX", &v)?;
+        }
         if let Some(v) = get("TMX_SHMEM_MOVSB_MIN") {
             c.movsb_min = size_or_off("TMX_SHMEM_MOVSB_MIN", &v)?;
         }
@@ -314,6 +331,13 @@ impl Config {
                 "on" | "1" | "yes" => true,
                 "off" | "0" | "no" => false,
                 _ => return Err(bad("TMX_SHMEM_DEFER_RECV", &v, "on or off")),
+            };
+        }
+        if let Some(v) = get("TMX_SHMEM_CMA_BATCH") {
+            c.cma_batch = match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "yes" => true,
+                "off" | "0" | "no" => false,
+                _ => return Err(bad("TMX_SHMEM_CMA_BATCH", &v, "on or off")),
             };
         }
         if let Some(v) = get("TMX_SHMEM_PREPOST_MIN") {
@@ -459,6 +483,30 @@ mod tests {
             ]),
             Err(Error::Config {
                 var: "TMX_SHMEM_PUBLISH_BATCH",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn cma_duplex_and_batch() {
+        let d = Config::default();
+        assert_eq!((d.cma_duplex, d.cma_batch), (6144, true));
+        assert_eq!(
+            with(&[("TMX_SHMEM_CMA_DUPLEX", "off")]).unwrap().cma_duplex,
+            u64::MAX
+        );
+        assert_eq!(
+            with(&[("TMX_SHMEM_CMA_DUPLEX", "4K")]).unwrap().cma_duplex,
+            4096
+        );
+        assert!(with(&[("TMX_SHMEM_CMA_DUPLEX", "lots")]).is_err());
+        assert!(!with(&[("TMX_SHMEM_CMA_BATCH", "off")]).unwrap().cma_batch);
+        assert!(with(&[("TMX_SHMEM_CMA_BATCH", "On")]).unwrap().cma_batch);
+        assert!(matches!(
+            with(&[("TMX_SHMEM_CMA_BATCH", "sometimes")]),
+            Err(Error::Config {
+                var: "TMX_SHMEM_CMA_BATCH",
                 ..
             })
         ));

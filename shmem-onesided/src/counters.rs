@@ -28,6 +28,12 @@ pub struct Counters {
     /// Split offers withdrawn because the sender had not claimed them when
     /// we finished our half (we read the rest; receiver side).
     pub cma_split_withdrawn: u64,
+    /// CMA messages read together with others of the same sender in one
+    /// `process_vm_readv` call (receiver side: posted receives that their
+    /// messages matched in one progress pass).
+    pub cma_batched: u64,
+    /// Those calls.
+    pub cma_batches: u64,
     /// Sends larger than the eager area, cut into fragments (CMA unavailable).
     pub fragmented_sends: u64,
     /// Sends above `TMX_SHMEM_PIPELINE_MIN` that fit the eager area, sent
@@ -75,7 +81,7 @@ impl fmt::Display for Counters {
         write!(
             f,
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
-             preposts {} (withdrawn {}), cma sends {} (split copies {}, withdrawn {}), \
+             preposts {} (withdrawn {}), cma sends {} (split copies {}, withdrawn {}, batched {} in {} calls), \
              fragmented sends {}, \
              pipelined sends {} (received in place {}), backpressure events {}, \
              staged sends {}, index re-reads {}, received {} (posted first {}, deferred {}), \
@@ -90,6 +96,8 @@ impl fmt::Display for Counters {
             self.cma_sends,
             self.cma_split_shared,
             self.cma_split_withdrawn,
+            self.cma_batched,
+            self.cma_batches,
             self.fragmented_sends,
             self.pipelined_sends,
             self.pipelined_in_place,

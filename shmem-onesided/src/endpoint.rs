@@ -10,7 +10,7 @@
 //! | 41 B – `TMX_SHMEM_INLINE_EXT` (128 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`KIND_INLINE_EXT`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
 //! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
 //! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
-//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally and the message would be copied aside (eager-sized, or pipelined from a borrowed buffer of a nonblocking send); CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
+//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally and the message would be copied aside (eager-sized, or pipelined from a borrowed buffer of a nonblocking send), or a reply above `TMX_SHMEM_CMA_REPLY` (6 KiB), or above `TMX_SHMEM_CMA_DUPLEX` (6 KiB) while messages flow both ways ([`Endpoint::duplex`]); CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer (the messages of one sender that a progress pass matched to posted receives with buffers of their own in one call, [`Endpoint::read_late`]) and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
 //! | larger than the eager area, no CMA | fragments | the pipelined path with chunks of at most ¼ of the eager area; the send request stays pending and [`Endpoint::progress`] publishes the next chunks as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
@@ -224,6 +224,15 @@ const STAGE_TO_CMA_MIN: u64 = 32 << 10;
 const RECLAIM_SCAN: usize = 64;
 /// Headers taken from one inbound ring per progress call.
 const POLL_BUDGET: usize = 32;
+/// [`Endpoint::duplex`] halves its counts of messages taken and sent once
+/// together they pass this: it answers for about the last this many.
+const DUPLEX_SPAN: u64 = 256;
+/// [`Endpoint::duplex`] says no before it has seen this many messages
+/// sent (the first sends of a stream follow the message that started
+/// it).
+const DUPLEX_MIN: u64 = 8;
+/// Most CMA messages [`Endpoint::read_late`] reads in one call.
+const LATE_BATCH: usize = 64;
 /// A spinning `try_recv` that finds its source's ring empty runs a full
 /// progress pass only every this many times (unless it has local work).
 const IDLE_FULL_PASS: u32 = 8;
@@ -445,6 +454,18 @@ struct Peer {
     reply_mark: u64,
     /// Asks of [`Endpoint::ask_reply`] since `reply_mark` last moved.
     reply_run: u32,
+    /// Control headers (FIN, ACK) taken from this peer's ring and
+    /// published to it: the rest of each ring's traffic is messages.
+    ctl_in: u64,
+    ctl_out: u64,
+    /// [`Endpoint::duplex`]'s view of the traffic with this peer: messages
+    /// taken from it and sent to it, decayed (both halved once together
+    /// they pass [`DUPLEX_SPAN`]), and the totals it last looked at.
+    dx_in: u64,
+    dx_out: u64,
+    dx_seen: (u64, u64),
+    /// [`Endpoint::duplex`]'s last answer (traced when it changes).
+    dx_was: bool,
 }
 
 /// A fragmented or pipelined message being received from one peer. It
@@ -798,6 +819,18 @@ pub struct Endpoint {
     /// Set around the post of a nonblocking receive: a CMA message it
     /// matches at once joins `late` instead of being copied.
     late_ok: bool,
+    /// Set while a progress pass reads its rings: a CMA message that
+    /// matches a posted receive with a buffer of its own joins `late`, so
+    /// that the pass reads all of them from one sender in one
+    /// `process_vm_readv` call ([`Endpoint::read_late`]).
+    batch_cma: bool,
+    /// `TMX_SHMEM_CMA_BATCH`: whether progress passes read their CMA
+    /// messages in batches (`batch_cma`).
+    cma_batch: bool,
+    /// Set by [`Endpoint::copy_late`] around the delivery of a late CMA
+    /// message [`Endpoint::read_late`] already read: `deliver` sends its
+    /// FIN without reading it again.
+    cma_done: bool,
     /// The ring an `ANY_SOURCE` quick look starts at.
     rr: u32,
     /// Our eager-pressure flag is raised.
@@ -1007,6 +1040,17 @@ fn copy_inline(h: &Header, dst: &mut [u8]) {
     if n > 8 {
         dst[8..n].copy_from_slice(&h.ext[..n - 8]);
     }
+}
+
+/// Whether CMA message `h`, received into `buf`, is read with its
+/// sender's help ([`Endpoint::split_read`]): a split offer and at least
+/// `split_min` bytes to read.
+fn split_size(h: &Header, buf: &ReqBuf, split_min: u64) -> bool {
+    let cap = match buf {
+        ReqBuf::Owned(v) => v.len(),
+        ReqBuf::Caller => usize::MAX,
+    };
+    h.flags & FLAG_SPLIT != 0 && (h.nbytes as usize).min(cap) as u64 >= split_min
 }
 
 /// Whether the receiver released our eager block at `off` (its flag).
@@ -1265,6 +1309,7 @@ impl Endpoint {
             && u64::from(n) * u64::from(node.config().ring_slots) < PHASE_WINDOW;
         tracing::info!(prepost, "shmem endpoint: prepost protocol");
         let defer_recv = node.config().defer_recv;
+        let node_cfg_cma_batch = node.config().cma_batch;
         Endpoint {
             peers: (0..n)
                 .map(|_| Peer {
@@ -1276,6 +1321,12 @@ impl Endpoint {
                     claimer: Claimer::new(),
                     reply_mark: 0,
                     reply_run: 0,
+                    ctl_in: 0,
+                    ctl_out: 0,
+                    dx_in: 0,
+                    dx_out: 0,
+                    dx_seen: (0, 0),
+                    dx_was: false,
                 })
                 .collect(),
             off: Offload::new(OffloadConfig::new(
@@ -1306,6 +1357,9 @@ impl Endpoint {
             split_out: vec![0; n as usize],
             ready_splits: false,
             late_ok: false,
+            batch_cma: false,
+            cma_batch: node_cfg_cma_batch,
+            cma_done: false,
             defer_recv,
             rr: 0,
             pressure: false,
@@ -1443,6 +1497,10 @@ impl Endpoint {
         {
             return true;
         }
+        if cma && self.cma_duplex_now(dest, len) {
+            // Both ways at once: the general path sends it by CMA.
+            return false;
+        }
         if cma && self.cma_reply_size(len) {
             if self.would_reply(dest) {
                 // A reply by CMA: the general path asks and sends it so.
@@ -1456,7 +1514,7 @@ impl Endpoint {
         let seg = self.node.segment();
         // A sender with no receive outstanding is streaming (its core is
         // not also copying messages in): see `PREFETCH_STEP`.
-        let stream = self.deferred.is_empty() && self.off.posted_len() == 0;
+        let stream = !self.recv_outstanding();
         let Some(off) = eager_copy(seg, &mut self.eager, data, stream) else {
             return false;
         };
@@ -1644,6 +1702,60 @@ impl Endpoint {
         len > cfg.cma_reply && len <= cfg.cma_threshold && self.cma_ok()
     }
 
+    /// Whether we have a receive outstanding: deferred, or posted to the
+    /// matcher. A sender that has one is likely copying messages in as
+    /// well as out (see `PREFETCH_STEP`).
+    #[inline]
+    fn recv_outstanding(&self) -> bool {
+        !self.deferred.is_empty() || self.off.posted_len() > 0
+    }
+
+    /// Whether a message of `len` bytes to `dest` goes by CMA because
+    /// messages flow both ways (`TMX_SHMEM_CMA_DUPLEX`): CMA available,
+    /// above that setting and at most `TMX_SHMEM_CMA_THRESHOLD`, and
+    /// [`Endpoint::duplex`]. The receiver reads it in one copy, with the
+    /// others it matches in the same pass ([`Endpoint::read_late`]),
+    /// instead of both cores copying it in and out while they also copy
+    /// the other way's messages.
+    #[inline]
+    fn cma_duplex_now(&mut self, dest: u32, len: usize) -> bool {
+        let cfg = self.node.config();
+        let len = len as u64;
+        len > cfg.cma_duplex && len <= cfg.cma_threshold && self.cma_ok() && self.duplex(dest)
+    }
+
+    /// Whether messages flow both ways between us and `dest`: over the
+    /// recent traffic (decayed, see [`DUPLEX_SPAN`]) we sent it at least
+    /// [`DUPLEX_MIN`] messages and took at least half as many from its
+    /// ring (ring slots: an inline message with continuation slots counts
+    /// for each). Control headers (FIN, ACK) do not count, so CMA sends,
+    /// which bring a FIN back for each, do not make a stream look duplex.
+    /// Asking twice in a row answers the same.
+    fn duplex(&mut self, dest: u32) -> bool {
+        let p = &mut self.peers[dest as usize];
+        let taken = p.inb.consumed().saturating_sub(p.ctl_in);
+        let sent = p.out.producer().pushed().saturating_sub(p.ctl_out);
+        p.dx_in += taken.saturating_sub(p.dx_seen.0);
+        p.dx_out += sent.saturating_sub(p.dx_seen.1);
+        p.dx_seen = (taken, sent);
+        if p.dx_in + p.dx_out > DUPLEX_SPAN {
+            p.dx_in /= 2;
+            p.dx_out /= 2;
+        }
+        let duplex = p.dx_out >= DUPLEX_MIN && p.dx_in * 2 >= p.dx_out;
+        if duplex != p.dx_was {
+            p.dx_was = duplex;
+            tracing::debug!(
+                dest,
+                duplex,
+                taken = p.dx_in,
+                sent = p.dx_out,
+                "traffic both ways changed"
+            );
+        }
+        duplex
+    }
+
     /// Records a send to `dest` of a size that a reply sends another way
     /// (inline, or by CMA) and says whether it is a reply: a message was
     /// taken from `dest`'s ring since the last send that asked, and that
@@ -1720,6 +1832,7 @@ impl Endpoint {
     fn enqueue_ctl(&mut self, dest: u32, hdr: Header) {
         let seg = self.node.segment();
         let p = &mut self.peers[dest as usize];
+        p.ctl_out += 1;
         if p.out
             .send_with(seg.ring(seg.rank(), dest), hdr, &mut |_| {})
             == Sent::Queued
@@ -2137,6 +2250,7 @@ impl Endpoint {
         } else if self.cma_ok()
             && (len > self.node.config().cma_threshold
                 || len > eager_max
+                || self.cma_duplex_now(dest, data.len())
                 || (self.cma_reply_size(data.len()) && self.ask_reply(dest)))
         {
             self.publish_cma(dest, tmpl, data, id, "CMA rendezvous send");
@@ -2527,6 +2641,41 @@ impl Endpoint {
         self.progress_want(None, buf).map(|(n, _)| n)
     }
 
+    /// The ring part of a progress pass: up to [`POLL_BUDGET`] headers
+    /// from each inbound ring, each handled as soon as it is taken (see
+    /// [`Endpoint::progress_want`]). Returns how many it took.
+    fn poll_rings(
+        &mut self,
+        me: u32,
+        size: u32,
+        want: &mut Option<MatchSpec>,
+        got: &mut Option<Result<Status>>,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let mut events = 0;
+        for s in 0..size {
+            for _ in 0..POLL_BUDGET {
+                let seg = self.node.segment();
+                let ring = seg.ring(s, me);
+                let p = &mut self.peers[s as usize];
+                let Some(mut h) = p.inb.poll(ring) else { break };
+                // The ring identifies the sender; never trust the field.
+                h.source = s;
+                events += 1;
+                let data = if h.kind == KIND_INLINE_EXT {
+                    match self.take_ext_for(s, &h, *want, buf)? {
+                        Some(data) => data,
+                        None => continue,
+                    }
+                } else {
+                    None
+                };
+                self.handle_header(h, data, want, got, buf)?;
+            }
+        }
+        Ok(events)
+    }
+
     /// [`Endpoint::progress_for`] for a blocked receive that is **not**
     /// posted (`try_recv`'s first pass): the first arrival of this pass
     /// that matches `want` is delivered into `buf` at once, without
@@ -2560,25 +2709,12 @@ impl Endpoint {
                 let seg = self.node.segment();
                 (seg.rank(), seg.size())
             };
-            for s in 0..size {
-                for _ in 0..POLL_BUDGET {
-                    let seg = self.node.segment();
-                    let ring = seg.ring(s, me);
-                    let p = &mut self.peers[s as usize];
-                    let Some(mut h) = p.inb.poll(ring) else { break };
-                    // The ring identifies the sender; never trust the field.
-                    h.source = s;
-                    events += 1;
-                    let data = if h.kind == KIND_INLINE_EXT {
-                        match self.take_ext_for(s, &h, want, buf)? {
-                            Some(data) => data,
-                            None => continue,
-                        }
-                    } else {
-                        None
-                    };
-                    self.handle_header(h, data, &mut want, &mut got, buf)?;
-                }
+            self.batch_cma = self.cma_batch;
+            let polled = self.poll_rings(me, size, &mut want, &mut got, buf);
+            self.batch_cma = false;
+            events += polled?;
+            if !self.late.is_empty() {
+                events += self.copy_late(buf);
             }
         }
         if !self.requests.engine.is_empty() {
@@ -2670,10 +2806,12 @@ impl Endpoint {
         buf: &mut [u8],
     ) -> Result<()> {
         if h.kind == KIND_FIN {
+            self.peers[h.source as usize].ctl_in += 1;
             self.on_fin(h.word, h.flags & FLAG_MATCHED != 0);
             return Ok(());
         }
         if h.kind == KIND_ACK {
+            self.peers[h.source as usize].ctl_in += 1;
             self.on_ack(h.word);
             return Ok(());
         }
@@ -3365,15 +3503,20 @@ impl Endpoint {
             let _ = self.deliver(u.hdr, u.data, &mut []);
             return;
         };
-        if self.late_ok
+        if (self.late_ok
+            || (self.batch_cma && !split_size(&u.hdr, &req.buf, self.node.config().cma_split)))
             && u.hdr.kind == KIND_CMA
             && u.data.is_none()
             && matches!(req.buf, ReqBuf::Owned(_))
         {
             // Matched as a nonblocking receive was posted: the copy waits
             // for the next progress pass, and the request, now pending,
-            // reports its completion then.
-            req.user = true;
+            // reports its completion then. Matched in a progress pass: the
+            // copy waits for the end of the pass, to be read together
+            // with the others of the pass.
+            if self.late_ok {
+                req.user = true;
+            }
             self.late.push_back((recv, u));
             return;
         }
@@ -4344,12 +4487,89 @@ impl Endpoint {
     /// (and returns their FINs), completing the receives; returns how many.
     #[inline(never)]
     fn copy_late(&mut self, buf: &mut [u8]) -> usize {
+        let read = if self.late.len() > 1 {
+            self.read_late()
+        } else {
+            0
+        };
         let mut n = 0;
         while let Some((key, u)) = self.late.pop_front() {
+            self.cma_done = n < read;
             self.complete_stored_slow(key, u, buf);
+            self.cma_done = false;
             n += 1;
         }
         n
+    }
+
+    /// Reads the first messages of `late` that come from one sender, as
+    /// many as [`LATE_BATCH`], in one `process_vm_readv` call into their
+    /// receives' own buffers; returns how many it read whole. It stops at
+    /// the first message it cannot read that way (another sender, a split
+    /// copy, no buffer of its own, nothing to read); those after it, and
+    /// any the call did not read whole, are read one by one by
+    /// `deliver`.
+    #[inline(never)]
+    fn read_late(&mut self) -> usize {
+        let split_min = self.node.config().cma_split;
+        let Some(src) = self.late.front().map(|(_, u)| u.hdr.source) else {
+            return 0;
+        };
+        let mut dst: Vec<std::io::IoSliceMut<'_>> =
+            Vec::with_capacity(self.late.len().min(LATE_BATCH));
+        let mut pieces = Vec::with_capacity(dst.capacity());
+        for (key, u) in self.late.iter().take(LATE_BATCH) {
+            let h = &u.hdr;
+            if h.kind != KIND_CMA || h.source != src || u.data.is_some() {
+                break;
+            }
+            let Some(Req {
+                buf: ReqBuf::Owned(v),
+                ..
+            }) = self.requests.reqs.get_mut(*key)
+            else {
+                break;
+            };
+            let n = (h.nbytes as usize).min(v.len());
+            if n == 0 || (n as u64 >= split_min && h.flags & FLAG_SPLIT != 0) {
+                // A split copy is read with the sender's help instead.
+                break;
+            }
+            // SAFETY: `v` is the buffer of pending request `key`, which
+            // no other entry of `late` names (a receive matches once); it
+            // is neither moved nor touched until the call below returns
+            // (this function holds `self` and does nothing else), and `n`
+            // is at most its length.
+            let slice = unsafe { core::slice::from_raw_parts_mut(v.as_mut_ptr(), n) };
+            dst.push(std::io::IoSliceMut::new(slice));
+            pieces.push(nix::sys::uio::RemoteIoVec {
+                base: h.word as usize,
+                len: n,
+            });
+        }
+        if dst.len() < 2 {
+            return 0;
+        }
+        let Ok(mut got) = self.node.cma_readv(src, &mut dst, &pieces) else {
+            return 0;
+        };
+        let mut whole = 0;
+        for p in &pieces {
+            if got < p.len {
+                break;
+            }
+            got -= p.len;
+            whole += 1;
+        }
+        self.counters.cma_batches += 1;
+        self.counters.cma_batched += whole as u64;
+        tracing::trace!(
+            source = src,
+            messages = whole,
+            of = pieces.len(),
+            "CMA messages read in one call"
+        );
+        whole
     }
 
     /// Posts every deferred receive to the model, oldest first, as
@@ -5274,7 +5494,7 @@ impl Endpoint {
                 }
                 let res = if n as u64 >= self.node.config().cma_split && h.flags & FLAG_SPLIT != 0 {
                     self.split_read(&h, dst)
-                } else if n > 0 {
+                } else if n > 0 && !core::mem::take(&mut self.cma_done) {
                     self.node.cma_read(h.source, h.word, dst)
                 } else {
                     Ok(())
@@ -6343,11 +6563,178 @@ mod tests {
         drop(node);
         check_reply_way(ReplyWay {
             name: "cmareply",
-            set: |c, on| c.cma_reply = if on { 6 << 10 } else { u64::MAX },
+            // Duplex CMA off: after the ping-pong, the window would go by
+            // CMA whole (traffic both ways).
+            set: |c, on| {
+                c.cma_reply = if on { 6 << 10 } else { u64::MAX };
+                c.cma_duplex = u64::MAX;
+            },
             len: 7000,
             other_len: 6144,
             count: |c| c.cma_sends,
         });
+    }
+
+    /// Whether CMA works between two endpoints of this process (tests of
+    /// CMA paths have nothing to check where it does not).
+    fn cma_here(name: &str) -> bool {
+        let job = format!("ut{}-{name}probe", std::process::id());
+        let node = Node::init(&job, 0, 1, test_cfg(64)).unwrap();
+        let ok = *node.cma_status() == CmaStatus::Available;
+        if !ok {
+            eprintln!("CMA not available here: nothing to check");
+        }
+        ok
+    }
+
+    /// Posts `n` receives of `cap` bytes from the peer (tag 7), tells the
+    /// peer (tag 8) and waits for them; returns them in order.
+    fn posted_window(ep: &mut Endpoint, peer: u32, n: u32, cap: usize) -> Vec<(Status, Vec<u8>)> {
+        let reqs: Vec<_> = (0..n)
+            .map(|_| ep.irecv(spec(peer, 7), vec![0u8; cap]).unwrap())
+            .collect();
+        ep.send(peer, 8, 4, &[1]).unwrap();
+        reqs.into_iter().map(|r| ep.wait(r).unwrap()).collect()
+    }
+
+    /// `TMX_SHMEM_CMA_BATCH`: CMA messages that match posted receives in
+    /// one progress pass are read in one `process_vm_readv` call (a
+    /// truncating receive among them gets its prefix), and arrive whole;
+    /// off, each is read alone.
+    #[test]
+    fn posted_cma_receives_read_in_one_call() {
+        if !cma_here("cmabatch") {
+            return;
+        }
+        for on in [true, false] {
+            let mut cfg = test_cfg(64);
+            cfg.cma_batch = on;
+            pair_cfg(&format!("cmabatch{on}"), cfg, move |me, mut ep| {
+                let peer = 1 - me;
+                let len = 20_000;
+                let n = 12u32;
+                if me == 1 {
+                    // The fifth receive is 5,000 bytes short.
+                    let got = {
+                        let reqs: Vec<_> = (0..n)
+                            .map(|i| {
+                                let cap = if i == 4 { len - 5000 } else { len };
+                                ep.irecv(spec(peer, 7), vec![0u8; cap]).unwrap()
+                            })
+                            .collect();
+                        ep.send(peer, 8, 4, &[1]).unwrap();
+                        reqs.into_iter()
+                            .map(|r| ep.wait(r).unwrap())
+                            .collect::<Vec<_>>()
+                    };
+                    for (i, (st, buf)) in got.into_iter().enumerate() {
+                        let want = data(100 + i as u32, len);
+                        if i == 4 {
+                            assert!(st.truncated(), "{st:?}");
+                            assert!(buf[..] == want[..len - 5000], "message {i}'s prefix");
+                        } else {
+                            assert!(st.len == len && buf == want, "message {i}: {st:?}");
+                        }
+                    }
+                    let c = ep.counters();
+                    if on {
+                        assert!(c.cma_batches >= 1 && c.cma_batched >= 2, "{c}");
+                    } else {
+                        assert_eq!((c.cma_batches, c.cma_batched), (0, 0), "{c}");
+                    }
+                } else {
+                    let mut go = [0u8; 1];
+                    ep.recv(spec(peer, 8), &mut go).unwrap();
+                    let reqs: Vec<_> = (0..n)
+                        .map(|i| {
+                            ep.isend(peer, 7, 4, data(100 + i, len), SendMode::Standard)
+                                .unwrap()
+                        })
+                        .collect();
+                    for r in reqs {
+                        ep.wait_send(r).unwrap();
+                    }
+                    assert_eq!(ep.counters().cma_sends, u64::from(n), "{}", ep.counters());
+                }
+                ep.finalize().unwrap();
+            });
+        }
+    }
+
+    /// `TMX_SHMEM_CMA_DUPLEX`: 7,000-byte messages streamed one way go
+    /// through eager blocks; exchanged both ways (both ranks post their
+    /// receives, then send), most go by CMA; with the setting off, none.
+    /// Every message arrives whole.
+    #[test]
+    fn cma_duplex_both_ways_not_one_way() {
+        if !cma_here("duplex") {
+            return;
+        }
+        for on in [true, false] {
+            let mut cfg = test_cfg(64);
+            cfg.cma_duplex = if on { 6 << 10 } else { u64::MAX };
+            cfg.cma_reply = u64::MAX;
+            pair_cfg(&format!("duplex{on}"), cfg, move |me, mut ep| {
+                let peer = 1 - me;
+                let len = 7000;
+                let n = 16u32;
+                // One way: rank 0 streams a window of n.
+                if me == 0 {
+                    let mut go = [0u8; 1];
+                    ep.recv(spec(peer, 8), &mut go).unwrap();
+                    let reqs: Vec<_> = (0..n)
+                        .map(|i| {
+                            ep.isend(peer, 7, 4, data(i, len), SendMode::Standard)
+                                .unwrap()
+                        })
+                        .collect();
+                    for r in reqs {
+                        ep.wait_send(r).unwrap();
+                    }
+                    assert_eq!(ep.counters().cma_sends, 0, "{}", ep.counters());
+                } else {
+                    for (i, (st, buf)) in
+                        posted_window(&mut ep, peer, n, len).into_iter().enumerate()
+                    {
+                        assert!(st.len == len && buf == data(i as u32, len), "{i}: {st:?}");
+                    }
+                }
+                // Both ways: four windows of n each way.
+                let before = ep.counters().cma_sends;
+                for w in 0..4u32 {
+                    let seed = |i: u32| 1000 + w * 100 + i * 2 + me;
+                    let rreqs: Vec<_> = (0..n)
+                        .map(|_| ep.irecv(spec(peer, 9), vec![0u8; len]).unwrap())
+                        .collect();
+                    let sreqs: Vec<_> = (0..n)
+                        .map(|i| {
+                            ep.isend(peer, 9, 4, data(seed(i), len), SendMode::Standard)
+                                .unwrap()
+                        })
+                        .collect();
+                    for r in sreqs {
+                        ep.wait_send(r).unwrap();
+                    }
+                    for (i, r) in rreqs.into_iter().enumerate() {
+                        let (st, buf) = ep.wait(r).unwrap();
+                        let want = data(1000 + w * 100 + i as u32 * 2 + peer, len);
+                        assert!(st.len == len && buf == want, "window {w}, {i}: {st:?}");
+                    }
+                }
+                let by_cma = ep.counters().cma_sends - before;
+                if on {
+                    assert!(
+                        by_cma >= u64::from(2 * n),
+                        "{by_cma} of {}: {}",
+                        4 * n,
+                        ep.counters()
+                    );
+                } else {
+                    assert_eq!(by_cma, 0, "{}", ep.counters());
+                }
+                ep.finalize().unwrap();
+            });
+        }
     }
 
     /// Both ranks sending before receiving, each message after one taken

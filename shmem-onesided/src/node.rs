@@ -253,6 +253,21 @@ impl Node {
         self.view.cma_read(pe, remote_addr, dst)
     }
 
+    /// Single copy of several pieces in one `process_vm_readv` call: reads
+    /// `pieces[i].1` bytes from virtual address `pieces[i].0` of `pe`'s
+    /// process into `dst[i]`, in order, and returns how many bytes it
+    /// read. A short count means the pieces after that point were not
+    /// read (one failed, or the kernel stopped there): the caller reads
+    /// them again one by one.
+    pub(crate) fn cma_readv(
+        &self,
+        pe: u32,
+        dst: &mut [IoSliceMut<'_>],
+        pieces: &[RemoteIoVec],
+    ) -> Result<usize> {
+        self.view.cma_readv(pe, dst, pieces)
+    }
+
     /// Marks this PE finalized in the segment (peers see it in liveness
     /// reports) and detaches.
     pub fn finalize(self) {
@@ -449,6 +464,31 @@ impl NodeView {
             });
         }
         Ok(())
+    }
+
+    /// [`Node::cma_readv`]: one `process_vm_readv` call over several
+    /// pieces; how many bytes it read.
+    pub(crate) fn cma_readv(
+        &self,
+        pe: u32,
+        dst: &mut [IoSliceMut<'_>],
+        pieces: &[RemoteIoVec],
+    ) -> Result<usize> {
+        self.require_cma()?;
+        let pid = self.peer_pid(pe)?;
+        loop {
+            match process_vm_readv(pid, dst, pieces) {
+                Ok(n) => return Ok(n),
+                Err(Errno::EINTR) => {}
+                Err(Errno::ESRCH) => {
+                    return Err(Error::PeerDied {
+                        rank: pe,
+                        pid: pid.as_raw() as u32,
+                    })
+                }
+                Err(e) => return Err(Error::os("process_vm_readv", e)),
+            }
+        }
     }
 
     /// Single copy: reads `dst.len()` bytes from virtual address

@@ -640,14 +640,15 @@ fn all_ok(job: &mut Job, limit: Duration) -> Vec<String> {
 fn pingpong_all_paths() {
     // Prepost off: every message takes the ring paths (inline, eager, CMA
     // rendezvous); `pingpong_prepost` covers the prepost-direct path.
-    // Replies by CMA off, so that the sizes up to the threshold take the
-    // eager path in this ping-pong.
+    // Replies and duplex traffic by CMA off, so that the sizes up to the
+    // threshold take the eager path in this ping-pong.
     let mut job = Job::start(
         "pingpong",
         2,
         &[
             ("TMX_SHMEM_CMA_THRESHOLD", "256K"),
             ("TMX_SHMEM_CMA_REPLY", "off"),
+            ("TMX_SHMEM_CMA_DUPLEX", "off"),
             ("TMX_SHMEM_PREPOST", "off"),
         ],
     );
