@@ -1257,6 +1257,23 @@ fn stress_4_ranks_cma() {
     run_stress("stress_4_ranks_cma", &[], DEFAULT_MESSAGES);
 }
 
+/// The same with replies and both-ways traffic by CMA from 129 bytes
+/// (`TMX_SHMEM_CMA_REPLY`, `TMX_SHMEM_CMA_DUPLEX`, 6 KiB by default): many
+/// messages of eager sizes go by CMA, blocking sends of up to 1 KiB among
+/// them, which must complete before they are matched (unexpected ones are
+/// read aside once the receiver idles). Without that the job hangs.
+#[test]
+fn stress_4_ranks_cma_replies() {
+    run_stress(
+        "stress_4_ranks_cma_replies",
+        &[
+            ("TMX_SHMEM_CMA_REPLY", "128"),
+            ("TMX_SHMEM_CMA_DUPLEX", "128"),
+        ],
+        DEFAULT_MESSAGES,
+    );
+}
+
 /// The same without CMA: messages beyond the 16 KiB eager area travel as
 /// eager fragments of 4 KiB.
 #[test]

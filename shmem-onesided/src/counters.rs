@@ -34,6 +34,10 @@ pub struct Counters {
     pub cma_batched: u64,
     /// Those calls.
     pub cma_batches: u64,
+    /// Unexpected CMA messages at or below `TMX_SHMEM_CMA_THRESHOLD` read
+    /// into private memory on arrival, their FIN returned at once
+    /// (receiver side): sends of eager sizes never wait for their receive.
+    pub cma_pulled: u64,
     /// Sends larger than the eager area, cut into fragments (CMA unavailable).
     pub fragmented_sends: u64,
     /// Sends above `TMX_SHMEM_PIPELINE_MIN` that fit the eager area, sent
@@ -81,7 +85,7 @@ impl fmt::Display for Counters {
         write!(
             f,
             "inline sends {}, buffered sends {}, preposted hits {}, ignored preposts {}, \
-             preposts {} (withdrawn {}), cma sends {} (split copies {}, withdrawn {}, batched {} in {} calls), \
+             preposts {} (withdrawn {}), cma sends {} (split copies {}, withdrawn {}, batched {} in {} calls, read aside {}), \
              fragmented sends {}, \
              pipelined sends {} (received in place {}), backpressure events {}, \
              staged sends {}, index re-reads {}, received {} (posted first {}, deferred {}), \
@@ -98,6 +102,7 @@ impl fmt::Display for Counters {
             self.cma_split_withdrawn,
             self.cma_batched,
             self.cma_batches,
+            self.cma_pulled,
             self.fragmented_sends,
             self.pipelined_sends,
             self.pipelined_in_place,

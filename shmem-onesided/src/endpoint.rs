@@ -231,6 +231,10 @@ const DUPLEX_SPAN: u64 = 256;
 /// sent (the first sends of a stream follow the message that started
 /// it).
 const DUPLEX_MIN: u64 = 8;
+/// Progress passes in a row with nothing to do after which unexpected CMA
+/// messages of eager sizes are read aside ([`Endpoint::pull_unexpected_cma`]):
+/// a few hundred microseconds of waiting on this VM.
+const PULL_IDLE_PASSES: u32 = 4096;
 /// Most CMA messages [`Endpoint::read_late`] reads in one call.
 const LATE_BATCH: usize = 64;
 /// A spinning `try_recv` that finds its source's ring empty runs a full
@@ -831,6 +835,9 @@ pub struct Endpoint {
     /// message [`Endpoint::read_late`] already read: `deliver` sends its
     /// FIN without reading it again.
     cma_done: bool,
+    /// Progress passes in a row with nothing to do (see
+    /// [`Endpoint::pull_unexpected_cma`]).
+    idle_passes: u32,
     /// The ring an `ANY_SOURCE` quick look starts at.
     rr: u32,
     /// Our eager-pressure flag is raised.
@@ -1360,6 +1367,7 @@ impl Endpoint {
             batch_cma: false,
             cma_batch: node_cfg_cma_batch,
             cma_done: false,
+            idle_passes: 0,
             defer_recv,
             rr: 0,
             pressure: false,
@@ -2740,6 +2748,15 @@ impl Endpoint {
         }
         if self.eager.in_flight() > 0 {
             events += self.eager.reclaim(released(self.node.segment()));
+        }
+        if events == 0 {
+            self.idle_passes = self.idle_passes.saturating_add(1);
+            if self.idle_passes >= PULL_IDLE_PASSES {
+                self.idle_passes = 0;
+                events += self.pull_unexpected_cma();
+            }
+        } else {
+            self.idle_passes = 0;
         }
         let staged = self.peers.iter().any(|p| {
             p.staged
@@ -5722,6 +5739,48 @@ impl Endpoint {
     /// private memory and returns its FIN, so ranks that rendezvous-send to
     /// each other (in a cycle) before receiving all finish. Returns how many
     /// were pulled.
+    /// After [`PULL_IDLE_PASSES`] progress passes in a row with nothing to
+    /// do: reads every unexpected CMA message no larger than
+    /// `TMX_SHMEM_CMA_THRESHOLD` into private memory and returns its FIN;
+    /// returns how many. Such a message went by CMA as a reply or while
+    /// traffic flowed both ways, at a size that otherwise goes through an
+    /// eager block, and its sender must not wait for the receive any more
+    /// than it would have with the eager block: a program whose standard
+    /// sends of such sizes must complete before they are matched (as they
+    /// do with MPICH) would otherwise hang, every rank waiting. Reading
+    /// them only once idle leaves the single copy to a receive posted
+    /// soon, as in a ping-pong. A read that fails leaves the message as
+    /// it was (its receive reads it and reports the failure).
+    #[inline(never)]
+    fn pull_unexpected_cma(&mut self) -> usize {
+        let max = self.node.config().cma_threshold;
+        let mut pulled = Vec::new();
+        for u in self.store.values_mut() {
+            let h = u.hdr;
+            if h.kind != KIND_CMA || u.data.is_some() || u64::from(h.nbytes) > max {
+                continue;
+            }
+            let mut v = vec![0u8; h.nbytes as usize];
+            if let Err(e) = self.node.cma_read(h.source, h.word, &mut v) {
+                tracing::warn!(error = %e, "reading an unexpected CMA message aside failed");
+                continue;
+            }
+            u.data = Some(v);
+            pulled.push(h);
+        }
+        for h in &pulled {
+            self.send_fin(h, false);
+        }
+        if !pulled.is_empty() {
+            self.counters.cma_pulled += pulled.len() as u64;
+            tracing::debug!(
+                pulled = pulled.len(),
+                "unexpected CMA messages read aside while idle"
+            );
+        }
+        pulled.len()
+    }
+
     fn relieve_rendezvous(&mut self) -> usize {
         let mut pulled = Vec::new();
         for u in self.store.values_mut() {
@@ -6595,6 +6654,55 @@ mod tests {
             .collect();
         ep.send(peer, 8, 4, &[1]).unwrap();
         reqs.into_iter().map(|r| ep.wait(r).unwrap()).collect()
+    }
+
+    /// A reply of an eager size sent by CMA (`TMX_SHMEM_CMA_REPLY`) that
+    /// arrives before its receive is read aside and its FIN returned: the
+    /// blocking send completes although the receiver posts its receive only
+    /// after a message the sender sends next.
+    #[test]
+    fn unexpected_cma_reply_does_not_wait_for_its_receive() {
+        if !cma_here("pullaside") {
+            return;
+        }
+        pair_cfg("pullaside", test_cfg(64), move |me, mut ep| {
+            let peer = 1 - me;
+            ping_pong(me, &mut ep, 1, 7000, 4);
+            if me == 0 {
+                let before = ep.counters().cma_sends;
+                let r = ep
+                    .isend(peer, 5, 4, data(77, 7000), SendMode::Standard)
+                    .unwrap();
+                assert_eq!(ep.counters().cma_sends, before + 1, "a reply by CMA");
+                // Completes without its receive (a deadline, not a hang,
+                // if it does not).
+                let t0 = Instant::now();
+                while !ep.test_send(&r).unwrap() {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "the send waits for its receive"
+                    );
+                    std::thread::yield_now();
+                }
+                ep.wait_send(r).unwrap();
+                ep.send(peer, 6, 4, &[1]).unwrap();
+            } else {
+                let mut tok = [0u8; 1];
+                let t0 = Instant::now();
+                while ep.try_recv(spec(peer, 6), &mut tok).unwrap().is_none() {
+                    assert!(t0.elapsed() < Duration::from_secs(30), "no token");
+                    std::thread::yield_now();
+                }
+                let mut buf = vec![0u8; 7000];
+                let st = ep.recv(spec(peer, 5), &mut buf).unwrap();
+                assert!(st.len == 7000 && buf == data(77, 7000), "{st:?}");
+                // Replies of the ping-pong may have been read aside too
+                // (one that came while its receiver still waited for its
+                // own send's FIN).
+                assert!(ep.counters().cma_pulled >= 1, "{}", ep.counters());
+            }
+            ep.finalize().unwrap();
+        });
     }
 
     /// `TMX_SHMEM_CMA_BATCH`: CMA messages that match posted receives in
