@@ -232,9 +232,12 @@ const DUPLEX_SPAN: u64 = 256;
 /// it).
 const DUPLEX_MIN: u64 = 8;
 /// Progress passes in a row with nothing to do after which unexpected CMA
-/// messages of eager sizes are read aside ([`Endpoint::pull_unexpected_cma`]):
-/// a few hundred microseconds of waiting on this VM.
-const PULL_IDLE_PASSES: u32 = 4096;
+/// messages of eager sizes are read aside ([`Endpoint::pull_unexpected_cma`]).
+/// The adi stress test with replies by CMA from 129 B (thousands of
+/// blocking sends waiting this long) takes 1.7–1.8 s with 512, 7.5–8.0 s
+/// with 4096; `osu`'s ping-pong replies at 7,000 B and 8 KiB are never
+/// read aside with 512.
+const PULL_IDLE_PASSES: u32 = 512;
 /// Most CMA messages [`Endpoint::read_late`] reads in one call.
 const LATE_BATCH: usize = 64;
 /// A spinning `try_recv` that finds its source's ring empty runs a full
@@ -835,8 +838,8 @@ pub struct Endpoint {
     /// message [`Endpoint::read_late`] already read: `deliver` sends its
     /// FIN without reading it again.
     cma_done: bool,
-    /// Progress passes in a row with nothing to do (see
-    /// [`Endpoint::pull_unexpected_cma`]).
+    /// Progress passes in a row with nothing to do while unexpected
+    /// messages were stored (see [`Endpoint::idle_with_unexpected`]).
     idle_passes: u32,
     /// The ring an `ANY_SOURCE` quick look starts at.
     rr: u32,
@@ -2749,12 +2752,8 @@ impl Endpoint {
         if self.eager.in_flight() > 0 {
             events += self.eager.reclaim(released(self.node.segment()));
         }
-        if events == 0 {
-            self.idle_passes = self.idle_passes.saturating_add(1);
-            if self.idle_passes >= PULL_IDLE_PASSES {
-                self.idle_passes = 0;
-                events += self.pull_unexpected_cma();
-            }
+        if events == 0 && !self.store.is_empty() {
+            events += self.idle_with_unexpected();
         } else {
             self.idle_passes = 0;
         }
@@ -5735,10 +5734,21 @@ impl Endpoint {
         self.enqueue_ctl(h.source, ack);
     }
 
-    /// While blocked in a CMA send: pulls every unexpected CMA message into
-    /// private memory and returns its FIN, so ranks that rendezvous-send to
-    /// each other (in a cycle) before receiving all finish. Returns how many
-    /// were pulled.
+    /// Counts a progress pass that had nothing to do while unexpected
+    /// messages are stored; every [`PULL_IDLE_PASSES`]-th in a row reads
+    /// the CMA ones of eager sizes aside ([`Endpoint::pull_unexpected_cma`]).
+    /// Returns how many it read.
+    #[cold]
+    #[inline(never)]
+    fn idle_with_unexpected(&mut self) -> usize {
+        self.idle_passes += 1;
+        if self.idle_passes < PULL_IDLE_PASSES {
+            return 0;
+        }
+        self.idle_passes = 0;
+        self.pull_unexpected_cma()
+    }
+
     /// After [`PULL_IDLE_PASSES`] progress passes in a row with nothing to
     /// do: reads every unexpected CMA message no larger than
     /// `TMX_SHMEM_CMA_THRESHOLD` into private memory and returns its FIN;
@@ -5751,9 +5761,36 @@ impl Endpoint {
     /// them only once idle leaves the single copy to a receive posted
     /// soon, as in a ping-pong. A read that fails leaves the message as
     /// it was (its receive reads it and reports the failure).
-    #[inline(never)]
     fn pull_unexpected_cma(&mut self) -> usize {
-        let max = self.node.config().cma_threshold;
+        let pulled = self.read_cma_aside(self.node.config().cma_threshold);
+        if pulled > 0 {
+            self.counters.cma_pulled += pulled as u64;
+            tracing::debug!(pulled, "unexpected CMA messages read aside while idle");
+        }
+        pulled
+    }
+
+    /// While blocked in a CMA send: pulls every unexpected CMA message into
+    /// private memory and returns its FIN, so ranks that rendezvous-send to
+    /// each other (in a cycle) before receiving all finish. Returns how many
+    /// were pulled.
+    fn relieve_rendezvous(&mut self) -> usize {
+        let pulled = self.read_cma_aside(u64::MAX);
+        if pulled > 0 {
+            tracing::debug!(
+                pulled,
+                "pulled crossed CMA messages while blocked in a CMA send"
+            );
+        }
+        pulled
+    }
+
+    /// Reads every unexpected CMA message of at most `max` bytes not read
+    /// yet into private memory and returns its FIN (not a match: a
+    /// synchronous send still gets its acknowledgement when a receive
+    /// takes it); returns how many. A read that fails leaves its message
+    /// as it was: its receive retries the read and reports the failure.
+    fn read_cma_aside(&mut self, max: u64) -> usize {
         let mut pulled = Vec::new();
         for u in self.store.values_mut() {
             let h = u.hdr;
@@ -5761,40 +5798,10 @@ impl Endpoint {
                 continue;
             }
             let mut v = vec![0u8; h.nbytes as usize];
-            if let Err(e) = self.node.cma_read(h.source, h.word, &mut v) {
-                tracing::warn!(error = %e, "reading an unexpected CMA message aside failed");
-                continue;
-            }
-            u.data = Some(v);
-            pulled.push(h);
-        }
-        for h in &pulled {
-            self.send_fin(h, false);
-        }
-        if !pulled.is_empty() {
-            self.counters.cma_pulled += pulled.len() as u64;
-            tracing::debug!(
-                pulled = pulled.len(),
-                "unexpected CMA messages read aside while idle"
-            );
-        }
-        pulled.len()
-    }
-
-    fn relieve_rendezvous(&mut self) -> usize {
-        let mut pulled = Vec::new();
-        for u in self.store.values_mut() {
-            if u.hdr.kind != KIND_CMA || u.data.is_some() {
-                continue;
-            }
-            let h = u.hdr;
-            let mut v = vec![0u8; h.nbytes as usize];
             match self.node.cma_read(h.source, h.word, &mut v) {
                 Ok(()) => u.data = Some(v),
-                // The receive reports the failure (data stays None: it will
-                // retry the read and answer the FIN then).
                 Err(e) => {
-                    tracing::warn!(error = %e, "pulling a crossed CMA message failed");
+                    tracing::warn!(error = %e, "reading an unexpected CMA message aside failed");
                     continue;
                 }
             }
@@ -5803,14 +5810,7 @@ impl Endpoint {
         for h in &pulled {
             self.send_fin(h, false);
         }
-        let pulled = pulled.len();
-        if pulled > 0 {
-            tracing::debug!(
-                pulled,
-                "pulled crossed CMA messages while blocked in a CMA send"
-            );
-        }
-        pulled
+        pulled.len()
     }
 
     /// Blocks until nothing is queued locally: every send is in a ring.

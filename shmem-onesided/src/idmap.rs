@@ -59,6 +59,11 @@ impl<T> KeySlab<T> {
         self.slots.get(*key as usize)?.as_ref()
     }
 
+    /// Whether nothing is stored.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub(crate) fn get_mut(&mut self, key: &u64) -> Option<&mut T> {
         self.slots.get_mut(*key as usize)?.as_mut()
     }
