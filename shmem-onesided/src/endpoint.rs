@@ -4539,16 +4539,18 @@ impl Endpoint {
             if h.kind != KIND_CMA || h.source != src || u.data.is_some() {
                 break;
             }
-            let Some(Req {
-                buf: ReqBuf::Owned(v),
-                ..
-            }) = self.requests.reqs.get_mut(*key)
-            else {
+            let Some(Req { buf, .. }) = self.requests.reqs.get_mut(*key) else {
+                break;
+            };
+            if split_size(h, buf, split_min) {
+                // A split copy is read with the sender's help instead.
+                break;
+            }
+            let ReqBuf::Owned(v) = buf else {
                 break;
             };
             let n = (h.nbytes as usize).min(v.len());
-            if n == 0 || (n as u64 >= split_min && h.flags & FLAG_SPLIT != 0) {
-                // A split copy is read with the sender's help instead.
+            if n == 0 {
                 break;
             }
             // SAFETY: `v` is the buffer of pending request `key`, which
