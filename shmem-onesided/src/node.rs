@@ -447,13 +447,7 @@ impl NodeView {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(Errno::EINTR) => {}
-                Err(Errno::ESRCH) => {
-                    return Err(Error::PeerDied {
-                        rank: pe,
-                        pid: pid.as_raw() as u32,
-                    })
-                }
-                Err(e) => return Err(Error::os("process_vm_writev", e)),
+                Err(e) => return Err(cma_error(pe, pid, "process_vm_writev", e)),
             }
         }
         if done < src.len() {
@@ -480,13 +474,7 @@ impl NodeView {
             match process_vm_readv(pid, dst, pieces) {
                 Ok(n) => return Ok(n),
                 Err(Errno::EINTR) => {}
-                Err(Errno::ESRCH) => {
-                    return Err(Error::PeerDied {
-                        rank: pe,
-                        pid: pid.as_raw() as u32,
-                    })
-                }
-                Err(e) => return Err(Error::os("process_vm_readv", e)),
+                Err(e) => return Err(cma_error(pe, pid, "process_vm_readv", e)),
             }
         }
     }
@@ -494,8 +482,6 @@ impl NodeView {
     /// Single copy: reads `dst.len()` bytes from virtual address
     /// `remote_addr` of `pe`'s process (`process_vm_readv`).
     pub fn cma_read(&self, pe: u32, remote_addr: u64, dst: &mut [u8]) -> Result<()> {
-        self.require_cma()?;
-        let pid = self.peer_pid(pe)?;
         let len = dst.len();
         let mut done = 0usize;
         while done < len {
@@ -503,17 +489,9 @@ impl NodeView {
                 base: remote_addr as usize + done,
                 len: len - done,
             }];
-            match process_vm_readv(pid, &mut [IoSliceMut::new(&mut dst[done..])], &remote) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(Errno::EINTR) => {}
-                Err(Errno::ESRCH) => {
-                    return Err(Error::PeerDied {
-                        rank: pe,
-                        pid: pid.as_raw() as u32,
-                    })
-                }
-                Err(e) => return Err(Error::os("process_vm_readv", e)),
+            match self.cma_readv(pe, &mut [IoSliceMut::new(&mut dst[done..])], &remote)? {
+                0 => break,
+                n => done += n,
             }
         }
         if done < len {
@@ -524,6 +502,19 @@ impl NodeView {
             });
         }
         Ok(())
+    }
+}
+
+/// The error of a failed `process_vm_readv/writev` (`call`) on local rank
+/// `pe` (process `pid`): `PeerDied` if the process is gone.
+fn cma_error(pe: u32, pid: Pid, call: &'static str, e: Errno) -> Error {
+    if e == Errno::ESRCH {
+        Error::PeerDied {
+            rank: pe,
+            pid: pid.as_raw() as u32,
+        }
+    } else {
+        Error::os(call, e)
     }
 }
 
