@@ -1277,6 +1277,12 @@ fn eager_copy(seg: &Segment, eager: &mut EagerArea, data: &[u8], stream: bool) -
         None
     };
     let Some(next) = next else {
+        // A lone send (a ping-pong's): this block's lines, last read by
+        // the receiver's core, are asked for all at once before the copy
+        // writes them (latency 2 KiB 1.09×, 6,000 B 1.10×; session 23).
+        if eager.in_flight() <= 1 {
+            prefetch::write_range(dst, data.len());
+        }
         // SAFETY: [off + 64, off + 64 + len) is inside our eager area (the
         // allocator's block); no receiver reads it before the header that
         // names it is published (Release), and we do not reuse it before
