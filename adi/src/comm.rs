@@ -24,7 +24,7 @@
 
 use crate::attr::{ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB};
 use crate::device::{
-    typed_result, Device, DeviceProgress, Group, Mode, RecvInto, SendData, TypedInto,
+    typed_result, Device, DeviceProgress, Group, InPlaceSlot, Mode, RecvInto, SendData, TypedInto,
     PROC_NULL_STATUS,
 };
 use crate::request::{self, AnyOutcome, Outcome, Request, Status};
@@ -836,14 +836,24 @@ impl Comm {
                 });
             }
         }
+        // Above the stack size the user's buffer goes into a slot that the
+        // endpoint's consumer unpacks into, should the message come as an
+        // eager block while the receive is still deferred; otherwise it is
+        // received into the staging buffer and unpacked on completion.
+        let (user, slot) = if packed > UNPACK_ON_STACK {
+            (Vec::new(), Some(InPlaceSlot::new(buf)))
+        } else {
+            (buf, None)
+        };
         let stage = self.dev().staging(packed);
         self.dev().start_recv(
             spec,
             stage,
             RecvInto::Typed(Box::new(TypedInto {
-                user: buf,
+                user,
                 datatype: datatype.clone(),
                 count,
+                slot,
             })),
             Arc::clone(&self.inner.group),
         )

@@ -44,8 +44,8 @@ use crate::request::{
 use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
-    Endpoint, IdTable, Message as EpMessage, RecvFinished, RecvRequest, SendMode, SendRequest,
-    Status as EpStatus,
+    Endpoint, IdTable, InPlace, Message as EpMessage, RecvFinished, RecvRequest, SendMode,
+    SendRequest, Status as EpStatus,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -439,10 +439,63 @@ pub(crate) enum RecvInto {
 /// Where a datatype receive unpacks ([`RecvInto::Typed`]).
 #[derive(Debug)]
 pub(crate) struct TypedInto {
+    /// The user's buffer (empty while `slot` holds it).
     pub(crate) user: Vec<u8>,
     /// The operation's own clone of the datatype.
     pub(crate) datatype: Datatype,
     pub(crate) count: i64,
+    /// A receive made with an in-place consumer
+    /// ([`Endpoint::irecv_or_done_in_place`]): the user's buffer, shared
+    /// with the consumer, and what its unpack returned if it ran.
+    pub(crate) slot: Option<Arc<InPlaceSlot>>,
+}
+
+/// The user's buffer of a datatype receive that the endpoint may unpack
+/// into where the payload lies (see [`TypedInto::slot`]), and the unpack's
+/// result once it has.
+#[derive(Debug, Default)]
+pub(crate) struct InPlaceSlot(Mutex<InPlaceState>);
+
+#[derive(Debug, Default)]
+struct InPlaceState {
+    user: Vec<u8>,
+    unpacked: Option<Result<usize, Error>>,
+}
+
+impl InPlaceSlot {
+    /// A slot holding `user`.
+    pub(crate) fn new(user: Vec<u8>) -> Arc<Self> {
+        Arc::new(InPlaceSlot(Mutex::new(InPlaceState {
+            user,
+            unpacked: None,
+        })))
+    }
+
+    /// The consumer the endpoint calls with the payload: unpacks it into
+    /// the user's buffer and records the result.
+    pub(crate) fn consumer(self: &Arc<Self>, datatype: Datatype, count: i64) -> InPlace {
+        let slot = Arc::clone(self);
+        Box::new(move |payload: &[u8]| {
+            let mut g = lock(&slot.0);
+            let st = &mut *g;
+            st.unpacked = Some(datatype.unpack_part(payload, &mut st.user, count, 0));
+        })
+    }
+}
+
+impl TypedInto {
+    /// The user's buffer, and the consumer's unpack result if the payload
+    /// was unpacked in place (then the staging buffer holds nothing).
+    fn take_user(self) -> (Vec<u8>, Datatype, i64, Option<Result<usize, Error>>) {
+        match self.slot {
+            Some(slot) => {
+                let mut g = lock(&slot.0);
+                let user = mem::take(&mut g.user);
+                (user, self.datatype, self.count, g.unpacked.take())
+            }
+            None => (self.user, self.datatype, self.count, None),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -1284,7 +1337,20 @@ impl Device {
             return Err(Error::NotInitialized { what: "finalized" });
         };
         bump_locked(&self.counters.recvs);
-        match core.ep.irecv_or_done(spec, buf) {
+        let started = match &into {
+            RecvInto::Typed(t) if t.slot.is_some() => {
+                let consumer = t
+                    .slot
+                    .as_ref()
+                    .map(|slot| slot.consumer(t.datatype.clone(), t.count));
+                match consumer {
+                    Some(c) => core.ep.irecv_or_done_in_place(spec, buf, c),
+                    None => core.ep.irecv_or_done(spec, buf),
+                }
+            }
+            _ => core.ep.irecv_or_done(spec, buf),
+        };
+        match started {
             Err(e) => Err(e.into()),
             Ok(Ok(rreq)) => Ok(record_recv(core, rreq, into, group)),
             Ok(Err(done)) => {
@@ -2067,7 +2133,7 @@ impl Device {
                 RecvInto::Owned => buf,
                 RecvInto::Typed(typed) => {
                     self.give_back_staging(buf);
-                    typed.user
+                    typed.take_user().0
                 }
             };
             return Outcome {
@@ -2089,14 +2155,18 @@ impl Device {
         let (user, unpack_error) = match into {
             RecvInto::Owned => (buf, None),
             RecvInto::Typed(typed) => {
-                let TypedInto {
-                    mut user,
-                    datatype,
-                    count,
-                } = *typed;
+                let (mut user, datatype, count, in_place) = typed.take_user();
                 bump(&self.counters.unpacked_recvs);
-                let n = st.len.min(buf.len());
-                let unpacked = datatype.unpack_part(&buf[..n], &mut user, count, 0);
+                let unpacked = match in_place {
+                    Some(r) => {
+                        bump(&self.counters.unpacked_in_place);
+                        r
+                    }
+                    None => {
+                        let n = st.len.min(buf.len());
+                        datatype.unpack_part(&buf[..n], &mut user, count, 0)
+                    }
+                };
                 self.give_back_staging(buf);
                 (user, unpacked.err())
             }

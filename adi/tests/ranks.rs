@@ -529,6 +529,37 @@ fn role_typed_in_place(w: &Comm) {
         w.counters().unpacked_in_place > before,
         "no datatype receive was unpacked in place"
     );
+    // Nonblocking receives made before their messages (deferred, with the
+    // endpoint's consumer): unpacked in place when the drain takes them,
+    // copied if a pass queued the message first; either way exact.
+    let t = Datatype::vector(512, 1, 2, &f64t).unwrap();
+    t.commit().unwrap();
+    let span = 16 * 512 - 8;
+    let before = w.counters().unpacked_in_place;
+    for round in 0..20 {
+        if me == 0 {
+            w.recv(&mut [0u8; 1], peer, 6).unwrap();
+            w.send_typed(&pattern(100 + round, span), 1, &t, peer, 5)
+                .unwrap();
+        } else {
+            let mut r = w.irecv_typed(vec![0xAAu8; span], 1, &t, peer, 5).unwrap();
+            w.send(b"g", peer, 6).unwrap();
+            let st = w.wait(&mut r).unwrap();
+            assert_eq!((st.source, st.tag, st.count), (peer, 5, 4096));
+            let got = r.take_buffer().unwrap();
+            check(
+                &got,
+                &pattern(100 + round, span),
+                &format!("deferred, round {round}"),
+            );
+        }
+    }
+    if me == 1 {
+        assert!(
+            w.counters().unpacked_in_place > before,
+            "no deferred datatype receive was unpacked in place"
+        );
+    }
     let t = Datatype::vector(512, 1, 2, &f64t).unwrap();
     t.commit().unwrap();
     let span = 16 * 512 - 8;
