@@ -1633,11 +1633,14 @@ impl Device {
         group: &Group,
     ) -> Result<Option<Status>, Error> {
         let got = self.with_core(|core| Ok(core.ep.recv_arrived_with(spec, cap, &mut *f)?))?;
-        Ok(got.map(|st| {
-            bump(&self.counters.recvs);
-            bump(&self.counters.unpacked_in_place);
-            self.status_of(&st, (!group.identity).then_some(group))
-        }))
+        Ok(got.map(|st| self.in_place_status(&st, group)))
+    }
+
+    /// The status of a receive unpacked in place, counted as one.
+    fn in_place_status(&self, st: &EpStatus, group: &Group) -> Status {
+        bump(&self.counters.recvs);
+        bump(&self.counters.unpacked_in_place);
+        self.status_of(st, (!group.identity).then_some(group))
     }
 
     /// The blocking form of [`Device::recv_arrived_with`]: while the
@@ -1671,11 +1674,7 @@ impl Device {
                 Ok((r, w))
             })?;
             if let Some(st) = got {
-                bump(&self.counters.recvs);
-                bump(&self.counters.unpacked_in_place);
-                return Ok(Some(
-                    self.status_of(&st, (!group.identity).then_some(group)),
-                ));
+                return Ok(Some(self.in_place_status(&st, group)));
             }
             let Some((w, next)) = watch else {
                 return Ok(None);
