@@ -1337,18 +1337,16 @@ impl Device {
             return Err(Error::NotInitialized { what: "finalized" });
         };
         bump_locked(&self.counters.recvs);
-        let started = match &into {
-            RecvInto::Typed(t) if t.slot.is_some() => {
-                let consumer = t
-                    .slot
-                    .as_ref()
-                    .map(|slot| slot.consumer(t.datatype.clone(), t.count));
-                match consumer {
-                    Some(c) => core.ep.irecv_or_done_in_place(spec, buf, c),
-                    None => core.ep.irecv_or_done(spec, buf),
-                }
-            }
-            _ => core.ep.irecv_or_done(spec, buf),
+        let consumer = match &into {
+            RecvInto::Typed(t) => t
+                .slot
+                .as_ref()
+                .map(|slot| slot.consumer(t.datatype.clone(), t.count)),
+            RecvInto::Owned => None,
+        };
+        let started = match consumer {
+            Some(c) => core.ep.irecv_or_done_in_place(spec, buf, c),
+            None => core.ep.irecv_or_done(spec, buf),
         };
         match started {
             Err(e) => Err(e.into()),
@@ -1647,7 +1645,8 @@ impl Device {
     /// message can still be taken at the front of its source's ring
     /// ([`Endpoint::front_open`]), spins on that ring (lock-free, as
     /// [`Device::recv_into`] does between its passes) for up to
-    /// [`IN_PLACE_SPINS`] looks, taking the message when it comes.
+    /// [`IN_PLACE_SPINS`] looks (none with `TMX_ADI_SPIN=0`), taking the
+    /// message when it comes.
     /// `Ok(None)` as soon as it cannot be taken there (another message is
     /// in front, something entered the matcher) or the spins run out:
     /// nothing was taken and the caller receives the general way
@@ -1663,6 +1662,9 @@ impl Device {
         let tm_proto::Source::Rank(p) = spec.source else {
             return Ok(None);
         };
+        // No spinning where blocking checks yield at once (`TMX_ADI_SPIN=0`:
+        // more ranks than cores, the sender may need this core).
+        let budget = if self.spin == 0 { 0 } else { IN_PLACE_SPINS };
         let mut spins = 0u32;
         loop {
             let (got, watch) = self.with_core(|core| {
@@ -1684,7 +1686,7 @@ impl Device {
                 return Ok(None);
             }
             loop {
-                if spins >= IN_PLACE_SPINS {
+                if spins >= budget {
                     return Ok(None);
                 }
                 spins += 1;
