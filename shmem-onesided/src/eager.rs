@@ -21,8 +21,10 @@
 //! MPICH and UCX. Taking the warmest one there let the set of blocks in
 //! circulation settle anywhere from 13 to 64 depending on how the first
 //! windows went, and a stream of 8 KiB messages ran at 8–12 GB/s
-//! accordingly, the mode fixed for the whole run; the bounded ring runs at
-//! 11–12 GB/s every time (crate README, "A stream's blocks in a ring").
+//! accordingly; with the bounded ring, 11 runs of 12 ran at 12.0–13.1 GB/s.
+//! It does not remove every slow start: after `osu`'s latency test a
+//! window of 8 KiB sends still often begins near 9 GB/s and moves to 13
+//! only some rounds later (crate README, "A stream's blocks in a ring").
 //!
 //! The stacks hold at most a quarter of the area; when the allocator cannot
 //! serve a request they are emptied back into it, so the area's capacity is
