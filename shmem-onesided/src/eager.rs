@@ -14,22 +14,31 @@
 //! cache, where a first-fit allocator over an 8 MiB area would hand out
 //! block after block of cold memory while older ones are still in flight.
 //!
-//! Streams of large blocks are the exception. While older blocks are still
-//! in flight (a window of sends), a class of [`STREAM_OLDEST_MIN`] bytes or
-//! more hands out its *oldest* kept block instead, and keeps at most
-//! [`STREAM_KEEP`] of them: a bounded ring, as a fixed set of cells is in
-//! MPICH and UCX. Taking the warmest one there let the set of blocks in
-//! circulation settle anywhere from 13 to 64 depending on how the first
-//! windows went, and a stream of 8 KiB messages ran at 8–12 GB/s
-//! accordingly; with the bounded ring, 11 runs of 12 ran at 12.0–13.1 GB/s.
-//! It does not remove every slow start: after `osu`'s latency test a
-//! window of 8 KiB sends still often begins near 9 GB/s and moves to 13
-//! only some rounds later (crate README, "A stream's blocks in a ring").
+//! Streams are the exception. While older blocks are still in flight (a
+//! window of sends), a class of [`STREAM_MIN`] bytes or more (payloads
+//! from 961 bytes, 1 KiB among them) cycles through a ring of its own:
+//! until the class has [`STREAM_RING`] bytes of blocks it takes fresh
+//! ones from the allocator, and after that it hands out its *oldest* kept
+//! block, as a fixed set of cells cycles in MPICH's and UCX's FIFOs.
+//! Taking the warmest one there let the set of blocks in circulation be
+//! as small as the first windows made it: a receiver that kept pace
+//! released each block before the next send, so the sender took it back
+//! at once and two or three blocks went back and forth between the cores,
+//! each rewritten while its lines were still in the reader's cache. That
+//! state held itself (the sender, slowed by it, never got ahead), and it
+//! was `bw` 8 KiB's slow start (about 9 GB/s against 13): a C scratch
+//! stream of 8 KiB messages ran at 7.5 GB/s through 2 blocks, 8.7 through
+//! 4, 10.5 through 8 and 15 through 32 (crate README, "A stream's blocks
+//! in a ring").
 //!
-//! The stacks hold at most a quarter of the area; when the allocator cannot
-//! serve a request they are emptied back into it, so the area's capacity is
+//! The stacks hold at most half the area; when the allocator cannot serve
+//! a request they are emptied back into it, so the area's capacity is
 //! never lost to them (a message as large as the area still fits once
-//! everything is released).
+//! everything is released). (With a quarter, the rings that `osu_ddt`'s
+//! 1–8 KiB windows left kept, 1.25 MiB of the default 8 MiB area, crowded
+//! out the blocks of its next sizes: bandwidth at 32 KiB packed was
+//! 0.90–0.91× the build before the rings, three runs of 12 pairs; with
+//! half, 0.98×, and 64 KiB 1.11×.)
 //!
 //! The module is pure bookkeeping: whether a block was released is asked
 //! through a callback (the endpoint reads the flag in shared memory).
@@ -43,15 +52,25 @@ pub(crate) const POOL_MAX: u64 = 128 << 10;
 /// Number of size classes up to [`POOL_MAX`].
 const CLASSES: usize = 40;
 /// Classes of blocks of at least this many bytes (flag line included)
-/// hand out their oldest kept block while older blocks are in flight (see
-/// the module's documentation). 8 KiB, so that 8 KiB payloads (10 KiB
-/// blocks) take it and 4 KiB ones do not: with it their `bw` was 0.92×,
-/// and 1 process of 16 reached the fast state against 7 without.
-pub(crate) const STREAM_OLDEST_MIN: u64 = 8 << 10;
-/// Kept blocks per class of [`STREAM_OLDEST_MIN`] bytes or more. With 16 a
-/// stream of 8 KiB messages ran at 8.3 GB/s (3 runs); with 32 and with 64,
-/// 14 processes of 20 each reached the fast state (about 14 GB/s), so the
-/// smaller ring.
+/// stream through a ring while older blocks are in flight (see the
+/// module's documentation): the 1,280-byte class (payloads of 961–1,216
+/// bytes) and larger. With the ring from this class on, against from the
+/// 2,560-byte one, `bw` 1 KiB was 1.23× and `bibw` 1 KiB 1.14× (A-B-B-A,
+/// 16 pairs); from the 640-byte class, `bw` 512 B was 0.77×.
+pub(crate) const STREAM_MIN: u64 = 1280;
+/// Bytes of blocks a stream class grows its ring to before it reuses
+/// them (32 blocks of 8 KiB payloads, 64 of 4 KiB, 256 of 1 KiB). Against
+/// 160 KiB, `bw` 1 KiB 1.14× and 2 KiB 1.11×; against 640 KiB, `bw` 8 KiB
+/// 1.17× (A-B-B-A, 16 pairs each).
+pub(crate) const STREAM_RING: u64 = 320 << 10;
+/// The largest stream class: the 10 KiB one, of 8 KiB payloads. Larger
+/// blocks (packed sends of 16 KiB and more, copied; contiguous ones go by
+/// CMA) are handed out warmest first: streamed through rings as well,
+/// `osu_ddt`'s bandwidth at 16–128 KiB was 0.96–1.02× (12 pairs).
+pub(crate) const STREAM_MAX: u64 = 10 << 10;
+/// A stream class keeps at most `max(STREAM_RING / size, STREAM_KEEP)`
+/// released blocks (the rest go back to the allocator), so classes larger
+/// than 10 KiB keep 32 as before the ring was sized in bytes.
 pub(crate) const STREAM_KEEP: usize = 32;
 /// No class: the block was allocated at its exact size.
 const NO_CLASS: u8 = u8::MAX;
@@ -83,7 +102,7 @@ pub(crate) struct EagerArea {
     heap: SymHeap,
     /// Released blocks kept for reuse, per class; the last one pushed is
     /// the warmest, the first the oldest.
-    stacks: Vec<Vec<u64>>,
+    stacks: Vec<VecDeque<u64>>,
     /// Bytes in `stacks`.
     cached: u64,
     /// At most this many bytes are kept in `stacks`.
@@ -91,6 +110,9 @@ pub(crate) struct EagerArea {
     /// Blocks handed out and not yet taken back, oldest first, with their
     /// class ([`NO_CLASS`] for exact-size blocks).
     in_flight: VecDeque<(u64, u8)>,
+    /// Blocks of each class that exist, kept or in flight (a stream
+    /// class's ring grows until they make [`STREAM_RING`] bytes).
+    blocks: Vec<u32>,
     /// Payloads of at least this many bytes are copied into a block with
     /// `rep movsb` (`crate::copy::to_block`; `usize::MAX`: never).
     movsb_min: usize,
@@ -102,11 +124,12 @@ impl EagerArea {
     pub(crate) fn new(size: u64, movsb_min: usize) -> Self {
         let heap = SymHeap::new(size);
         EagerArea {
-            cache_cap: heap.size() / 4,
+            cache_cap: heap.size() / 2,
             heap,
-            stacks: vec![Vec::new(); CLASSES],
+            stacks: vec![VecDeque::new(); CLASSES],
             cached: 0,
             in_flight: VecDeque::new(),
+            blocks: vec![0; CLASSES],
             movsb_min,
         }
     }
@@ -132,12 +155,20 @@ impl EagerArea {
     /// `released` says the receiver is done with.
     pub(crate) fn alloc(&mut self, need: u64, released: impl Fn(u64) -> bool) -> Option<u64> {
         let class = class_of(need).filter(|&(_, size)| size <= self.heap.size());
-        if let Some((c, _)) = class {
+        // Asked before anything is taken back: a stream's reclaim can leave
+        // a single block in flight.
+        let stream = self.in_flight.len() > 1;
+        if let Some((c, size)) = class {
+            if self.ring_grows(c, size, stream) {
+                if let Some(off) = self.alloc_fresh(need, class) {
+                    return Some(off);
+                }
+            }
             if self.stacks[c].is_empty() && !self.in_flight.is_empty() {
                 // The oldest blocks are usually the ones released by now.
                 self.reclaim_front(&released);
             }
-            if let Some(off) = self.pop_kept(class) {
+            if let Some(off) = self.pop_kept(class, stream) {
                 return Some(off);
             }
         }
@@ -147,7 +178,7 @@ impl EagerArea {
         // Blocks released out of order.
         if self.reclaim(&released) > 0 {
             if let Some(off) = self
-                .pop_kept(class)
+                .pop_kept(class, stream)
                 .or_else(|| self.alloc_fresh(need, class))
             {
                 return Some(off);
@@ -164,21 +195,38 @@ impl EagerArea {
     /// Whether a class of blocks of `size` bytes hands out its oldest kept
     /// block now (a stream of large blocks) rather than its warmest.
     #[inline]
-    fn oldest_first(&self, size: u64) -> bool {
-        size >= STREAM_OLDEST_MIN && self.in_flight.len() > 1
+    fn oldest_first(size: u64, stream: bool) -> bool {
+        (STREAM_MIN..=STREAM_MAX).contains(&size) && stream
+    }
+
+    /// Whether class `c` (of blocks of `size` bytes) is a stream whose ring
+    /// has fewer than [`STREAM_RING`] bytes of blocks yet, so that its next
+    /// block comes fresh from the allocator.
+    #[inline]
+    fn ring_grows(&self, c: usize, size: u64, stream: bool) -> bool {
+        Self::oldest_first(size, stream) && u64::from(self.blocks[c]) * size < STREAM_RING
+    }
+
+    /// At most this many released blocks of `size` bytes are kept.
+    #[inline]
+    fn keep_max(size: u64) -> u64 {
+        if size >= STREAM_MIN {
+            (STREAM_RING / size).max(STREAM_KEEP as u64)
+        } else {
+            u64::MAX
+        }
     }
 
     /// A kept block of `class` (the one released last, or in a stream of
     /// large blocks the oldest kept), now in flight.
-    fn pop_kept(&mut self, class: Option<(usize, u64)>) -> Option<u64> {
+    fn pop_kept(&mut self, class: Option<(usize, u64)>, stream: bool) -> Option<u64> {
         let (c, size) = class?;
-        let oldest = self.oldest_first(size);
+        let oldest = Self::oldest_first(size, stream);
         let kept = &mut self.stacks[c];
-        let off = if oldest && !kept.is_empty() {
-            // At most `STREAM_KEEP` entries move down.
-            kept.remove(0)
+        let off = if oldest {
+            kept.pop_front()?
         } else {
-            kept.pop()?
+            kept.pop_back()?
         };
         self.cached -= size;
         self.in_flight.push_back((off, c as u8));
@@ -187,15 +235,20 @@ impl EagerArea {
 
     /// The block the next [`EagerArea::alloc`] of `need` bytes would most
     /// likely hand out (the kept block [`EagerArea::alloc`] takes first),
-    /// as a prefetch hint.
+    /// as a prefetch hint; `None` while a stream's ring grows (its next
+    /// block is a fresh one).
     #[inline]
     pub(crate) fn next_kept(&self, need: u64) -> Option<u64> {
         let (c, size) = class_of(need)?;
         let kept = self.stacks.get(c)?;
-        if self.oldest_first(size) {
-            kept.first().copied()
+        let stream = self.in_flight.len() > 1;
+        if self.ring_grows(c, size, stream) {
+            return None;
+        }
+        if Self::oldest_first(size, stream) {
+            kept.front().copied()
         } else {
-            kept.last().copied()
+            kept.back().copied()
         }
     }
 
@@ -203,7 +256,11 @@ impl EagerArea {
     /// `need` bytes without a class), now in flight.
     fn alloc_fresh(&mut self, need: u64, class: Option<(usize, u64)>) -> Option<u64> {
         let (off, c) = match class {
-            Some((c, size)) => (self.heap.alloc(size, 64).ok()?, c as u8),
+            Some((c, size)) => {
+                let off = self.heap.alloc(size, 64).ok()?;
+                self.blocks[c] += 1;
+                (off, c as u8)
+            }
             None => (self.heap.alloc(need, 64).ok()?, NO_CLASS),
         };
         self.in_flight.push_back((off, c));
@@ -261,14 +318,14 @@ impl EagerArea {
     fn put_back(&mut self, off: u64, c: u8) {
         if c != NO_CLASS {
             if let Some((_, size)) = class_size(c) {
-                let kept = &self.stacks[c as usize];
-                let room = size < STREAM_OLDEST_MIN || kept.len() < STREAM_KEEP;
+                let room = (self.stacks[c as usize].len() as u64) < Self::keep_max(size);
                 if room && self.cached + size <= self.cache_cap {
-                    self.stacks[c as usize].push(off);
+                    self.stacks[c as usize].push_back(off);
                     self.cached += size;
                     return;
                 }
             }
+            self.blocks[c as usize] -= 1;
         }
         // The offset came from this allocator and is in flight exactly once.
         let _ = self.heap.free(off);
@@ -277,7 +334,8 @@ impl EagerArea {
     /// Returns every kept block to the allocator (so that it can coalesce
     /// them for a larger request).
     fn flush_stacks(&mut self) {
-        for s in &mut self.stacks {
+        for (s, n) in self.stacks.iter_mut().zip(&mut self.blocks) {
+            *n -= s.len() as u32;
             for off in s.drain(..) {
                 let _ = self.heap.free(off);
             }
@@ -330,24 +388,27 @@ mod tests {
         assert_eq!(class_of(POOL_MAX + 1), None);
     }
 
+    /// A need of the 640-byte class, below `STREAM_MIN`.
+    const SMALL: u64 = 600;
+
     #[test]
     fn a_released_block_is_reused_first() {
         let mut a = EagerArea::new(1 << 20, usize::MAX);
         let freed = RefCell::new(HashSet::new());
         let rel = |o: u64| freed.borrow().contains(&o);
-        let x = a.alloc(1088, rel).unwrap();
-        let y = a.alloc(1088, rel).unwrap();
+        let x = a.alloc(SMALL, rel).unwrap();
+        let y = a.alloc(SMALL, rel).unwrap();
         assert_ne!(x, y);
         freed.borrow_mut().insert(x);
         // x is the oldest in flight and released: taken back and reused.
-        assert_eq!(a.alloc(1100, rel), Some(x), "same class (1280 bytes)");
+        assert_eq!(a.alloc(SMALL + 20, rel), Some(x), "same class (640 bytes)");
         assert_eq!(a.in_flight(), 2);
         freed.borrow_mut().insert(y);
         freed.borrow_mut().insert(x);
         assert_eq!(a.reclaim(rel), 2);
         assert_eq!(a.in_flight(), 0);
         // LIFO: the last one taken back comes first.
-        let z = a.alloc(1088, |_| false).unwrap();
+        let z = a.alloc(SMALL, |_| false).unwrap();
         assert!(z == x || z == y);
     }
 
@@ -359,80 +420,147 @@ mod tests {
         let mut a = EagerArea::new(1 << 20, usize::MAX);
         let freed = RefCell::new(HashSet::new());
         let rel = |o: u64| freed.borrow().contains(&o);
-        assert_eq!(a.next_kept(1088), None, "nothing released yet");
-        let x = a.alloc(1088, rel).unwrap();
-        let y = a.alloc(1088, rel).unwrap();
+        assert_eq!(a.next_kept(SMALL), None, "nothing released yet");
+        let x = a.alloc(SMALL, rel).unwrap();
+        let y = a.alloc(SMALL, rel).unwrap();
         let other = a.alloc(200, rel).unwrap();
         freed.borrow_mut().extend([x, y, other]);
         assert_eq!(a.reclaim(rel), 3);
-        let next = a.next_kept(1100).expect("a 1280-byte block is kept");
+        let next = a.next_kept(SMALL + 20).expect("a 640-byte block is kept");
         assert!(next == x || next == y);
-        assert_eq!(a.alloc(1100, |_| false), Some(next));
-        let last = a.next_kept(1088).expect("the other one");
+        assert_eq!(a.alloc(SMALL + 20, |_| false), Some(next));
+        let last = a.next_kept(SMALL).expect("the other one");
         assert_ne!(last, next);
-        assert_eq!(a.alloc(1088, |_| false), Some(last));
-        assert_eq!(a.next_kept(1088), None, "class emptied");
+        assert_eq!(a.alloc(SMALL, |_| false), Some(last));
+        assert_eq!(a.next_kept(SMALL), None, "class emptied");
         assert_eq!(a.next_kept(200), Some(other), "other classes apart");
         assert_eq!(a.next_kept(POOL_MAX + 1), None, "no class");
     }
 
-    /// While older blocks are in flight, a class of `STREAM_OLDEST_MIN`
-    /// bytes or more hands out its oldest kept block (and `next_kept`
-    /// names it); a lone send, and smaller classes, the warmest.
-    #[test]
-    fn streams_of_large_blocks_take_the_oldest_kept() {
-        let big = EAGER_TEST_BIG;
-        let mut a = EagerArea::new(4 << 20, usize::MAX);
+    /// A sender streaming `n` messages of `need` bytes to a receiver that
+    /// keeps pace: each block is released as soon as the next one is
+    /// handed out (so one or two are in flight at a time). Returns the
+    /// blocks in the order they were handed out.
+    fn stream_kept_pace(a: &mut EagerArea, need: u64, n: usize) -> Vec<u64> {
         let freed = RefCell::new(HashSet::new());
-        let rel = |o: u64| freed.borrow().contains(&o);
-        let b: Vec<u64> = (0..4).map(|_| a.alloc(big, rel).unwrap()).collect();
-        freed.borrow_mut().extend([b[0], b[1]]);
-        assert_eq!(a.reclaim_front(rel), 2);
-        assert_eq!(a.in_flight(), 2, "b[2] and b[3] still out: a stream");
-        assert_eq!(a.next_kept(big), Some(b[0]));
-        assert_eq!(a.alloc(big, |_| false), Some(b[0]), "oldest kept, not b[1]");
-        // The same in a small class: the warmest.
-        let s: Vec<u64> = (0..2).map(|_| a.alloc(200, |_| false).unwrap()).collect();
-        freed.borrow_mut().extend(s.iter().copied());
-        assert_eq!(
-            a.reclaim(rel),
-            3,
-            "s[0], s[1], and b[0] (its flag still reads released)"
-        );
-        assert_eq!(a.next_kept(200), Some(s[1]));
-        assert_eq!(a.alloc(200, |_| false), Some(s[1]));
-        // A lone send: everything released, nothing in flight.
-        let mut l = EagerArea::new(4 << 20, usize::MAX);
-        let x = l.alloc(big, |_| false).unwrap();
-        let y = l.alloc(big, |_| false).unwrap();
-        assert_eq!(l.reclaim(|_| true), 2);
-        assert_eq!(l.in_flight(), 0);
-        assert_eq!(l.next_kept(big), Some(y));
-        assert_eq!(l.alloc(big, |_| false), Some(y), "the warmest");
-        assert_ne!(x, y);
+        let mut got: Vec<u64> = Vec::new();
+        for _ in 0..n {
+            let o = a
+                .alloc(need, |o| freed.borrow().contains(&o))
+                .expect("room");
+            freed.borrow_mut().remove(&o);
+            if let Some(&prev) = got.last() {
+                freed.borrow_mut().insert(prev);
+            }
+            got.push(o);
+        }
+        got
     }
 
-    /// A class of `STREAM_OLDEST_MIN` bytes or more keeps at most
-    /// `STREAM_KEEP` released blocks; the rest go back to the allocator.
+    /// A stream class grows its ring to `STREAM_RING` bytes of blocks even
+    /// when the receiver keeps pace (taking back the released block at
+    /// once would cycle two or three), and then cycles through it oldest
+    /// first; `next_kept` says nothing while the ring grows and names the
+    /// oldest kept block after.
     #[test]
-    fn large_classes_keep_a_bounded_ring() {
-        let big = EAGER_TEST_BIG;
+    fn a_stream_cycles_through_a_ring_of_stream_ring_bytes() {
+        for need in [EAGER_TEST_BIG, 4096 + 64, 1024 + 64] {
+            let (c, size) = class_of(need).unwrap();
+            let ring = (STREAM_RING / size) as usize;
+            let mut a = EagerArea::new(8 << 20, usize::MAX);
+            let got = stream_kept_pace(&mut a, need, 3 * ring + 5);
+            let distinct: HashSet<u64> = got.iter().copied().collect();
+            // The first two blocks come before the stream is seen (at most
+            // one in flight), the ring then grows to `ring` blocks.
+            assert_eq!(distinct.len(), ring, "{need}: ring of {size}-byte blocks");
+            assert_eq!(a.blocks[c] as usize, ring);
+            for k in ring + 2..got.len() {
+                assert_eq!(got[k], got[k - ring], "{need}: oldest first, at {k}");
+            }
+            assert_eq!(a.next_kept(need), a.stacks[c].front().copied());
+            assert!(a.next_kept(need).is_some());
+        }
+        // While the ring grows, no kept block is named.
         let mut a = EagerArea::new(8 << 20, usize::MAX);
-        let n = STREAM_KEEP + 8;
-        let b: Vec<u64> = (0..n).map(|_| a.alloc(big, |_| false).unwrap()).collect();
-        assert_eq!(a.reclaim(|_| true), n);
-        let (c, size) = class_of(big).unwrap();
-        assert_eq!(a.stacks[c].len(), STREAM_KEEP);
-        assert_eq!(
-            a.stacks[c],
-            b[..STREAM_KEEP],
-            "the first released are kept, in order"
+        let got = stream_kept_pace(&mut a, EAGER_TEST_BIG, 4);
+        let _ = a.reclaim(|o| o != got[3]);
+        assert_eq!(a.in_flight(), 1);
+        let _ = a.alloc(EAGER_TEST_BIG, |_| false).unwrap();
+        assert_eq!(a.in_flight(), 2, "a stream");
+        assert!(!a.stacks[class_of(EAGER_TEST_BIG).unwrap().0].is_empty());
+        assert_eq!(a.next_kept(EAGER_TEST_BIG), None, "the ring still grows");
+    }
+
+    /// Below `STREAM_MIN`, and for lone sends (a ping-pong, at most one
+    /// block in flight), the warmest released block is reused: no ring.
+    #[test]
+    fn lone_sends_and_small_classes_reuse_the_warmest() {
+        let mut a = EagerArea::new(8 << 20, usize::MAX);
+        let got = stream_kept_pace(&mut a, SMALL, 200);
+        let distinct: HashSet<u64> = got.iter().copied().collect();
+        assert!(
+            distinct.len() <= 3,
+            "small class: {} blocks",
+            distinct.len()
         );
-        assert_eq!(a.cached, STREAM_KEEP as u64 * size);
-        // Small classes are bounded by bytes only.
-        let s: Vec<u64> = (0..n).map(|_| a.alloc(1000, |_| false).unwrap()).collect();
+        let mut l = EagerArea::new(8 << 20, usize::MAX);
+        let mut seen = HashSet::new();
+        for _ in 0..100 {
+            let o = l.alloc(EAGER_TEST_BIG, |_| true).unwrap();
+            seen.insert(o);
+            assert_eq!(l.reclaim(|_| true), 1, "the ping-pong's reply came");
+        }
+        assert_eq!(seen.len(), 1, "a ping-pong reuses its one block");
+        assert_eq!(l.next_kept(EAGER_TEST_BIG), seen.iter().next().copied());
+    }
+
+    /// A stream class keeps at most `max(STREAM_RING / size, STREAM_KEEP)`
+    /// released blocks, the first released, in order; the rest go back to
+    /// the allocator. Small classes are bounded by bytes only.
+    #[test]
+    fn stream_classes_keep_a_bounded_ring() {
+        for (need, keep) in [
+            (EAGER_TEST_BIG, 32),
+            (4096 + 64, 64),
+            (1024 + 64, 256),
+            (32 << 10, STREAM_KEEP),
+        ] {
+            let mut a = EagerArea::new(32 << 20, usize::MAX);
+            let (c, size) = class_of(need).unwrap();
+            let n = keep + 8;
+            let b: Vec<u64> = (0..n).map(|_| a.alloc(need, |_| false).unwrap()).collect();
+            assert_eq!(a.blocks[c] as usize, n);
+            assert_eq!(a.reclaim(|_| true), n);
+            assert_eq!(a.stacks[c].len(), keep, "{need}");
+            assert!(
+                a.stacks[c].iter().eq(&b[..keep]),
+                "{need}: the first released, in order"
+            );
+            assert_eq!(a.cached, keep as u64 * size);
+            assert_eq!(a.blocks[c] as usize, keep, "{need}: the rest freed");
+        }
+        let mut a = EagerArea::new(8 << 20, usize::MAX);
+        let n = 1000;
+        let s: Vec<u64> = (0..n).map(|_| a.alloc(SMALL, |_| false).unwrap()).collect();
         assert_eq!(a.reclaim(|_| true), n);
-        assert_eq!(a.stacks[class_of(1000).unwrap().0].len(), s.len());
+        assert_eq!(a.stacks[class_of(SMALL).unwrap().0].len(), s.len());
+    }
+
+    /// Released blocks are kept up to half the area (bytes), the rest go
+    /// back to the allocator.
+    #[test]
+    fn kept_blocks_fill_at_most_half_the_area() {
+        let size = 1 << 20;
+        let mut a = EagerArea::new(size, usize::MAX);
+        let mut n = 0;
+        while a.alloc(SMALL, |_| false).is_some() {
+            n += 1;
+        }
+        assert!(n as u64 * 640 > size * 3 / 4, "{n} blocks");
+        assert_eq!(a.reclaim(|_| true), n);
+        let half = size / 2;
+        assert!(a.cached <= half && a.cached + 640 > half, "{}", a.cached);
+        assert_eq!(a.blocks[class_of(SMALL).unwrap().0] as u64 * 640, a.cached);
     }
 
     #[test]
@@ -494,6 +622,11 @@ mod tests {
                 if op == 3 {
                     let rel = |o: u64| freed.borrow().contains(&o);
                     a.reclaim(rel);
+                }
+                // Each class's count is its kept blocks and those in flight.
+                for c in 0..CLASSES {
+                    let out = a.in_flight.iter().filter(|&&(_, k)| usize::from(k) == c).count();
+                    prop_assert_eq!(a.blocks[c] as usize, a.stacks[c].len() + out, "class {}", c);
                 }
             }
             for &(o, _) in &live {
