@@ -37,7 +37,7 @@
 //! everything is released). (With a quarter, the rings that `osu_ddt`'s
 //! 1–8 KiB windows left kept, 1.25 MiB of the default 8 MiB area, crowded
 //! out the blocks of its next sizes: bandwidth at 32 KiB packed was
-//! 0.90–0.91× the build before the rings, three runs of 12 pairs; with
+//! 0.90–0.92× the build before the rings, three runs of 12 pairs; with
 //! half, 0.98×, and 64 KiB 1.11×.)
 //!
 //! The module is pure bookkeeping: whether a block was released is asked
