@@ -15,8 +15,8 @@
 //! block after block of cold memory while older ones are still in flight.
 //!
 //! Streams are the exception. While older blocks are still in flight (a
-//! window of sends), a class of [`STREAM_MIN`] bytes or more (payloads
-//! from 961 bytes, 1 KiB among them) cycles through a ring of its own:
+//! window of sends), a class of [`STREAM_MIN`] to [`STREAM_MAX`] bytes
+//! (payloads from 961 bytes to 8 KiB) cycles through a ring of its own:
 //! until the class has [`STREAM_RING`] bytes of blocks it takes fresh
 //! ones from the allocator, and after that it hands out its *oldest* kept
 //! block, as a fixed set of cells cycles in MPICH's and UCX's FIFOs.
@@ -193,7 +193,8 @@ impl EagerArea {
     }
 
     /// Whether a class of blocks of `size` bytes hands out its oldest kept
-    /// block now (a stream of large blocks) rather than its warmest.
+    /// block now (a stream class, while the sender has more than one block
+    /// in flight) rather than its warmest.
     #[inline]
     fn oldest_first(size: u64, stream: bool) -> bool {
         (STREAM_MIN..=STREAM_MAX).contains(&size) && stream
@@ -217,8 +218,8 @@ impl EagerArea {
         }
     }
 
-    /// A kept block of `class` (the one released last, or in a stream of
-    /// large blocks the oldest kept), now in flight.
+    /// A kept block of `class` (the one released last, or in a stream the
+    /// oldest kept), now in flight.
     fn pop_kept(&mut self, class: Option<(usize, u64)>, stream: bool) -> Option<u64> {
         let (c, size) = class?;
         let oldest = Self::oldest_first(size, stream);
