@@ -826,9 +826,12 @@ pub struct Endpoint {
     /// subsequence of `deferred`; entries older than its front are stale
     /// and dropped).
     consumers: VecDeque<PayloadConsumer>,
-    /// CMA messages matched by a nonblocking receive as it was posted,
-    /// oldest first, whose single copy is left to the next progress pass
-    /// ([`Endpoint::copy_late`]): the receive stays pending until then.
+    /// CMA messages matched by a nonblocking receive as it was posted (or
+    /// by an earlier receive while it was made, see `late_posted`), and
+    /// by posted receives in a progress pass (`batch_cma`), oldest first,
+    /// whose single copy is left to the next progress pass (or the end of
+    /// this one) ([`Endpoint::copy_late`]): the receive stays pending
+    /// until then.
     /// Copying them inside `irecv` kept a rank that had fallen behind
     /// from posting its own sends until it had read every message of its
     /// peer's window, so the two ranks copied in turn instead of at once.
@@ -847,6 +850,11 @@ pub struct Endpoint {
     /// Set around the post of a nonblocking receive: a CMA message it
     /// matches at once joins `late` instead of being copied.
     late_ok: bool,
+    /// Set while a nonblocking receive hands what has arrived to the
+    /// model before it is posted ([`Endpoint::drain_source`]): a CMA
+    /// message that matches an earlier receive the user holds (pending,
+    /// with a buffer of its own) joins `late` too, for the same reason.
+    late_posted: bool,
     /// Set while a progress pass reads its rings: a CMA message that
     /// matches a posted receive with a buffer of its own joins `late`, so
     /// that the pass reads all of them from one sender in one
@@ -1406,6 +1414,7 @@ impl Endpoint {
             split_out: vec![0; n as usize],
             ready_splits: false,
             late_ok: false,
+            late_posted: false,
             batch_cma: false,
             cma_batch: node_cfg_cma_batch,
             cma_done: false,
@@ -3568,6 +3577,7 @@ impl Endpoint {
             return;
         };
         if (self.late_ok
+            || (self.late_posted && req.user)
             || (self.batch_cma && !split_size(&u.hdr, &req.buf, self.node.config().cma_split)))
             && u.hdr.kind == KIND_CMA
             && u.data.is_none()
@@ -4197,7 +4207,10 @@ impl Endpoint {
         // a receive whose message is already here completes in this call
         // (taken straight into `buf` when nothing posted or queued could
         // claim it first).
-        if let Some(result) = self.drain_source(spec, &mut buf)? {
+        self.late_posted = true;
+        let drained = self.drain_source(spec, &mut buf);
+        self.late_posted = false;
+        if let Some(result) = drained? {
             return Ok(Err((result, buf)));
         }
         if self.may_defer(spec, buf.len()) {
@@ -4802,7 +4815,9 @@ impl Endpoint {
             if h.kind != KIND_CMA || h.source != src || u.data.is_some() {
                 break;
             }
-            let Some(Req { buf, .. }) = self.requests.reqs.get_mut(*key) else {
+            // The map or the caller slot: the receive `irecv_or_done`
+            // made, which joined `late` as it was posted, stays there.
+            let Some(Req { buf, .. }) = self.requests.get_mut(*key) else {
                 break;
             };
             if split_size(h, buf, split_min) {
@@ -7049,6 +7064,66 @@ mod tests {
                 ep.finalize().unwrap();
             });
         }
+    }
+
+    /// A nonblocking receive made after CMA messages arrived does not read
+    /// the one an earlier receive matches while it hands the ring to the
+    /// model: that copy waits for the next progress pass with the
+    /// receive's own (read together, one `process_vm_readv`). Read inside
+    /// the call, a rank behind its peer posted its own sends only after
+    /// it had read the peer's whole window (`bibw`: the ranks copied in
+    /// turn). Both arrive whole.
+    #[test]
+    fn cma_of_an_earlier_receive_waits_for_the_next_pass() {
+        if !cma_here("cmaposted") {
+            return;
+        }
+        let all_sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        pair_cfg("cmaposted", test_cfg(64), move |me, mut ep| {
+            let peer = 1 - me;
+            let len = 20_000;
+            if me == 1 {
+                let first = match ep.irecv_or_done(spec(peer, 7), vec![0u8; len]).unwrap() {
+                    Ok(r) => r,
+                    Err(_) => panic!("nothing was sent yet"),
+                };
+                ep.send(peer, 8, 4, &[1]).unwrap();
+                while !all_sent.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                let second = match ep.irecv_or_done(spec(peer, 7), vec![0u8; len]).unwrap() {
+                    Ok(r) => r,
+                    Err(_) => panic!("a CMA message is never read inside irecv"),
+                };
+                let read_in_calls = ep.counters().received;
+                for (i, r) in [first, second].into_iter().enumerate() {
+                    let (st, buf) = ep.wait(r).unwrap();
+                    assert!(
+                        st.len == len && buf == data(100 + i as u32, len),
+                        "{i}: {st:?}"
+                    );
+                }
+                // Checked once both are read: the sender's waits end.
+                assert_eq!(read_in_calls, 0, "neither was read inside the calls");
+                let c = ep.counters();
+                assert!(c.cma_batches == 1 && c.cma_batched == 2, "{c}");
+            } else {
+                let mut go = [0u8; 1];
+                ep.recv(spec(peer, 8), &mut go).unwrap();
+                let reqs: Vec<_> = (0..2)
+                    .map(|i| {
+                        ep.isend(peer, 7, 4, data(100 + i, len), SendMode::Standard)
+                            .unwrap()
+                    })
+                    .collect();
+                all_sent.store(true, Ordering::Release);
+                for r in reqs {
+                    ep.wait_send(r).unwrap();
+                }
+                assert_eq!(ep.counters().cma_sends, 2, "{}", ep.counters());
+            }
+            ep.finalize().unwrap();
+        });
     }
 
     /// `TMX_SHMEM_CMA_DUPLEX`: 7,000-byte messages streamed one way go
