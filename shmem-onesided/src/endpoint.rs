@@ -3591,6 +3591,9 @@ impl Endpoint {
             if self.late_ok {
                 req.user = true;
             }
+            // Matched: no handle in the model any more (a cancel until the
+            // copy answers "not cancelled" without asking it).
+            req.id = None;
             self.late.push_back((recv, u));
             return;
         }
@@ -7096,6 +7099,9 @@ mod tests {
                     Err(_) => panic!("a CMA message is never read inside irecv"),
                 };
                 let read_in_calls = ep.counters().received;
+                // Matched, though not read yet: neither can be cancelled.
+                assert!(!ep.cancel_recv(&first).unwrap(), "first cancelled");
+                assert!(!ep.cancel_recv(&second).unwrap(), "second cancelled");
                 for (i, r) in [first, second].into_iter().enumerate() {
                     let (st, buf) = ep.wait(r).unwrap();
                     assert!(
