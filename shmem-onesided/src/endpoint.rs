@@ -6996,6 +6996,32 @@ mod tests {
         });
     }
 
+    /// The sender's side of the CMA batch tests: once `peer` says go (tag
+    /// 8), sends `n` messages of `len` bytes (tag 7, `data(100 + i)`),
+    /// raises `all_sent` once all are in the ring, waits for them and
+    /// checks that every one went by CMA.
+    fn send_cma_when_told(
+        ep: &mut Endpoint,
+        peer: u32,
+        n: u32,
+        len: usize,
+        all_sent: &std::sync::atomic::AtomicBool,
+    ) {
+        let mut go = [0u8; 1];
+        ep.recv(spec(peer, 8), &mut go).unwrap();
+        let reqs: Vec<_> = (0..n)
+            .map(|i| {
+                ep.isend(peer, 7, 4, data(100 + i, len), SendMode::Standard)
+                    .unwrap()
+            })
+            .collect();
+        all_sent.store(true, Ordering::Release);
+        for r in reqs {
+            ep.wait_send(r).unwrap();
+        }
+        assert_eq!(ep.counters().cma_sends, u64::from(n), "{}", ep.counters());
+    }
+
     /// `TMX_SHMEM_CMA_BATCH`: CMA messages that match posted receives in
     /// one progress pass are read in one `process_vm_readv` call (a
     /// truncating receive among them gets its prefix), and arrive whole;
@@ -7050,19 +7076,7 @@ mod tests {
                         assert_eq!((c.cma_batches, c.cma_batched), (0, 0), "{c}");
                     }
                 } else {
-                    let mut go = [0u8; 1];
-                    ep.recv(spec(peer, 8), &mut go).unwrap();
-                    let reqs: Vec<_> = (0..n)
-                        .map(|i| {
-                            ep.isend(peer, 7, 4, data(100 + i, len), SendMode::Standard)
-                                .unwrap()
-                        })
-                        .collect();
-                    all_sent.store(true, Ordering::Release);
-                    for r in reqs {
-                        ep.wait_send(r).unwrap();
-                    }
-                    assert_eq!(ep.counters().cma_sends, u64::from(n), "{}", ep.counters());
+                    send_cma_when_told(&mut ep, peer, n, len, &all_sent);
                 }
                 ep.finalize().unwrap();
             });
@@ -7114,19 +7128,7 @@ mod tests {
                 let c = ep.counters();
                 assert!(c.cma_batches == 1 && c.cma_batched == 2, "{c}");
             } else {
-                let mut go = [0u8; 1];
-                ep.recv(spec(peer, 8), &mut go).unwrap();
-                let reqs: Vec<_> = (0..2)
-                    .map(|i| {
-                        ep.isend(peer, 7, 4, data(100 + i, len), SendMode::Standard)
-                            .unwrap()
-                    })
-                    .collect();
-                all_sent.store(true, Ordering::Release);
-                for r in reqs {
-                    ep.wait_send(r).unwrap();
-                }
-                assert_eq!(ep.counters().cma_sends, 2, "{}", ep.counters());
+                send_cma_when_told(&mut ep, peer, 2, len, &all_sent);
             }
             ep.finalize().unwrap();
         });
