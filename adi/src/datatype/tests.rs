@@ -586,3 +586,38 @@ fn nesting_depth_is_bounded() {
         .join()
         .unwrap();
 }
+
+/// Vectors of 4- and 8-byte elements with a stride of 1–5 elements (2–4
+/// have copy loops of their own, `gather_fixed_stride`) pack, pack from an
+/// offset inside a block, and unpack exactly as an element-by-element
+/// loop does, writing no byte between the blocks.
+#[test]
+fn fixed_stride_vectors_pack_and_unpack_like_a_loop() {
+    for (elem, basic) in [(4usize, BasicType::I32), (8, BasicType::F64)] {
+        for k in 1..=5usize {
+            for n in [1usize, 2, 3, 17, 1025] {
+                let t = Datatype::vector(n as i64, 1, k as i64, &Datatype::basic(basic)).unwrap();
+                t.commit().unwrap();
+                let span = (n - 1) * k * elem + elem;
+                let src: Vec<u8> = (0..span).map(|i| (i * 7 + 3) as u8).collect();
+                let want: Vec<u8> = (0..n)
+                    .flat_map(|i| src[i * k * elem..i * k * elem + elem].iter().copied())
+                    .collect();
+                let mut packed = vec![0u8; n * elem];
+                let mut pos = 0;
+                t.pack(&src, 1, &mut packed, &mut pos).unwrap();
+                assert_eq!((pos, &packed), (n * elem, &want), "pack {elem} x {n} / {k}");
+                let mut part = vec![0u8; n * elem - 3];
+                assert_eq!(t.pack_part(&src, 1, 3, &mut part).unwrap(), n * elem - 3);
+                assert_eq!(part[..], want[3..], "pack from 3, {elem} x {n} / {k}");
+                let mut back = vec![0xeeu8; span];
+                let mut pos = 0;
+                t.unpack(&packed, &mut pos, &mut back, 1).unwrap();
+                for (i, b) in back.iter().enumerate() {
+                    let want = if i % (k * elem) < elem { src[i] } else { 0xee };
+                    assert_eq!(*b, want, "unpack byte {i}, {elem} x {n} / {k}");
+                }
+            }
+        }
+    }
+}
