@@ -3591,8 +3591,8 @@ impl Endpoint {
             if self.late_ok {
                 req.user = true;
             }
-            // Matched: no handle in the model any more (a cancel until the
-            // copy answers "not cancelled" without asking it).
+            // Matched: no handle in the model any more (until the copy, a
+            // cancel answers "not cancelled" without asking the model).
             req.id = None;
             self.late.push_back((recv, u));
             return;
