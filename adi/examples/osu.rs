@@ -16,6 +16,15 @@
 //! works in memory where OSU's works in cache. `mpich_osu` measures both
 //! forms; `cargo xtask bench adi` compares ours with the same form.
 //!
+//! Buffers of 128 KiB and more are mapped memory, whichever test runs
+//! first: `osu` pins glibc's mmap threshold at its default 128 KiB
+//! ([`pin_mmap_threshold`]). Unpinned, glibc raises the threshold to the
+//! size of each mapped block freed, so after the `bw` sizes the `bibw`
+//! buffers up to 4 MiB came from the heap, at offsets modulo 64 that
+//! differ between sender and receiver, and `bibw` 512 KiB – 2 MiB ran
+//! 4–5% slower than with `bibw` alone. `mpich_osu` allocates its buffers
+//! once, as one mapped area per direction, as OSU does.
+//!
 //! ```text
 //! cargo build --release -p launcher -p adi --examples --bin tmrun
 //! target/release/tmrun -n 2 target/release/examples/osu            # table
@@ -341,7 +350,27 @@ fn run(o: &Opts) -> Result<(), Error> {
     adi::finalize()
 }
 
+/// Pins glibc's mmap threshold (`M_MMAP_THRESHOLD`) at its default,
+/// 128 KiB, which turns off glibc's raising of it when a mapped block is
+/// freed: every window buffer of 128 KiB or more is then a mapping of its
+/// own, page-aligned plus glibc's 16-byte header, as in `bibw` run alone
+/// and as in `mpich_osu`'s one area. No-op outside glibc.
+fn pin_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallopt` only sets an allocator parameter (glibc takes
+        // its arena lock); no memory is handed out or freed by the call.
+        let ok = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) };
+        if ok == 0 {
+            eprintln!(
+                "osu: mallopt(M_MMAP_THRESHOLD) failed; buffer placement may vary by test order"
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    pin_mmap_threshold();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TMX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
