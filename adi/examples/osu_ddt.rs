@@ -23,7 +23,9 @@
 //! ```
 //!
 //! Options: `--raw`, `--quick` (1/50 of the iterations, for smoke tests),
-//! `--max-size BYTES` (default 1048576).
+//! `--min-size BYTES` (default 8), `--max-size BYTES` (default 1048576; the
+//! sizes are the powers of two from 8 B between the two), `--scale N` (N
+//! times the iterations, for profiling).
 use adi::{BasicType, Comm, Datatype, Error, Request, ThreadLevel};
 use std::process::ExitCode;
 
@@ -33,26 +35,43 @@ const ROUNDS: usize = 5;
 struct Opts {
     raw: bool,
     quick: bool,
+    min_size: usize,
     max_size: usize,
+    /// Multiplies the iteration counts (`--scale`), for profiling.
+    scale: usize,
 }
 
 fn parse_opts() -> Result<Opts, String> {
     let mut o = Opts {
         raw: false,
         quick: false,
+        min_size: 8,
         max_size: 1 << 20,
+        scale: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--raw" => o.raw = true,
             "--quick" => o.quick = true,
+            "--min-size" => {
+                let v = args.next().ok_or("--min-size needs a value")?;
+                o.min_size = v.parse().map_err(|_| format!("bad --min-size {v:?}"))?;
+            }
+            "--scale" => {
+                let v = args.next().ok_or("--scale needs a value")?;
+                o.scale = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("bad --scale {v:?}"))?;
+            }
             "--max-size" => {
                 let v = args.next().ok_or("--max-size needs a value")?;
                 o.max_size = v.parse().map_err(|_| format!("bad --max-size {v:?}"))?;
             }
             "-h" | "--help" => {
-                return Err("usage: osu_ddt [--raw] [--quick] [--max-size BYTES]".into())
+                return Err("usage: osu_ddt [--raw] [--quick] [--min-size BYTES] [--max-size BYTES] [--scale N]".into())
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -64,7 +83,7 @@ fn scaled(n: usize, o: &Opts) -> usize {
     if o.quick {
         (n / 50).max(1)
     } else {
-        n
+        n.saturating_mul(o.scale)
     }
 }
 
@@ -173,6 +192,10 @@ fn run(o: &Opts) -> Result<(), Error> {
     }
     let mut len = 8;
     while len <= o.max_size {
+        if len < o.min_size {
+            len *= 2;
+            continue;
+        }
         let t = Datatype::vector((len / 8) as i64, 1, 2, &f64t)?;
         t.commit()?;
         let lat = latency(&world, &t, len, o)?;
