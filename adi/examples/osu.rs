@@ -22,8 +22,9 @@
 //! size of each mapped block freed, so after the `bw` sizes the `bibw`
 //! buffers up to 4 MiB came from the heap, at offsets modulo 64 that
 //! differ between sender and receiver, and `bibw` 512 KiB – 2 MiB ran
-//! 4–5% slower than with `bibw` alone. `mpich_osu` allocates its buffers
-//! once, as one mapped area per direction, as OSU does.
+//! 2–5% slower than pinned (adi README, "`osu`'s large buffers mapped
+//! whichever test runs first"). `mpich_osu` allocates its buffers once,
+//! as one mapped area per direction, as OSU does.
 //!
 //! ```text
 //! cargo build --release -p launcher -p adi --examples --bin tmrun
