@@ -43,16 +43,15 @@
 #define WINDOW 64
 #define MAX_LEN (4 << 20)
 
+/* OSU's iteration counts (osu_util.h: LAT_LOOP_SMALL / LAT_LOOP_LARGE,
+ * BW_LOOP_SMALL / BW_LOOP_LARGE, LARGE_MESSAGE_SIZE 8192), as adi's `osu`
+ * counts them. */
 static int lat_iters(int len) {
-    if (len <= 8192) return 10000;
-    if (len <= 65536) return 1000;
-    return 100;
+    return len <= 8192 ? 10000 : 1000;
 }
 
 static int bw_reps(int len) {
-    if (len <= 8192) return 100;
-    if (len <= 65536) return 20;
-    return 4;
+    return len <= 8192 ? 100 : 20;
 }
 
 static int cmp_double(const void *a, const void *b) {
