@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ROUNDS 5
 #define WINDOW 64
@@ -112,8 +113,14 @@ int main(int argc, char **argv) {
     int peer = 1 - rank;
     /* One buffer per operation of a window (see above). */
     size_t area = (size_t)MAX_LEN * WINDOW;
-    char *sbuf = malloc(area), *rbuf = malloc(area);
-    if (!sbuf || !rbuf) MPI_Abort(MPI_COMM_WORLD, 2);
+    /* Page-aligned, as OSU aligns its buffers (align_buffer(ptr,
+     * getpagesize())) and as adi's `osu` aligns its latency buffers. */
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) page = 4096;
+    char *sbuf = NULL, *rbuf = NULL;
+    if (posix_memalign((void **)&sbuf, (size_t)page, area) != 0 ||
+        posix_memalign((void **)&rbuf, (size_t)page, area) != 0)
+        MPI_Abort(MPI_COMM_WORLD, 2);
     memset(sbuf, 0x5a, area);
     memset(rbuf, 0, area);
     MPI_Request req[2 * WINDOW];
