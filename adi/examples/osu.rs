@@ -19,6 +19,7 @@
 //! The latency test's two buffers start on a page boundary, as OSU's
 //! (and `mpich_osu`'s) do ([`page_aligned`]). The window buffers of `bw`
 //! and `bibw` are `Vec`s the requests own, where they fall.
+//!
 //! Buffers of 128 KiB and more are mapped memory, whichever test runs
 //! first: `osu` pins glibc's mmap threshold at its default 128 KiB
 //! ([`pin_mmap_threshold`]). Unpinned, glibc raises the threshold to the
