@@ -2342,6 +2342,30 @@ impl Device {
         }
         self.with_pmi(|p| p.barrier())?;
         let core = self.core.lock()?.take();
+        let thresholds = core.as_ref().map(|core| {
+            let n = core.ep.node();
+            let c = n.config();
+            let size = |v: u64| {
+                if v == u64::MAX {
+                    "off".to_owned()
+                } else {
+                    v.to_string()
+                }
+            };
+            let how = match n.calibration() {
+                None => "not calibrated".to_owned(),
+                Some(cal) => match cal.raised_to {
+                    None => "calibrated: eager did not win at any measured size, kept".to_owned(),
+                    Some(s) => format!("calibrated: raised to {s}"),
+                },
+            };
+            format!(
+                "cma threshold {}, cma reply {}, cma duplex {} ({how})",
+                size(c.cma_threshold),
+                size(c.cma_reply),
+                size(c.cma_duplex)
+            )
+        });
         let shmem = match core {
             Some(core) => Some(core.ep.finalize()?),
             None => None,
@@ -2354,6 +2378,9 @@ impl Device {
             );
             if let Some(c) = shmem {
                 eprintln!("shmem counters (rank {}): {c}", self.world_rank);
+            }
+            if let Some(t) = thresholds {
+                eprintln!("shmem thresholds (rank {}): {t}", self.world_rank);
             }
             eprintln!(
                 "rma counters (rank {}): {}",

@@ -19,6 +19,7 @@
 //! | `TMX_SHMEM_INLINE_REPLY` | 1K | largest message sent inline in the header ring as a reply: a message above `TMX_SHMEM_INLINE_EXT` goes inline instead of through an eager block when the sender alternates with its destination (it took a message from it since its previous such send, and only one send went between the two takes) and has at most one eager block in flight, the request-reply pattern of a ping-pong; capped to half the ring; `40` (or at most `TMX_SHMEM_INLINE_EXT`) turns it off |
 //! | `TMX_SHMEM_CMA_REPLY` | 6K | a reply (as for `TMX_SHMEM_INLINE_REPLY`) larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available: in a ping-pong one copy beats two from about 6.5 KiB, while a window of sends is faster through eager blocks; `off`: never |
 //! | `TMX_SHMEM_CMA_DUPLEX` | 6K | a message larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available and messages flow both ways between the two ranks (over the sender's recent traffic with that peer, it took at least half as many messages from it as it sent): the receiver reads it in one copy, with the others it matches in the same progress pass, instead of both cores copying it while they also copy the other way's messages; a one-way stream keeps the eager blocks; `off`: never |
+//! | `TMX_SHMEM_CMA_CALIBRATE` | `on` | at init, local ranks 0 and 1 time a short ping-pong of 8, 16, 32 and 64 KiB messages through the eager area and by CMA (a few milliseconds) and, where the two-copy path wins by more than 10%, raise `TMX_SHMEM_CMA_THRESHOLD`, `TMX_SHMEM_CMA_REPLY` and `TMX_SHMEM_CMA_DUPLEX` to the largest such size on every local rank (never lowered): a CMA call costs 0.3 µs on one VM and 2 µs on another. Skipped when CMA is unavailable, on one local rank, or with more local ranks than CPUs; `off`, or setting any of those three variables, keeps the static defaults (`Config::default()` has it off) |
 //! | `TMX_SHMEM_CMA_BATCH` | `on` | a progress pass reads the CMA messages of one sender that matched posted receives with buffers of their own in one `process_vm_readv` call (up to 64); `off`: one call per message |
 //! | `TMX_SHMEM_MOVSB_MIN` | 1K | smallest eager payload the sender copies into its block with `rep movsb` (x86_64 CPUs with ERMS; `memcpy` below it and elsewhere), which writes the lines the receiver last read without reading them first; `off`: always `memcpy` |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
@@ -137,6 +138,15 @@ pub struct Config {
     /// messages in as well, and the single copy, left to the receiver,
     /// halves what both cores copy.
     pub cma_duplex: u64,
+    /// Whether [`crate::Node::init`] measures eager against CMA between
+    /// local ranks 0 and 1 and raises `cma_threshold`, `cma_reply` and
+    /// `cma_duplex` to the largest measured size at which the two-copy
+    /// path still won (`TMX_SHMEM_CMA_CALIBRATE`). Off in
+    /// `Config::default()`; [`Config::from_env`] turns it on unless the
+    /// variable says `off` or any of `TMX_SHMEM_CMA_THRESHOLD`,
+    /// `TMX_SHMEM_CMA_REPLY`, `TMX_SHMEM_CMA_DUPLEX` is set (an explicit
+    /// setting is used as given). See [`crate::Calibration`].
+    pub cma_calibrate: bool,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -165,6 +175,7 @@ impl Default for Config {
             cma_reply: 6 << 10,
             cma_batch: true,
             cma_duplex: 6 << 10,
+            cma_calibrate: false,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -301,6 +312,21 @@ impl Config {
         if let Some(v) = get("TMX_SHMEM_CMA_DUPLEX") {
             c.cma_duplex = size_or_off("TMX_SHMEM_CMA_DUPLEX", &v)?;
         }
+        let explicit = [
+            "TMX_SHMEM_CMA_THRESHOLD",
+            "TMX_SHMEM_CMA_REPLY",
+            "TMX_SHMEM_CMA_DUPLEX",
+        ]
+        .iter()
+        .any(|var| get(var).is_some());
+        c.cma_calibrate = match get("TMX_SHMEM_CMA_CALIBRATE") {
+            None => !explicit,
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "yes" | "auto" => !explicit,
+                "off" | "0" | "no" => false,
+                _ => return Err(bad("TMX_SHMEM_CMA_CALIBRATE", &v, "one of on, off")),
+            },
+        };
         if let Some(v) = get("TMX_SHMEM_MOVSB_MIN") {
             c.movsb_min = size_or_off("TMX_SHMEM_MOVSB_MIN", &v)?;
         }
@@ -391,7 +417,13 @@ mod tests {
     #[test]
     fn defaults() {
         let c = with(&[]).unwrap();
-        assert_eq!(c, Config::default());
+        assert_eq!(
+            c,
+            Config {
+                cma_calibrate: true,
+                ..Config::default()
+            }
+        );
         let r = c.resolved(2);
         assert_eq!(r.publish_batch, r.ring_slots / 2);
     }
@@ -483,6 +515,40 @@ mod tests {
             ]),
             Err(Error::Config {
                 var: "TMX_SHMEM_PUBLISH_BATCH",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn cma_calibrate_on_unless_set() {
+        assert!(!Config::default().cma_calibrate);
+        assert!(with(&[]).unwrap().cma_calibrate);
+        assert!(
+            with(&[("TMX_SHMEM_CMA_CALIBRATE", "On")])
+                .unwrap()
+                .cma_calibrate
+        );
+        assert!(
+            !with(&[("TMX_SHMEM_CMA_CALIBRATE", "off")])
+                .unwrap()
+                .cma_calibrate
+        );
+        for var in [
+            "TMX_SHMEM_CMA_THRESHOLD",
+            "TMX_SHMEM_CMA_REPLY",
+            "TMX_SHMEM_CMA_DUPLEX",
+        ] {
+            let c = with(&[(var, "16K")]).unwrap();
+            assert!(
+                !c.cma_calibrate,
+                "{var} set explicitly must keep the static thresholds"
+            );
+        }
+        assert!(matches!(
+            with(&[("TMX_SHMEM_CMA_CALIBRATE", "maybe")]),
+            Err(Error::Config {
+                var: "TMX_SHMEM_CMA_CALIBRATE",
                 ..
             })
         ));

@@ -46,6 +46,8 @@
 
 mod sync;
 
+#[cfg(not(tmx_shmem_loom))]
+mod calibrate;
 pub mod config;
 mod copy;
 mod counters;
@@ -67,6 +69,8 @@ mod node;
 #[cfg(not(tmx_shmem_loom))]
 pub mod segment;
 
+#[cfg(not(tmx_shmem_loom))]
+pub use calibrate::{Calibration, CalibrationPoint};
 pub use config::{CmaMode, Config};
 pub use counters::Counters;
 #[cfg(not(tmx_shmem_loom))]

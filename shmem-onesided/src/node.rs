@@ -20,6 +20,7 @@
 //!   a local process, addressed by its virtual address, and need ptrace-level
 //!   permission over it (checked once at init: [`Node::cma_status`]).
 
+use crate::calibrate::{self, Calibration};
 use crate::config::{CmaMode, Config};
 use crate::error::{Error, Result};
 use crate::heap::SymHeap;
@@ -61,6 +62,8 @@ pub struct Node {
     heap: SymHeap,
     cma: CmaStatus,
     view: NodeView,
+    /// The CMA calibration's outcome, if it ran.
+    calibration: Option<Calibration>,
     /// Kept alive (and at a fixed address) for peers' CMA probes.
     _probe: Box<u64>,
 }
@@ -68,12 +71,13 @@ pub struct Node {
 impl Node {
     /// Attaches local rank `local_rank` of `local_size` to job `job_id`'s
     /// node segment (creating it on local rank 0), waits for all local ranks,
-    /// and probes CMA. All local ranks must call this with the same job id,
+    /// probes CMA and, when [`Config::cma_calibrate`] is set, measures
+    /// eager against CMA between local ranks 0 and 1 ([`Calibration`]). All local ranks must call this with the same job id,
     /// size and configuration; they may be started independently.
     pub fn init(job_id: &str, local_rank: u32, local_size: u32, cfg: Config) -> Result<Self> {
         // The sizes left to the node's size are chosen now, so that
         // `config()` reports what the segment uses.
-        let cfg = cfg.resolved(local_size);
+        let mut cfg = cfg.resolved(local_size);
         let probe = Box::new(0x746d_785f_7072_6f62u64 ^ u64::from(std::process::id()));
         if cfg.cma != CmaMode::Off {
             allow_ptrace_by_peers();
@@ -100,8 +104,13 @@ impl Node {
         } else {
             tracing::info!("CMA single copy available");
         }
+        let calibration = calibrate::run(&seg, &cfg, cma == CmaStatus::Available);
+        if let Some(c) = &calibration {
+            c.apply(&mut cfg);
+        }
         let view = NodeView::new(&seg, &cfg, &cma);
         Ok(Node {
+            calibration,
             heap: SymHeap::new(cfg.heap_bytes),
             seg,
             cfg,
@@ -132,9 +141,17 @@ impl Node {
         self.seg.size()
     }
 
-    /// The configuration in use.
+    /// The configuration in use (with the thresholds the CMA calibration
+    /// raised, if it did).
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// What the init-time CMA calibration (`TMX_SHMEM_CMA_CALIBRATE`)
+    /// decided, or `None` when it did not run (off, CMA unavailable, one
+    /// local rank, more local ranks than CPUs, or it timed out).
+    pub fn calibration(&self) -> Option<&Calibration> {
+        self.calibration.as_ref()
     }
 
     /// The segment (rings, prepost rings, layout, liveness).

@@ -17,9 +17,10 @@
 //! # Layout (all addresses are offsets from the segment start)
 //!
 //! ```text
-//! 0          header page(s): magic, version, parameters, attach counter,
-//!            unlinked flag, then one 128-byte RankInfo per local rank
-//!            {pid, state, cma probe address, cma probe value, eager pressure}
+//! 0          header page(s): magic, version, parameters, CMA calibration
+//!            outcome, attach counter, unlinked flag, then one 128-byte
+//!            RankInfo per local rank {pid, state, cma probe address, cma
+//!            probe value, eager pressure, calibration sequence and address}
 //! R(r)       region of local rank r (R(r) = header + r * stride), 4 KiB aligned:
 //!   +0         inbound header rings, one per source s = 0..size:
 //!              [RingCtl: consumed index | s's count of engine-unexpected messages, 2 x 64 B]
@@ -45,7 +46,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const MAGIC: u64 = 0x746d_785f_7368_6d31; // "tmx_shm1"
-const VERSION: u64 = 3;
+const VERSION: u64 = 4;
 const PAGE: u64 = 4096;
 const RANK_INFO_BYTES: u64 = 128;
 const RANK_INFO_START: u64 = 512;
@@ -64,7 +65,10 @@ struct SegHeader {
     heap_bytes: AtomicU64,
     eager_bytes: AtomicU64,
     total: AtomicU64,
-    _pad0: [u64; 8],
+    /// The CMA calibration's outcome, written once by local rank 0
+    /// ([`crate::node`]): 0 while pending, then the encoded result.
+    calib_result: AtomicU64,
+    _pad0: [u64; 7],
     attached: AtomicU32,
     _pad1: [u32; 31],
     unlinked: AtomicU32,
@@ -80,7 +84,13 @@ pub(crate) struct RankInfo {
     /// Raised by the rank while its eager area is full and sends wait for
     /// space: receivers then copy its unexpected eager messages out.
     pub(crate) eager_pressure: AtomicU32,
-    _pad: [u32; 9],
+    /// The CMA calibration's ping-pong: the number of the last message
+    /// this rank made ready (local ranks 0 and 1 only, at init).
+    pub(crate) calib_seq: AtomicU32,
+    /// The address, in this rank's process, of its calibration source
+    /// buffer (read by the other rank with `process_vm_readv`).
+    pub(crate) calib_addr: AtomicU64,
+    _pad: [u32; 6],
     /// The rank's phase counter `s` as a receiver of preposted sends (own
     /// 64-byte line; the senders' counts are in the rings' control blocks).
     pub(crate) phase: Phase,
@@ -89,6 +99,7 @@ pub(crate) struct RankInfo {
 const _: () = assert!(core::mem::size_of::<SegHeader>() <= RANK_INFO_START as usize);
 const _: () = assert!(core::mem::size_of::<RankInfo>() == RANK_INFO_BYTES as usize);
 const _: () = assert!(core::mem::offset_of!(RankInfo, phase) == 64);
+const _: () = assert!(core::mem::offset_of!(RankInfo, calib_addr) == 32);
 
 fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
@@ -509,6 +520,11 @@ impl Segment {
 
     fn header(&self) -> &SegHeader {
         self.at(0)
+    }
+
+    /// The CMA calibration's outcome word (0: pending).
+    pub(crate) fn calib_result(&self) -> &AtomicU64 {
+        &self.header().calib_result
     }
 
     pub(crate) fn rank_info(&self, r: u32) -> &RankInfo {

@@ -495,3 +495,148 @@ mod model {
         }
     }
 }
+
+/// Whether this machine lets the calibration run for 2 local ranks: CMA
+/// permitted and at least 2 CPUs online.
+fn calibration_possible(n: &Node) -> bool {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let two_cpus = online.contains('-') || online.contains(',');
+    *n.cma_status() == shmem_onesided::CmaStatus::Available && two_cpus
+}
+
+#[test]
+fn cma_calibration_agrees_on_every_rank_and_leaves_the_transport_clean() {
+    let j = job("calib");
+    let c = Config {
+        cma_calibrate: true,
+        ..cfg()
+    };
+    let defaults = c.clone();
+    let seen = ranks(&j, 2, c, move |r, n| {
+        let n = n.unwrap();
+        let possible = calibration_possible(&n);
+        let cal = n.calibration().cloned();
+        let got = n.config().clone();
+        // The eager areas the calibration used carry messages afterwards:
+        // every size it measured, through the eager path and by CMA, with
+        // the bytes checked.
+        let mut ep = Endpoint::new(n);
+        for (i, len) in [8usize << 10, 16 << 10, 40 << 10, 64 << 10, 100 << 10]
+            .into_iter()
+            .enumerate()
+        {
+            let tag = i as u32;
+            if r == 0 {
+                let data: Vec<u8> = (0..len).map(|b| (b * 7 + i) as u8).collect();
+                ep.send(1, tag, 3, &data).unwrap();
+            } else {
+                let mut buf = vec![0u8; len];
+                let st = ep.recv(spec(0, tag), &mut buf).unwrap();
+                assert_eq!(st.len, len);
+                assert!(buf.iter().enumerate().all(|(b, &x)| x == (b * 7 + i) as u8));
+            }
+        }
+        ep.finalize().unwrap();
+        (possible, cal, got)
+    });
+    for (r, (possible, cal, got)) in seen.iter().enumerate() {
+        if !possible {
+            assert_eq!(*cal, None, "rank {r}: cannot run here, must report None");
+            continue;
+        }
+        let cal = cal.as_ref().expect("calibration ran");
+        assert_eq!(
+            cal.raised_to,
+            seen[0].1.as_ref().unwrap().raised_to,
+            "ranks agree"
+        );
+        if r == 0 {
+            assert_eq!(cal.points.len(), 4, "rank 0 measured 8..64 KiB");
+            for p in &cal.points {
+                assert!(
+                    p.eager_ns > 0 && p.cma_ns > 0 && p.cma_ns < u64::MAX,
+                    "{p:?}"
+                );
+            }
+        } else {
+            assert!(cal.points.is_empty());
+        }
+        let mut want = defaults.clone();
+        cal.apply(&mut want);
+        assert_eq!(
+            (got.cma_threshold, got.cma_reply, got.cma_duplex),
+            (want.cma_threshold, want.cma_reply, want.cma_duplex)
+        );
+        if let Some(s) = cal.raised_to {
+            assert!(got.cma_threshold >= s && got.cma_reply >= s && got.cma_duplex >= s);
+        } else {
+            assert_eq!(got.cma_threshold, defaults.cma_threshold);
+        }
+        eprintln!("rank {r}: {cal:?}");
+    }
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
+fn cma_calibration_off_or_impossible_keeps_the_thresholds() {
+    let off = cfg();
+    assert!(!off.cma_calibrate);
+    let seen = ranks(&job("calib-off"), 2, off.clone(), |_r, n| {
+        let n = n.unwrap();
+        (n.calibration().cloned(), n.config().cma_threshold)
+    });
+    assert!(seen
+        .iter()
+        .all(|(c, t)| c.is_none() && *t == off.cma_threshold));
+    // Without CMA there is nothing to compare; on one rank nobody to
+    // compare with.
+    let no_cma = Config {
+        cma: CmaMode::Off,
+        cma_calibrate: true,
+        ..cfg()
+    };
+    let seen = ranks(&job("calib-nocma"), 2, no_cma, |_r, n| {
+        n.unwrap().calibration().cloned()
+    });
+    assert!(seen.iter().all(Option::is_none));
+    let one = Config {
+        cma_calibrate: true,
+        ..cfg()
+    };
+    let seen = ranks(&job("calib-one"), 1, one, |_r, n| {
+        n.unwrap().calibration().cloned()
+    });
+    assert_eq!(seen, vec![None]);
+}
+
+#[test]
+fn cma_calibration_on_one_rank_only_is_bounded_and_keeps_the_thresholds() {
+    // A configuration mismatch: rank 0 calibrates, rank 1 does not (and
+    // then the other way round). Neither may hang: rank 0 gives up
+    // once it sees rank 1 decline (or at the deadline), and both keep the
+    // static thresholds.
+    for calibrating in [0u32, 1] {
+        let j = job("calib-mismatch");
+        let t0 = std::time::Instant::now();
+        let hs: Vec<_> = (0..2u32)
+            .map(|r| {
+                let j = j.clone();
+                let c = Config {
+                    cma_calibrate: r == calibrating,
+                    ..cfg()
+                };
+                std::thread::spawn(move || {
+                    let n = Node::init(&j, r, 2, c).unwrap();
+                    (n.calibration().cloned(), n.config().cma_threshold)
+                })
+            })
+            .collect();
+        for h in hs {
+            let (cal, t) = h.join().unwrap();
+            assert_eq!(cal, None);
+            assert_eq!(t, cfg().cma_threshold);
+        }
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+    }
+}

@@ -517,8 +517,41 @@ fn child_trunc_probe_cancel() {
     println!("counters: {c}");
 }
 
+/// Init with the calibration on (the default from the environment),
+/// report what it decided, then one message of every size it measured and
+/// one above them, rank 0 to rank 1, bytes checked.
+fn child_calib() {
+    let mut ep = init();
+    let me = ep.node().rank();
+    let cal = ep.node().calibration().cloned();
+    let c = ep.node().config().clone();
+    let sizes = [8usize << 10, 16 << 10, 40 << 10, 64 << 10, 100 << 10];
+    for (i, &len) in sizes.iter().enumerate() {
+        if me == 0 {
+            ep.send(1, i as u32, 1, &pattern(i as u64, len)).unwrap();
+        } else {
+            let mut buf = vec![0u8; len];
+            let st = ep.recv(exact(0, i as u32), &mut buf).unwrap();
+            assert_eq!(st.len, len);
+            assert!(buf == pattern(i as u64, len), "size {len} corrupted");
+        }
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let possible = cma_on(&ep) && (online.contains('-') || online.contains(','));
+    ep.finalize().unwrap();
+    println!(
+        "possible={possible} raised={:?} points={} thresholds={},{},{}",
+        cal.as_ref().map(|c| c.raised_to),
+        cal.as_ref().map_or(0, |c| c.points.len()),
+        c.cma_threshold,
+        c.cma_reply,
+        c.cma_duplex
+    );
+}
+
 fn run_child(role: &str) {
     match role {
+        "calib" => child_calib(),
         "crossing" => child_crossing(),
         "ssend" => child_ssend(),
         "trunc" => child_trunc_probe_cancel(),
@@ -635,6 +668,57 @@ fn all_ok(job: &mut Job, limit: Duration) -> Vec<String> {
         job.leftovers()
     );
     res.into_iter().map(|(_, so, _)| so).collect()
+}
+
+/// The CMA calibration between two processes: both ranks learn the same
+/// outcome, rank 0 measured every size, the thresholds are the defaults
+/// raised to the outcome, and the transport carries every size afterwards.
+/// Setting a threshold turns it off.
+fn cma_calibration_between_processes() {
+    let mut job = Job::start("calib", 2, &[]);
+    let out = all_ok(&mut job, Duration::from_secs(60));
+    eprintln!("  rank 0: {}  rank 1: {}", out[0].trim(), out[1].trim());
+    let d = Config::default();
+    let field = |s: &str, k: &str| -> String {
+        s.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap()
+            .to_owned()
+    };
+    if field(&out[0], "possible=") == "true" {
+        let raised = field(&out[0], "raised=");
+        assert!(raised.starts_with("Some("), "it ran: {raised}");
+        assert_eq!(raised, field(&out[1], "raised="), "ranks agree");
+        assert_eq!(field(&out[0], "points="), "4");
+        assert_eq!(field(&out[1], "points="), "0");
+        let floor = match raised.as_str() {
+            "Some(None)" => 0,
+            r => r
+                .trim_start_matches("Some(Some(")
+                .trim_end_matches("))")
+                .parse()
+                .unwrap(),
+        };
+        let want = format!(
+            "{},{},{}",
+            d.cma_threshold.max(floor),
+            d.cma_reply.max(floor),
+            d.cma_duplex.max(floor)
+        );
+        assert_eq!(field(&out[0], "thresholds="), want);
+        assert_eq!(field(&out[1], "thresholds="), want);
+    } else {
+        assert_eq!(field(&out[0], "raised="), "None");
+    }
+    let mut job = Job::start("calib", 2, &[("TMX_SHMEM_CMA_REPLY", "6K")]);
+    let out = all_ok(&mut job, Duration::from_secs(60));
+    for o in &out {
+        assert_eq!(field(o, "raised="), "None", "an explicit threshold: {o}");
+        assert_eq!(
+            field(o, "thresholds="),
+            format!("{},{},{}", d.cma_threshold, d.cma_reply, d.cma_duplex)
+        );
+    }
 }
 
 fn pingpong_all_paths() {
@@ -883,6 +967,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let tests: &[(&str, fn())] = &[
+        (
+            "cma_calibration_between_processes",
+            cma_calibration_between_processes,
+        ),
         ("pingpong_all_paths", pingpong_all_paths),
         ("pingpong_prepost", pingpong_prepost),
         ("stream_with_preposts", stream_with_preposts),
