@@ -2342,7 +2342,7 @@ impl Device {
         }
         self.with_pmi(|p| p.barrier())?;
         let core = self.core.lock()?.take();
-        let thresholds = core.as_ref().map(|core| {
+        let thresholds = core.as_ref().filter(|_| self.print_counters).map(|core| {
             let n = core.ep.node();
             let c = n.config();
             let size = |v: u64| {
