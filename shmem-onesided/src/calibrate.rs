@@ -183,8 +183,8 @@ pub(crate) fn run(seg: &Segment, cfg: &Config, cma_available: bool) -> Option<Ca
     }
     let start = Instant::now();
     let deadline = start + DEADLINE;
-    // The leader's source buffer lives in `leader` until it has published
-    // the outcome, after the partner's last read.
+    // The leader's source buffer lives in `leader`, which returns only
+    // after the partner's last answer, so after its last read of it.
     let points = match me {
         0 => {
             let points = leader(seg, cfg, deadline);
