@@ -10,8 +10,9 @@
 //!
 //! # Context ids
 //!
-//! Context id pairs `(2k, 2k + 1)` (p2p, collective), `k < 32768` with the
-//! 16-bit context field of [`tm_proto::TagLayout::DEFAULT`]. Each process
+//! Context id pairs `(2k, 2k + 1)` (p2p, collective), `k < 32767` with the
+//! 16-bit context field of [`tm_proto::TagLayout::DEFAULT`] (pair 32767 is the
+//! device's own, for its traffic at init). Each process
 //! keeps a bitmask of the pairs it has free; creating a communicator
 //! all-reduces the members' masks with bitwise AND on the parent's
 //! collective context and takes the lowest pair free everywhere (MPICH's

@@ -617,6 +617,18 @@ impl BsendPool {
     }
 }
 
+/// Context-id pairs of the default tag layout: `(2k, 2k + 1)` for `k <
+/// context_pairs()`.
+fn context_pairs() -> usize {
+    (tm_proto::TagLayout::DEFAULT.max_context_id() as usize).div_ceil(2)
+}
+
+/// The p2p context id of the last pair, which no communicator gets: the
+/// device's own traffic (the inline reply calibration at init).
+pub(crate) fn internal_context() -> u32 {
+    (2 * (context_pairs() - 1)) as u32
+}
+
 /// Free context-id pairs: pair `k` is p2p context `2k` and collective
 /// context `2k + 1`. Bit set = free on this rank.
 #[derive(Debug)]
@@ -767,7 +779,10 @@ impl Device {
         };
         let spin = parse_count(ENV_SPIN, std::env::var(ENV_SPIN).ok(), default_spin)?;
         tracing::info!(spin, cpus, local = local_to_world.len(), "wait policy");
-        let pairs = (tm_proto::TagLayout::DEFAULT.max_context_id() as usize).div_ceil(2);
+        let pairs = context_pairs();
+        let mut contexts = ContextPool::new(pairs);
+        // The last pair is the device's own (`internal_context`).
+        contexts.take(pairs - 1);
         Ok(Device {
             world_rank: pmi.rank() as u32,
             world_size: pmi.size() as u32,
@@ -788,7 +803,7 @@ impl Device {
             local_to_world,
             counters: AtomicCounters::default(),
             bsend: Mutex::new(BsendPool::default()),
-            contexts: Mutex::new(ContextPool::new(pairs)),
+            contexts: Mutex::new(contexts),
             comm_create: Mutex::new(()),
             pmi: Mutex::new(Some(pmi)),
             staging: Mutex::new(StagingPool::default()),
@@ -2359,11 +2374,19 @@ impl Device {
                     Some(s) => format!("calibrated: raised to {s}"),
                 },
             };
+            let reply = match core.ep.reply_calibration() {
+                None => "not calibrated".to_owned(),
+                Some(cal) => match cal.lowered_to {
+                    None => "calibrated: inline did not lose at any measured size, kept".to_owned(),
+                    Some(s) => format!("calibrated: lowered to {s}"),
+                },
+            };
             format!(
-                "cma threshold {}, cma reply {}, cma duplex {} ({how})",
+                "cma threshold {}, cma reply {}, cma duplex {} ({how}); inline reply {} ({reply})",
                 size(c.cma_threshold),
                 size(c.cma_reply),
-                size(c.cma_duplex)
+                size(c.cma_duplex),
+                core.ep.reply_cap()
             )
         });
         let shmem = match core {
@@ -2595,6 +2618,14 @@ mod tests {
         assert_eq!(p.reserve(64).unwrap(), 0);
         p.used.remove(&64);
         assert_eq!(p.reserve(128).unwrap(), 64);
+    }
+
+    #[test]
+    fn the_device_context_is_the_last_pair() {
+        let c = internal_context();
+        assert_eq!(c % 2, 0, "a p2p context");
+        assert_eq!(c as usize / 2, context_pairs() - 1);
+        assert!(c < tm_proto::TagLayout::DEFAULT.max_context_id());
     }
 
     #[test]

@@ -131,7 +131,10 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         "adi init: every peer on this node (shmem-onesided)"
     );
     let node = Node::init(&job_id, local_rank, local_size, Config::from_env()?)?;
-    let ep = Endpoint::new(node);
+    let mut ep = Endpoint::new(node);
+    // Collective over the node: every local rank is here, before any
+    // traffic (`TMX_SHMEM_INLINE_CALIBRATE`).
+    ep.calibrate_inline_reply(crate::device::internal_context())?;
     let local_to_world = local_ranks.iter().map(|r| *r as u32).collect();
     let dev = Arc::new(Device::new(
         pmi,

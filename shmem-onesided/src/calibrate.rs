@@ -108,7 +108,7 @@ pub fn decide(points: &[CalibrationPoint]) -> Option<u64> {
 
 /// Number of CPUs online (not this process's affinity mask: ranks bound
 /// to one core each still run side by side).
-fn cpus_online() -> usize {
+pub(crate) fn cpus_online() -> usize {
     let parse = |s: &str| -> Option<usize> {
         let mut n = 0;
         for part in s.trim().split(',') {

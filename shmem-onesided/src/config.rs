@@ -20,6 +20,7 @@
 //! | `TMX_SHMEM_CMA_REPLY` | 6K | a reply (as for `TMX_SHMEM_INLINE_REPLY`) larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available: in a ping-pong one copy beats two from about 6.5 KiB, while a window of sends is faster through eager blocks; `off`: never |
 //! | `TMX_SHMEM_CMA_DUPLEX` | 6K | a message larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available and messages flow both ways between the two ranks (over the sender's recent traffic with that peer, it took at least half as many messages from it as it sent): the receiver reads it in one copy, with the others it matches in the same progress pass, instead of both cores copying it while they also copy the other way's messages; a one-way stream keeps the eager blocks; `off`: never |
 //! | `TMX_SHMEM_CMA_CALIBRATE` | `on` | at init, local ranks 0 and 1 time a short ping-pong of 8, 16, 32 and 64 KiB messages through the eager area and by CMA (about 10 ms) and, where the two-copy path wins by more than 10%, raise `TMX_SHMEM_CMA_THRESHOLD`, `TMX_SHMEM_CMA_REPLY` and `TMX_SHMEM_CMA_DUPLEX` to the largest such size on every local rank (never lowered): on one VM CMA won a ping-pong from 6.5 KiB, on another the eager path won up to 64 KiB in some runs and lost from 16 KiB in others. Skipped when CMA is unavailable, on one local rank, or with more local ranks than CPUs; `off`, or setting any of those three variables, keeps the static defaults (`Config::default()` has it off) |
+//! | `TMX_SHMEM_INLINE_CALIBRATE` | `on` | when [`crate::Endpoint::calibrate_inline_reply`] runs (the ADI calls it at init), local ranks 0 and 1 time a ping-pong of 256 B – 1 KiB replies inline against eager blocks (about 3 ms) and lower `TMX_SHMEM_INLINE_REPLY` below the first size at which the eager blocks won by more than 5%, on every local rank (never raised): inline won to 1.1 KiB on one VM, eager blocks from 512 B on another. Skipped on one local rank or with more local ranks than CPUs; `off`, or setting `TMX_SHMEM_INLINE_REPLY`, keeps the static cap (`Config::default()` has it off) |
 //! | `TMX_SHMEM_CMA_BATCH` | `on` | a progress pass reads the CMA messages of one sender that matched posted receives with buffers of their own in one `process_vm_readv` call (up to 64); `off`: one call per message |
 //! | `TMX_SHMEM_MOVSB_MIN` | 1K | smallest eager payload the sender copies into its block with `rep movsb` (x86_64 CPUs with ERMS; `memcpy` below it and elsewhere), which writes the lines the receiver last read without reading them first; `off`: always `memcpy` |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | 30000 | how long init waits for every local rank to attach |
@@ -147,6 +148,15 @@ pub struct Config {
     /// `TMX_SHMEM_CMA_REPLY`, `TMX_SHMEM_CMA_DUPLEX` is set (an explicit
     /// setting is used as given). See [`crate::Calibration`].
     pub cma_calibrate: bool,
+    /// Whether [`crate::Endpoint::calibrate_inline_reply`] measures, between
+    /// local ranks 0 and 1, a ping-pong of 256 B – 1 KiB messages sent
+    /// inline against the same messages through eager blocks, and lowers
+    /// `inline_reply` below the first measured size at which the eager
+    /// blocks won (`TMX_SHMEM_INLINE_CALIBRATE`). Off in
+    /// `Config::default()`; [`Config::from_env`] turns it on unless the
+    /// variable says `off` or `TMX_SHMEM_INLINE_REPLY` is set. See
+    /// [`crate::ReplyCalibration`].
+    pub inline_calibrate: bool,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -176,6 +186,7 @@ impl Default for Config {
             cma_batch: true,
             cma_duplex: 6 << 10,
             cma_calibrate: false,
+            inline_calibrate: false,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
@@ -327,6 +338,14 @@ impl Config {
                 _ => return Err(bad("TMX_SHMEM_CMA_CALIBRATE", &v, "one of on, off")),
             },
         };
+        c.inline_calibrate = match get("TMX_SHMEM_INLINE_CALIBRATE") {
+            None => get("TMX_SHMEM_INLINE_REPLY").is_none(),
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "1" | "yes" | "auto" => get("TMX_SHMEM_INLINE_REPLY").is_none(),
+                "off" | "0" | "no" => false,
+                _ => return Err(bad("TMX_SHMEM_INLINE_CALIBRATE", &v, "one of on, off")),
+            },
+        };
         if let Some(v) = get("TMX_SHMEM_MOVSB_MIN") {
             c.movsb_min = size_or_off("TMX_SHMEM_MOVSB_MIN", &v)?;
         }
@@ -421,6 +440,7 @@ mod tests {
             c,
             Config {
                 cma_calibrate: true,
+                inline_calibrate: true,
                 ..Config::default()
             }
         );
@@ -549,6 +569,32 @@ mod tests {
             with(&[("TMX_SHMEM_CMA_CALIBRATE", "maybe")]),
             Err(Error::Config {
                 var: "TMX_SHMEM_CMA_CALIBRATE",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn inline_calibrate_on_unless_set() {
+        assert!(!Config::default().inline_calibrate);
+        assert!(with(&[]).unwrap().inline_calibrate);
+        assert!(
+            with(&[("TMX_SHMEM_INLINE_CALIBRATE", "yes")])
+                .unwrap()
+                .inline_calibrate
+        );
+        assert!(
+            !with(&[("TMX_SHMEM_INLINE_CALIBRATE", "Off")])
+                .unwrap()
+                .inline_calibrate
+        );
+        let c = with(&[("TMX_SHMEM_INLINE_REPLY", "512")]).unwrap();
+        assert!(!c.inline_calibrate, "an explicit cap is used as given");
+        assert_eq!(c.inline_reply, 512);
+        assert!(matches!(
+            with(&[("TMX_SHMEM_INLINE_CALIBRATE", "sometimes")]),
+            Err(Error::Config {
+                var: "TMX_SHMEM_INLINE_CALIBRATE",
                 ..
             })
         ));

@@ -890,6 +890,11 @@ pub struct Endpoint {
     /// the first fragment)` (unique while the block is not released).
     held: std::collections::HashMap<(u32, u64), Vec<Header>>,
     counters: Counters,
+    /// Backpressure events and index re-reads of traffic that does not
+    /// count (see [`Endpoint::restore_counters`]).
+    uncounted: (u64, u64),
+    /// What [`Endpoint::calibrate_inline_reply`] decided, if it ran.
+    reply_calibration: Option<crate::reply_calibrate::ReplyCalibration>,
 }
 
 fn eager_flag(seg: &Segment, pe: u32, off: u64) -> &AtomicU32 {
@@ -1427,6 +1432,8 @@ impl Endpoint {
             in_place: Vec::new(),
             held: std::collections::HashMap::new(),
             counters: Counters::default(),
+            uncounted: (0, 0),
+            reply_calibration: None,
         }
     }
 
@@ -1453,9 +1460,56 @@ impl Endpoint {
     /// The counters so far.
     pub fn counters(&self) -> Counters {
         let mut c = self.counters;
-        c.backpressure_events = self.peers.iter().map(|p| p.out.backpressure_events()).sum();
-        c.index_rereads = self.peers.iter().map(|p| p.out.producer().rereads()).sum();
+        c.backpressure_events = self
+            .peers
+            .iter()
+            .map(|p| p.out.backpressure_events())
+            .sum::<u64>()
+            .saturating_sub(self.uncounted.0);
+        c.index_rereads = self
+            .peers
+            .iter()
+            .map(|p| p.out.producer().rereads())
+            .sum::<u64>()
+            .saturating_sub(self.uncounted.1);
         c
+    }
+
+    /// Puts the counters back to `saved` (taken by [`Endpoint::counters`]
+    /// before traffic that must not count, the inline reply calibration's).
+    pub(crate) fn restore_counters(&mut self, saved: Counters) {
+        let now = self.counters();
+        self.uncounted.0 +=
+            now.backpressure_events - saved.backpressure_events.min(now.backpressure_events);
+        self.uncounted.1 += now.index_rereads - saved.index_rereads.min(now.index_rereads);
+        self.counters = saved;
+    }
+
+    /// The inline-ext cap in bytes (`TMX_SHMEM_INLINE_EXT` as capped by the
+    /// ring).
+    pub(crate) fn ext_max(&self) -> usize {
+        self.ext_max
+    }
+
+    /// The inline reply cap in bytes now (`TMX_SHMEM_INLINE_REPLY` as
+    /// capped by the ring, or as the calibration lowered it).
+    pub fn reply_cap(&self) -> usize {
+        self.reply_max
+    }
+
+    /// What [`Endpoint::calibrate_inline_reply`] decided (`None`: it did
+    /// not run, or was cut short, and the configured cap stands).
+    pub fn reply_calibration(&self) -> Option<&crate::reply_calibrate::ReplyCalibration> {
+        self.reply_calibration.as_ref()
+    }
+
+    pub(crate) fn set_reply_calibration(&mut self, c: crate::reply_calibrate::ReplyCalibration) {
+        self.reply_calibration = Some(c);
+    }
+
+    /// Sets the inline reply cap (0: no inline replies).
+    pub(crate) fn set_reply_cap(&mut self, cap: usize) {
+        self.reply_max = cap;
     }
 
     /// Sends held locally (ring full or eager area full), over all peers.

@@ -59,6 +59,8 @@ mod idmap;
 #[cfg_attr(tmx_shmem_loom, allow(dead_code))]
 mod prefetch;
 pub mod prepost;
+#[cfg(not(tmx_shmem_loom))]
+mod reply_calibrate;
 pub mod ring;
 pub mod winsync;
 
@@ -83,5 +85,7 @@ pub use error::{Error, Result};
 pub use idmap::{IdTable, Vacant};
 #[cfg(not(tmx_shmem_loom))]
 pub use node::{CmaStatus, Node, NodeView, SymAddr};
+#[cfg(not(tmx_shmem_loom))]
+pub use reply_calibrate::{decide_reply, ReplyCalibration, ReplyPoint, REPLY_SIZES};
 #[cfg(not(tmx_shmem_loom))]
 pub use segment::{segment_name, ArrivalWatch, Layout, Segment};

@@ -640,3 +640,146 @@ fn cma_calibration_on_one_rank_only_is_bounded_and_keeps_the_thresholds() {
         assert!(took < Duration::from_secs(1), "took {took:?}");
     }
 }
+
+/// The context id the inline reply calibration tests give it.
+const CALIB_CTX: u32 = 9;
+
+fn reply_cfg() -> Config {
+    Config {
+        ring_slots: 64,
+        inline_calibrate: true,
+        ..cfg()
+    }
+}
+
+#[test]
+fn inline_reply_calibration_agrees_on_every_rank_and_leaves_the_endpoint_clean() {
+    // Three ranks (as if on three CPUs): rank 2 only learns the outcome.
+    let j = job("rcalib");
+    let seen = ranks(&j, 3, reply_cfg(), move |r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        let before = ep.reply_cap();
+        let cal = ep.calibrate_inline_reply_within(CALIB_CTX, 3).unwrap();
+        let after = ep.reply_cap();
+        // Nothing of the calibration counts or stays behind.
+        let counters = ep.counters();
+        let any = MatchSpec {
+            context_id: CALIB_CTX,
+            source: Source::Any,
+            tag: Tag::Any,
+        };
+        assert_eq!(
+            ep.iprobe(any).unwrap(),
+            None,
+            "rank {r}: a calibration message left over"
+        );
+        // Replies of every measured size still arrive whole, whichever
+        // way the cap sends them.
+        for (i, len) in [256usize, 300, 512, 700, 768, 1000, 1024]
+            .into_iter()
+            .enumerate()
+        {
+            let tag = i as u32;
+            let data: Vec<u8> = (0..len).map(|b| (b * 3 + i) as u8).collect();
+            let mut buf = vec![0u8; len];
+            match r {
+                0 => {
+                    ep.send(1, tag, 3, &data).unwrap();
+                    let st = ep.recv(spec(1, tag), &mut buf).unwrap();
+                    assert_eq!((st.len, &buf), (len, &data));
+                }
+                1 => {
+                    let st = ep.recv(spec(0, tag), &mut buf).unwrap();
+                    assert_eq!((st.len, &buf), (len, &data));
+                    ep.send(0, tag, 3, &data).unwrap();
+                }
+                _ => {}
+            }
+        }
+        ep.finalize().unwrap();
+        (before, cal, after, counters)
+    });
+    let first = seen[0].1.clone().expect("rank 0 calibrated");
+    assert_eq!(first.points.len(), 4, "256, 512, 768 and 1024 B: {first:?}");
+    for (k, p) in first.points.iter().enumerate() {
+        assert_eq!(p.bytes, shmem_onesided::REPLY_SIZES[k]);
+        assert!(p.inline_ns > 0 && p.inline_ns < u64::MAX, "{p:?}");
+        assert!(p.eager_ns > 0 && p.eager_ns < u64::MAX, "{p:?}");
+    }
+    assert_eq!(
+        first.lowered_to,
+        shmem_onesided::decide_reply(&first.points, 128),
+        "rank 0 applies its own rule"
+    );
+    for (r, (before, cal, after, counters)) in seen.iter().enumerate() {
+        let cal = cal.as_ref().expect("every rank learns the outcome");
+        assert_eq!(cal.lowered_to, first.lowered_to, "rank {r} agrees");
+        if r > 0 {
+            assert!(cal.points.is_empty());
+        }
+        assert_eq!(*before, 1024);
+        assert_eq!(*after as u64, cal.lowered_to.unwrap_or(1024), "rank {r}");
+        assert_eq!(*counters, shmem_onesided::Counters::default(), "rank {r}");
+        eprintln!("rank {r}: {cal:?}");
+    }
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
+fn inline_reply_calibration_off_or_impossible_keeps_the_cap() {
+    let run = |name: &str, size: u32, c: Config, cpus: usize| {
+        ranks(&job(name), size, c, move |_r, n| {
+            let mut ep = Endpoint::new(n.unwrap());
+            let cal = ep.calibrate_inline_reply_within(CALIB_CTX, cpus).unwrap();
+            let cap = ep.reply_cap();
+            ep.finalize().unwrap();
+            (cal, cap)
+        })
+    };
+    // Off; one rank; more ranks than CPUs; a cap that leaves nothing to
+    // measure (at most the inline-ext cap).
+    let off = Config {
+        inline_calibrate: false,
+        ..reply_cfg()
+    };
+    assert!(run("rcalib-off", 2, off, 2)
+        .iter()
+        .all(|s| *s == (None, 1024)));
+    assert_eq!(run("rcalib-one", 1, reply_cfg(), 2), vec![(None, 1024)]);
+    assert!(run("rcalib-cpus", 3, reply_cfg(), 2)
+        .iter()
+        .all(|s| *s == (None, 1024)));
+    let small = Config {
+        inline_reply: 200,
+        ..reply_cfg()
+    };
+    assert!(run("rcalib-small", 2, small, 2)
+        .iter()
+        .all(|s| *s == (None, 200)));
+}
+
+#[test]
+fn inline_reply_calibration_on_one_rank_only_is_bounded_and_keeps_the_cap() {
+    // A configuration mismatch: neither rank may hang, and both keep the
+    // configured cap.
+    for calibrating in [0u32, 1] {
+        let j = job("rcalib-mismatch");
+        let t0 = std::time::Instant::now();
+        let seen = ranks(&j, 2, reply_cfg(), move |r, n| {
+            let mut ep = Endpoint::new(n.unwrap());
+            let cal = if r == calibrating {
+                ep.calibrate_inline_reply_within(CALIB_CTX, 2).unwrap()
+            } else {
+                None
+            };
+            let cap = ep.reply_cap();
+            // The other rank finalizes at once; the calibrating one must
+            // come back by its deadlines.
+            (cal, cap)
+        });
+        assert!(seen.iter().all(|s| *s == (None, 1024)), "{seen:?}");
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        assert!(shm_leftovers(&j).is_empty());
+    }
+}

@@ -1,0 +1,392 @@
+//! Init-time choice of the inline reply cap from a measurement between two
+//! local ranks (`TMX_SHMEM_INLINE_CALIBRATE`,
+//! [`Endpoint::calibrate_inline_reply`]).
+//!
+//! A reply of 129 B – 1 KiB goes inline in the header ring (its payload in
+//! the slots after its header) instead of through an eager block (see the
+//! crate README, "Replies inline"). Which of the two is faster depends on
+//! the machine: on the Xeon VM the default was measured on, inline won a
+//! ping-pong up to about 1.1 KiB (1 KiB 1.21× faster); on an AMD EPYC VM
+//! (session 30) the eager block won from 512 B (1 KiB 0.34 µs against 0.47
+//! inline, ten alternating runs of each). So local ranks 0 and 1 ping-pong
+//! messages of 256, 512, 768 and 1024 B through their real endpoints, the
+//! same sends and receives the ADI makes, with inline replies on and off
+//! in turn, in three rounds; rank 0 compares the lower of each size's
+//! round medians and lowers the cap below the first size at which the
+//! eager blocks won by more than 5%. The cap is only ever lowered. Rank 0
+//! sends the outcome to every other local rank, which applies it too.
+//!
+//! The messages use a context id the caller reserves for it, so that
+//! nothing of them can match a user's receive even when a deadline cut the
+//! exchange short (a message left over stays queued under that context).
+//! Every wait is bounded by [`DEADLINE`]; after it the configured cap
+//! stands. The endpoint's counters are restored afterwards: they count the
+//! application's traffic only.
+
+use crate::calibrate::cpus_online;
+use crate::endpoint::Endpoint;
+use crate::error::Result;
+use std::time::{Duration, Instant};
+use tm_proto::{MatchSpec, Source, Tag};
+
+/// Message sizes of the ping-pong, ascending.
+pub const REPLY_SIZES: [u64; 4] = [256, 512, 768, 1024];
+/// Rounds over all sizes and both ways.
+const ROUNDS: usize = 3;
+/// Untimed round trips before each timed series.
+const WARMUP: usize = 8;
+/// Timed round trips per size, way and round.
+const TIMED: usize = 40;
+/// Bound on the measurement (about 1 ms on the EPYC VM).
+pub const REPLY_DEADLINE: Duration = Duration::from_secs(1);
+/// The eager blocks must be this much faster (eager × 21 < inline × 20) to
+/// lower the cap below a size.
+const MARGIN: (u64, u64) = (21, 20);
+/// Tags of the ping-pong and of the outcome message.
+const TAG_PING: u32 = 1;
+const TAG_OUTCOME: u32 = 2;
+/// Outcome value: the cap stands.
+const KEEP: u64 = u64::MAX;
+
+/// One size's measurement: the lower of the rounds' median round trips
+/// (two messages), in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyPoint {
+    /// Message size in bytes.
+    pub bytes: u64,
+    /// Round trip with both messages inline in the header ring.
+    pub inline_ns: u64,
+    /// Round trip with both messages through eager blocks.
+    pub eager_ns: u64,
+}
+
+/// What [`Endpoint::calibrate_inline_reply`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyCalibration {
+    /// The measurements (on local rank 0; empty on the other ranks).
+    pub points: Vec<ReplyPoint>,
+    /// The size the inline reply cap was lowered to (a message larger
+    /// than this goes through an eager block; at most the inline-ext cap
+    /// means inline replies are off), or `None` when inline won or tied
+    /// at every measured size and the cap stands.
+    pub lowered_to: Option<u64>,
+}
+
+/// The cap for `points` (ascending sizes) and the inline-ext cap `ext`:
+/// the largest measured size below the first one at which eager blocks
+/// won by the margin (`ext` when that is the first), or `None`.
+pub fn decide_reply(points: &[ReplyPoint], ext: u64) -> Option<u64> {
+    let mut below = ext;
+    for p in points {
+        if p.eager_ns.saturating_mul(MARGIN.0) < p.inline_ns.saturating_mul(MARGIN.1) {
+            return Some(below);
+        }
+        below = p.bytes;
+    }
+    None
+}
+
+/// Spins until `f` gives an answer, then `Some`; `None` past `deadline`.
+/// After `spin` polls it sleeps between them (ranks that only wait must
+/// not take a CPU from the two that measure).
+fn poll<T>(
+    deadline: Instant,
+    sleepy: bool,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    let mut n = 0u32;
+    loop {
+        if let Some(v) = f()? {
+            return Ok(Some(v));
+        }
+        n = n.wrapping_add(1);
+        if n % 64 == 0 {
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            if sleepy {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        core::hint::spin_loop();
+    }
+}
+
+impl Endpoint {
+    /// Measures inline replies against eager blocks between local ranks 0
+    /// and 1 and lowers this endpoint's inline reply cap where the eager
+    /// blocks won (see the module docs and the crate README, "Calibrating
+    /// the inline reply cap"). Collective over the node: every local rank
+    /// calls it once, before any other traffic, with the same `context`, a
+    /// context id used for nothing else. Returns `Ok(None)` when it did not
+    /// run (`Config::inline_calibrate` off, one local rank, more local ranks
+    /// than CPUs online, a cap that leaves nothing to measure) or a
+    /// deadline passed (the configured cap stands).
+    ///
+    /// # Errors
+    /// A send or receive error of the endpoint (a peer that died).
+    pub fn calibrate_inline_reply(&mut self, context: u32) -> Result<Option<ReplyCalibration>> {
+        self.calibrate_inline_reply_within(context, cpus_online())
+    }
+
+    /// [`Endpoint::calibrate_inline_reply`] as if `cpus` CPUs were online
+    /// (for tests of nodes with more ranks than this machine has CPUs).
+    #[doc(hidden)]
+    pub fn calibrate_inline_reply_within(
+        &mut self,
+        context: u32,
+        cpus: usize,
+    ) -> Result<Option<ReplyCalibration>> {
+        let enabled = self.node().config().inline_calibrate;
+        let me = self.rank();
+        let n = self.size();
+        let ext = self.ext_max() as u64;
+        let cap = self.reply_cap() as u64;
+        let sizes: Vec<u64> = REPLY_SIZES
+            .iter()
+            .copied()
+            .filter(|&s| s > ext && s <= cap)
+            .collect();
+        if !enabled || n < 2 || n as usize > cpus || sizes.is_empty() {
+            return Ok(None);
+        }
+        let saved = self.counters();
+        let start = Instant::now();
+        let deadline = start + REPLY_DEADLINE;
+        let word = match me {
+            0 => {
+                let points = self.reply_leader(context, &sizes, cap, deadline)?;
+                let word = match &points {
+                    Some(p) => decide_reply(p, ext).unwrap_or(KEEP),
+                    None => KEEP,
+                };
+                for r in 1..n {
+                    self.send(r, TAG_OUTCOME, context, &word.to_le_bytes())?;
+                }
+                if let Some(p) = &points {
+                    tracing::info!(
+                        points = ?p,
+                        lowered_to = ?(word != KEEP).then_some(word),
+                        micros = start.elapsed().as_micros() as u64,
+                        "inline reply calibration"
+                    );
+                }
+                points.map(|points| (word, points))
+            }
+            _ => {
+                if me == 1 && !self.reply_partner(context, &sizes, cap, deadline)? {
+                    tracing::warn!("inline reply calibration: no ping in time; cap kept");
+                }
+                // Rank 0 sends the outcome after its own deadline at the
+                // latest.
+                let spec = MatchSpec {
+                    context_id: context,
+                    source: Source::Rank(0),
+                    tag: Tag::Value(TAG_OUTCOME),
+                };
+                let mut b = [0u8; 8];
+                let got = poll(deadline + REPLY_DEADLINE, me != 1, || {
+                    self.recv_now(spec, &mut b)
+                })?;
+                match got {
+                    Some(st) if st.len == 8 => Some((u64::from_le_bytes(b), Vec::new())),
+                    _ => {
+                        tracing::warn!("inline reply calibration: no outcome in time; cap kept");
+                        None
+                    }
+                }
+            }
+        };
+        self.restore_counters(saved);
+        let Some((word, points)) = word else {
+            self.set_reply_cap(cap as usize);
+            return Ok(None);
+        };
+        let lowered_to = (word != KEEP).then_some(word.min(cap));
+        self.set_reply_cap(lowered_to.unwrap_or(cap) as usize);
+        let c = ReplyCalibration { points, lowered_to };
+        self.set_reply_calibration(c.clone());
+        Ok(Some(c))
+    }
+
+    /// The schedule both ranks follow: (size, inline) per series.
+    fn reply_schedule(sizes: &[u64]) -> Vec<(u64, bool)> {
+        let mut v = Vec::new();
+        for round in 0..ROUNDS {
+            for &s in sizes {
+                // Alternate which way goes first, against drift in a round.
+                let first = round % 2 == 0;
+                v.push((s, first));
+                v.push((s, !first));
+            }
+        }
+        v
+    }
+
+    /// Local rank 0: sends each ping, times the round trip. `None` past
+    /// the deadline or on a wrong byte.
+    fn reply_leader(
+        &mut self,
+        context: u32,
+        sizes: &[u64],
+        cap: u64,
+        deadline: Instant,
+    ) -> Result<Option<Vec<ReplyPoint>>> {
+        let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
+        let src: Vec<u8> = (0..largest).map(|i| pattern(0, i)).collect();
+        let mut dst = vec![0u8; largest];
+        let spec = MatchSpec {
+            context_id: context,
+            source: Source::Rank(1),
+            tag: Tag::Value(TAG_PING),
+        };
+        let mut rtt = Vec::with_capacity(TIMED);
+        let mut medians: Vec<(u64, bool, u64)> = Vec::new();
+        for (size, inline) in Self::reply_schedule(sizes) {
+            let len = size as usize;
+            self.set_reply_cap(if inline { cap as usize } else { 0 });
+            rtt.clear();
+            for i in 0..WARMUP + TIMED {
+                let t0 = Instant::now();
+                self.send(1, TAG_PING, context, &src[..len])?;
+                let Some(st) = poll(deadline, false, || self.recv_now(spec, &mut dst[..len]))?
+                else {
+                    return Ok(None);
+                };
+                if i >= WARMUP {
+                    rtt.push(t0.elapsed().as_nanos() as u64);
+                }
+                if st.len != len {
+                    return Ok(None);
+                }
+            }
+            if dst[..len]
+                .iter()
+                .enumerate()
+                .any(|(i, &b)| b != pattern(1, i))
+            {
+                tracing::warn!(size, inline, "inline reply calibration read wrong bytes");
+                return Ok(None);
+            }
+            rtt.sort_unstable();
+            medians.push((size, inline, rtt[rtt.len() / 2]));
+        }
+        let best = |s: u64, inline: bool| {
+            medians
+                .iter()
+                .filter(|m| m.0 == s && m.1 == inline)
+                .map(|m| m.2)
+                .min()
+                .unwrap_or(u64::MAX)
+        };
+        Ok(Some(
+            sizes
+                .iter()
+                .map(|&s| ReplyPoint {
+                    bytes: s,
+                    inline_ns: best(s, true),
+                    eager_ns: best(s, false),
+                })
+                .collect(),
+        ))
+    }
+
+    /// Local rank 1: answers each ping with a message of its size. False
+    /// past the deadline.
+    fn reply_partner(
+        &mut self,
+        context: u32,
+        sizes: &[u64],
+        cap: u64,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
+        let src: Vec<u8> = (0..largest).map(|i| pattern(1, i)).collect();
+        let mut dst = vec![0u8; largest];
+        let spec = MatchSpec {
+            context_id: context,
+            source: Source::Rank(0),
+            tag: Tag::Value(TAG_PING),
+        };
+        for (size, inline) in Self::reply_schedule(sizes) {
+            let len = size as usize;
+            self.set_reply_cap(if inline { cap as usize } else { 0 });
+            for _ in 0..WARMUP + TIMED {
+                if poll(deadline, false, || self.recv_now(spec, &mut dst[..len]))?.is_none() {
+                    return Ok(false);
+                }
+                self.send(0, TAG_PING, context, &src[..len])?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Byte `i` of rank `me`'s ping.
+fn pattern(me: u32, i: usize) -> u8 {
+    (i as u8).wrapping_mul(7) ^ (me as u8) ^ 0x3c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(bytes: u64, inline_ns: u64, eager_ns: u64) -> ReplyPoint {
+        ReplyPoint {
+            bytes,
+            inline_ns,
+            eager_ns,
+        }
+    }
+
+    #[test]
+    fn decide_lowers_below_the_first_eager_win() {
+        // Inline wins everywhere: the cap stands.
+        assert_eq!(
+            decide_reply(
+                &[p(256, 300, 330), p(512, 400, 420), p(1024, 500, 600)],
+                128
+            ),
+            None
+        );
+        // Eager wins from 768 B: the cap becomes 512.
+        assert_eq!(
+            decide_reply(
+                &[
+                    p(256, 300, 330),
+                    p(512, 400, 400),
+                    p(768, 600, 500),
+                    p(1024, 700, 500)
+                ],
+                128
+            ),
+            Some(512)
+        );
+        // Eager wins at the first size: inline replies off (the ext cap).
+        assert_eq!(
+            decide_reply(&[p(256, 400, 300), p(512, 500, 300)], 128),
+            Some(128)
+        );
+        // A win inside the margin (4%) does not count; a later one does,
+        // even if an earlier size tied.
+        assert_eq!(
+            decide_reply(&[p(256, 1000, 960), p(512, 1000, 800)], 128),
+            Some(256)
+        );
+        assert_eq!(decide_reply(&[], 128), None);
+    }
+
+    #[test]
+    fn schedule_alternates_the_first_way() {
+        let s = Endpoint::reply_schedule(&[256, 512]);
+        assert_eq!(s.len(), ROUNDS * 4);
+        assert_eq!(
+            &s[..4],
+            &[(256, true), (256, false), (512, true), (512, false)]
+        );
+        assert_eq!(
+            &s[4..8],
+            &[(256, false), (256, true), (512, false), (512, true)]
+        );
+    }
+}
