@@ -45,8 +45,10 @@ const MARGIN: (u64, u64) = (21, 20);
 /// Tags of the ping-pong and of the outcome message.
 const TAG_PING: u32 = 1;
 const TAG_OUTCOME: u32 = 2;
-/// Outcome value: the cap stands.
+/// Outcome values: the cap stands (measured, inline never lost), or the
+/// measurement did not finish (every rank reports `None`).
 const KEEP: u64 = u64::MAX;
+const SKIPPED: u64 = u64::MAX - 1;
 
 /// One size's measurement: the lower of the rounds' median round trips
 /// (two messages), in nanoseconds.
@@ -158,7 +160,7 @@ impl Endpoint {
                 let points = self.reply_leader(context, &sizes, cap, deadline)?;
                 let word = match &points {
                     Some(p) => decide_reply(p, ext).unwrap_or(KEEP),
-                    None => KEEP,
+                    None => SKIPPED,
                 };
                 for r in 1..n {
                     self.send(r, TAG_OUTCOME, context, &word.to_le_bytes())?;
@@ -189,7 +191,10 @@ impl Endpoint {
                     self.recv_now(spec, &mut b)
                 })?;
                 match got {
-                    Some(st) if st.len == 8 => Some((u64::from_le_bytes(b), Vec::new())),
+                    Some(st) if st.len == 8 && u64::from_le_bytes(b) != SKIPPED => {
+                        Some((u64::from_le_bytes(b), Vec::new()))
+                    }
+                    Some(_) => None,
                     _ => {
                         tracing::warn!("inline reply calibration: no outcome in time; cap kept");
                         None
