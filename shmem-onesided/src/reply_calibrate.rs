@@ -237,14 +237,7 @@ impl Endpoint {
         cap: u64,
         deadline: Instant,
     ) -> Result<Option<Vec<ReplyPoint>>> {
-        let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
-        let src: Vec<u8> = (0..largest).map(|i| pattern(0, i)).collect();
-        let mut dst = vec![0u8; largest];
-        let spec = MatchSpec {
-            context_id: context,
-            source: Source::Rank(1),
-            tag: Tag::Value(TAG_PING),
-        };
+        let (src, mut dst, spec) = ping_setup(0, context, sizes);
         let mut rtt = Vec::with_capacity(TIMED);
         let mut medians: Vec<(u64, bool, u64)> = Vec::new();
         for (size, inline) in Self::reply_schedule(sizes) {
@@ -305,14 +298,7 @@ impl Endpoint {
         cap: u64,
         deadline: Instant,
     ) -> Result<bool> {
-        let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
-        let src: Vec<u8> = (0..largest).map(|i| pattern(1, i)).collect();
-        let mut dst = vec![0u8; largest];
-        let spec = MatchSpec {
-            context_id: context,
-            source: Source::Rank(0),
-            tag: Tag::Value(TAG_PING),
-        };
+        let (src, mut dst, spec) = ping_setup(1, context, sizes);
         for (size, inline) in Self::reply_schedule(sizes) {
             let len = size as usize;
             self.set_reply_cap(if inline { cap as usize } else { 0 });
@@ -325,6 +311,19 @@ impl Endpoint {
         }
         Ok(true)
     }
+}
+
+/// Rank `me`'s (0 or 1) source and destination buffers of the largest
+/// size, and the match of the other rank's pings.
+fn ping_setup(me: u32, context: u32, sizes: &[u64]) -> (Vec<u8>, Vec<u8>, MatchSpec) {
+    let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
+    let src = (0..largest).map(|i| pattern(me, i)).collect();
+    let spec = MatchSpec {
+        context_id: context,
+        source: Source::Rank(1 - me),
+        tag: Tag::Value(TAG_PING),
+    };
+    (src, vec![0u8; largest], spec)
 }
 
 /// Byte `i` of rank `me`'s ping.
