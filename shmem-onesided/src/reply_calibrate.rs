@@ -88,9 +88,9 @@ pub fn decide_reply(points: &[ReplyPoint], ext: u64) -> Option<u64> {
     None
 }
 
-/// Spins until `f` gives an answer, then `Some`; `None` past `deadline`.
-/// After `spin` polls it sleeps between them (ranks that only wait must
-/// not take a CPU from the two that measure).
+/// Polls `f` until it gives an answer, then `Some`; `None` past
+/// `deadline`. With `sleepy` it sleeps 50 µs after every 64 polls (ranks
+/// that only wait must not take a CPU from the two that measure).
 fn poll<T>(
     deadline: Instant,
     sleepy: bool,
