@@ -15,7 +15,7 @@
 //! | `TMX_SHMEM_PREPOST` | `on` | the MP_Lite prepost protocol: a blocked exact-source receive is advertised to its sender, which CMA-writes a matching message straight into it (needs CMA; `off` disables it) |
 //! | `TMX_SHMEM_DEFER_RECV` | `on` | a nonblocking exact-source receive that finds nothing (its source's ring empty, nothing posted or queued, never advertised) waits outside the matcher; progress later takes its message straight from the ring, or posts it (and every later deferred one, in order) the moment anything else could match first (`off`: post at once) |
 //! | `TMX_SHMEM_PREPOST_MIN` | 8M | smallest message (and receive buffer) that uses the prepost-direct path; smaller ones are buffered as usual |
-//! | `TMX_SHMEM_INLINE_EXT` | 128 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off |
+//! | `TMX_SHMEM_INLINE_EXT` | 512 | largest message sent inline in the header ring: up to 40 bytes ride in the header slot, larger ones up to this size continue in the following slots (60 bytes each, at most a quarter of the ring); `40` turns the continuation off. 512 since session 31 (128 before): `bw` 200–512 B 1.16–1.67× with `bibw` and latency unchanged (crate README, "Inline up to 512 B") |
 //! | `TMX_SHMEM_INLINE_REPLY` | 1K | largest message sent inline in the header ring as a reply: a message above `TMX_SHMEM_INLINE_EXT` goes inline instead of through an eager block when the sender alternates with its destination (it took a message from it since its previous such send, and only one send went between the two takes) and has at most one eager block in flight, the request-reply pattern of a ping-pong; capped to half the ring; `40` (or at most `TMX_SHMEM_INLINE_EXT`) turns it off |
 //! | `TMX_SHMEM_CMA_REPLY` | 6K | a reply (as for `TMX_SHMEM_INLINE_REPLY`) larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available: in a ping-pong one copy beats two from about 6.5 KiB, while a window of sends is faster through eager blocks; `off`: never |
 //! | `TMX_SHMEM_CMA_DUPLEX` | 6K | a message larger than this goes by CMA even at or below `TMX_SHMEM_CMA_THRESHOLD`, when CMA is available and messages flow both ways between the two ranks (over the sender's recent traffic with that peer, it took at least half as many messages from it as it sent): the receiver reads it in one copy, with the others it matches in the same progress pass, instead of both cores copying it while they also copy the other way's messages; a one-way stream keeps the eager blocks; `off`: never |
@@ -179,7 +179,7 @@ impl Default for Config {
             prepost: true,
             defer_recv: true,
             prepost_min: 8 << 20,
-            inline_ext: 128,
+            inline_ext: 512,
             inline_reply: 1 << 10,
             movsb_min: 1 << 10,
             cma_reply: 6 << 10,
@@ -488,6 +488,7 @@ mod tests {
         assert!(Config::default().defer_recv);
         assert_eq!(c.inline_ext, 1024);
         assert_eq!(Config::default().inline_reply, 1024);
+        assert_eq!(Config::default().inline_ext, 512);
         assert_eq!(Config::default().movsb_min, 1024);
         assert_eq!(Config::default().cma_reply, 6144);
         assert_eq!(

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
-//! | 41 B – `TMX_SHMEM_INLINE_EXT` (128 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`KIND_INLINE_EXT`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
+//! | 41 B – `TMX_SHMEM_INLINE_EXT` (512 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`KIND_INLINE_EXT`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
 //! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
 //! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`KIND_FRAG`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
 //! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally and the message would be copied aside (eager-sized, or pipelined from a borrowed buffer of a nonblocking send), or a reply above `TMX_SHMEM_CMA_REPLY` (6 KiB), or above `TMX_SHMEM_CMA_DUPLEX` (6 KiB) while messages flow both ways ([`Endpoint::duplex`]); CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer (the messages of one sender that a progress pass matched to posted receives with buffers of their own in one call, [`Endpoint::read_late`]) and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
@@ -6240,6 +6240,10 @@ mod tests {
             heap_bytes: 1 << 20,
             eager_bytes: 1 << 20,
             attach_timeout: Duration::from_secs(20),
+            // These tests were written when the default was 128 bytes:
+            // their 129–512-byte messages are meant to take eager blocks
+            // (and the reply path), so keep that cap here.
+            inline_ext: 128,
             ..Config::default()
         }
     }

@@ -648,7 +648,39 @@ fn reply_cfg() -> Config {
     Config {
         ring_slots: 64,
         inline_calibrate: true,
+        // Below every measured size, so that all four are measured.
+        inline_ext: 128,
         ..cfg()
+    }
+}
+
+#[test]
+fn inline_reply_calibration_measures_only_sizes_above_the_inline_ext_cap() {
+    // The default inline-ext cap (512 B) already sends 256 and 512 B
+    // inline in any pattern: only 768 and 1024 B are left to decide.
+    let c = Config {
+        inline_ext: Config::default().inline_ext,
+        ..reply_cfg()
+    };
+    assert_eq!(c.inline_ext, 512);
+    let seen = ranks(&job("rcalib-ext"), 2, c, move |_r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        let cal = ep.calibrate_inline_reply_within(CALIB_CTX, 2).unwrap();
+        let cap = ep.reply_cap();
+        ep.finalize().unwrap();
+        (cal, cap)
+    });
+    let first = seen[0].0.clone().expect("rank 0 calibrated");
+    let sizes: Vec<u64> = first.points.iter().map(|p| p.bytes).collect();
+    assert_eq!(sizes, vec![768, 1024]);
+    assert_eq!(
+        first.lowered_to,
+        shmem_onesided::decide_reply(&first.points, 512)
+    );
+    for (cal, cap) in &seen {
+        let lowered = cal.as_ref().expect("both learn the outcome").lowered_to;
+        assert_eq!(*cap as u64, lowered.unwrap_or(1024));
+        assert!(*cap >= 512, "never below the inline-ext cap: {cap}");
     }
 }
 
