@@ -10,6 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::state::{self, State};
+
 /// System packages that tests or benchmarks need: (program looked for on PATH,
 /// or an absolute file path; Debian package that provides it; what needs it).
 pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
@@ -472,6 +474,13 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             run_adi_pairs()?;
             continue;
         }
+        if krate == "state" {
+            for _ in 0..5 {
+                println!("machine state: {}", state::probe().describe());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            continue;
+        }
         let mut c = cargo();
         c.args(["bench", "-p", krate]);
         if !run_plain(c)? {
@@ -572,10 +581,13 @@ fn run_adi_bench() -> Result<(), String> {
     let rounds = bench_rounds(ADI_BENCH_ROUNDS)?;
     let mut ours = Figures::default();
     let mut theirs = Figures::default();
-    // Each round's pair of runs, for the paired ratios.
+    // Each round's pair of runs, for the paired ratios, and the machine's
+    // state before each of the two (see `state.rs`).
     let mut pairs = Vec::new();
+    let mut states = Vec::new();
     for round in 1..=rounds {
         let (mut o, mut t) = (Figures::default(), Figures::default());
+        let (mut before_tmx, mut before_mpich) = (State::Unknown, State::Unknown);
         // Odd rounds run MPICH first, even ones tmx first, so that a drift
         // of the machine's speed within a round favours neither side.
         for mpich_turn in if round % 2 == 1 {
@@ -585,18 +597,25 @@ fn run_adi_bench() -> Result<(), String> {
         } {
             if mpich_turn {
                 if let Some(bin) = &mpich {
+                    before_mpich = state::probe();
                     let out = run_mpich_pair(bin, "MPICH OSU benchmark")?;
                     theirs.merge(&out, "mpich");
                     t.merge(&out, "mpich");
                 }
             } else {
+                before_tmx = state::probe();
                 let out = run_tmrun_pair(&rel, "osu")?;
                 ours.merge(&out, "tmx");
                 o.merge(&out, "tmx");
             }
         }
         pairs.push((o, t));
-        println!("(round {round} of {rounds} done)");
+        states.push((before_tmx, before_mpich));
+        println!(
+            "(round {round} of {rounds} done; machine state before tmx {}, before MPICH {})",
+            before_tmx.describe(),
+            before_mpich.describe()
+        );
     }
     println!(
         "\n==== adi (osu example) vs MPICH ({rounds} interleaved rounds, best of each) ====\n"
@@ -613,6 +632,7 @@ fn run_adi_bench() -> Result<(), String> {
              rounds ====\n"
         );
         print!("{}", paired_table(&pairs));
+        print!("{}", paired_by_state(&pairs, &states));
     }
     run_adi_rma_bench(&root, &rel, rounds)
 }
@@ -774,41 +794,104 @@ fn env_count(var: &str, default: usize, lo: usize, hi: usize) -> Result<usize, S
 /// back to back, and the median of the pairs is what a phase does not
 /// decide. A closing line lists the sizes whose median is below 1.
 fn paired_table(pairs: &[(Figures, Figures)]) -> String {
-    let kinds = ["lat", "bw", "bibw"];
-    let mut sizes: Vec<u64> = pairs.iter().flat_map(|(o, _)| o.sizes()).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
+    let all: Vec<&(Figures, Figures)> = pairs.iter().collect();
     let mut s = String::from(
         "| size | lat ratio median | lat lowest–highest | bw ratio median | bw lowest–highest | bibw ratio median | bibw lowest–highest |\n|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    let mut below: Vec<String> = Vec::new();
-    for b in sizes {
+    for (b, cells) in paired_rows(&all) {
         s.push_str(&format!("| {} |", size_name(b)));
-        for kind in kinds {
-            let mut r: Vec<f64> = pairs
-                .iter()
-                .filter_map(|(o, t)| ratio(kind, o.get(kind, "tmx", b), t.get(kind, "mpich", b)))
-                .collect();
-            r.sort_by(f64::total_cmp);
-            match median(&r) {
-                Some(m) => {
-                    s.push_str(&format!(" {m:.2} | {:.2}–{:.2} |", r[0], r[r.len() - 1]));
-                    if m < 1.0 {
-                        below.push(format!("{kind} {} ({m:.2})", size_name(b)));
-                    }
-                }
+        for cell in cells {
+            match cell {
+                Some((m, lo, hi)) => s.push_str(&format!(" {m:.2} | {lo:.2}–{hi:.2} |")),
                 None => s.push_str(" – | – |"),
             }
         }
         s.push('\n');
     }
+    s.push_str(&format!("\n{}\n", below_one("Paired medians", &all)));
+    s
+}
+
+/// The kinds of figure of the paired tables, in column order.
+const PAIRED_KINDS: [&str; 3] = ["lat", "bw", "bibw"];
+
+/// Per size (ascending), per kind of [`PAIRED_KINDS`]: the median, lowest
+/// and highest of the per-round ratios of `pairs` (`None` without any).
+#[allow(clippy::type_complexity)]
+fn paired_rows(pairs: &[&(Figures, Figures)]) -> Vec<(u64, [Option<(f64, f64, f64)>; 3])> {
+    let mut sizes: Vec<u64> = pairs.iter().flat_map(|(o, _)| o.sizes()).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .map(|b| {
+            let cells = PAIRED_KINDS.map(|kind| {
+                let mut r: Vec<f64> = pairs
+                    .iter()
+                    .filter_map(|(o, t)| {
+                        ratio(kind, o.get(kind, "tmx", b), t.get(kind, "mpich", b))
+                    })
+                    .collect();
+                r.sort_by(f64::total_cmp);
+                median(&r).map(|m| (m, r[0], r[r.len() - 1]))
+            });
+            (b, cells)
+        })
+        .collect()
+}
+
+/// `what` below 1, as `"{what} below 1: bw 64 B (0.95), ..."`, or that
+/// every one is at or above 1.
+fn below_one(what: &str, pairs: &[&(Figures, Figures)]) -> String {
+    let mut below: Vec<String> = Vec::new();
+    for (b, cells) in paired_rows(pairs) {
+        for (kind, cell) in PAIRED_KINDS.iter().zip(cells) {
+            if let Some((m, _, _)) = cell.filter(|&(m, _, _)| m < 1.0) {
+                below.push(format!("{kind} {} ({m:.2})", size_name(b)));
+            }
+        }
+    }
     if below.is_empty() {
-        s.push_str("\nEvery paired median is at or above 1.\n");
+        format!("{what}: every one at or above 1.")
     } else {
+        format!("{what} below 1: {}.", below.join(", "))
+    }
+}
+
+/// The paired medians again, of the rounds in which the probe found the
+/// machine fast before both programs, and of those in which it found it
+/// slow before both ([`state`]); rounds of mixed or unknown state are
+/// left out of both.
+fn paired_by_state(pairs: &[(Figures, Figures)], states: &[(State, State)]) -> String {
+    let of = |slow: bool| -> Vec<&(Figures, Figures)> {
+        pairs
+            .iter()
+            .zip(states)
+            .filter(|(_, s)| match s {
+                (State::Fast(_), State::Fast(_)) => !slow,
+                (State::Slow(_), State::Slow(_)) => slow,
+                _ => false,
+            })
+            .map(|(p, _)| p)
+            .collect()
+    };
+    let mut s = format!(
+        "\nBy the machine's state before both programs of a round (cache-line round trip \
+         below or at least {:.0} ns; `xtask/src/state.rs`):\n",
+        state::SLOW_NS
+    );
+    for (name, slow) in [("fast", false), ("slow", true)] {
+        let rounds = of(slow);
         s.push_str(&format!(
-            "\nPaired medians below 1: {}.\n",
-            below.join(", ")
+            "- {name}: {} of {} rounds",
+            rounds.len(),
+            pairs.len()
         ));
+        if rounds.is_empty() {
+            s.push_str(".\n");
+        } else {
+            s.push_str(&format!("; {}\n", below_one("paired medians", &rounds)));
+        }
     }
     s
 }
@@ -1343,6 +1426,47 @@ test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
         for l in t.lines().filter(|l| l.starts_with('|')) {
             assert_eq!(cells(l), cells(header), "{l}");
         }
+    }
+
+    #[test]
+    fn paired_medians_split_by_the_machine_state() {
+        let round = |ours: &str, mpich: &str| {
+            let (mut o, mut t) = (Figures::default(), Figures::default());
+            o.merge(ours, "tmx");
+            t.merge(mpich, "mpich");
+            (o, t)
+        };
+        let pairs = [
+            // fast: bibw 1 B 1.10
+            round("bibw 1 11.0\n", "bibw 1 10.0\n"),
+            // slow: 0.80
+            round("bibw 1 4.0\n", "bibw 1 5.0\n"),
+            // fast: 1.20
+            round("bibw 1 12.0\n", "bibw 1 10.0\n"),
+            // mixed (left out of both): 0.50
+            round("bibw 1 5.0\n", "bibw 1 10.0\n"),
+            // unknown (left out of both): 0.50
+            round("bibw 1 5.0\n", "bibw 1 10.0\n"),
+        ];
+        let (f, s) = (State::Fast(110.0), State::Slow(450.0));
+        let states = [(f, f), (s, s), (f, f), (f, s), (State::Unknown, f)];
+        let t = paired_by_state(&pairs, &states);
+        assert!(
+            t.contains("- fast: 2 of 5 rounds; paired medians: every one at or above 1."),
+            "{t}"
+        );
+        assert!(
+            t.contains("- slow: 1 of 5 rounds; paired medians below 1: bibw 1 B (0.80)."),
+            "{t}"
+        );
+        // All five rounds together: 0.50, 0.50, 0.80, 1.10, 1.20.
+        assert!(
+            paired_table(&pairs).contains("Paired medians below 1: bibw 1 B (0.80)."),
+            "{}",
+            paired_table(&pairs)
+        );
+        let none = paired_by_state(&pairs[..1], &[(s, f)]);
+        assert!(none.contains("- fast: 0 of 1 rounds.\n"), "{none}");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod ci;
+mod state;
 #[cfg(test)]
 mod tidy;
 
@@ -32,7 +33,9 @@ commands:
                     Debian's MPICH and print one table with ratios (adi also a
                     table of paired per-round ratios: median, lowest, highest);
                     `bench adi-pairs`: one size at a time, many short alternating
-                    runs of adi's osu and MPICH, median ratio per size
+                    runs of adi's osu and MPICH, median ratio per size;
+                    `bench state`: the machine's state (fast or slow: the
+                    round trip of a cache line between two threads), 5 probes
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
                     (network namespaces; needs root and iproute2), verbosely
   help              this text
