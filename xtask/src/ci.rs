@@ -1391,14 +1391,16 @@ test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
         }
     }
 
+    /// One round of the paired tables from `--raw` outputs.
+    fn round(ours: &str, mpich: &str) -> (Figures, Figures) {
+        let (mut o, mut t) = (Figures::default(), Figures::default());
+        o.merge(ours, "tmx");
+        t.merge(mpich, "mpich");
+        (o, t)
+    }
+
     #[test]
     fn paired_table_takes_the_median_of_per_round_ratios() {
-        let round = |ours: &str, mpich: &str| {
-            let (mut o, mut t) = (Figures::default(), Figures::default());
-            o.merge(ours, "tmx");
-            t.merge(mpich, "mpich");
-            (o, t)
-        };
         let pairs = [
             // lat 8 B: 0.10 vs 0.20 (2.00); bw 64 B: 900 vs 1000 (0.90)
             round("lat 8 0.10\nbw 64 900\n", "lat 8 0.20\nbw 64 1000\n"),
@@ -1430,12 +1432,6 @@ test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out
 
     #[test]
     fn paired_medians_split_by_the_machine_state() {
-        let round = |ours: &str, mpich: &str| {
-            let (mut o, mut t) = (Figures::default(), Figures::default());
-            o.merge(ours, "tmx");
-            t.merge(mpich, "mpich");
-            (o, t)
-        };
         let pairs = [
             // fast: bibw 1 B 1.10
             round("bibw 1 11.0\n", "bibw 1 10.0\n"),
