@@ -7,7 +7,7 @@
 //! cache line written by one CPU and read by the other makes a round trip
 //! in about 100–180 ns in one state and 410–540 ns in the other (a C
 //! ping-pong of one line between two pinned processes, measured before
-//! and after short benchmark runs; this probe's two threads, 313–398 ns
+//! and after short benchmark runs; this probe's two threads, 313–415 ns
 //! in the slow state). Small-message rates follow: MPICH's `bibw`
 //! at 1 B is about 12.8 MB/s in the first state and 6.4 MB/s in the
 //! second. `cargo xtask bench adi` measures this round trip before each
@@ -32,7 +32,7 @@ const WARM: u64 = 2_000;
 const GIVE_UP: Duration = Duration::from_secs(2);
 /// A round trip at or above this many ns is the slow state. Seen in
 /// session 31: 104–176 ns and 415–540 ns between two processes (C), and
-/// 313–398 ns in the slow state between this probe's two threads.
+/// 313–415 ns in the slow state between this probe's two threads.
 pub(crate) const SLOW_NS: f64 = 250.0;
 
 /// An atomic alone on its own pair of cache lines (no false sharing with
