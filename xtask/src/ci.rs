@@ -798,8 +798,9 @@ fn paired_table(pairs: &[(Figures, Figures)]) -> String {
     let mut s = String::from(
         "| size | lat ratio median | lat lowest–highest | bw ratio median | bw lowest–highest | bibw ratio median | bibw lowest–highest |\n|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (b, cells) in paired_rows(&all) {
-        s.push_str(&format!("| {} |", size_name(b)));
+    let rows = paired_rows(&all);
+    for (b, cells) in &rows {
+        s.push_str(&format!("| {} |", size_name(*b)));
         for cell in cells {
             match cell {
                 Some((m, lo, hi)) => s.push_str(&format!(" {m:.2} | {lo:.2}–{hi:.2} |")),
@@ -808,17 +809,20 @@ fn paired_table(pairs: &[(Figures, Figures)]) -> String {
         }
         s.push('\n');
     }
-    s.push_str(&format!("\n{}\n", below_one("Paired medians", &all)));
+    s.push_str(&format!("\n{}\n", below_one("Paired medians", &rows)));
     s
 }
 
 /// The kinds of figure of the paired tables, in column order.
 const PAIRED_KINDS: [&str; 3] = ["lat", "bw", "bibw"];
 
-/// Per size (ascending), per kind of [`PAIRED_KINDS`]: the median, lowest
-/// and highest of the per-round ratios of `pairs` (`None` without any).
-#[allow(clippy::type_complexity)]
-fn paired_rows(pairs: &[&(Figures, Figures)]) -> Vec<(u64, [Option<(f64, f64, f64)>; 3])> {
+/// One cell of a paired table: the median, lowest and highest of the
+/// per-round ratios (`None` without any).
+type PairedCell = Option<(f64, f64, f64)>;
+
+/// Per size (ascending), per kind of [`PAIRED_KINDS`]: the cell of the
+/// per-round ratios of `pairs`.
+fn paired_rows(pairs: &[&(Figures, Figures)]) -> Vec<(u64, [PairedCell; 3])> {
     let mut sizes: Vec<u64> = pairs.iter().flat_map(|(o, _)| o.sizes()).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -840,14 +844,14 @@ fn paired_rows(pairs: &[&(Figures, Figures)]) -> Vec<(u64, [Option<(f64, f64, f6
         .collect()
 }
 
-/// `what` below 1, as `"{what} below 1: bw 64 B (0.95), ..."`, or that
-/// every one is at or above 1.
-fn below_one(what: &str, pairs: &[&(Figures, Figures)]) -> String {
+/// The medians of `rows` below 1, as `"{what} below 1: bw 64 B (0.95),
+/// ..."`, or that every one is at or above 1.
+fn below_one(what: &str, rows: &[(u64, [PairedCell; 3])]) -> String {
     let mut below: Vec<String> = Vec::new();
-    for (b, cells) in paired_rows(pairs) {
+    for (b, cells) in rows {
         for (kind, cell) in PAIRED_KINDS.iter().zip(cells) {
             if let Some((m, _, _)) = cell.filter(|&(m, _, _)| m < 1.0) {
-                below.push(format!("{kind} {} ({m:.2})", size_name(b)));
+                below.push(format!("{kind} {} ({m:.2})", size_name(*b)));
             }
         }
     }
@@ -890,7 +894,8 @@ fn paired_by_state(pairs: &[(Figures, Figures)], states: &[(State, State)]) -> S
         if rounds.is_empty() {
             s.push_str(".\n");
         } else {
-            s.push_str(&format!("; {}\n", below_one("paired medians", &rounds)));
+            let rows = paired_rows(&rounds);
+            s.push_str(&format!("; {}\n", below_one("paired medians", &rows)));
         }
     }
     s
