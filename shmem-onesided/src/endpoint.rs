@@ -1541,7 +1541,7 @@ impl Endpoint {
     /// it and the ring has room; `false` (nothing done) otherwise, and the
     /// general path sends it. What the general path does for it, without
     /// its request id and layers.
-    #[inline]
+    #[inline(always)]
     fn send_inline_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
         let seg = self.node.segment();
         let me = seg.rank();
@@ -1913,27 +1913,24 @@ impl Endpoint {
     /// `dest` inline with continuation slots, if nothing is held for `dest`
     /// and its ring has room for all of it now; otherwise returns `false`
     /// and the caller sends it another way (eager).
+    #[inline(always)]
     fn send_inline_ext(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
         let seg = self.node.segment();
         let me = seg.rank();
-        let mut h = Header {
+        let fields = InlineFields {
             kind: KIND_INLINE_EXT,
             flags: self.counted_flag(),
-            // <= ext_max < 2^20
-            nbytes: data.len() as u32,
             source: me,
             tag,
             context,
-            ..Header::default()
         };
-        h.set_inline(&data[..INLINE_MAX]);
         let p = &mut self.peers[dest as usize];
         if !p.staged.is_empty() {
             return false;
         }
         let ring = seg.ring(me, dest);
-        let sent = p.out.try_send_ext(ring, h, &data[INLINE_MAX..], &mut |h| {
-            if h.flags & FLAG_COUNTED != 0 {
+        let sent = p.out.try_send_inline_ext_now(ring, fields, data, |flags| {
+            if flags & FLAG_COUNTED != 0 {
                 ring.count_message();
             }
         });
@@ -5195,6 +5192,49 @@ impl Endpoint {
             && dest != self.rank()
             && dest < self.size()
             && self.send_now(dest, tag, context, data)
+    }
+
+    /// [`Endpoint::isend_now`] for a message of at most
+    /// [`crate::ring::INLINE_MAX`] bytes in a standard send: `true` if it
+    /// went into `dest`'s header ring inline (the send is complete: the
+    /// bytes are in the slot); `false` (nothing done) for a longer
+    /// message, a self-send or bad `dest`, sends held for `dest`, or a
+    /// full ring. The whole of [`Endpoint::isend_now`]'s inline branch,
+    /// without its other sizes, for a caller that keeps its own fast path
+    /// small (the adi's `isend` of a small message: every store and saved
+    /// register of the call is a store-buffer entry that waits behind the
+    /// slot's line transfer; adi README, "Stores per message").
+    #[inline]
+    pub fn isend_inline_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        data.len() <= INLINE_MAX
+            && dest != self.rank()
+            && dest < self.size()
+            && self.send_inline_now(dest, tag, context, data)
+    }
+
+    /// [`Endpoint::isend_inline_now`] for the sizes above
+    /// [`crate::ring::INLINE_MAX`]: inline with continuation slots, up to
+    /// [`Endpoint::inline_ext_max`] bytes (a function of its own, so that
+    /// the caller's path for the smaller sizes stays as small).
+    #[inline]
+    pub fn isend_inline_ext_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        if data.len() <= INLINE_MAX
+            || data.len() > self.ext_max
+            || dest == self.rank()
+            || dest >= self.size()
+        {
+            return false;
+        }
+        let p = &self.peers[dest as usize];
+        p.staged.is_empty()
+            && p.out.pending() == 0
+            && self.send_inline_ext(dest, tag, context, data)
+    }
+
+    /// The largest message [`Endpoint::isend_inline_ext_now`] may send
+    /// (`TMX_SHMEM_INLINE_EXT`, capped by the ring).
+    pub fn inline_ext_max(&self) -> usize {
+        self.ext_max.max(INLINE_MAX)
     }
 
     /// [`Endpoint::isend`] for a caller that wants a send that completes at

@@ -716,6 +716,7 @@ impl Producer {
 
     /// Whether `1 + ext` slots are free, re-reading the consumer index once
     /// if the cached one says they are not.
+    #[inline(always)]
     pub fn has_room_for(&mut self, ring: RingRef<'_>, ext: u64) -> bool {
         let n = ring.capacity();
         if self.head.wrapping_sub(self.cached_consumed) + 1 + ext > n {
@@ -802,21 +803,73 @@ impl Producer {
         // one only after acquiring `seq` below). The writes cover body
         // bytes 0..4, 4..12, 12..20 and 20..60 (20 + INLINE_MAX ==
         // BODY_BYTES), all inside the body.
-        slot.body.with_mut(|p| unsafe {
-            let b = p.cast::<u8>();
-            b.cast::<u32>().write_unaligned(w0.to_le());
-            b.add(4).cast::<u64>().write_unaligned(w1.to_le());
-            b.add(12).cast::<u64>().write_unaligned(w2.to_le());
-            // One word at a time, each stored as soon as it is made (an
-            // array of them was copied in wide loads from the stack).
-            for i in 0..INLINE_MAX / 8 {
-                let w = payload_word(payload, i);
-                b.add(20 + 8 * i).cast::<u64>().write_unaligned(w.to_le());
-            }
-        });
+        slot.body
+            .with_mut(|p| unsafe { write_inline_body(p.cast::<u8>(), w0, w1, w2, payload) });
         slot.seq
             .store((self.head as u32).wrapping_add(1), Ordering::Release);
         self.head += 1;
+        Ok(())
+    }
+
+    /// Publishes an inline message of more than [`INLINE_MAX`] bytes with
+    /// continuation slots: the same bytes as [`Producer::try_push_ext`] of
+    /// the header `fields` make with `nbytes = data.len()` and the first
+    /// [`INLINE_MAX`] bytes inline (`aux == INLINE_MAX`), followed by the
+    /// rest of `data` — written straight from `data` into the slots, in
+    /// 16-byte stores on x86-64, where `try_push_ext` encoded the header
+    /// on the stack and copied it and the tail (see
+    /// [`Producer::try_push_inline`] and [`write_inline_body`]). [`Full`]
+    /// (nothing written) as `try_push_ext`; also if `data` is not longer
+    /// than [`INLINE_MAX`] or its length does not fit the header.
+    #[inline(always)]
+    pub fn try_push_inline_ext(
+        &mut self,
+        ring: RingRef<'_>,
+        fields: InlineFields,
+        data: &[u8],
+    ) -> Result<(), Full> {
+        let len = data.len();
+        let (Some(head), Some(tail)) = (data.get(..INLINE_MAX), data.get(INLINE_MAX..)) else {
+            return Err(Full);
+        };
+        let Ok(nbytes) = u32::try_from(len) else {
+            return Err(Full);
+        };
+        if tail.is_empty() {
+            return Err(Full);
+        }
+        let ext = ext_slots(tail.len());
+        if !self.has_room_for(ring, ext) {
+            return Err(Full);
+        }
+        // The header slot's body first (its fields then need no register
+        // while the tail is copied), its `seq` last.
+        let w0 = u32::from(fields.kind) | u32::from(fields.flags) << 8 | (INLINE_MAX as u32) << 16;
+        let w1 = u64::from(nbytes) | u64::from(fields.source) << 32;
+        let w2 = u64::from(fields.tag) | u64::from(fields.context) << 32;
+        let slot = ring.slot(self.head);
+        // SAFETY: the header slot is free (`has_room_for`, and we are the
+        // only producer; the consumer reads it only after acquiring `seq`
+        // below); the body is 60 bytes.
+        slot.body
+            .with_mut(|p| unsafe { write_inline_body(p.cast::<u8>(), w0, w1, w2, head) });
+        let mut at = self.head + 1;
+        let mut rest = tail;
+        while !rest.is_empty() {
+            let (chunk, more) = rest.split_at(rest.len().min(EXT_SLOT_BYTES));
+            // SAFETY: as in `try_push_ext`: these slots are free
+            // (`has_room_for`), the consumer reads them only after
+            // acquiring the header's `seq` stored below, and we are the
+            // only producer; `chunk.len() <= EXT_SLOT_BYTES == BODY_BYTES`.
+            ring.slot(at)
+                .body
+                .with_mut(|p| unsafe { copy_chunk(p.cast::<u8>(), chunk) });
+            at += 1;
+            rest = more;
+        }
+        slot.seq
+            .store((self.head as u32).wrapping_add(1), Ordering::Release);
+        self.head += 1 + ext;
         Ok(())
     }
 
@@ -860,6 +913,108 @@ impl Producer {
         self.head += 1;
         Ok(())
     }
+}
+
+/// Writes an inline slot's body (bytes 0..4 `w0`, 4..12 `w1`, 12..20
+/// `w2`, 20..60 the payload words, zero-padded) at `b`.
+///
+/// On x86-64 in four 16-byte stores (the last two overlap by 4 bytes,
+/// which get the same value twice) instead of eight narrow ones: each
+/// store takes a store-buffer entry until the slot's line, last read by
+/// the consumer's core, is owned here again, and while those entries wait
+/// the sender's further stores (its request, the next message) queue
+/// behind them. With fewer entries per message more messages' line
+/// transfers overlap (adi README, "Stores per message").
+///
+/// # Safety
+/// `b` must be valid for writes of 60 bytes (a slot's body) that nothing
+/// else reads or writes meanwhile.
+#[inline(always)]
+unsafe fn write_inline_body(b: *mut u8, w0: u32, w1: u64, w2: u64, payload: &[u8]) {
+    let p = |i| payload_word(payload, i);
+    #[cfg(all(target_arch = "x86_64", not(tmx_shmem_loom)))]
+    {
+        use core::arch::x86_64::{__m128i, _mm_set_epi64x, _mm_storeu_si128};
+        let (p0, p1, p2, p3, p4) = (p(0), p(1), p(2), p(3), p(4));
+        // SAFETY: each 16-byte store is inside the 60-byte body the
+        // caller gave (offsets 0, 16, 32, 44); unaligned stores of plain
+        // bytes. Little-endian lanes.
+        unsafe {
+            let at = |off: usize| b.add(off).cast::<__m128i>();
+            let lanes = |lo: u64, hi: u64| _mm_set_epi64x(hi as i64, lo as i64);
+            _mm_storeu_si128(at(0), lanes(u64::from(w0) | w1 << 32, w1 >> 32 | w2 << 32));
+            _mm_storeu_si128(at(16), lanes(w2 >> 32 | p0 << 32, p0 >> 32 | p1 << 32));
+            _mm_storeu_si128(at(32), lanes(p1 >> 32 | p2 << 32, p2 >> 32 | p3 << 32));
+            _mm_storeu_si128(at(44), lanes(p3, p4));
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(tmx_shmem_loom))))]
+    // SAFETY: bytes 0..4, 4..12, 12..20 and 20..60 of the body.
+    unsafe {
+        b.cast::<u32>().write_unaligned(w0.to_le());
+        b.add(4).cast::<u64>().write_unaligned(w1.to_le());
+        b.add(12).cast::<u64>().write_unaligned(w2.to_le());
+        for i in 0..INLINE_MAX / 8 {
+            b.add(20 + 8 * i)
+                .cast::<u64>()
+                .write_unaligned(p(i).to_le());
+        }
+    }
+}
+
+/// Copies `chunk` (at most 60 bytes: a continuation slot's body) to `d`,
+/// in 16-byte loads and stores on x86-64 (the last one overlapping the
+/// one before, never past `chunk`), in two overlapping words from 8 to 16
+/// bytes: no call to `memcpy` and few store-buffer entries (see
+/// [`write_inline_body`]). Other lengths (and every length above 16 off
+/// x86-64 and under loom) by `copy_nonoverlapping`.
+///
+/// # Safety
+/// `d` must be valid for writes of `chunk.len()` bytes that nothing else
+/// reads or writes meanwhile, and not overlap `chunk`.
+#[inline(always)]
+unsafe fn copy_chunk(d: *mut u8, chunk: &[u8]) {
+    let n = chunk.len();
+    let s = chunk.as_ptr();
+    #[cfg(all(target_arch = "x86_64", not(tmx_shmem_loom)))]
+    if n >= 16 {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+        // SAFETY: each 16-byte access is at an offset `off` with
+        // `off + 16 <= n`, inside `chunk` and inside the `n` bytes at `d`
+        // the caller gave. Straight-line code, not a loop (which the
+        // compiler turns back into a call to `memcpy`).
+        unsafe {
+            let copy16 = |off: usize| {
+                _mm_storeu_si128(
+                    d.add(off).cast::<__m128i>(),
+                    _mm_loadu_si128(s.add(off).cast::<__m128i>()),
+                )
+            };
+            copy16(0);
+            if n > 32 {
+                copy16(16);
+            }
+            if n > 48 {
+                copy16(32);
+            }
+            copy16(n - 16);
+        }
+        return;
+    }
+    if (8..=16).contains(&n) {
+        // SAFETY: words at 0 and n - 8 (8 <= n <= 16: together they cover
+        // all n bytes), inside both ranges.
+        unsafe {
+            d.cast::<u64>()
+                .write_unaligned(s.cast::<u64>().read_unaligned());
+            d.add(n - 8)
+                .cast::<u64>()
+                .write_unaligned(s.add(n - 8).cast::<u64>().read_unaligned());
+        }
+        return;
+    }
+    // SAFETY: `n` bytes, inside both ranges, not overlapping (the caller).
+    unsafe { core::ptr::copy_nonoverlapping(s, d, n) };
 }
 
 /// Word `i` (bytes `8i..8i + 8`, little-endian, zero past the end) of an
@@ -1190,6 +1345,29 @@ impl Outbox {
         self.producer.try_push_inline(ring, fields, payload).is_ok()
     }
 
+    /// [`Outbox::try_send_ext`] of an inline message with continuation
+    /// slots, written straight from `data` ([`Producer::try_push_inline_ext`]);
+    /// `before` gets the flags.
+    #[inline(always)]
+    pub fn try_send_inline_ext_now(
+        &mut self,
+        ring: RingRef<'_>,
+        fields: InlineFields,
+        data: &[u8],
+        before: impl FnOnce(u8),
+    ) -> bool {
+        let Some(tail) = data.len().checked_sub(INLINE_MAX).filter(|&t| t > 0) else {
+            return false;
+        };
+        if !self.pending.is_empty() || !self.producer.has_room_for(ring, ext_slots(tail)) {
+            return false;
+        }
+        before(fields.flags);
+        self.producer
+            .try_push_inline_ext(ring, fields, data)
+            .is_ok()
+    }
+
     /// [`Outbox::try_send_now`] of a header given as fields, written
     /// straight into the slot ([`Producer::try_push_fields`]); `before`
     /// gets the flags.
@@ -1393,6 +1571,92 @@ mod tests {
             prop_assert_eq!(prod.try_push_fields(mem.view(), f), Err(Full));
             prop_assert_eq!(cons.poll(mem.view()), Some(f.header()));
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// The direct inline push with continuation slots publishes what
+        /// `try_push_ext` of the header `send_inline_ext` built before
+        /// (kind, flags, `nbytes` = the length, the first 40 bytes inline)
+        /// publishes, over slots with stale bytes from an earlier lap, for
+        /// tails of one to several slots (every chunk length of the copy);
+        /// the consumer reads the whole message back.
+        #[test]
+        fn inline_ext_push_is_try_push_ext_of_its_header(
+            data in proptest::collection::vec(any::<u8>(), INLINE_MAX + 1..=INLINE_MAX + 4 * EXT_SLOT_BYTES),
+            k in any::<[u8; 2]>(),
+            w in any::<[u32; 3]>(),
+            stale in any_header(),
+            lap in 0usize..8,
+        ) {
+            let fields = InlineFields { kind: k[0], flags: k[1], source: w[0], tag: w[1], context: w[2] };
+            let mut h = Header {
+                kind: k[0],
+                flags: k[1],
+                nbytes: data.len() as u32,
+                source: w[0],
+                tag: w[1],
+                context: w[2],
+                ..Header::default()
+            };
+            prop_assert!(h.set_inline(&data[..INLINE_MAX]));
+            let tail = &data[INLINE_MAX..];
+            // Both pushes into rings of 8 slots whose slots all hold stale
+            // bytes, starting at slot `lap` (so that a tail may wrap).
+            let mut got = Vec::new();
+            for direct in [false, true] {
+                let mem = RingMem::new(8);
+                let (mut prod, mut cons) = (Producer::new(), Consumer::new(1));
+                for _ in 0..8 + lap {
+                    prop_assert!(prod.try_push(mem.view(), &stale).is_ok());
+                    prop_assert_eq!(cons.poll(mem.view()), Some(stale));
+                }
+                if direct {
+                    prop_assert!(prod.try_push_inline_ext(mem.view(), fields, &data).is_ok());
+                } else {
+                    prop_assert!(prod.try_push_ext(mem.view(), &h, tail).is_ok());
+                }
+                prop_assert_eq!(prod.pushed(), (8 + lap) as u64 + 1 + ext_slots(tail.len()));
+                let head = cons.poll(mem.view());
+                let mut rest = vec![0u8; tail.len()];
+                prop_assert!(cons.take_ext(mem.view(), &mut rest));
+                got.push((head, rest));
+            }
+            prop_assert_eq!(&got[0], &got[1]);
+            prop_assert_eq!(got[1].0, Some(h));
+            prop_assert_eq!(&got[1].1[..], tail);
+        }
+    }
+
+    #[test]
+    fn inline_ext_push_full_and_bad_lengths() {
+        let mem = RingMem::new(4);
+        let mut p = Producer::new();
+        let f = InlineFields {
+            kind: 1,
+            flags: 0,
+            source: 0,
+            tag: 0,
+            context: 0,
+        };
+        // Not longer than INLINE_MAX: that is `try_push_inline`'s.
+        assert_eq!(
+            p.try_push_inline_ext(mem.view(), f, &[0; INLINE_MAX]),
+            Err(Full)
+        );
+        // Header + 4 continuation slots do not fit 4 slots.
+        let big = [7u8; INLINE_MAX + 3 * EXT_SLOT_BYTES + 1];
+        assert_eq!(p.try_push_inline_ext(mem.view(), f, &big), Err(Full));
+        assert_eq!(p.pushed(), 0);
+        // Header + 3: fits once, then the ring is full (nothing written).
+        let fits = [7u8; INLINE_MAX + 2 * EXT_SLOT_BYTES + 1];
+        assert!(p.try_push_inline_ext(mem.view(), f, &fits).is_ok());
+        assert_eq!(p.pushed(), 4);
+        assert_eq!(
+            p.try_push_inline_ext(mem.view(), f, &fits[..INLINE_MAX + 1]),
+            Err(Full)
+        );
+        assert_eq!(p.pushed(), 4);
     }
 
     #[test]

@@ -272,14 +272,44 @@ fn wrap_around_fifo() {
 /// and the producer never overwrites a tail the consumer is still reading.
 #[test]
 fn continuation_slots_wrap_around() {
-    loom::model(|| {
+    continuation_model(false);
+}
+
+/// [`continuation_slots_wrap_around`] with the direct inline push
+/// ([`Producer::try_push_inline_ext`]: the header's fields and the first
+/// 40 bytes written straight into the header slot, the rest copied into
+/// the continuation slots, then `seq`).
+#[test]
+fn inline_continuation_slots_wrap_around() {
+    continuation_model(true);
+}
+
+fn continuation_model(direct: bool) {
+    loom::model(move || {
         let mem = Arc::new(RingMem::new(4));
         let m2 = mem.clone();
         let tail = |i: u32| -> Vec<u8> { (0..100).map(|k| (k as u32 * 7 + i) as u8).collect() };
+        // The direct push's whole message: 40 inline bytes, then the tail.
+        let whole = move |i: u32| -> Vec<u8> {
+            let mut v = vec![i as u8; shmem_onesided::ring::INLINE_MAX];
+            v.extend(tail(i));
+            v
+        };
         let t = thread::spawn(move || {
             let mut p = Producer::new();
             for i in 0..3 {
-                if i % 2 == 0 {
+                if i % 2 == 0 && direct {
+                    let f = InlineFields {
+                        kind: 1,
+                        flags: 0,
+                        source: 1,
+                        tag: 100 + i,
+                        context: 7,
+                    };
+                    while p.try_push_inline_ext(m2.view(), f, &whole(i)).is_err() {
+                        thread::yield_now();
+                    }
+                } else if i % 2 == 0 {
                     while p.try_push_ext(m2.view(), &hdr(i), &tail(i)).is_err() {
                         thread::yield_now();
                     }
@@ -298,7 +328,14 @@ fn continuation_slots_wrap_around() {
                     None => thread::yield_now(),
                 }
             };
-            check(&h, i);
+            if i % 2 == 0 && direct {
+                assert_eq!(h.tag, 100 + i, "FIFO order");
+                assert_eq!((h.nbytes, h.context, h.source), (140, 7, 1), "header");
+                let (b, n) = h.inline_payload();
+                assert_eq!(&b[..n], &whole(i)[..n], "inline bytes");
+            } else {
+                check(&h, i);
+            }
             if i % 2 == 0 {
                 let mut got = vec![0u8; 100];
                 assert!(c.take_ext(mem.view(), &mut got));
