@@ -26,6 +26,7 @@
 
 use crate::Error;
 use std::cell::{Cell, UnsafeCell};
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -130,10 +131,10 @@ impl<T> CoreCell<T> {
     #[inline]
     pub(crate) fn lock(&self) -> Result<CoreGuard<'_, T>, Error> {
         match self {
-            CoreCell::Shared(m) => Ok(CoreGuard::Shared(match m.lock() {
+            CoreCell::Shared(m) => Ok(CoreGuard::Shared(ManuallyDrop::new(match m.lock() {
                 Ok(g) => g,
                 Err(poisoned) => poisoned.into_inner(),
-            })),
+            }))),
             CoreCell::Owned(o) => {
                 if OWNER.with(Cell::get) != o.token {
                     return Err(Error::ThreadLevel {
@@ -152,6 +153,39 @@ impl<T> CoreCell<T> {
     }
 }
 
+impl<T> CoreCell<T> {
+    /// `f` on the owned value, if this is an owned cell (`Funneled`), the
+    /// calling thread its owner and no guard alive; `None` (and `f` not
+    /// run) otherwise — a shared cell, another thread, a re-entrant call
+    /// — for which the caller takes its general path through
+    /// [`CoreCell::lock`], which reports the error if there is one. No
+    /// guard value: the fast send path's `lock` guard was copied through
+    /// the stack (adi README, "Stores per message").
+    #[inline(always)]
+    pub(crate) fn with_owned<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let CoreCell::Owned(o) = self else {
+            return None;
+        };
+        if OWNER.with(Cell::get) != o.token || o.busy.replace(true) {
+            return None;
+        }
+        /// Clears `busy` when `f` returns or unwinds.
+        struct Busy<'a>(&'a Cell<bool>);
+        impl Drop for Busy<'_> {
+            #[inline(always)]
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _busy = Busy(&o.busy);
+        // SAFETY: as in `CoreGuard::deref_mut`: the owner token matched
+        // (only the owning thread reaches `value`) and `busy` was false
+        // and is now set until `_busy` drops, so this is the only
+        // reference to the value.
+        Some(f(unsafe { &mut *o.value.get() }))
+    }
+}
+
 impl<T> std::fmt::Debug for CoreCell<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CoreCell")
@@ -162,8 +196,14 @@ impl<T> std::fmt::Debug for CoreCell<T> {
 
 /// Exclusive access to a [`CoreCell`]'s value (not `Send`: it stays on the
 /// thread that took it).
+///
+/// The mutex guard is held in a `ManuallyDrop` and released out of line
+/// by [`Drop`], so that dropping an owned guard is one inlined store: the
+/// drop glue of the enum with a bare `MutexGuard` was a call (a return
+/// address and saved registers on the stack, each a store-buffer entry on
+/// the send path; see the adi README, "Stores per message").
 pub(crate) enum CoreGuard<'a, T> {
-    Shared(MutexGuard<'a, T>),
+    Shared(ManuallyDrop<MutexGuard<'a, T>>),
     Owned(&'a Owned<T>),
 }
 
@@ -195,12 +235,21 @@ impl<T> DerefMut for CoreGuard<'_, T> {
 }
 
 impl<T> Drop for CoreGuard<'_, T> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
-        if let CoreGuard::Owned(o) = self {
-            o.busy.set(false);
+        match self {
+            CoreGuard::Owned(o) => o.busy.set(false),
+            CoreGuard::Shared(g) => unlock(g),
         }
     }
+}
+
+/// Releases a shared guard's mutex (out of line: see [`CoreGuard`]).
+#[inline(never)]
+fn unlock<T>(g: &mut ManuallyDrop<MutexGuard<'_, T>>) {
+    // SAFETY: called once, from the guard's `drop`, which never touches
+    // the field again.
+    unsafe { ManuallyDrop::drop(g) }
 }
 
 // Compile-time checks: the cell may be shared between threads (the device
@@ -275,6 +324,43 @@ mod tests {
         let c = CoreCell::new(Arc::clone(&v), ThreadLevel::Funneled);
         std::thread::spawn(move || drop(c)).join().unwrap();
         assert_eq!(Arc::strong_count(&v), 1);
+    }
+
+    /// `with_owned` runs only where `lock` would hand out the owned value
+    /// (the owner thread, no guard alive) and says `None` everywhere else
+    /// (a shared cell, another thread, re-entry), leaving the value as it
+    /// was; `busy` is cleared after it, also when the closure unwinds.
+    #[test]
+    fn with_owned_runs_only_where_lock_would_succeed() {
+        let c = Arc::new(CoreCell::new(1u32, ThreadLevel::Funneled));
+        assert_eq!(
+            c.with_owned(|v| {
+                *v += 1;
+                *v
+            }),
+            Some(2)
+        );
+        let c2 = Arc::clone(&c);
+        let other = std::thread::spawn(move || c2.with_owned(|v| *v = 100))
+            .join()
+            .unwrap();
+        assert_eq!(other, None, "another thread");
+        let g = c.lock().unwrap();
+        assert_eq!(c.with_owned(|v| *v = 100), None, "a guard is alive");
+        drop(g);
+        assert_eq!(
+            c.with_owned(|_| c.with_owned(|w| *w)).flatten(),
+            None,
+            "re-entry"
+        );
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.with_owned(|_| panic!("inside"))
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(*c.lock().unwrap(), 2, "busy cleared, value unchanged");
+        let shared = CoreCell::new(5u32, ThreadLevel::Multiple);
+        assert_eq!(shared.with_owned(|v| *v), None, "a shared cell");
+        assert_eq!(*shared.lock().unwrap(), 5);
     }
 
     #[test]

@@ -691,6 +691,10 @@ pub(crate) struct Device {
     pub(crate) limits: PlanLimits,
     print_counters: bool,
     spin: u32,
+    /// The largest nonblocking standard send that may complete through
+    /// [`Device::send_inline_now`] (the endpoint's inline-with-continuation
+    /// limit, `TMX_SHMEM_INLINE_EXT`).
+    pub(crate) inline_send_max: usize,
     start: Instant,
     last_alive_ms: AtomicU64,
     /// RMA: the process's `rma_epoch::Engine` and its windows, behind their
@@ -779,6 +783,7 @@ impl Device {
         };
         let spin = parse_count(ENV_SPIN, std::env::var(ENV_SPIN).ok(), default_spin)?;
         tracing::info!(spin, cpus, local = local_to_world.len(), "wait policy");
+        let inline_send_max = ep.inline_ext_max();
         let pairs = context_pairs();
         let mut contexts = ContextPool::new(pairs);
         // The last pair is the device's own (`internal_context`).
@@ -811,6 +816,7 @@ impl Device {
             limits: PlanLimits::DEFAULT,
             print_counters,
             spin,
+            inline_send_max,
             start: Instant::now(),
             last_alive_ms: AtomicU64::new(0),
             rma: crate::win::Rma::from_env()?,
@@ -1052,6 +1058,68 @@ impl Device {
         drop(g);
         self.sent(dest, tag, context, len, mode, false);
         Ok(())
+    }
+
+    /// A standard send of `data` (at most [`Device::inline_send_max`]
+    /// bytes) to world rank `dest`, if it goes inline (with continuation
+    /// slots above 40 bytes) into the destination's header ring now
+    /// (`Endpoint::isend_inline_now`, `Endpoint::isend_inline_ext_now`),
+    /// counted and traced as [`Device::start_send_owned_into`] does;
+    /// `false`: nothing was sent (a self-send, a held or full ring, the
+    /// device shared between threads, busy or finalized), and the caller
+    /// takes the general path. Out of line and small on purpose, one
+    /// function per kind of slot: the nonblocking send of a small message
+    /// is the part of a window whose stores wait behind the previous ring
+    /// slot's line transfer, and inside the general path's frame it made
+    /// 25 more of them (saved registers and spills; adi README, "Stores
+    /// per message").
+    #[inline]
+    pub(crate) fn send_inline_now(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        if data.len() <= shmem_onesided::ring::INLINE_MAX {
+            self.send_inline_slot(dest, tag, context, data)
+        } else {
+            self.send_inline_slots(dest, tag, context, data)
+        }
+    }
+
+    /// [`Device::send_inline_now`] of at most 40 bytes.
+    #[inline(never)]
+    fn send_inline_slot(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        self.send_inline_with(dest, tag, context, data, |ep, local| {
+            ep.isend_inline_now(local, tag, context, data)
+        })
+    }
+
+    /// [`Device::send_inline_now`] of more than 40 bytes.
+    #[inline(never)]
+    fn send_inline_slots(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        self.send_inline_with(dest, tag, context, data, |ep, local| {
+            ep.isend_inline_ext_now(local, tag, context, data)
+        })
+    }
+
+    #[inline(always)]
+    fn send_inline_with(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        push: impl FnOnce(&mut Endpoint, u32) -> bool,
+    ) -> bool {
+        let Some(Route::Shmem { local }) = self.routes.get(dest as usize) else {
+            return false;
+        };
+        let sent = self.core.with_owned(|core| match core {
+            Some(core) => push(&mut core.ep, *local),
+            None => false,
+        });
+        if sent != Some(true) {
+            return false;
+        }
+        self.count_route(dest);
+        self.sent(dest, tag, context, data.len(), Mode::Standard, true);
+        true
     }
 
     /// A standard send of `len` bytes to world rank `dest` that `fill`

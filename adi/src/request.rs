@@ -637,10 +637,20 @@ impl Request {
     #[inline(always)]
     pub(crate) fn set_ready_with_buffer(&mut self, status: Status, buffer: Vec<u8>) {
         self.free_if_active();
-        self.state = State::Ready(Ready {
+        let ready = Ready {
             status,
             detail: None,
-        });
+        };
+        // The usual previous state, a null request (a window's slot
+        // after its wait), has nothing to drop: replaced and forgotten,
+        // without the call to the state's drop glue that an assignment
+        // makes (its return address and saved registers were stores on
+        // the send path; adi README, "Stores per message").
+        if matches!(self.state, State::Null) {
+            mem::forget(mem::replace(&mut self.state, State::Ready(ready)));
+        } else {
+            self.state = State::Ready(ready);
+        }
         self.buffer = Some(buffer);
     }
 

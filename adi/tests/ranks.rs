@@ -1384,7 +1384,9 @@ fn role_deferred_windows(w: &Comm) {
 /// request as it was; `PROC_NULL` completes at once with the buffer back.
 fn role_requests_into(w: &Comm) {
     let (me, peer) = (w.rank(), 1 - w.rank());
-    let sizes = [0usize, 8, 40, 64, 100, 1000, 70_000, 300_000];
+    // Around the inline limits: 40 in the header slot, 41 and 512 with
+    // continuation slots (the fast path of `isend_into`), 513 eager.
+    let sizes = [0usize, 8, 40, 41, 64, 100, 512, 513, 1000, 70_000, 300_000];
     let mut reqs: Vec<Request> = (0..32).map(|_| Request::null()).collect();
     for round in 0..20usize {
         for (i, r) in reqs[..16].iter_mut().enumerate() {
