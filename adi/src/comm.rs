@@ -418,7 +418,7 @@ impl Comm {
         };
         let dev = self.dev();
         // A small standard send completes inline at once, through a
-        // function of its own: inside the general path's frame it made 25
+        // function of its own: inside the general path's frame it made about 24
         // more stores (saved registers, spills), each a store-buffer entry
         // waiting behind the previous message's ring slot (README, "Stores
         // per message").

@@ -1071,7 +1071,7 @@ impl Device {
     /// function per kind of slot: the nonblocking send of a small message
     /// is the part of a window whose stores wait behind the previous ring
     /// slot's line transfer, and inside the general path's frame it made
-    /// 25 more of them (saved registers and spills; adi README, "Stores
+    /// about 24 more of them (saved registers and spills; adi README, "Stores
     /// per message").
     #[inline]
     pub(crate) fn send_inline_now(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
