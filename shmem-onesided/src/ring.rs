@@ -818,7 +818,7 @@ impl Producer {
     /// rest of `data` — written straight from `data` into the slots, in
     /// 16-byte stores on x86-64, where `try_push_ext` encoded the header
     /// on the stack and copied it and the tail (see
-    /// [`Producer::try_push_inline`] and [`write_inline_body`]). [`Full`]
+    /// [`Producer::try_push_inline`] and `write_inline_body`). [`Full`]
     /// (nothing written) as `try_push_ext`; also if `data` is not longer
     /// than [`INLINE_MAX`] or its length does not fit the header.
     #[inline(always)]
