@@ -1632,13 +1632,7 @@ mod tests {
     fn inline_ext_push_full_and_bad_lengths() {
         let mem = RingMem::new(4);
         let mut p = Producer::new();
-        let f = InlineFields {
-            kind: 1,
-            flags: 0,
-            source: 0,
-            tag: 0,
-            context: 0,
-        };
+        let f = plain_fields();
         // Not longer than INLINE_MAX: that is `try_push_inline`'s.
         assert_eq!(
             p.try_push_inline_ext(mem.view(), f, &[0; INLINE_MAX]),
@@ -1659,17 +1653,22 @@ mod tests {
         assert_eq!(p.pushed(), 4);
     }
 
-    #[test]
-    fn inline_push_full_and_oversized() {
-        let mem = RingMem::new(1);
-        let mut p = Producer::new();
-        let f = InlineFields {
+    /// Kind 1, everything else zero.
+    fn plain_fields() -> InlineFields {
+        InlineFields {
             kind: 1,
             flags: 0,
             source: 0,
             tag: 0,
             context: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn inline_push_full_and_oversized() {
+        let mem = RingMem::new(1);
+        let mut p = Producer::new();
+        let f = plain_fields();
         assert_eq!(
             p.try_push_inline(mem.view(), f, &[0; INLINE_MAX + 1]),
             Err(Full)

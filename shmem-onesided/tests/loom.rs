@@ -110,6 +110,18 @@ fn hdr(i: u32) -> Header {
     h
 }
 
+/// The fields of message `i` for the direct inline pushes (as `hdr(i)`:
+/// kind 1, source 1, tag 100 + i, context 7).
+fn fields(i: u32) -> InlineFields {
+    InlineFields {
+        kind: 1,
+        flags: 0,
+        source: 1,
+        tag: 100 + i,
+        context: 7,
+    }
+}
+
 fn check(h: &Header, i: u32) {
     assert_eq!(h.tag, 100 + i, "FIFO order");
     assert_eq!(
@@ -164,14 +176,10 @@ fn inline_push_then_consume() {
         let t = thread::spawn(move || {
             let mut p = Producer::new();
             for i in 0..2u32 {
-                let f = InlineFields {
-                    kind: 1,
-                    flags: 0,
-                    source: 1,
-                    tag: 100 + i,
-                    context: 7,
-                };
-                while p.try_push_inline(m2.view(), f, &[i as u8; 12]).is_err() {
+                while p
+                    .try_push_inline(m2.view(), fields(i), &[i as u8; 12])
+                    .is_err()
+                {
                     thread::yield_now();
                 }
             }
@@ -299,14 +307,10 @@ fn continuation_model(direct: bool) {
             let mut p = Producer::new();
             for i in 0..3 {
                 if i % 2 == 0 && direct {
-                    let f = InlineFields {
-                        kind: 1,
-                        flags: 0,
-                        source: 1,
-                        tag: 100 + i,
-                        context: 7,
-                    };
-                    while p.try_push_inline_ext(m2.view(), f, &whole(i)).is_err() {
+                    while p
+                        .try_push_inline_ext(m2.view(), fields(i), &whole(i))
+                        .is_err()
+                    {
                         thread::yield_now();
                     }
                 } else if i % 2 == 0 {
