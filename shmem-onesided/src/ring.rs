@@ -792,17 +792,13 @@ impl Producer {
         if !self.has_room(ring) {
             return Err(Full);
         }
-        // Body bytes 0..4: kind, flags, aux (the length, < 2^16); 4..12:
-        // nbytes, source; 12..20: tag, context; 20..60: the payload.
-        let w0 = u32::from(fields.kind) | u32::from(fields.flags) << 8 | (len as u32) << 16;
-        let w1 = u64::from(len as u32) | u64::from(fields.source) << 32;
-        let w2 = u64::from(fields.tag) | u64::from(fields.context) << 32;
+        // aux = nbytes = the length (<= INLINE_MAX).
+        let (w0, w1, w2) = fields.words(len as u16, len as u32);
         let slot = ring.slot(self.head);
         // SAFETY: the slot is free, as in `push_with` (we are its only
         // producer, the consumer finished its previous lap and reads this
-        // one only after acquiring `seq` below). The writes cover body
-        // bytes 0..4, 4..12, 12..20 and 20..60 (20 + INLINE_MAX ==
-        // BODY_BYTES), all inside the body.
+        // one only after acquiring `seq` below); `write_inline_body` writes
+        // the 60 bytes of its body and nothing else.
         slot.body
             .with_mut(|p| unsafe { write_inline_body(p.cast::<u8>(), w0, w1, w2, payload) });
         slot.seq
@@ -844,9 +840,7 @@ impl Producer {
         }
         // The header slot's body first (its fields then need no register
         // while the tail is copied), its `seq` last.
-        let w0 = u32::from(fields.kind) | u32::from(fields.flags) << 8 | (INLINE_MAX as u32) << 16;
-        let w1 = u64::from(nbytes) | u64::from(fields.source) << 32;
-        let w2 = u64::from(fields.tag) | u64::from(fields.context) << 32;
+        let (w0, w1, w2) = fields.words(INLINE_MAX as u16, nbytes);
         let slot = ring.slot(self.head);
         // SAFETY: the header slot is free (`has_room_for`, and we are the
         // only producer; the consumer reads it only after acquiring `seq`
@@ -1046,6 +1040,20 @@ pub struct InlineFields {
     pub tag: u32,
     /// MPI context id.
     pub context: u32,
+}
+
+impl InlineFields {
+    /// The first 20 body bytes of an inline header slot as three words:
+    /// bytes 0..4 kind, flags, `aux`; 4..12 `nbytes`, source; 12..20 tag,
+    /// context (see [`write_inline_body`]).
+    #[inline(always)]
+    fn words(self, aux: u16, nbytes: u32) -> (u32, u64, u64) {
+        (
+            u32::from(self.kind) | u32::from(self.flags) << 8 | u32::from(aux) << 16,
+            u64::from(nbytes) | u64::from(self.source) << 32,
+            u64::from(self.tag) | u64::from(self.context) << 32,
+        )
+    }
 }
 
 /// A header's fields for [`Producer::try_push_fields`], with `ext` as
