@@ -483,6 +483,10 @@ fn drain_actions(dev: &Device, st: &mut RmaState) -> Result<usize, Error> {
                 tracing::debug!(win, ?call, "RMA call completed");
                 done += 1;
             }
+            // Engine windows have no direct ranks: their lock is the engine's.
+            Action::TargetLock { win, .. } | Action::TargetUnlock { win, .. } => {
+                tracing::warn!(win, "shared-memory lock asked for an engine window");
+            }
         }
     }
     Ok(done)

@@ -9,7 +9,11 @@ use tracing::{debug, info};
 use crate::config::{GlobalConfig, WindowConfig};
 use crate::pool::{ElemRef, PoolStats, Pools, Slab};
 use crate::target::{LockHolder, TargetSide};
+mod direct;
 mod origin;
+
+use direct::DirectCore;
+pub(crate) use direct::MemView;
 
 use crate::{
     acc, emit, Action, Call, CallStatus, Counters, Error, OpToken, Rank, WinId, NO_OP_ID,
@@ -284,6 +288,8 @@ struct WinCore {
     freed: bool,
     next_serial: u32,
     next_token: u64,
+    /// The direct targets' state (see `direct.rs`).
+    direct: DirectCore,
 }
 
 #[derive(Debug)]
@@ -296,8 +302,43 @@ struct Window {
 /// Where target-side operations read and write: the caller's window memory.
 pub trait WindowMemory {
     /// This process's memory of window `win`, or `None` if it has none (every
-    /// op is then out of bounds).
+    /// op is then out of bounds, unless [`WindowMemory::with_range`] is
+    /// provided).
     fn window_mut(&mut self, win: WinId) -> Option<&mut [u8]>;
+
+    /// Runs `f` on the bytes `[disp, disp + len)` of window `win` (inside the
+    /// window's size, checked by the engine) and returns whether they exist.
+    /// The default takes them from [`WindowMemory::window_mut`]. A driver
+    /// whose memory is not one slice of its own (shared memory reached
+    /// through a mapping) implements this instead: copy in, run `f`, copy
+    /// back what `access` may have changed, and make
+    /// [`Access::ReadModifyWrite`] atomic with respect to the direct
+    /// origins' accumulates.
+    ///
+    /// [`Access::ReadModifyWrite`]: crate::Access::ReadModifyWrite
+    fn with_range(
+        &mut self,
+        win: WinId,
+        disp: u64,
+        len: usize,
+        access: crate::Access,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        let _ = access;
+        let Some(m) = self.window_mut(win) else {
+            return false;
+        };
+        let range = usize::try_from(disp)
+            .ok()
+            .and_then(|d| Some(d..d.checked_add(len)?));
+        match range.and_then(|r| m.get_mut(r)) {
+            Some(m) => {
+                f(m);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl WindowMemory for [u8] {
@@ -326,6 +367,11 @@ pub struct Engine {
     global_targets: Slab<TargetElem>,
     windows: Vec<Option<Window>>,
     out: VecDeque<Action>,
+    /// Windows with a lazy broadcast (window-protocol LOCK/UNLOCK) in
+    /// progress: `poll_action` visits windows only when there is one.
+    cursors: usize,
+    /// A window's Free completed and it waits to be reaped.
+    freed_pending: bool,
 }
 
 struct Ctx<'a> {
@@ -333,6 +379,10 @@ struct Ctx<'a> {
     ops: Pools<'a, OpElem>,
     tg: Pools<'a, TargetElem>,
     out: &'a mut VecDeque<Action>,
+    /// The engine's count of windows with a lazy broadcast in progress.
+    cursors: &'a mut usize,
+    /// Set when the window's Free call completes (the engine reaps it).
+    freed: &'a mut bool,
 }
 
 /// The result of posting an RMA operation.
@@ -359,6 +409,8 @@ impl Engine {
             global_targets: Slab::new(cfg.target_global_pool),
             windows: Vec::new(),
             out: VecDeque::new(),
+            cursors: 0,
+            freed_pending: false,
         }
     }
 
@@ -398,6 +450,7 @@ impl Engine {
             freed: false,
             next_serial: 1,
             next_token: 1,
+            direct: DirectCore::default(),
         };
         info!(
             win = id,
@@ -430,6 +483,8 @@ impl Engine {
                 global: &mut self.global_targets,
             },
             out: &mut self.out,
+            cursors: &mut self.cursors,
+            freed: &mut self.freed_pending,
         })
     }
 
@@ -471,6 +526,9 @@ impl Engine {
 
     /// `MPI_Win_fence(assert)`.
     pub fn fence(&mut self, win: WinId, assert: u32) -> Result<CallStatus, Error> {
+        if let Some(st) = self.fence_direct(win, assert)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             use AccessState::*;
             if !matches!(c.w.access, Unset | FenceIssued | FenceGranted) {
@@ -489,8 +547,7 @@ impl Engine {
                 if assert & assert::NOSUCCEED != 0 {
                     c.w.access = Unset;
                 } else {
-                    let a = c.w.start_barrier();
-                    c.out.push_back(a);
+                    c.w.start_barrier(c.out);
                     c.w.access = FenceIssued;
                 }
                 return Ok(None);
@@ -505,6 +562,9 @@ impl Engine {
     /// The collective layer reports that the barrier requested by
     /// [`Action::Barrier`] for `win` completed.
     pub fn handle_barrier_complete(&mut self, win: WinId) -> Result<(), Error> {
+        if self.barrier_complete_direct(win)? {
+            return Ok(());
+        }
         let mut c = self.ctx(win)?;
         c.w.barriers_in_flight = c.w.barriers_in_flight.saturating_sub(1);
         if c.w.barriers_in_flight == 0 && c.w.access == AccessState::FenceIssued {
@@ -532,6 +592,7 @@ impl Engine {
             }
             c.w.posted = vec![false; g.len()];
             c.w.group = g;
+            c.w.direct.post_requested.clear();
             if assert & assert::NOCHECK != 0 {
                 c.w.posts_missing = 0;
             } else {
@@ -550,6 +611,17 @@ impl Engine {
             c.w.access = if c.w.posts_missing == 0 {
                 PscwGranted
             } else {
+                // Direct targets' posts are seen when asked for: ask now, as
+                // MPICH waits for same-node posts inside start.
+                for i in 0..c.w.group.len() {
+                    let (Some(&r), Some(false)) = (c.w.group.get(i), c.w.posted.get(i).copied())
+                    else {
+                        continue;
+                    };
+                    if c.is_direct(r) {
+                        c.w.direct.request_post(r);
+                    }
+                }
                 PscwIssued
             };
             Ok(None)
@@ -587,8 +659,18 @@ impl Engine {
             }
             c.w.exposure = ExposureState::PscwExpo;
             c.w.side.at_completion_counter += g.len() as i64;
-            if assert & assert::NOCHECK == 0 {
-                for &r in &g {
+            let nocheck = assert & assert::NOCHECK != 0;
+            for &r in &g {
+                if c.is_direct(r) {
+                    // A direct origin always signals its complete; only
+                    // the post may be skipped.
+                    c.w.direct.completes.push((r, false));
+                    if !nocheck {
+                        c.w.direct
+                            .out
+                            .push_back(crate::DirectAction::Post { origin: r });
+                    }
+                } else if !nocheck {
                     emit(c.out, r, RmaHeader::new(RmaKind::Post, c.w.id), &[]);
                 }
             }
@@ -625,6 +707,8 @@ impl Engine {
             c.w.exposure = ExposureState::None;
             Ok(true)
         } else {
+            // Completes of direct origins are seen only when asked for.
+            c.w.direct.request_completes();
             Ok(false)
         }
     }
@@ -639,6 +723,9 @@ impl Engine {
         rank: Rank,
         assert: u32,
     ) -> Result<CallStatus, Error> {
+        if let Some(st) = self.lock_direct(win, exclusive, rank, assert)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             use AccessState::*;
             c.w.check_rank(rank)?;
@@ -670,6 +757,9 @@ impl Engine {
 
     /// `MPI_Win_unlock(rank)`.
     pub fn unlock(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
+        if let Some(st) = self.unlock_direct(win, rank)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             c.w.check_rank(rank)?;
             if c.w.access != AccessState::PerTarget {
@@ -704,6 +794,9 @@ impl Engine {
 
     /// `MPI_Win_unlock_all`.
     pub fn unlock_all(&mut self, win: WinId) -> Result<CallStatus, Error> {
+        if let Some(st) = self.unlock_all_direct(win)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             use AccessState::*;
             if !matches!(c.w.access, LockAllCalled | LockAllIssued | LockAllGranted) {
@@ -721,6 +814,9 @@ impl Engine {
         rank: Option<Rank>,
         local: bool,
     ) -> Result<CallStatus, Error> {
+        if let Some(st) = self.flush_direct(win, rank, local)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             use AccessState::*;
             if let Some(r) = rank {
@@ -810,6 +906,9 @@ impl Engine {
             let proc_null = target == PROC_NULL;
             if !proc_null {
                 c.w.check_rank(target)?;
+                if c.is_direct(target) {
+                    return Err(c.w.wrong_backend(target));
+                }
             }
             let len32 = u32::try_from(len).map_err(|_| Error::TooLarge {
                 len,
@@ -1054,12 +1153,13 @@ impl Engine {
                     RmaKind::Lock | RmaKind::Unlock | RmaKind::Flush | RmaKind::DecrAtCounter
                 ) =>
             {
-                let size = usize::try_from(c.w.cfg.size).unwrap_or(usize::MAX);
-                let m: &mut [u8] = mem.window_mut(h.win).unwrap_or(&mut []);
-                let lim = m.len().min(size);
-                let m = m.get_mut(..lim).unwrap_or(&mut []);
+                let mut view = MemView {
+                    win: h.win,
+                    size: c.w.cfg.size,
+                    mem,
+                };
                 c.w.side
-                    .handle(from, &h, pkt.payload, m, &mut c.w.counters, c.out);
+                    .handle(from, &h, pkt.payload, &mut view, &mut c.w.counters, c.out);
             }
             _ => c.origin_packet(from, &h, pkt.payload),
         }
@@ -1076,6 +1176,9 @@ impl Engine {
         }
         // Lazy broadcasts (window protocol of LOCK_ALL).
         for i in 0..self.windows.len() {
+            if self.cursors == 0 {
+                break;
+            }
             let has = self
                 .windows
                 .get(i)
@@ -1099,6 +1202,9 @@ impl Engine {
     fn reap_freed(&mut self) {
         // A window whose Free call completed is removed here, once its
         // completion action was queued.
+        if !std::mem::take(&mut self.freed_pending) {
+            return;
+        }
         for w in self.windows.iter_mut() {
             if w.as_ref().is_some_and(|w| w.core.freed) {
                 *w = None;
@@ -1196,7 +1302,7 @@ impl Engine {
         let targets = w
             .targets
             .heap_bytes(|t| (t.pending.capacity() + t.issued.capacity()) * refs);
-        Ok(slots + lists + ops + targets + c.side.heap_bytes())
+        Ok(slots + lists + ops + targets + c.side.heap_bytes() + c.direct.heap_bytes())
     }
 
     /// Entries of `win`'s slot array (fixed at creation: `min(slots,
@@ -1224,6 +1330,9 @@ impl Engine {
                     && c.outstanding_acks == 0
                     && c.outstanding_locks == 0
                     && c.cursor.is_none()
+                    && c.side.target_lock_idle()
+                    && c.direct.locks.is_empty()
+                    && c.direct.out.is_empty()
             }
         }
     }
@@ -1270,9 +1379,15 @@ impl WinCore {
         }
     }
 
-    fn start_barrier(&mut self) -> Action {
+    /// Asks for a barrier over the window: through shared memory when every
+    /// rank is direct, otherwise over the communicator.
+    fn start_barrier(&mut self, out: &mut VecDeque<Action>) {
         self.barriers_in_flight += 1;
-        Action::Barrier { win: self.id }
+        if self.direct.all {
+            self.direct.out.push_back(crate::DirectAction::Barrier);
+        } else {
+            out.push_back(Action::Barrier { win: self.id });
+        }
     }
 
     /// Records a post from `r` if `r` is in the start group and had not

@@ -83,6 +83,7 @@ use std::collections::VecDeque;
 use tm_proto::rma::RmaHeader;
 
 pub mod acc;
+pub mod backend;
 mod config;
 mod counters;
 mod engine;
@@ -90,12 +91,13 @@ mod error;
 mod pool;
 mod target;
 
+pub use backend::{Access, Backends, DirectAction, Gate};
 pub use config::{GlobalConfig, WindowConfig};
 pub use counters::Counters;
 pub use engine::{assert, AccessState, Engine, ExposureState, Posted, TargetState, WindowMemory};
 pub use error::Error;
 pub use pool::{PoolKind, PoolStats};
-pub use target::LockHolder;
+pub use target::{LockHolder, TargetLock};
 pub use tm_proto::rma::{AccOp, ElemType};
 
 /// A process rank in the window's communicator.
@@ -184,6 +186,24 @@ pub enum Action {
         win: WinId,
         /// Which call.
         call: Call,
+    },
+    /// Take this process's own lock of `win` in shared memory (the one its
+    /// direct origins take), on behalf of active-message origins, and report
+    /// [`Engine::handle_target_lock_granted`] once held (see
+    /// [`crate::backend`]).
+    TargetLock {
+        /// The window.
+        win: WinId,
+        /// The mode.
+        exclusive: bool,
+    },
+    /// Release the lock [`Action::TargetLock`] took (after a full memory
+    /// barrier).
+    TargetUnlock {
+        /// The window.
+        win: WinId,
+        /// The mode it was held in.
+        exclusive: bool,
     },
 }
 
