@@ -564,6 +564,25 @@ pub enum Error {
         /// The target window's size (bytes).
         size: u64,
     },
+    /// Memory for a buffer sized by the caller's arguments (a count times
+    /// an extent, a packed message, a collective's temporary) could not be
+    /// had: more than the address space, or more than the system gives.
+    /// Nothing was sent or received.
+    #[error("cannot allocate {bytes} bytes for {what}")]
+    NoMem {
+        /// The size asked for (saturated at `usize::MAX`).
+        bytes: usize,
+        /// What the memory was for.
+        what: &'static str,
+    },
+    /// Another rank of the window dropped it without `MPI_Win_free`
+    /// (`MPI_ERR_WIN`): this rank's `free` gives up instead of waiting for
+    /// it.
+    #[error("rank {rank} of the window dropped it without freeing it")]
+    WinAbandoned {
+        /// The rank (in the window's group) that dropped it.
+        rank: i32,
+    },
     /// A `TMX_ADI_*` environment variable is malformed.
     #[error("environment variable {var}={value:?} is invalid: {reason}")]
     Config {
@@ -610,7 +629,7 @@ pub fn rma_class(e: &rma_epoch::Error) -> ErrorClass {
         R::InvalidAccumulate { .. } => ErrorClass::Op,
         R::TooLarge { .. } => ErrorClass::Count,
         R::NoSuchWindow(_) => ErrorClass::Win,
-        R::Packet { .. } => ErrorClass::Intern,
+        R::Packet { .. } | R::WrongBackend { .. } => ErrorClass::Intern,
         _ => ErrorClass::Other,
     }
 }
@@ -685,6 +704,8 @@ impl Error {
             Error::InvalidOp { .. } => ErrorClass::Op,
             Error::Rma(e) => rma_class(e),
             Error::RmaRange { .. } => ErrorClass::RmaRange,
+            Error::NoMem { .. } => ErrorClass::NoMem,
+            Error::WinAbandoned { .. } => ErrorClass::Win,
         }
     }
 }

@@ -3,8 +3,15 @@
 //! Same approach as `tests/ranks.rs`: the test binary launches itself as the
 //! ranks through `launcher::run::run_job`, with the scenario in
 //! `TMX_ADI_TEST_ROLE`; a failed assertion makes a rank exit non-zero and
-//! the test fail. Scenario numbers refer to
-//! `../shared/notes/rma-implementation-notes.md` section (c).
+//! the test fail. Scenario numbers are those of MPICH's RMA test suite
+//! scenarios as numbered in the rma-epoch crate's scenario tests.
+//!
+//! Every scenario runs on four configurations: the direct backend with
+//! window memory in the heap (default), the direct backend with private
+//! window memory reached by CMA (`_private`), every target by active
+//! messages (`_engine`), and mixed windows whose ranks are split over two
+//! simulated nodes, direct within a node and active messages across
+//! (`_mixed`, `TMX_RMA_TEST_SPLIT=2`).
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use adi::attr::PROC_NULL;
@@ -35,10 +42,13 @@ fn data(win: &Win, r: &mut adi::Request) -> Vec<u8> {
     r.take_buffer().unwrap()
 }
 
-/// The path windows should take in this job (`TMX_RMA_DIRECT`).
-fn expected_path() -> WinPath {
+/// The path windows of `n` ranks should take in this job
+/// (`TMX_RMA_DIRECT`, `TMX_RMA_TEST_SPLIT`).
+fn expected_path(n: i32) -> WinPath {
+    let split = std::env::var("TMX_RMA_TEST_SPLIT").ok();
     match std::env::var("TMX_RMA_DIRECT").as_deref() {
         Ok("0") => WinPath::Engine,
+        _ if n > 1 && split.is_some_and(|k| k.parse::<i32>().unwrap_or(1) > 1) => WinPath::Mixed,
         _ => WinPath::Direct,
     }
 }
@@ -52,7 +62,7 @@ fn one(v: i64) -> [u8; 8] {
 fn role_fence(w: &Comm) {
     let (me, n) = (w.rank(), w.size());
     let win = Win::allocate(w, 8 * n as usize).unwrap();
-    assert_eq!(win.path(), expected_path());
+    assert_eq!(win.path(), expected_path(n));
     assert_eq!(win.target_size((me + 1) % n), Some(8 * n as u64));
     win.fence(NOPRECEDE).unwrap();
     for t in 0..n {
@@ -77,15 +87,25 @@ fn role_fence(w: &Comm) {
     assert_eq!(got[0], 100 + (1..=n as i64).sum::<i64>());
     // The process-wide counters saw this window's path and work.
     let c = adi::win::rma_counters();
-    if expected_path() == WinPath::Direct {
-        assert_eq!((c.windows_direct, c.windows_engine), (1, 0), "{c}");
-        assert!(
-            c.direct_ops > 2 * n as u64 && c.direct_rmw >= n as u64,
-            "{c}"
-        );
-        assert!(c.fences >= 3, "{c}");
-    } else {
-        assert_eq!((c.windows_direct, c.windows_engine), (0, 1), "{c}");
+    let windows = (c.windows_direct, c.windows_engine, c.windows_mixed);
+    match expected_path(n) {
+        WinPath::Direct => {
+            assert_eq!(windows, (1, 0, 0), "{c}");
+            assert!(
+                c.direct_ops > 2 * n as u64 && c.direct_rmw >= n as u64,
+                "{c}"
+            );
+            assert!(c.fences >= 3, "{c}");
+        }
+        WinPath::Mixed => {
+            assert_eq!(windows, (0, 0, 1), "{c}");
+            // This rank's own node: itself and every other rank of its
+            // parity are direct targets.
+            assert!(c.direct_ops >= 2 && c.direct_rmw >= 1, "{c}");
+            let k = win.counters().unwrap();
+            assert!(k.direct_ops >= 2 && k.ops_issued >= 1, "{k:?}");
+        }
+        WinPath::Engine => assert_eq!(windows, (0, 1, 0), "{c}"),
     }
     let mem = win.free().unwrap();
     assert_eq!(mem.len(), 8 * n as usize);
@@ -821,7 +841,7 @@ fn role_win_limits(w: &Comm) {
     win.free().unwrap();
     for contiguous in [true, false] {
         let e = SharedWin::allocate_with(w, big, contiguous).unwrap_err();
-        assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+        assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
     }
     // The failed shared windows gave their heap blocks back: a full-size
     // one still fits.
@@ -1038,6 +1058,136 @@ fn role_large(w: &Comm) {
     win.free().unwrap();
 }
 
+/// One counter word on rank 0 hit at once by every rank's direct and
+/// active-message origins (run `_mixed`, each rank has both kinds of
+/// target): fetch-and-op under `lock_all` with flushes, accumulate under
+/// exclusive locks, compare-and-swap retry loops under shared locks, and
+/// PSCW epochs of accumulates. Every count ends exact, and the values
+/// fetch-and-op handed out are 0..n*iters, each once.
+fn role_mixed_counter(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let iters = 60usize;
+    let win = Win::allocate(w, 32).unwrap();
+    // Fetch-and-op under lock_all, flushed now and then.
+    let mut mine = Vec::new();
+    win.lock_all(0).unwrap();
+    for i in 0..iters {
+        let mut r = win
+            .fetch_and_op(0, 0, &one(1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        if i % 7 == 0 {
+            win.flush(0).unwrap();
+        }
+        win.flush_local(0).unwrap();
+        mine.push(i64s(&data(&win, &mut r))[0]);
+    }
+    win.unlock_all().unwrap();
+    // Accumulate under exclusive locks.
+    for _ in 0..iters / 4 {
+        win.lock(LockType::Exclusive, 0, 0).unwrap();
+        win.accumulate(0, 8, &one(1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        win.unlock(0).unwrap();
+    }
+    // Compare-and-swap increments under shared locks: each retries until
+    // its swap wins.
+    for _ in 0..iters / 4 {
+        win.lock(LockType::Shared, 0, 0).unwrap();
+        let mut cur = 0i64;
+        loop {
+            let mut r = win
+                .compare_and_swap(0, 16, &one(cur + 1), &one(cur), ElemType::I64)
+                .unwrap();
+            win.flush(0).unwrap();
+            let old = i64s(&data(&win, &mut r))[0];
+            if old == cur {
+                break;
+            }
+            cur = old;
+        }
+        win.unlock(0).unwrap();
+    }
+    // PSCW: rank 0 exposes, everybody accumulates.
+    for _ in 0..4 {
+        if me == 0 {
+            win.post(&(0..n).collect::<Vec<_>>(), 0).unwrap();
+        }
+        win.start(&[0], 0).unwrap();
+        win.accumulate(0, 24, &one(me as i64 + 1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        win.complete().unwrap();
+        if me == 0 {
+            win.wait().unwrap();
+        }
+    }
+    w.barrier().unwrap();
+    let mut all = vec![0u8; 8 * iters * n as usize];
+    w.gather(&bytes_of(&mine), &mut all, 0).unwrap();
+    if me == 0 {
+        let mut got = i64s(&all);
+        got.sort_unstable();
+        assert_eq!(got, (0..(iters * n as usize) as i64).collect::<Vec<_>>());
+        let m = i64s(&win.local_copy().unwrap());
+        let q = (iters / 4 * n as usize) as i64;
+        let pscw: i64 = 4 * (1..=n as i64).sum::<i64>();
+        assert_eq!(m, vec![(iters * n as usize) as i64, q, q, pscw]);
+    }
+    win.free().unwrap();
+}
+
+/// Window constructors given sizes that cannot be allocated fail with an
+/// MPI error (`MPI_ERR_NO_MEM`) on every rank, collectively: a rank whose
+/// neighbours asked for too much fails too instead of waiting, and the next
+/// window works.
+fn role_huge_windows(w: &Comm) {
+    let me = w.rank();
+    for size in [usize::MAX, 1 << 40, 1 << 45] {
+        let e = Win::allocate(w, size).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::NoMem, "allocate({size}): {e:?}");
+        for contiguous in [true, false] {
+            let e = SharedWin::allocate_with(w, size, contiguous).unwrap_err();
+            assert_eq!(
+                e.class(),
+                ErrorClass::NoMem,
+                "allocate_shared({size}): {e:?}"
+            );
+        }
+    }
+    // Only rank 0 asks too much: every rank fails.
+    let size = if me == 0 { usize::MAX } else { 64 };
+    let e = Win::allocate(w, size).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
+    let e = SharedWin::allocate(w, size).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
+    // Nothing was left behind: a window works.
+    let win = Win::allocate(w, 64).unwrap();
+    win.fence(0).unwrap();
+    win.put((me + 1) % w.size(), 0, &one(7)).unwrap();
+    win.fence(NOSUCCEED).unwrap();
+    assert_eq!(i64s(&win.local_copy().unwrap())[0], 7);
+    win.free().unwrap();
+}
+
+/// A window dropped by one rank without `free`: the others' `free` fails
+/// with an error (`MPI_ERR_WIN`) instead of waiting forever, and the ranks
+/// go on (a new window works).
+fn role_dropped_window(w: &Comm) {
+    let me = w.rank();
+    let win = Win::allocate(w, 64).unwrap();
+    win.fence(0).unwrap();
+    win.fence(NOSUCCEED).unwrap();
+    if me == 1 {
+        drop(win);
+    } else {
+        let e = win.free().unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Win, "{e:?}");
+    }
+    let win = Win::allocate(w, 64).unwrap();
+    win.fence(0).unwrap();
+    win.fence(NOSUCCEED).unwrap();
+    win.free().unwrap();
+}
+
 type Role = (&'static str, fn(&Comm));
 
 fn roles() -> Vec<Role> {
@@ -1060,6 +1210,9 @@ fn roles() -> Vec<Role> {
         ("threads", role_threads),
         ("same_window_threads", role_same_window_threads),
         ("large", role_large),
+        ("huge_windows", role_huge_windows),
+        ("mixed_counter", role_mixed_counter),
+        ("dropped_window", role_dropped_window),
     ]
 }
 
@@ -1081,7 +1234,13 @@ fn launch(role: &str, n: usize, env: &[(&str, &str)]) -> i32 {
     for (k, v) in env {
         spec.env.push((k.to_string(), v.to_string()));
     }
-    spec.timeout = Some(Duration::from_secs(120));
+    spec.timeout = Some(Duration::from_secs(
+        if role == "dropped_window" || role == "huge_windows" {
+            30
+        } else {
+            120
+        },
+    ));
     spec.kill_grace = Duration::from_millis(500);
     let report = run_job(&spec).unwrap();
     if let Some(f) = &report.failure {
@@ -1124,11 +1283,20 @@ fn main() -> ExitCode {
         ("large_ops_2_ranks", "large", 2),
         ("large_ops_small_eager_area_cma", "large", 2),
         ("large_ops_fragmented_without_cma", "large", 2),
+        ("huge_windows_fail_collectively_2_ranks", "huge_windows", 2),
+        ("shared_counter_all_sync_modes_4_ranks", "mixed_counter", 4),
+        ("shared_counter_all_sync_modes_3_ranks", "mixed_counter", 3),
+        (
+            "dropped_window_fails_peers_free_3_ranks",
+            "dropped_window",
+            3,
+        ),
     ];
-    // Every scenario on three paths: the same-node direct path with window
-    // memory in the heap (default), the direct path with private window
-    // memory reached by CMA (`TMX_RMA_HEAP_WINDOWS=0`), and the engine's
-    // active messages (`TMX_RMA_DIRECT=0`).
+    // Every scenario on four configurations: the direct backend with window
+    // memory in the heap (default), the direct backend with private window
+    // memory reached by CMA (`TMX_RMA_HEAP_WINDOWS=0`), every target by
+    // active messages (`TMX_RMA_DIRECT=0`), and mixed windows (ranks on two
+    // simulated nodes, `TMX_RMA_TEST_SPLIT=2`).
     let tests: Vec<(String, &str, usize)> = base
         .iter()
         .flat_map(|(name, role, n)| {
@@ -1136,6 +1304,7 @@ fn main() -> ExitCode {
                 (name.to_string(), *role, *n),
                 (format!("{name}_private"), *role, *n),
                 (format!("{name}_engine"), *role, *n),
+                (format!("{name}_mixed"), *role, *n),
             ]
         })
         .collect();
@@ -1174,6 +1343,9 @@ fn main() -> ExitCode {
             "TMX_RMA_HEAP_WINDOWS",
             if name.ends_with("_private") { "0" } else { "1" },
         ));
+        if name.ends_with("_mixed") {
+            env.push(("TMX_RMA_TEST_SPLIT", "2"));
+        }
         let got = launch(role, *n, &env);
         let ok = got == 0;
         println!(

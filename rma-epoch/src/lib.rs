@@ -1,8 +1,8 @@
 //! # rma-epoch: MPI-3 RMA epochs as sans-IO state machines
 //!
 //! The origin and target sides of MPI one-sided communication after MPICH's
-//! "New RMA Design", with the corrections its ch3 code makes
-//! (`../shared/notes/rma-implementation-notes.md`):
+//! "New RMA Design" (MPICH's RMA design paper and wiki page), with the
+//! corrections its ch3 code makes:
 //!
 //! - an **operation table**: a fixed slot array of target lists, target elements
 //!   with per-target lock state, and op elements that are pending or issued;
@@ -17,7 +17,13 @@
 //!   packet and RMA_DONE (FLUSH) piggybacking;
 //! - the **target side**: shared/exclusive grant rules, a bounded lock queue
 //!   with a bounded buffer for piggybacked data, acknowledgements, the PSCW
-//!   completion counter, and [`Counters`].
+//!   completion counter, and [`Counters`];
+//! - **per-target backends** ([`backend`]): a target is reached by active
+//!   messages (packets, the above) or directly (the driver loads and stores
+//!   its memory itself, after the gate [`Engine::direct_access`], and
+//!   carries out the [`DirectAction`]s: locks, barrier and PSCW signals in
+//!   shared memory). One window may mix both; its epochs are this one
+//!   state machine either way.
 //!
 //! **Architecture invariant:** this crate does no I/O, spawns no threads, reads
 //! no clock and contains no `unsafe`. User calls and events go in

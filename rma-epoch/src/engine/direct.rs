@@ -194,8 +194,8 @@ impl Engine {
     pub fn direct_access(&mut self, win: WinId, target: Rank) -> Result<Gate, Error> {
         use AccessState::*;
         let c = self.core_mut(win)?;
+        c.check_rank(target)?;
         if !c.direct.is_direct(target) {
-            c.check_rank(target)?;
             return Err(c.wrong_backend(target));
         }
         let gate = match c.access {
@@ -276,6 +276,12 @@ impl Engine {
     #[inline]
     pub fn has_actions(&self) -> bool {
         !self.out.is_empty() || self.cursors > 0
+    }
+
+    /// Whether `win` has steps waiting in [`Engine::poll_direct`].
+    #[inline]
+    pub fn has_direct(&self, win: WinId) -> bool {
+        self.core(win).is_ok_and(|c| !c.direct.out.is_empty())
     }
 
     /// The next shared-memory step the direct backend must take for `win`.

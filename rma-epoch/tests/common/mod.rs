@@ -231,6 +231,44 @@ impl Sim {
             .any(|(_, q)| !matches!(q, Poll::TargetLock { .. }))
     }
 
+    /// Delivers events until `p`'s program waits for nothing of its direct
+    /// backend (as `adi` returns from a call only then).
+    pub fn drive(&mut self, p: usize) {
+        self.pump_all();
+        for _ in 0..1_000_000 {
+            if !self.blocked(p) {
+                return;
+            }
+            if !self.deliver_one() {
+                panic!("deadlock: rank {p} waits for {:?}", self.polls[p]);
+            }
+        }
+        panic!("rank {p} never got {:?}", self.polls[p]);
+    }
+
+    /// A direct operation of `p` to `t` on window 0: the gate (driving the
+    /// backend while it says wait), then the access. Returns the read's
+    /// token.
+    pub fn direct_op(&mut self, p: usize, t: usize, op: DirectOp) -> Result<u64, rma_epoch::Error> {
+        loop {
+            match self.procs[p].direct_access(0, t as Rank)? {
+                Gate::Open => return Ok(self.apply_direct(p, 0, t, &op)),
+                Gate::Wait => {
+                    self.pump(p);
+                    assert!(
+                        self.blocked(p) || self.in_flight() > 0,
+                        "gate waits for nothing"
+                    );
+                    if self.blocked(p) {
+                        self.drive(p);
+                    } else {
+                        self.deliver_one();
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether `p` reaches `t` directly in `win`.
     pub fn is_direct(&self, p: usize, win: WinId, t: usize) -> bool {
         self.procs[p].is_direct(win, t as Rank)
