@@ -525,10 +525,15 @@ impl Engine {
     // ----- active target: fence -----
 
     /// `MPI_Win_fence(assert)`.
+    #[inline]
     pub fn fence(&mut self, win: WinId, assert: u32) -> Result<CallStatus, Error> {
         if let Some(st) = self.fence_direct(win, assert)? {
             return Ok(st);
         }
+        self.fence_general(win, assert)
+    }
+
+    fn fence_general(&mut self, win: WinId, assert: u32) -> Result<CallStatus, Error> {
         self.call(win, |c| {
             use AccessState::*;
             if !matches!(c.w.access, Unset | FenceIssued | FenceGranted) {
@@ -561,14 +566,23 @@ impl Engine {
 
     /// The collective layer reports that the barrier requested by
     /// [`Action::Barrier`] for `win` completed.
+    #[inline]
     pub fn handle_barrier_complete(&mut self, win: WinId) -> Result<(), Error> {
         if self.barrier_complete_direct(win)? {
             return Ok(());
         }
+        self.barrier_complete_general(win)
+    }
+
+    fn barrier_complete_general(&mut self, win: WinId) -> Result<(), Error> {
         let mut c = self.ctx(win)?;
         c.w.barriers_in_flight = c.w.barriers_in_flight.saturating_sub(1);
         if c.w.barriers_in_flight == 0 && c.w.access == AccessState::FenceIssued {
-            c.w.access = AccessState::FenceGranted;
+            c.w.access = if std::mem::take(&mut c.w.direct.fence_ends_epoch) {
+                AccessState::Unset
+            } else {
+                AccessState::FenceGranted
+            };
         }
         c.progress();
         self.reap_freed();
@@ -584,14 +598,19 @@ impl Engine {
             if !matches!(c.w.access, Unset | FenceIssued | FenceGranted) {
                 return Err(c.w.wrong("start"));
             }
-            let mut g = group.to_vec();
-            g.sort_unstable();
-            g.dedup();
-            for &r in &g {
+            for &r in group {
                 c.w.check_rank(r)?;
             }
-            c.w.posted = vec![false; g.len()];
-            c.w.group = g;
+            // The group and its post flags keep their buffers from epoch to
+            // epoch.
+            let g = &mut c.w.group;
+            g.clear();
+            g.extend_from_slice(group);
+            g.sort_unstable();
+            g.dedup();
+            let n = g.len();
+            c.w.posted.clear();
+            c.w.posted.resize(n, false);
             c.w.direct.post_requested.clear();
             if assert & assert::NOCHECK != 0 {
                 c.w.posts_missing = 0;
@@ -716,6 +735,7 @@ impl Engine {
     // ----- passive target -----
 
     /// `MPI_Win_lock(lock_type, rank, assert)`.
+    #[inline]
     pub fn lock(
         &mut self,
         win: WinId,
@@ -726,6 +746,16 @@ impl Engine {
         if let Some(st) = self.lock_direct(win, exclusive, rank, assert)? {
             return Ok(st);
         }
+        self.lock_general(win, exclusive, rank, assert)
+    }
+
+    fn lock_general(
+        &mut self,
+        win: WinId,
+        exclusive: bool,
+        rank: Rank,
+        assert: u32,
+    ) -> Result<CallStatus, Error> {
         self.call(win, |c| {
             use AccessState::*;
             c.w.check_rank(rank)?;
@@ -756,10 +786,15 @@ impl Engine {
     }
 
     /// `MPI_Win_unlock(rank)`.
+    #[inline]
     pub fn unlock(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
         if let Some(st) = self.unlock_direct(win, rank)? {
             return Ok(st);
         }
+        self.unlock_general(win, rank)
+    }
+
+    fn unlock_general(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
         self.call(win, |c| {
             c.w.check_rank(rank)?;
             if c.w.access != AccessState::PerTarget {
@@ -808,6 +843,7 @@ impl Engine {
         })
     }
 
+    #[inline]
     fn flush_impl(
         &mut self,
         win: WinId,
@@ -817,6 +853,15 @@ impl Engine {
         if let Some(st) = self.flush_direct(win, rank, local)? {
             return Ok(st);
         }
+        self.flush_general(win, rank, local)
+    }
+
+    fn flush_general(
+        &mut self,
+        win: WinId,
+        rank: Option<Rank>,
+        local: bool,
+    ) -> Result<CallStatus, Error> {
         self.call(win, |c| {
             use AccessState::*;
             if let Some(r) = rank {
@@ -848,6 +893,7 @@ impl Engine {
     }
 
     /// `MPI_Win_flush(rank)`: remote completion of every op to `rank`.
+    #[inline]
     pub fn flush(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
         self.flush_impl(win, Some(rank), false)
     }

@@ -218,7 +218,7 @@ impl RmaState {
         self.slots
             .get_mut(win as usize)
             .and_then(Option::as_mut)
-            .ok_or(Error::Rma(rma_epoch::Error::NoSuchWindow(win)))
+            .ok_or_else(|| Error::Rma(rma_epoch::Error::NoSuchWindow(win)))
     }
 
     /// Registers `slot` for window `win` (polled by progress if `am`).

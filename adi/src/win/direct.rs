@@ -21,7 +21,11 @@
 //!   as the epoch machine's [`DirectAction`]s say: a lock is a ticket
 //!   taken, then polled until granted; the fence barrier is an arrival,
 //!   then every other rank's arrival polled; `post` bumps a counter in
-//!   each origin's block and `complete` one in each target's.
+//!   each origin's block and `complete` one in each target's. Each grant or
+//!   observation is an `Acquire` load and each release, arrival or signal a
+//!   `Release` write (the loom-checked protocols of `winsync`): that is the
+//!   memory synchronization MPI asks of these calls, so no further fence
+//!   is taken around them (`flush*` and `sync` take a full one).
 //! - **Atomicity.** Accumulate, get-accumulate, fetch-and-op and
 //!   compare-and-swap hold the target's accumulate lock around their
 //!   read-modify-write (as MPICH's SHM mutex and `osc/sm`'s
@@ -36,7 +40,7 @@ use crate::Error;
 use rma_epoch::{acc, AccOp, Access, DirectAction, ElemType};
 use shmem_onesided::winsync::{self, RegionTable, RwTicket};
 use shmem_onesided::{NodeView, SymAddr};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Control-block offsets (bytes). Each lock and the fence word get a cache
@@ -97,6 +101,15 @@ pub(super) static GLOBAL: Global = Global {
     fences: AtomicU64::new(0),
 };
 
+/// Adds one to a counter of [`GLOBAL`] that only the holder of the device's
+/// RMA lock changes: a load and a store, no locked instruction.
+#[inline]
+pub(super) fn bump_locked(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+/// The counters: `ops`, `locks`, `lock_waits` and `fences` change only under
+/// the device's RMA lock ([`bump_locked`]); `rmw` anywhere (`fetch_add`).
 #[derive(Debug)]
 pub(super) struct Global {
     pub(super) ops: AtomicU64,
@@ -123,6 +136,17 @@ pub(super) enum Poll {
     /// `origin`'s complete counter (in this rank's block) moved past
     /// `seen`.
     Complete { origin: u32, seen: u64 },
+}
+
+/// What [`DirectWin::start`] did with a step.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Started {
+    /// A one-shot step, done.
+    Done,
+    /// A condition that held at once (consumed): report it.
+    Held(Poll),
+    /// A condition to poll.
+    Wait(Poll),
 }
 
 /// What the driver keeps of the shared-memory protocols of one window:
@@ -204,11 +228,14 @@ impl DirectWin {
     }
 
     fn rw(&self, rank: u32, base: u64) -> Result<RwTicket<'_>, Error> {
-        Ok(RwTicket::new(
-            self.word(rank, base)?,
-            self.word(rank, base + 8)?,
-            self.word(rank, base + 16)?,
-        ))
+        let t = self.t(rank)?;
+        match self
+            .view
+            .atomic_u64_slice(t.pe, t.cb.offset(base), winsync::RW_WORDS)?
+        {
+            [next, write, read] => Ok(RwTicket::new(next, write, read)),
+            _ => Err(Error::Abandoned),
+        }
     }
 
     /// Checks that every direct rank of the window is alive (a lock or a
@@ -222,56 +249,93 @@ impl DirectWin {
 
     // ------------------------------------------------ synchronization
 
-    /// Starts `a`: a one-shot step is done at once (`None`); a condition is
-    /// started and returned, to be polled with [`DirectWin::try_fire`].
-    pub(super) fn start(&self, a: DirectAction, seen: &mut Seen) -> Result<Option<Poll>, Error> {
+    /// Starts `a`: a one-shot step is done at once ([`Started::Done`]); a
+    /// condition is started and tried once: [`Started::Held`] if it holds
+    /// already (and was consumed, as [`DirectWin::try_fire`] does), else
+    /// [`Started::Wait`], to be polled with [`DirectWin::try_fire`].
+    pub(super) fn start(&self, a: DirectAction, seen: &mut Seen) -> Result<Started, Error> {
         let n = self.n();
-        Ok(match a {
+        let p = match a {
             DirectAction::Lock { target, exclusive } => {
-                GLOBAL.locks.fetch_add(1, Ordering::Relaxed);
-                let ticket = self.rw(target, CB_LOCK)?.ticket();
-                Some(Poll::Lock {
+                bump_locked(&GLOBAL.locks);
+                let l = self.rw(target, CB_LOCK)?;
+                let ticket = l.ticket();
+                let p = Poll::Lock {
                     target,
                     ticket,
                     exclusive,
-                })
+                };
+                let held = if exclusive {
+                    l.try_exclusive(ticket)
+                } else {
+                    l.try_shared(ticket)
+                };
+                if held {
+                    return Ok(Started::Held(p));
+                }
+                return Ok(Started::Wait(p));
             }
             DirectAction::Unlock { target, exclusive } => {
-                fence(Ordering::SeqCst);
                 let l = self.rw(target, CB_LOCK)?;
                 if exclusive {
                     l.release_exclusive();
                 } else {
                     l.release_shared();
                 }
-                None
+                return Ok(Started::Done);
             }
-            DirectAction::Barrier => {
-                fence(Ordering::SeqCst);
-                GLOBAL.fences.fetch_add(1, Ordering::Relaxed);
-                seen.fence_no += 1;
-                winsync::arrive(self.word(self.me, CB_FENCE)?, seen.fence_no);
-                Some(Poll::Barrier { no: seen.fence_no })
-            }
+            DirectAction::Barrier => Poll::Barrier {
+                no: self.arrive(seen)?,
+            },
             DirectAction::Post { origin } => {
-                fence(Ordering::SeqCst);
                 winsync::signal(self.word(origin, CB_POST + 8 * u64::from(self.me))?);
-                None
+                return Ok(Started::Done);
             }
-            DirectAction::AwaitPost { target } => Some(Poll::Post {
+            DirectAction::AwaitPost { target } => Poll::Post {
                 target,
                 seen: seen.posts.get(target as usize).copied().unwrap_or(0),
-            }),
+            },
             DirectAction::Complete { target } => {
-                fence(Ordering::SeqCst);
                 winsync::signal(self.word(target, cb_complete(n) + 8 * u64::from(self.me))?);
-                None
+                return Ok(Started::Done);
             }
-            DirectAction::AwaitComplete { origin } => Some(Poll::Complete {
+            DirectAction::AwaitComplete { origin } => Poll::Complete {
                 origin,
                 seen: seen.completes.get(origin as usize).copied().unwrap_or(0),
-            }),
+            },
+        };
+        Ok(if self.try_fire(&p, seen)? {
+            Started::Held(p)
+        } else {
+            Started::Wait(p)
         })
+    }
+
+    /// Arrives at the next fence barrier ([`DirectAction::Barrier`] without
+    /// the generality of [`DirectWin::start`]); returns its number.
+    #[inline]
+    pub(super) fn arrive(&self, seen: &mut Seen) -> Result<u64, Error> {
+        bump_locked(&GLOBAL.fences);
+        seen.fence_no += 1;
+        winsync::arrive(self.word(self.me, CB_FENCE)?, seen.fence_no);
+        Ok(seen.fence_no)
+    }
+
+    /// Whether every other rank arrived at fence barrier `no`.
+    #[inline]
+    pub(super) fn all_arrived(&self, no: u64) -> Result<bool, Error> {
+        for (r, t) in self.targets.iter().enumerate() {
+            if r as u32 == self.me {
+                continue;
+            }
+            let Some(t) = t else {
+                return Err(Error::Abandoned);
+            };
+            if !winsync::arrived(self.view.atomic_u64(t.pe, t.cb.offset(CB_FENCE))?, no) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Whether `p` holds now, without consuming it (what a waiter spins
@@ -284,14 +348,7 @@ impl DirectWin {
                 ticket,
                 exclusive,
             } => self.rw(target, CB_LOCK)?.may_enter(ticket, exclusive),
-            Poll::Barrier { no } => {
-                for r in 0..n {
-                    if r != self.me && !winsync::arrived(self.word(r, CB_FENCE)?, no) {
-                        return Ok(false);
-                    }
-                }
-                true
-            }
+            Poll::Barrier { no } => self.all_arrived(no)?,
             Poll::Post { target, seen } => {
                 winsync::observed(self.word(self.me, CB_POST + 8 * u64::from(target))?, seen)
             }
@@ -338,15 +395,12 @@ impl DirectWin {
                 ok
             }
         };
-        if fired {
-            fence(Ordering::SeqCst);
-        }
         Ok(fired)
     }
 
     /// Counts a lock acquisition that had to wait (statistics).
     pub(super) fn note_lock_wait(&self) {
-        GLOBAL.lock_waits.fetch_add(1, Ordering::Relaxed);
+        bump_locked(&GLOBAL.lock_waits);
     }
 
     /// This rank's own lock, for the target side of active messages: a
@@ -367,7 +421,6 @@ impl DirectWin {
 
     /// Releases this rank's own lock taken for active-message origins.
     pub(super) fn own_lock_release(&self, exclusive: bool) -> Result<(), Error> {
-        fence(Ordering::SeqCst);
         let l = self.rw(self.me, CB_LOCK)?;
         if exclusive {
             l.release_exclusive();
@@ -382,7 +435,6 @@ impl DirectWin {
     /// Copies `data` to `disp` of `rank`'s window (range checked by the
     /// caller).
     pub(super) fn store(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
-        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
         self.write(rank, disp, data)
     }
 
@@ -411,7 +463,6 @@ impl DirectWin {
 
     /// Copies `buf.len()` bytes at `disp` of `rank`'s window into `buf`.
     pub(super) fn load(&self, rank: u32, disp: u64, buf: &mut [u8]) -> Result<(), Error> {
-        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
         self.read(rank, disp, buf)
     }
 
@@ -466,7 +517,6 @@ impl DirectWin {
         fetch: bool,
         f: impl FnOnce(&mut [u8]),
     ) -> Result<Option<Vec<u8>>, Error> {
-        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
         GLOBAL.rmw.fetch_add(1, Ordering::Relaxed);
         let l = self.acc_lock(rank)?;
         let res = (|| {

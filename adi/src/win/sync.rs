@@ -4,10 +4,10 @@
 //! barriers of messages) and the device's progress.
 
 use super::am::{self, RmaState};
-use super::direct::{DirectWin, Poll};
+use super::direct::{self, DirectWin, Poll, Started};
 use super::{LockType, Win};
 use crate::Error;
-use rma_epoch::{CallStatus, Engine, Gate, WinId};
+use rma_epoch::{CallStatus, DirectAction, Engine, Gate, WinId};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::MutexGuard;
 
@@ -41,19 +41,22 @@ impl Win {
         let slot = slots
             .get_mut(id as usize)
             .and_then(Option::as_mut)
-            .ok_or(Error::Rma(rma_epoch::Error::NoSuchWindow(id)))?;
+            .ok_or_else(|| Error::Rma(rma_epoch::Error::NoSuchWindow(id)))?;
         loop {
             while let Some(a) = engine.poll_direct(id) {
-                if let Some(p) = d.start(a, &mut slot.seen)? {
-                    if d.try_fire(&p, &mut slot.seen)? {
-                        report(engine, id, p)?;
-                    } else {
+                match d.start(a, &mut slot.seen)? {
+                    Started::Done => {}
+                    Started::Held(p) => report(engine, id, p)?,
+                    Started::Wait(p) => {
                         if matches!(p, Poll::Lock { .. }) {
                             d.note_lock_wait();
                         }
                         slot.polls.push(p);
                     }
                 }
+            }
+            if slot.polls.is_empty() {
+                return Ok(());
             }
             let mut fired = false;
             let mut i = 0;
@@ -141,8 +144,9 @@ impl Win {
     /// Whether a call on the window is over: nothing pending in the epoch
     /// machine, no shared-memory condition outstanding but the completes an
     /// exposure epoch waits for (only `wait`/`test` need those).
+    #[inline]
     fn settled(&self, st: &mut RmaState) -> Result<bool, Error> {
-        Ok(st.engine.blocked(self.id).is_none()
+        Ok(!st.engine.is_blocked(self.id)
             && st
                 .slot(self.id)?
                 .polls
@@ -161,10 +165,32 @@ impl Win {
         let dev = self.comm.dev();
         let mut g = am::lock(&dev.rma.state);
         let st = f(&mut g.engine, self.id)?;
-        if st == CallStatus::Done && !g.engine.has_direct(self.id) && !g.engine.has_actions() {
-            return Ok(());
+        if st == CallStatus::Done && !g.engine.has_actions() {
+            if !g.engine.has_direct(self.id) {
+                return Ok(());
+            }
+            // One-shot steps (an unlock, a signal) and conditions that hold
+            // at once (an uncontended lock) need no waiting.
+            self.step_direct(&mut g)?;
+            if !g.engine.has_actions() && self.settled(&mut g)? {
+                return Ok(());
+            }
         }
         self.drive(g, |st| self.settled(st))
+    }
+
+    /// A call that the epoch machine answers at once for a direct target
+    /// (`flush*`: every direct operation is complete when it returns), then
+    /// a full memory barrier.
+    #[inline]
+    fn direct_flush(
+        &self,
+        f: impl FnOnce(&mut Engine, WinId) -> Result<CallStatus, rma_epoch::Error>,
+    ) -> Result<(), Error> {
+        let st = f(&mut am::lock(&self.comm.dev().rma.state).engine, self.id)?;
+        debug_assert_eq!(st, CallStatus::Done);
+        fence(Ordering::SeqCst);
+        Ok(())
     }
 
     /// The gate of an operation to the direct target `t`: returns once the
@@ -173,6 +199,7 @@ impl Win {
     #[inline]
     pub(super) fn gate(&self, t: u32) -> Result<(), Error> {
         let mut g = am::lock(&self.comm.dev().rma.state);
+        direct::bump_locked(&direct::GLOBAL.ops);
         match g.engine.direct_access(self.id, t)? {
             Gate::Open => Ok(()),
             Gate::Wait => self.drive(g, |st| {
@@ -186,7 +213,54 @@ impl Win {
     /// `MPI_Win_fence(assert)` ([`assert::NOPRECEDE`](super::assert::NOPRECEDE),
     /// [`assert::NOSUCCEED`](super::assert::NOSUCCEED), ...).
     pub fn fence(&self, assert: u32) -> Result<(), Error> {
-        self.call(|e, w| e.fence(w, assert))
+        match &self.direct {
+            Some(d) if self.all_direct => self.fence_shm(d, assert),
+            _ => self.call(|e, w| e.fence(w, assert)),
+        }
+    }
+
+    /// `fence` of a window whose ranks are all direct: the epoch machine
+    /// answers with the shared-memory barrier, which this thread carries
+    /// out itself (arrive, wait for the others outside the lock, report).
+    fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
+        let dev = self.comm.dev();
+        let id = self.id;
+        let mut g = am::lock(&dev.rma.state);
+        let st = g.engine.fence(id, assert)?;
+        if st != CallStatus::Done || g.engine.has_actions() {
+            return self.drive(g, |st| self.settled(st));
+        }
+        match g.engine.poll_direct(id) {
+            // NOPRECEDE | NOSUCCEED: nothing to synchronize.
+            None => return Ok(()),
+            Some(DirectAction::Barrier) if !g.engine.has_direct(id) => {
+                let no = d.arrive(&mut g.slot(id)?.seen)?;
+                if !d.all_arrived(no)? {
+                    // Wait for the others outside the lock.
+                    drop(g);
+                    let p = Poll::Barrier { no };
+                    let mut idle = 0u32;
+                    while !d.may_fire(&p)? {
+                        self.wait_for(d, &p, &mut idle)?;
+                    }
+                    g = am::lock(&dev.rma.state);
+                }
+                g.engine.handle_barrier_complete(id)?;
+                // The lean answer leaves nothing else to do.
+                if !(g.engine.has_actions() || g.engine.has_direct(id) || g.engine.is_blocked(id)) {
+                    return Ok(());
+                }
+            }
+            Some(a) => match d.start(a, &mut g.slot(id)?.seen)? {
+                Started::Done => {}
+                Started::Held(p) => report(&mut g.engine, id, p)?,
+                Started::Wait(p) => g.slot(id)?.polls.push(p),
+            },
+        }
+        if g.engine.has_direct(id) || g.engine.has_actions() || !self.settled(&mut g)? {
+            return self.drive(g, |st| self.settled(st));
+        }
+        Ok(())
     }
 
     fn group(&self, group: &[i32]) -> Result<Vec<u32>, Error> {
@@ -289,6 +363,9 @@ impl Win {
         if t == rma_epoch::PROC_NULL {
             return Ok(());
         }
+        if self.direct_to(t).is_some() {
+            return self.direct_flush(|e, w| e.flush(w, t));
+        }
         self.call(|e, w| e.flush(w, t))?;
         fence(Ordering::SeqCst);
         Ok(())
@@ -301,6 +378,9 @@ impl Win {
         if t == rma_epoch::PROC_NULL {
             return Ok(());
         }
+        if self.direct_to(t).is_some() {
+            return self.direct_flush(|e, w| e.flush_local(w, t));
+        }
         self.call(|e, w| e.flush_local(w, t))?;
         fence(Ordering::SeqCst);
         Ok(())
@@ -308,6 +388,9 @@ impl Win {
 
     /// `MPI_Win_flush_all`.
     pub fn flush_all(&self) -> Result<(), Error> {
+        if self.all_direct {
+            return self.direct_flush(|e, w| e.flush_all(w));
+        }
         self.call(|e, w| e.flush_all(w))?;
         fence(Ordering::SeqCst);
         Ok(())
@@ -315,6 +398,9 @@ impl Win {
 
     /// `MPI_Win_flush_local_all`.
     pub fn flush_local_all(&self) -> Result<(), Error> {
+        if self.all_direct {
+            return self.direct_flush(|e, w| e.flush_local_all(w));
+        }
         self.call(|e, w| e.flush_local_all(w))?;
         fence(Ordering::SeqCst);
         Ok(())

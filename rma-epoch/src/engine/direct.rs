@@ -52,7 +52,50 @@ pub(super) struct DirectCore {
     /// whether it was asked for ([`DirectAction::AwaitComplete`]).
     pub(super) completes: Vec<(Rank, bool)>,
     /// Work for the driver, in order.
-    pub(super) out: VecDeque<DirectAction>,
+    pub(super) out: DirectQueue,
+    /// The fence barrier in flight ends the epoch (`MODE_NOSUCCEED`).
+    pub(super) fence_ends_epoch: bool,
+}
+
+/// A FIFO of [`DirectAction`]s that keeps its buffer: a vector and a read
+/// position (cheaper than a ring for the one or two steps a call asks for).
+#[derive(Debug, Default)]
+pub(super) struct DirectQueue {
+    items: Vec<DirectAction>,
+    taken: usize,
+}
+
+impl DirectQueue {
+    #[inline]
+    pub(super) fn push_back(&mut self, a: DirectAction) {
+        self.items.push(a);
+    }
+
+    #[inline]
+    pub(super) fn pop_front(&mut self) -> Option<DirectAction> {
+        let a = self.items.get(self.taken).copied();
+        match a {
+            Some(_) => self.taken += 1,
+            None => {
+                self.items.clear();
+                self.taken = 0;
+            }
+        }
+        a
+    }
+
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.taken >= self.items.len()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.items.len() - self.taken
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.items.capacity()
+    }
 }
 
 impl DirectCore {
@@ -73,6 +116,32 @@ impl DirectCore {
     #[inline]
     pub(super) fn lock_of(&self, rank: Rank) -> Option<usize> {
         self.locks.iter().position(|l| l.rank == rank)
+    }
+
+    /// Whether an operation to `target` (a valid rank) may go now without
+    /// asking for anything: the fast path of the gate (the slow path decides
+    /// the rest, errors included).
+    #[inline]
+    pub(super) fn open_now(
+        &self,
+        access: AccessState,
+        nocheck: bool,
+        group: &[Rank],
+        target: Rank,
+    ) -> bool {
+        use AccessState::*;
+        if !self.is_direct(target) {
+            return false;
+        }
+        match access {
+            FenceGranted => true,
+            PscwGranted => group.binary_search(&target).is_ok(),
+            PerTarget => self.locks.iter().any(|l| l.rank == target && l.granted),
+            LockAllCalled | LockAllIssued | LockAllGranted => {
+                nocheck || self.locks.iter().any(|l| l.rank == target && l.granted)
+            }
+            _ => false,
+        }
     }
 
     /// Asks for `target`'s post unless already asked.
@@ -190,8 +259,24 @@ impl Engine {
     /// actions and ask again); an error (`MPI_ERR_RMA_SYNC` class) if no
     /// epoch allows it. A `lock_all` epoch takes its shared lock on the
     /// target here, lazily, as MPICH does.
-    #[inline]
+    #[inline(always)]
     pub fn direct_access(&mut self, win: WinId, target: Rank) -> Result<Gate, Error> {
+        // The common cases first, inlined into the driver's data path: an
+        // epoch that already allows the access.
+        if let Some(Some(w)) = self.windows.get_mut(win as usize) {
+            let c = &mut w.core;
+            if target < c.cfg.comm_size
+                && c.direct
+                    .open_now(c.access, c.lock_all_nocheck, &c.group, target)
+            {
+                c.counters.direct_ops += 1;
+                return Ok(Gate::Open);
+            }
+        }
+        self.direct_access_slow(win, target)
+    }
+
+    fn direct_access_slow(&mut self, win: WinId, target: Rank) -> Result<Gate, Error> {
         use AccessState::*;
         let c = self.core_mut(win)?;
         c.check_rank(target)?;
@@ -278,16 +363,35 @@ impl Engine {
         !self.out.is_empty() || self.cursors > 0
     }
 
+    /// Whether a call on `win` is in progress (as [`Engine::blocked`], but
+    /// cheaper).
+    #[inline]
+    pub fn is_blocked(&self, win: WinId) -> bool {
+        self.windows
+            .get(win as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| w.core.blocked.is_some())
+    }
+
     /// Whether `win` has steps waiting in [`Engine::poll_direct`].
     #[inline]
     pub fn has_direct(&self, win: WinId) -> bool {
-        self.core(win).is_ok_and(|c| !c.direct.out.is_empty())
+        self.windows
+            .get(win as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| !w.core.direct.out.is_empty())
     }
 
     /// The next shared-memory step the direct backend must take for `win`.
     #[inline]
     pub fn poll_direct(&mut self, win: WinId) -> Option<DirectAction> {
-        self.core_mut(win).ok()?.direct.out.pop_front()
+        self.windows
+            .get_mut(win as usize)?
+            .as_mut()?
+            .core
+            .direct
+            .out
+            .pop_front()
     }
 
     /// The direct backend holds the lock on `target` that
@@ -370,6 +474,7 @@ impl Engine {
 
     /// `lock` of a direct target: no message, the driver takes the lock
     /// ([`DirectAction::Lock`]). `None` if `rank` is not direct.
+    #[inline]
     pub(super) fn lock_direct(
         &mut self,
         win: WinId,
@@ -422,6 +527,7 @@ impl Engine {
 
     /// `unlock` of a direct target: every operation to it is already
     /// complete, so the lock is released at once ([`DirectAction::Unlock`]).
+    #[inline]
     pub(super) fn unlock_direct(
         &mut self,
         win: WinId,
@@ -464,6 +570,7 @@ impl Engine {
     /// `flush*` to a direct target (or, `rank` `None`, of a window whose
     /// ranks are all direct): operations are complete when they return, so
     /// only the epoch is checked. `None` when the general algorithm runs.
+    #[inline]
     pub(super) fn flush_direct(
         &mut self,
         win: WinId,
@@ -489,6 +596,7 @@ impl Engine {
     /// `fence` of a window whose ranks are all direct and that has nothing
     /// in flight: the barrier is [`DirectAction::Barrier`]. `None` when the
     /// general algorithm runs.
+    #[inline]
     pub(super) fn fence_direct(
         &mut self,
         win: WinId,
@@ -520,22 +628,22 @@ impl Engine {
             c.access = Unset;
             return Ok(Some(CallStatus::Done));
         }
+        // Nothing to complete first (every operation is complete when it
+        // returns): the barrier goes out now and the call is done, as a
+        // `NOPRECEDE` fence is. Until the barrier completes the window is
+        // not ready (the gate waits); then the epoch opens, or ends with
+        // `NOSUCCEED`.
         c.barriers_in_flight += 1;
         c.direct.out.push_back(DirectAction::Barrier);
+        c.direct.fence_ends_epoch = assert & assert::NOSUCCEED != 0;
         c.access = FenceIssued;
-        if assert & assert::NOPRECEDE != 0 {
-            return Ok(Some(CallStatus::Done));
-        }
-        c.blocked = Some(Blocked::Fence {
-            assert,
-            phase: FencePhase::Barrier,
-        });
-        Ok(Some(CallStatus::Pending))
+        Ok(Some(CallStatus::Done))
     }
 
     /// [`Engine::handle_barrier_complete`] of a window whose ranks are all
     /// direct, with nothing but a fence in progress; `false` when the
     /// general path runs.
+    #[inline]
     pub(super) fn barrier_complete_direct(&mut self, win: WinId) -> Result<bool, Error> {
         let c = self.core_mut(win)?;
         if !c.direct.all
@@ -555,7 +663,11 @@ impl Engine {
             return Ok(true);
         }
         if c.access == AccessState::FenceIssued {
-            c.access = AccessState::FenceGranted;
+            c.access = if std::mem::take(&mut c.direct.fence_ends_epoch) {
+                AccessState::Unset
+            } else {
+                AccessState::FenceGranted
+            };
         }
         if let Some(Blocked::Fence { assert, .. }) = c.blocked {
             c.blocked = None;
