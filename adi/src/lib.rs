@@ -88,6 +88,7 @@ pub mod datatype;
 pub mod device;
 pub mod error;
 mod init;
+mod mem;
 pub mod request;
 mod sync;
 mod time;
@@ -97,7 +98,9 @@ pub use coll::{ReduceOp, Reducible};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
-pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
+pub use init::{
+    abort, finalize, init, init_thread, is_initialized, on_peer_death, query_thread, OnPeerDeath,
+};
 
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
