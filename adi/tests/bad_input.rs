@@ -794,10 +794,7 @@ fn run(role: &str, env: &[(&str, &str)]) {
 fn two_ranks_truncation_guard_bytes() {
     run(
         "truncation",
-        &[
-            ("TMX_SHMEM_PREPOST_MIN", "1K"),
-            ("TMX_SHMEM_CMA_THRESHOLD", "64K"),
-        ],
+        &[("TMX_SHMEM_TUNE", "prepost_min=1K,cma_threshold=64K")],
     );
 }
 

@@ -1,5 +1,5 @@
 //! Init-time choice of the CMA thresholds from a measurement between two
-//! local ranks (`TMX_SHMEM_CMA_CALIBRATE`).
+//! local ranks (`TMX_SHMEM_TUNE=cma_calibrate`).
 //!
 //! Whether one `process_vm_readv` beats two `memcpy`s through the eager
 //! area depends on the machine far more than on the message. On the Xeon

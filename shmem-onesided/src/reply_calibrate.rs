@@ -1,5 +1,5 @@
 //! Init-time choice of the inline reply cap from a measurement between two
-//! local ranks (`TMX_SHMEM_INLINE_CALIBRATE`,
+//! local ranks (`TMX_SHMEM_TUNE=inline_calibrate`,
 //! [`Endpoint::calibrate_inline_reply`]).
 //!
 //! A reply of 129 B – 1 KiB goes inline in the header ring (its payload in
