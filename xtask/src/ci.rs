@@ -304,10 +304,10 @@ fn run_step(name: &'static str) -> Outcome {
             })
         }
         "loom" => step_loom(&mut tests),
-        "proptest" => {
+        "proptest" => env_count("TMX_PROPTEST_CASES", 2000, 1, 10_000_000).and_then(|cases| {
             // Heavy property tests are `#[ignore]`d in the normal test step and run
             // here, optimised, with a bounded case count.
-            let cases = std::env::var("TMX_PROPTEST_CASES").unwrap_or_else(|_| "2000".into());
+            let cases = cases.to_string();
             let mut c = cargo();
             c.args(["test", "--workspace", "--release", "--", "--ignored"])
                 .env("PROPTEST_CASES", &cases)
@@ -321,7 +321,7 @@ fn run_step(name: &'static str) -> Outcome {
                     Err(format!("{} passed, {} failed", n.passed, n.failed))
                 }
             })
-        }
+        }),
         other => Err(format!("unknown step `{other}`")),
     };
     let (ok, detail) = match result {
@@ -661,13 +661,13 @@ fn build_osu(root: &Path) -> Result<PathBuf, String> {
 
 /// Short paired runs of `adi-pairs` per (test, size): `TMX_BENCH_PAIRS`.
 const ADI_PAIRS: usize = 6;
-/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX`.
+/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX_BYTES`.
 const ADI_PAIR_MAX: u64 = 64 << 10;
 
 /// `cargo xtask bench adi-pairs`: the comparison with MPICH that the
 /// machine's changes of speed do not decide. For each test (latency,
-/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN`
-/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX`
+/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN_BYTES`
+/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX_BYTES`
 /// (default 64 KiB), `TMX_BENCH_PAIRS` (default 6) times: MPICH, tmx, tmx,
 /// MPICH, each a run of that one size of that one test (`osu` and
 /// `mpich_osu` with `--tests`, `--min-size`, `--max-size`; a fraction of a
@@ -683,9 +683,22 @@ fn run_adi_pairs() -> Result<(), String> {
         return Err("adi-pairs needs Debian's mpich (mpicc.mpich, mpiexec.hydra)".into());
     };
     let rel = build_osu(&root)?;
+    for (old, new) in [
+        ("TMX_BENCH_PAIR_MAX", "TMX_BENCH_PAIR_MAX_BYTES"),
+        ("TMX_BENCH_PAIR_MIN", "TMX_BENCH_PAIR_MIN_BYTES"),
+    ] {
+        if std::env::var_os(old).is_some() {
+            return Err(format!("{old} is no longer read: it was renamed {new}"));
+        }
+    }
     let pairs = env_count("TMX_BENCH_PAIRS", ADI_PAIRS, 1, 1000)?;
-    let max = env_count("TMX_BENCH_PAIR_MAX", ADI_PAIR_MAX as usize, 1, 4 << 20)? as u64;
-    let min = env_count("TMX_BENCH_PAIR_MIN", 1, 1, 4 << 20)? as u64;
+    let max = env_count(
+        "TMX_BENCH_PAIR_MAX_BYTES",
+        ADI_PAIR_MAX as usize,
+        1,
+        4 << 20,
+    )? as u64;
+    let min = env_count("TMX_BENCH_PAIR_MIN_BYTES", 1, 1, 4 << 20)? as u64;
     let one = |tmx: bool, test: &str, b: u64| -> Result<f64, String> {
         let size = b.to_string();
         let mut cmd = if tmx {

@@ -45,8 +45,8 @@ environment:
   LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
   TMX_BENCH_ROUNDS     rounds of `bench adi` (point-to-point and RMA), 1 to 100 (default 5)
   TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
-  TMX_BENCH_PAIR_MAX   largest size of `bench adi-pairs`, bytes (default 65536)
-  TMX_BENCH_PAIR_MIN   smallest size of `bench adi-pairs`, bytes (default 1)
+  TMX_BENCH_PAIR_MAX_BYTES  largest size of `bench adi-pairs` (default 65536)
+  TMX_BENCH_PAIR_MIN_BYTES  smallest size of `bench adi-pairs` (default 1)
 ";
 
 fn main() -> ExitCode {
