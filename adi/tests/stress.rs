@@ -1,5 +1,5 @@
 //! "Nothing lost": a seeded random stress test of point-to-point on 4 real
-//! ranks (issue #6, part 8).
+//! ranks.
 //!
 //! Every rank sends its share of the messages (10⁵ in total by default) to
 //! random destinations (itself included), on two communicators (world and a

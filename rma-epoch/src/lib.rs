@@ -1,8 +1,7 @@
 //! # rma-epoch: MPI-3 RMA epochs as sans-IO state machines
 //!
 //! The origin and target sides of MPI one-sided communication after MPICH's
-//! "New RMA Design", with the corrections its ch3 code makes
-//! (`../shared/notes/rma-implementation-notes.md`):
+//! "New RMA Design", with the corrections its ch3 code makes:
 //!
 //! - an **operation table**: a fixed slot array of target lists, target elements
 //!   with per-target lock state, and op elements that are pending or issued;

@@ -7,7 +7,7 @@
 //! crate README, "Replies inline"). Which of the two is faster depends on
 //! the machine: on the Xeon VM the default was measured on, inline won a
 //! ping-pong up to about 1.1 KiB (1 KiB 1.21× faster); on an AMD EPYC VM
-//! (session 30) the eager block won from 512 B (1 KiB 0.34 µs against 0.47
+//! the eager block won from 512 B (1 KiB 0.34 µs against 0.47
 //! inline, ten alternating runs of each). So local ranks 0 and 1 ping-pong
 //! messages of 256, 512, 768 and 1024 B through their real endpoints, the
 //! same sends and receives the ADI makes, with inline replies on and off

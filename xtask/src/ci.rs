@@ -493,8 +493,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
 /// The MPICH ping-pong kept next to shmem-onesided's benchmark.
 const MPICH_PINGPONG: &str = "shmem-onesided/bench/mpich_pingpong.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench` run; each
-/// side's figure is its best over the rounds (the machine is noisy, see
-/// `shared/notes/peer-baselines.md`).
+/// side's figure is its best over the rounds (the machine is noisy).
 const SHMEM_BENCH_ROUNDS: usize = 5;
 
 /// shmem-onesided: builds the MPICH C ping-pong, runs it and our benchmark
