@@ -192,3 +192,9 @@ pub(crate) fn emit(out: &mut VecDeque<Action>, to: Rank, hdr: RmaHeader, payload
     bytes.extend_from_slice(payload);
     out.push_back(Action::Send { to, bytes });
 }
+
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
