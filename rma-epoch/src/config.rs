@@ -43,7 +43,7 @@ impl GlobalConfig {
     /// Defaults overridden by `TMX_RMA_OP_GLOBAL_POOL` and
     /// `TMX_RMA_TARGET_GLOBAL_POOL` when set (reading the environment is
     /// the caller's business: pass a lookup such as `|k| std::env::var(k).ok()`).
-    /// A name of [`MOVED`] is refused.
+    /// A name earlier versions read (a `_SIZE` form) is refused.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
         refuse_moved(&get)?;
         let d = GlobalConfig::default();
@@ -114,7 +114,7 @@ impl WindowConfig {
     }
 
     /// [`WindowConfig::new`] overridden by the `TMX_RMA_*` variables that
-    /// `get` returns (a name of [`MOVED`] is refused).
+    /// `get` returns (a name earlier versions read is refused).
     pub fn from_lookup(
         comm_size: u32,
         my_rank: u32,
