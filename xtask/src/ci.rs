@@ -304,10 +304,10 @@ fn run_step(name: &'static str) -> Outcome {
             })
         }
         "loom" => step_loom(&mut tests),
-        "proptest" => env_count("TMX_PROPTEST_CASES", 2000, 1, 10_000_000).and_then(|cases| {
+        "proptest" => {
             // Heavy property tests are `#[ignore]`d in the normal test step and run
             // here, optimised, with a bounded case count.
-            let cases = cases.to_string();
+            let cases = std::env::var("TMX_PROPTEST_CASES").unwrap_or_else(|_| "2000".into());
             let mut c = cargo();
             c.args(["test", "--workspace", "--release", "--", "--ignored"])
                 .env("PROPTEST_CASES", &cases)
@@ -321,7 +321,7 @@ fn run_step(name: &'static str) -> Outcome {
                     Err(format!("{} passed, {} failed", n.passed, n.failed))
                 }
             })
-        }),
+        }
         other => Err(format!("unknown step `{other}`")),
     };
     let (ok, detail) = match result {
@@ -376,6 +376,7 @@ fn step_loom(tests: &mut Option<Counts>) -> Result<String, String> {
 }
 
 pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
+    env_count("TMX_PROPTEST_CASES", 2000, 1, 10_000_000)?;
     let selected: Vec<&'static str> = if args.is_empty() {
         STEPS.to_vec()
     } else {
