@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::state::{self, State};
 
+mod ab;
+
 /// System packages that tests or benchmarks need: (program looked for on PATH,
 /// or an absolute file path; Debian package that provides it; what needs it).
 pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
@@ -442,6 +444,11 @@ pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
 }
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
+    if let Some((first, rest)) = args.split_first() {
+        if first == "ab" {
+            return ab::run_ab(rest);
+        }
+    }
     let root = workspace_root();
     let mut crates: Vec<String> = Vec::new();
     if args.is_empty() {

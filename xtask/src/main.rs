@@ -34,6 +34,9 @@ commands:
                     table of paired per-round ratios: median, lowest, highest);
                     `bench adi-pairs`: one size at a time, many short alternating
                     runs of adi's osu and MPICH, median ratio per size;
+                    `bench ab REV`: adi's osu, osu_rma and osu_ddt of this
+                    tree against the same programs built from git revision
+                    REV, interleaved; paired per-round ratios new / base;
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
