@@ -3,8 +3,8 @@
 //! Same approach as `tests/ranks.rs`: the test binary launches itself as the
 //! ranks through `launcher::run::run_job`, with the scenario in
 //! `TMX_ADI_TEST_ROLE`; a failed assertion makes a rank exit non-zero and
-//! the test fail. Scenario numbers are those of MPICH's RMA test suite
-//! scenarios as numbered in the rma-epoch crate's scenario tests.
+//! the test fail. Scenario numbers are those of rma-epoch's
+//! `tests/scenarios.rs`.
 //!
 //! Every scenario runs on four configurations: the direct backend with
 //! window memory in the heap (default), the direct backend with private
