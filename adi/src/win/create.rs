@@ -260,7 +260,17 @@ impl Win {
         let all_ok = recs.iter().all(|c| flag(c, F_CB));
         let any_user = recs.iter().any(|c| flag(c, F_USER));
         let all_cma = recs.iter().all(|c| flag(c, F_CMA));
-        let direct_ok = if shared {
+        // Ranks on this node (with a transport between nodes, the others
+        // are reached by active messages only).
+        let on_my_node = |r: u32| {
+            wcomm
+                .world_rank_of(r as i32)
+                .is_some_and(|w| dev.local_of(w).is_ok())
+        };
+        let one_node = (0..n).all(on_my_node);
+        let direct_ok = if (shared || dynamic) && !one_node {
+            false
+        } else if shared {
             all_ok && !any_user
         } else if dynamic {
             all_ok && all_cma
@@ -313,8 +323,9 @@ impl Win {
                     at += len;
                 }
             }
-            // Pairs on different (simulated) nodes take active messages.
-            let same_node = |r: u32| r % split == me % split;
+            // Pairs on different nodes (or simulated nodes) take active
+            // messages.
+            let same_node = |r: u32| on_my_node(r) && r % split == me % split;
             let targets: Vec<Option<Target>> = targets
                 .into_iter()
                 .enumerate()
@@ -346,6 +357,12 @@ impl Win {
         // Every target by active messages (or a failed shared window): give
         // back what the direct backend took.
         give_back()?;
+        if (shared || dynamic) && !one_node {
+            return Err(Error::InvalidArgument {
+                what: "allocate_shared and create_dynamic need every rank of the communicator \
+                       on this node",
+            });
+        }
         if dynamic {
             return Err(Error::InvalidArgument {
                 what: "create_dynamic: dynamic windows need a control block in every rank's \
