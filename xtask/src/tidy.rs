@@ -185,7 +185,6 @@ const OVERSIZED_ALLOWED: &[&str] = &[
     "shmem-onesided/src/endpoint.rs",
     "shmem-onesided/src/ring.rs",
     "adi/src/device.rs",
-    "adi/src/win.rs",
     "adi/src/datatype/mod.rs",
 ];
 
@@ -208,10 +207,6 @@ const PROCESS_TALK_ALLOWED: &[(&str, &str)] = &[
         "for the ping-pong from 512 B to 8 KiB",
     ),
     ("shmem-onesided/src/endpoint.rs", "(A-B-B-A,"),
-    (
-        "shmem-onesided/src/winsync.rs",
-        "rma-implementation-notes.md",
-    ),
 ];
 
 /// Variables the configuration parsers refuse (old names) may still be
