@@ -365,7 +365,10 @@ impl WindowMemory for Vec<Vec<u8>> {
 pub struct Engine {
     global_ops: Slab<OpElem>,
     global_targets: Slab<TargetElem>,
-    windows: Vec<Option<Window>>,
+    /// Indexed by window id; a freed window leaves a `None` (a pointer's
+    /// worth: ids are not reused, so that packets of a freed window can
+    /// never reach a new one).
+    windows: Vec<Option<Box<Window>>>,
     out: VecDeque<Action>,
     /// Windows with a lazy broadcast (window-protocol LOCK/UNLOCK) in
     /// progress: `poll_action` visits windows only when there is one.
@@ -458,11 +461,11 @@ impl Engine {
             slots = nslots,
             "RMA window created"
         );
-        self.windows.push(Some(Window {
+        self.windows.push(Some(Box::new(Window {
             core,
             ops: Slab::new(cfg.op_win_pool),
             targets: Slab::new(target_cap),
-        }));
+        })));
         Ok(id)
     }
 

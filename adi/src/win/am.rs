@@ -61,8 +61,8 @@ pub(crate) struct Rma {
 #[derive(Debug)]
 pub(super) struct RmaState {
     pub(super) engine: Engine,
-    /// Per window, indexed by engine id.
-    pub(super) slots: Vec<Option<Slot>>,
+    /// Per window, indexed by engine id (a freed window leaves a `None`).
+    pub(super) slots: Vec<Option<Box<Slot>>>,
     /// Windows with active-message targets (visited by progress).
     pub(super) polled: Vec<WinId>,
     /// Scratch list of window ids (reused by progress).
@@ -145,7 +145,7 @@ struct IBarrier {
     reqs: Option<(Request, Request)>,
 }
 
-pub(super) struct Mems<'a>(pub(super) &'a mut Vec<Option<Slot>>);
+pub(super) struct Mems<'a>(pub(super) &'a mut Vec<Option<Box<Slot>>>);
 
 impl rma_epoch::WindowMemory for Mems<'_> {
     fn window_mut(&mut self, win: WinId) -> Option<&mut [u8]> {
@@ -218,6 +218,7 @@ impl RmaState {
         self.slots
             .get_mut(win as usize)
             .and_then(Option::as_mut)
+            .map(|s| &mut **s)
             .ok_or_else(|| Error::Rma(rma_epoch::Error::NoSuchWindow(win)))
     }
 
@@ -227,7 +228,7 @@ impl RmaState {
         if self.slots.len() <= i {
             self.slots.resize_with(i + 1, || None);
         }
-        self.slots[i] = Some(slot);
+        self.slots[i] = Some(Box::new(slot));
         if am {
             self.polled.push(win);
             rma.live.fetch_add(1, Ordering::AcqRel);
@@ -235,7 +236,7 @@ impl RmaState {
     }
 
     /// Forgets window `win`'s slot.
-    pub(super) fn remove(&mut self, rma: &Rma, win: WinId) -> Option<Slot> {
+    pub(super) fn remove(&mut self, rma: &Rma, win: WinId) -> Option<Box<Slot>> {
         let s = self.slots.get_mut(win as usize)?.take();
         if let Some(i) = self.polled.iter().position(|w| *w == win) {
             self.polled.swap_remove(i);
