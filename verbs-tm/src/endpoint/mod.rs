@@ -1,0 +1,1490 @@
+//! [`Endpoint`]: the TM-SRQ driver, generic over a [`Provider`].
+//!
+//! One CQ, one TM-SRQ and one RC QP per remote peer. The matching decisions
+//! are tm-match's [`Offload`]: it keeps every posted receive in a shadow
+//! queue and says which ones the device's tag list may hold; the endpoint
+//! turns its actions into list operations and the device's completions into
+//! its events.
+//!
+//! - **Actions → list operations.** `Add`, `Delete` and `Sync` become
+//!   signaled `ibv_post_srq_ops` work requests carrying `IBV_OPS_TM_SYNC`
+//!   and the model's 16-bit count. When the command queue or the tag list
+//!   is full (`ENOMEM`), the actions wait, in the model's order, until
+//!   completions free room.
+//! - **Completions → events.** `IBV_WC_TM_ADD` → `Added`; a `TM_RECV` with
+//!   `IBV_WC_TM_MATCH` → `Matched` (the user's completion is held until
+//!   `IBV_WC_TM_DATA_VALID`); `TM_DEL` → `Deleted`, or `DeleteFailed` with
+//!   `IBV_WC_TM_ERR`; a `TM_RECV` without `MATCH` → `Unexpected`;
+//!   `IBV_WC_TM_SYNC_REQ` → the event's sync request.
+//! - **Software rendezvous.** An unexpected rendezvous request matched later,
+//!   and a matched one reported `IBV_WC_TM_RNDV_INCOMPLETE`, are finished by
+//!   the endpoint: an RDMA READ of the sender's buffer, then a FIN.
+//! - **Sender side.** The tag is `TagLayout::DEFAULT.encode(envelope)`.
+//!   Payloads up to the eager limit (the smaller of ours and the receiver's
+//!   `TMX_VERBS_EAGER_MAX`) go in one SEND (`TMH(EAGER) | payload`) and the
+//!   send completes at once; larger ones, and synchronous sends of any size,
+//!   send `TMH(RNDV) | RVH` and complete on the receiver's FIN, which names
+//!   the send by the TMH's `app_ctx`.
+
+mod rx;
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+
+use tm_match::offload::{Action, CancelOutcome as OffCancel, Offload, OffloadConfig, PostOutcome};
+use tm_match::{Envelope, MatchSpec, RecvId, Source};
+use tm_proto::{Opcode, Rvh, TagLayout, Tmh};
+use tracing::{debug, info};
+
+use crate::config::EndpointConfig;
+use crate::verbs::{
+    errno, CqId, CqInitAttr, DeviceCaps, OpsWr, QpId, QpInitAttr, QpState, RecvWr, SendWr, SrqId,
+    SrqInitAttr, TmAdd, Wc, WrOpcode, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
+    IBV_SEND_SIGNALED, IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM,
+    IBV_WC_EX_WITH_TM_INFO,
+};
+use crate::{Error, Mr, Provider, Result};
+
+/// How a send completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SendMode {
+    /// Once the buffer may be reused: at once for an eager message, on the
+    /// FIN for a rendezvous.
+    #[default]
+    Standard,
+    /// Only once the receiver has matched the message (`MPI_Ssend`): always
+    /// rendezvous.
+    Synchronous,
+}
+
+/// What a completed receive matched, or what a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Status {
+    /// The sender's rank.
+    pub source: u32,
+    /// The message tag.
+    pub tag: u32,
+    /// The context id.
+    pub context: u32,
+    /// Bytes written into the buffer: `min(msg_len, buffer length)`.
+    pub len: usize,
+    /// Bytes the sender sent; `msg_len > len` means truncated.
+    pub msg_len: usize,
+    /// The receive was cancelled: nothing was written.
+    pub cancelled: bool,
+}
+
+impl Status {
+    /// Whether the message was longer than the buffer (`MPI_ERR_TRUNCATE`).
+    pub fn truncated(&self) -> bool {
+        self.msg_len > self.len
+    }
+
+    fn of(env: &Envelope, len: usize, msg_len: usize) -> Self {
+        Status {
+            source: env.source,
+            tag: env.tag,
+            context: env.context_id,
+            len,
+            msg_len,
+            cancelled: false,
+        }
+    }
+}
+
+/// A finished request, as [`Endpoint::take_completions`] hands it over.
+#[derive(Debug)]
+pub struct Finished {
+    /// The request's id ([`RecvHandle::id`] / [`SendHandle::id`]).
+    pub id: u64,
+    /// A send (`true`) or a receive.
+    pub send: bool,
+    /// Its status, or why it failed (a dead peer).
+    pub result: Result<Status>,
+    /// The buffer handed to the request, given back (a receive's holds the
+    /// data; a send's is the caller's data, unchanged).
+    pub buf: Vec<u8>,
+}
+
+/// A receive started by [`Endpoint::irecv`] or [`Endpoint::imrecv`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a receive completes through take_completions"]
+pub struct RecvHandle(u64);
+
+impl RecvHandle {
+    /// The request's id (unique among this endpoint's requests).
+    pub fn id(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A send started by [`Endpoint::isend`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a send completes through take_completions"]
+pub struct SendHandle(u64);
+
+impl SendHandle {
+    /// The request's id.
+    pub fn id(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A message taken out of matching by [`Endpoint::improbe`]; receive it
+/// with [`Endpoint::imrecv`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a matched message must be received (imrecv)"]
+pub struct MessageHandle(u64);
+
+/// The answer to [`Endpoint::cancel_recv`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Cancelled at once: its completion (status `cancelled`) is queued.
+    Cancelled,
+    /// The device holds it: a DEL is in flight; the request completes either
+    /// cancelled or, if a message won the race, normally.
+    Pending,
+    /// Too late: it matched (or the handle is stale).
+    Failed,
+}
+
+/// Protocol counters, printable at finalize.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// The matching model's counters (adds, deletes, syncs, engine and
+    /// software matches, unexpected messages, withdrawals, delete races).
+    pub offload: tm_match::offload::OffloadStats,
+    /// Eager sends.
+    pub eager_sends: u64,
+    /// Rendezvous sends.
+    pub rndv_sends: u64,
+    /// Rendezvous receives finished by a software READ + FIN.
+    pub sw_reads: u64,
+    /// Of those, requests the device reported `IBV_WC_TM_RNDV_INCOMPLETE`.
+    pub rndv_incomplete: u64,
+    /// Receives whose data the device placed (eager or its own READ).
+    pub device_receives: u64,
+    /// Times list operations had to wait for room (full list or queue).
+    pub ops_held: u64,
+    /// Times a send waited for a send buffer.
+    pub sends_held: u64,
+    /// Self sends (through the matcher, no device).
+    pub self_sends: u64,
+}
+
+impl fmt::Display for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.offload;
+        write!(
+            f,
+            "verbs-tm: eager {} rndv {} self {} | device receives {} sw reads {} (rndv incomplete {}) | \
+             adds {} deletes {} syncs {} engine matches {} sw matches {} unexpected {} withdrawals {} delete races {} | \
+             ops held {} sends held {}",
+            self.eager_sends,
+            self.rndv_sends,
+            self.self_sends,
+            self.device_receives,
+            self.sw_reads,
+            self.rndv_incomplete,
+            o.adds,
+            o.deletes,
+            o.syncs,
+            o.engine_matches,
+            o.sw_matches,
+            o.unexpected,
+            o.withdrawals,
+            o.delete_races,
+            self.ops_held,
+            self.sends_held
+        )
+    }
+}
+
+/// A message as the matching model holds it.
+#[derive(Debug)]
+enum Msg {
+    /// Matched by the device: the data is (or will be) in the tagged buffer.
+    Engine,
+    /// An unexpected eager message's payload.
+    Eager(Vec<u8>),
+    /// An unexpected rendezvous request.
+    Rndv { peer: u32, tmh: Tmh, rvh: Rvh },
+    /// A message to self; a synchronous send completes when it is matched.
+    Local {
+        data: Vec<u8>,
+        sync_send: Option<u64>,
+    },
+}
+
+impl Msg {
+    fn len(&self) -> usize {
+        match self {
+            Msg::Engine => 0,
+            Msg::Eager(d) | Msg::Local { data: d, .. } => d.len(),
+            Msg::Rndv { rvh, .. } => rvh.len as usize,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum RecvBuf {
+    Plain(Vec<u8>),
+    Registered(Mr),
+    Taken,
+}
+
+#[derive(Debug)]
+struct RecvReq {
+    rid: Option<RecvId>,
+    buf: RecvBuf,
+    cap: usize,
+}
+
+/// Where a device-matched receive's data stands.
+#[derive(Debug, Clone)]
+enum DataState {
+    /// `MATCH` seen, `DATA_VALID` not yet.
+    Waiting,
+    /// A software READ (after `RNDV_INCOMPLETE`) is in flight.
+    Reading,
+    /// Done: bytes in the buffer and the sender's length, or an error.
+    Ready(core::result::Result<(usize, usize), Error>),
+}
+
+#[derive(Debug)]
+struct EngineRecv {
+    data: DataState,
+    /// The model's completion (`env`), once it came.
+    env: Option<Envelope>,
+    req: u64,
+}
+
+#[derive(Debug)]
+struct SendReq {
+    dest: u32,
+    /// A rendezvous send's registered data (or its data for a zero-length
+    /// one), until the FIN.
+    mr: Option<Mr>,
+    data: Vec<u8>,
+    ctx: Option<u32>,
+}
+
+/// A send waiting for a send buffer (kept in order).
+#[derive(Debug)]
+enum Outgoing {
+    Eager {
+        id: u64,
+        dest: u32,
+        tag: u64,
+        data: Vec<u8>,
+    },
+    Rndv {
+        id: u64,
+        dest: u32,
+        tag: u64,
+        ctx: u32,
+        rvh: Rvh,
+    },
+    Fin {
+        dest: u32,
+        bytes: [u8; tm_proto::FIN_LEN],
+    },
+}
+
+/// A software READ in flight.
+#[derive(Debug)]
+struct ReadCtx {
+    /// The receive request (or, for a device-matched one, its model handle).
+    req: u64,
+    engine: Option<RecvId>,
+    peer: u32,
+    fin: [u8; tm_proto::FIN_LEN],
+    env: Envelope,
+    len: usize,
+    msg_len: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum OpRec {
+    Add(RecvId),
+    Del(RecvId),
+    Sync,
+}
+
+#[derive(Debug)]
+struct Peer {
+    qp: QpId,
+    eager_max: usize,
+    connected: bool,
+}
+
+const ADDR_MAGIC: &[u8; 4] = b"TMXV";
+const ADDR_VERSION: u8 = 1;
+
+/// The TM-SRQ driver. See the [module docs](self).
+pub struct Endpoint<P: Provider> {
+    p: P,
+    cfg: EndpointConfig,
+    caps: DeviceCaps,
+    layout: TagLayout,
+    rank: u32,
+    size: u32,
+    cq: CqId,
+    srq: SrqId,
+    srq_mr: Option<Mr>,
+    stride: usize,
+    send_mr: Option<Mr>,
+    free_slots: Vec<u32>,
+    /// Slots of sends posted, by wr_id.
+    peers: HashMap<u32, Peer>,
+    by_qpn: HashMap<u32, u32>,
+    off: Offload<u64, Msg>,
+    held: VecDeque<Action>,
+    ops: HashMap<u64, OpRec>,
+    next_op: u64,
+    cmd_outstanding: usize,
+    cmd_cap: usize,
+    handles: HashMap<RecvId, u32>,
+    recvs: HashMap<u64, RecvReq>,
+    rid_req: HashMap<RecvId, u64>,
+    engine: HashMap<RecvId, EngineRecv>,
+    sends: HashMap<u64, SendReq>,
+    by_ctx: HashMap<u32, u64>,
+    next_ctx: u32,
+    pending: VecDeque<Outgoing>,
+    reads: HashMap<u64, ReadCtx>,
+    next_read: u64,
+    mprobed: HashMap<u64, (Envelope, Msg)>,
+    done: Vec<Finished>,
+    dead: HashMap<u32, Error>,
+    next_id: u64,
+    wcs: Vec<Wc>,
+    counters: Counters,
+}
+
+impl<P: Provider> fmt::Debug for Endpoint<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("provider", &self.p.name())
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("posted", &self.off.posted_len())
+            .field("unexpected", &self.off.unexpected_len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Provider> Endpoint<P> {
+    /// Opens the driver on `provider` for rank `rank` of a job of `size`:
+    /// creates the CQ, the TM-SRQ and the buffers. Fails with
+    /// [`Error::NoDevice`] when the device has no tag matching on RC.
+    pub fn new(mut provider: P, cfg: EndpointConfig, rank: u32, size: u32) -> Result<Self> {
+        let caps = provider.query_device()?;
+        if !caps.tm.supported() {
+            return Err(Error::NoDevice {
+                reason: format!("{}: no IBV_TM_CAP_RC", provider.name()),
+            });
+        }
+        let tags = cfg.tags.min(caps.tm.max_num_tags).max(1);
+        // UCX's sizing: an ADD and a DEL per tag, plus SYNCs.
+        let max_ops = (2 * tags + 2).min(caps.tm.max_ops).max(1);
+        let wqes = cfg.srq_wqes.max(1);
+        let cqe = (wqes + 3 * tags + max_ops + 2 * cfg.send_bufs + 64).min(caps.max_cqe);
+        let cq = provider.create_cq(&CqInitAttr {
+            cqe,
+            wc_flags: IBV_WC_EX_WITH_BYTE_LEN
+                | IBV_WC_EX_WITH_IMM
+                | IBV_WC_EX_WITH_QP_NUM
+                | IBV_WC_EX_WITH_TM_INFO,
+            extended: true,
+        })?;
+        let mut attr = SrqInitAttr::tm(cq, wqes, tags, max_ops);
+        let srq = provider.create_srq(&mut attr)?;
+        let stride = (cfg.eager_max + Tmh::LEN).max(caps.tm.max_rndv_hdr_size as usize);
+        let srq_mr = provider
+            .reg_mr(vec![0; stride * wqes as usize], IBV_ACCESS_LOCAL_WRITE)
+            .map_err(|(e, _)| e)?;
+        for i in 0..wqes as usize {
+            let Some(sge) = srq_mr.sge(i * stride, stride) else {
+                return Err(Error::verbs("ibv_post_srq_recv", errno::EINVAL));
+            };
+            provider.post_srq_recv(
+                srq,
+                &RecvWr {
+                    wr_id: i as u64,
+                    sg_list: &[sge],
+                },
+            )?;
+        }
+        let nbufs = cfg.send_bufs.max(1);
+        let send_mr = provider
+            .reg_mr(vec![0; stride * nbufs as usize], IBV_ACCESS_LOCAL_WRITE)
+            .map_err(|(e, _)| e)?;
+        let layout = TagLayout::DEFAULT;
+        let mut ocfg = OffloadConfig::new(layout, tags as usize);
+        ocfg.any_source = cfg.any_source;
+        ocfg.sync_interval = cfg.sync_interval.clamp(1, 1 << 14);
+        let off = Offload::new(ocfg)?;
+        info!(
+            provider = provider.name(),
+            rank,
+            tags,
+            max_ops,
+            eager_max = cfg.eager_max,
+            "verbs-tm: endpoint open"
+        );
+        Ok(Endpoint {
+            p: provider,
+            cfg,
+            caps,
+            layout,
+            rank,
+            size,
+            cq,
+            srq,
+            srq_mr: Some(srq_mr),
+            stride,
+            send_mr: Some(send_mr),
+            free_slots: (0..nbufs).rev().collect(),
+            peers: HashMap::new(),
+            by_qpn: HashMap::new(),
+            off,
+            held: VecDeque::new(),
+            ops: HashMap::new(),
+            next_op: 1,
+            cmd_outstanding: 0,
+            cmd_cap: max_ops as usize,
+            handles: HashMap::new(),
+            recvs: HashMap::new(),
+            rid_req: HashMap::new(),
+            engine: HashMap::new(),
+            sends: HashMap::new(),
+            by_ctx: HashMap::new(),
+            next_ctx: 1,
+            pending: VecDeque::new(),
+            reads: HashMap::new(),
+            next_read: 1,
+            mprobed: HashMap::new(),
+            done: Vec::new(),
+            dead: HashMap::new(),
+            next_id: 1,
+            wcs: Vec::with_capacity(64),
+            counters: Counters::default(),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The job's size.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The provider's name.
+    pub fn provider_name(&self) -> &str {
+        self.p.name()
+    }
+
+    /// The provider (for its own diagnostics).
+    pub fn provider(&self) -> &P {
+        &self.p
+    }
+
+    /// Mutable access to the provider (tests step a `soft::Sim` with it).
+    pub fn provider_mut(&mut self) -> &mut P {
+        &mut self.p
+    }
+
+    /// The device limits in use.
+    pub fn caps(&self) -> DeviceCaps {
+        self.caps
+    }
+
+    /// The largest eager payload toward `dest` (our limit and the peer's).
+    pub fn eager_limit(&self, dest: u32) -> usize {
+        self.peers
+            .get(&dest)
+            .map_or(self.cfg.eager_max, |p| p.eager_max.min(self.cfg.eager_max))
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> Counters {
+        Counters {
+            offload: self.off.stats(),
+            ..self.counters
+        }
+    }
+
+    /// Messages queued unexpected in software (what probes see).
+    pub fn unexpected_len(&self) -> usize {
+        self.off.unexpected_len()
+    }
+
+    /// Posted receives (software and device).
+    pub fn posted_len(&self) -> usize {
+        self.off.posted_len()
+    }
+
+    /// Whether a receive is held by the device's tag list (or on its way).
+    pub fn is_offloaded(&self, h: &RecvHandle) -> bool {
+        self.recvs
+            .get(&h.0)
+            .and_then(|r| r.rid)
+            .is_some_and(|rid| self.off.is_offloaded(rid))
+    }
+
+    // ------------------------------------------------------- connection ---
+
+    /// Creates the QPs toward `peers` and returns the address blob to
+    /// publish (PMI): the device's QP addresses for each of them and this
+    /// rank's eager limit. Each peer passes it to [`Endpoint::connect`].
+    pub fn address(&mut self, peers: impl IntoIterator<Item = u32>) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        out.extend_from_slice(ADDR_MAGIC);
+        out.push(ADDR_VERSION);
+        out.extend_from_slice(&self.rank.to_le_bytes());
+        out.extend_from_slice(&(self.cfg.eager_max as u64).to_le_bytes());
+        let mut entries = Vec::new();
+        for peer in peers {
+            if peer == self.rank || peer >= self.size {
+                continue;
+            }
+            let qp = match self.peers.get(&peer) {
+                Some(p) => p.qp,
+                None => {
+                    let qp = self.p.create_qp(&QpInitAttr {
+                        send_cq: self.cq,
+                        recv_cq: self.cq,
+                        srq: Some(self.srq),
+                        max_send_wr: (2 * self.cfg.send_bufs + 16).min(self.caps.max_qp_wr),
+                        max_send_sge: 1,
+                    })?;
+                    let qpn = self.p.qp_num(qp)?;
+                    self.by_qpn.insert(qpn, peer);
+                    self.peers.insert(
+                        peer,
+                        Peer {
+                            qp,
+                            eager_max: self.cfg.eager_max,
+                            connected: false,
+                        },
+                    );
+                    qp
+                }
+            };
+            entries.push((peer, self.p.local_address(qp)?));
+        }
+        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        for (peer, a) in entries {
+            out.extend_from_slice(&peer.to_le_bytes());
+            out.extend_from_slice(&(a.len() as u32).to_le_bytes());
+            out.extend_from_slice(&a);
+        }
+        Ok(out)
+    }
+
+    /// Connects to `peer` with the blob it published ([`Endpoint::address`]
+    /// must have named `peer` here, and the blob must name this rank).
+    pub fn connect(&mut self, peer: u32, blob: &[u8]) -> Result<()> {
+        let parsed = parse_blob(blob)?;
+        if parsed.rank != peer {
+            return Err(Error::BadAddress(format!(
+                "blob of rank {} given for rank {peer}",
+                parsed.rank
+            )));
+        }
+        let Some(addr) = parsed.entries.iter().find(|(r, _)| *r == self.rank) else {
+            return Err(Error::BadAddress(format!(
+                "rank {peer}'s address has no QP for rank {}",
+                self.rank
+            )));
+        };
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return Err(Error::Unreachable {
+                rank: peer,
+                reason: "no QP created for it (Endpoint::address)",
+            });
+        };
+        p.eager_max = parsed.eager_max;
+        if !p.connected {
+            self.p.connect(p.qp, addr.1)?;
+            p.connected = true;
+        }
+        debug!(peer, "verbs-tm: connecting");
+        Ok(())
+    }
+
+    /// Whether the QP toward `peer` is ready (the software provider over TCP
+    /// finishes its handshake asynchronously; sends wait until then).
+    pub fn is_connected(&self, peer: u32) -> bool {
+        self.peers
+            .get(&peer)
+            .is_some_and(|p| p.connected && self.p.qp_state(p.qp) == QpState::Ready)
+    }
+
+    // ------------------------------------------------------------ sends ---
+
+    fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn encode_tag(&self, tag: u32, context: u32) -> Result<u64> {
+        Ok(self.layout.encode(Envelope {
+            context_id: context,
+            source: self.rank,
+            tag,
+        })?)
+    }
+
+    /// Starts a send of `data` (contiguous, or packed by the caller) to
+    /// `dest`. The data comes back in the send's [`Finished`]. A standard
+    /// send up to the eager limit completes at once.
+    pub fn isend(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+        mode: SendMode,
+    ) -> Result<SendHandle> {
+        let t = self.encode_tag(tag, context)?;
+        let id = self.new_id();
+        if dest == self.rank {
+            return self.send_self(id, tag, context, data, mode);
+        }
+        self.check_peer(dest)?;
+        if mode == SendMode::Standard && data.len() <= self.eager_limit(dest) {
+            self.counters.eager_sends += 1;
+            self.queue_out(Outgoing::Eager {
+                id,
+                dest,
+                tag: t,
+                data,
+            })?;
+        } else {
+            let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge {
+                len: data.len(),
+                max: u32::MAX as usize,
+            })?;
+            self.counters.rndv_sends += 1;
+            let (mr, data, va, rkey) = if len == 0 {
+                // A zero-length READ checks no key (InfiniBand).
+                (None, data, 0, 0)
+            } else {
+                let mr = self
+                    .p
+                    .reg_mr(data, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
+                    .map_err(|(e, _)| e)?;
+                let (va, rkey) = (mr.addr(), mr.rkey());
+                (Some(mr), Vec::new(), va, rkey)
+            };
+            let ctx = self.next_ctx;
+            self.next_ctx = self.next_ctx.wrapping_add(1).max(1);
+            self.by_ctx.insert(ctx, id);
+            self.sends.insert(
+                id,
+                SendReq {
+                    dest,
+                    mr,
+                    data,
+                    ctx: Some(ctx),
+                },
+            );
+            self.queue_out(Outgoing::Rndv {
+                id,
+                dest,
+                tag: t,
+                ctx,
+                rvh: Rvh { va, rkey, len },
+            })?;
+        }
+        Ok(SendHandle(id))
+    }
+
+    /// [`Endpoint::isend`] of borrowed data (copied).
+    pub fn isend_copy(
+        &mut self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> Result<SendHandle> {
+        self.isend(dest, tag, context, data.to_vec(), mode)
+    }
+
+    fn send_self(
+        &mut self,
+        id: u64,
+        tag: u32,
+        context: u32,
+        data: Vec<u8>,
+        mode: SendMode,
+    ) -> Result<SendHandle> {
+        self.counters.self_sends += 1;
+        let env = Envelope {
+            context_id: context,
+            source: self.rank,
+            tag,
+        };
+        let sync_send = (mode == SendMode::Synchronous).then_some(id);
+        if sync_send.is_none() {
+            self.done.push(Finished {
+                id,
+                send: true,
+                result: Ok(Status::default()),
+                buf: Vec::new(),
+            });
+        } else {
+            self.sends.insert(
+                id,
+                SendReq {
+                    dest: self.rank,
+                    mr: None,
+                    data: Vec::new(),
+                    ctx: None,
+                },
+            );
+        }
+        self.off.arrive(env, Msg::Local { data, sync_send })?;
+        self.pump()?;
+        Ok(SendHandle(id))
+    }
+
+    fn check_peer(&self, dest: u32) -> Result<()> {
+        if let Some(e) = self.dead.get(&dest) {
+            return Err(e.clone());
+        }
+        match self.peers.get(&dest) {
+            Some(p) if p.connected => Ok(()),
+            _ => Err(Error::Unreachable {
+                rank: dest,
+                reason: "not connected through this endpoint",
+            }),
+        }
+    }
+
+    fn queue_out(&mut self, o: Outgoing) -> Result<()> {
+        if self.pending.is_empty() {
+            if let Some(o) = self.try_post(o)? {
+                self.counters.sends_held += 1;
+                self.pending.push_back(o);
+            }
+        } else {
+            self.counters.sends_held += 1;
+            self.pending.push_back(o);
+        }
+        Ok(())
+    }
+
+    /// Posts pending sends in order while send buffers last.
+    fn flush_pending(&mut self) -> Result<()> {
+        while let Some(o) = self.pending.pop_front() {
+            if let Some(o) = self.try_post(o)? {
+                self.pending.push_front(o);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts one outgoing message; hands it back if no send buffer is free
+    /// or its QP is not ready.
+    fn try_post(&mut self, o: Outgoing) -> Result<Option<Outgoing>> {
+        let dest = match &o {
+            Outgoing::Eager { dest, .. }
+            | Outgoing::Rndv { dest, .. }
+            | Outgoing::Fin { dest, .. } => *dest,
+        };
+        if let Some(e) = self.dead.get(&dest).cloned() {
+            self.fail_outgoing(o, e);
+            return Ok(None);
+        }
+        let Some(peer) = self.peers.get(&dest) else {
+            return Err(Error::Unreachable {
+                rank: dest,
+                reason: "no QP",
+            });
+        };
+        let qp = peer.qp;
+        match self.p.qp_state(qp) {
+            QpState::Ready => {}
+            QpState::Connecting | QpState::Reset => return Ok(Some(o)),
+            QpState::Closed => {
+                self.fail_outgoing(o, Error::PeerClosed { peer: dest });
+                return Ok(None);
+            }
+            QpState::Error(reason) => {
+                let e = Error::PeerDied { peer: dest, reason };
+                self.peer_failed(dest, e.clone());
+                self.fail_outgoing(o, e);
+                return Ok(None);
+            }
+        }
+        let Some(slot) = self.free_slots.pop() else {
+            return Ok(Some(o));
+        };
+        let off = slot as usize * self.stride;
+        let Some(mr) = self.send_mr.as_ref() else {
+            return Err(Error::verbs("ibv_post_send", errno::EINVAL));
+        };
+        let len = match &o {
+            Outgoing::Eager { tag, data, .. } => {
+                self.p
+                    .mr_write(mr, off, &Tmh::new(Opcode::Eager, 0, *tag).to_bytes())?;
+                self.p.mr_write(mr, off + Tmh::LEN, data)?;
+                Tmh::LEN + data.len()
+            }
+            Outgoing::Rndv { tag, ctx, rvh, .. } => {
+                let mut b = [0u8; Tmh::LEN + Rvh::LEN];
+                b[..Tmh::LEN].copy_from_slice(&Tmh::new(Opcode::Rndv, *ctx, *tag).to_bytes());
+                b[Tmh::LEN..].copy_from_slice(&rvh.to_bytes());
+                self.p.mr_write(mr, off, &b)?;
+                b.len()
+            }
+            Outgoing::Fin { bytes, .. } => {
+                self.p.mr_write(mr, off, bytes)?;
+                bytes.len()
+            }
+        };
+        let Some(sge) = mr.sge(off, len) else {
+            return Err(Error::verbs("ibv_post_send", errno::EINVAL));
+        };
+        let wr = SendWr {
+            wr_id: u64::from(slot),
+            opcode: WrOpcode::SEND,
+            send_flags: IBV_SEND_SIGNALED,
+            sg_list: &[sge],
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+        };
+        if let Err(e) = self.p.post_send(qp, &wr) {
+            self.free_slots.push(slot);
+            if e.errno() == Some(errno::ENOMEM) {
+                return Ok(Some(o));
+            }
+            return Err(e);
+        }
+        if let Outgoing::Eager { id, data, .. } = o {
+            // Copied into the send buffer: the user's buffer is free.
+            self.done.push(Finished {
+                id,
+                send: true,
+                result: Ok(Status::default()),
+                buf: data,
+            });
+        }
+        Ok(None)
+    }
+
+    fn fail_outgoing(&mut self, o: Outgoing, e: Error) {
+        match o {
+            Outgoing::Eager { id, data, .. } => self.done.push(Finished {
+                id,
+                send: true,
+                result: Err(e),
+                buf: data,
+            }),
+            Outgoing::Rndv { id, .. } => self.fail_send(id, e),
+            Outgoing::Fin { .. } => {}
+        }
+    }
+
+    fn fail_send(&mut self, id: u64, e: Error) {
+        if let Some(s) = self.sends.remove(&id) {
+            if let Some(c) = s.ctx {
+                self.by_ctx.remove(&c);
+            }
+            let buf = match s.mr {
+                Some(mr) => self.p.dereg_mr(mr).unwrap_or_default(),
+                None => s.data,
+            };
+            self.done.push(Finished {
+                id,
+                send: true,
+                result: Err(e),
+                buf,
+            });
+        }
+    }
+
+    /// Marks `peer` dead: its pending sends fail, and so do software READs
+    /// from it and the receives waiting for them.
+    fn peer_failed(&mut self, peer: u32, e: Error) {
+        if self.dead.contains_key(&peer) {
+            return;
+        }
+        info!(peer, error = %e, "verbs-tm: peer lost");
+        self.dead.insert(peer, e.clone());
+        let ids: Vec<u64> = self
+            .sends
+            .iter()
+            .filter(|(_, s)| s.dest == peer)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.fail_send(id, e.clone());
+        }
+    }
+
+    // --------------------------------------------------------- receives ---
+
+    /// Posts a receive into `buf` (its length is the capacity). The buffer
+    /// comes back, holding the data, in the receive's [`Finished`].
+    pub fn irecv(&mut self, spec: MatchSpec, buf: Vec<u8>) -> Result<RecvHandle> {
+        let id = self.new_id();
+        let cap = buf.len();
+        let floor = self.caps.tm.max_rndv_hdr_size as usize;
+        let eligible = cap >= self.cfg.tm_thresh.max(floor) && cap <= u32::MAX as usize;
+        // Registered first, so that an ADD the model emits has its buffer.
+        let buf = if eligible {
+            match self.p.reg_mr(buf, IBV_ACCESS_LOCAL_WRITE) {
+                Ok(mr) => RecvBuf::Registered(mr),
+                Err((_, b)) => RecvBuf::Plain(b),
+            }
+        } else {
+            RecvBuf::Plain(buf)
+        };
+        let eligible = matches!(buf, RecvBuf::Registered(_));
+        match self.off.post(spec, id, eligible)? {
+            PostOutcome::Matched { env, msg, .. } => {
+                self.recvs.insert(
+                    id,
+                    RecvReq {
+                        rid: None,
+                        buf,
+                        cap,
+                    },
+                );
+                self.complete_from_msg(id, env, msg)?;
+            }
+            PostOutcome::Queued { id: rid, .. } => {
+                self.rid_req.insert(rid, id);
+                self.recvs.insert(
+                    id,
+                    RecvReq {
+                        rid: Some(rid),
+                        buf,
+                        cap,
+                    },
+                );
+            }
+        }
+        self.pump()?;
+        Ok(RecvHandle(id))
+    }
+
+    /// `MPI_Cancel` of a receive (see [`CancelOutcome`]).
+    pub fn cancel_recv(&mut self, h: &RecvHandle) -> Result<CancelOutcome> {
+        let Some(rid) = self.recvs.get(&h.0).and_then(|r| r.rid) else {
+            return Ok(CancelOutcome::Failed);
+        };
+        let out = match self.off.cancel(rid) {
+            OffCancel::Cancelled(req) => {
+                self.finish_cancelled(req);
+                CancelOutcome::Cancelled
+            }
+            OffCancel::Pending => CancelOutcome::Pending,
+            OffCancel::Failed => CancelOutcome::Failed,
+        };
+        self.pump()?;
+        Ok(out)
+    }
+
+    /// `MPI_Iprobe`: one progress pass, then the queued message a receive
+    /// with `spec` would take.
+    pub fn iprobe(&mut self, spec: MatchSpec) -> Result<Option<Status>> {
+        self.progress()?;
+        Ok(self
+            .off
+            .probe(&spec)
+            .map(|p| Status::of(&p.env, p.msg.len(), p.msg.len())))
+    }
+
+    /// `MPI_Improbe`: one progress pass, then take the message a receive
+    /// with `spec` would take.
+    pub fn improbe(&mut self, spec: MatchSpec) -> Result<Option<(MessageHandle, Status)>> {
+        self.progress()?;
+        let Some(m) = self.off.improbe(&spec) else {
+            return Ok(None);
+        };
+        let st = Status::of(&m.env, m.msg.len(), m.msg.len());
+        let id = self.new_id();
+        self.mprobed.insert(id, (m.env, m.msg));
+        Ok(Some((MessageHandle(id), st)))
+    }
+
+    /// `MPI_Imrecv`: receive a message taken by [`Endpoint::improbe`].
+    pub fn imrecv(&mut self, msg: MessageHandle, buf: Vec<u8>) -> Result<RecvHandle> {
+        let Some((env, m)) = self.mprobed.remove(&msg.0) else {
+            return Err(Error::UnknownRequest(msg.0));
+        };
+        let id = self.new_id();
+        let cap = buf.len();
+        self.recvs.insert(
+            id,
+            RecvReq {
+                rid: None,
+                buf: RecvBuf::Plain(buf),
+                cap,
+            },
+        );
+        self.complete_from_msg(id, env, m)?;
+        Ok(RecvHandle(id))
+    }
+
+    /// Takes receive `id`'s buffer back as a `Vec`.
+    fn take_buf(&mut self, id: u64) -> Vec<u8> {
+        let Some(r) = self.recvs.get_mut(&id) else {
+            return Vec::new();
+        };
+        match core::mem::replace(&mut r.buf, RecvBuf::Taken) {
+            RecvBuf::Plain(v) => v,
+            RecvBuf::Registered(mr) => self.p.dereg_mr(mr).unwrap_or_default(),
+            RecvBuf::Taken => Vec::new(),
+        }
+    }
+
+    fn finish_recv(&mut self, id: u64, result: Result<Status>) {
+        let buf = self.take_buf(id);
+        if let Some(rid) = self.recvs.remove(&id).and_then(|r| r.rid) {
+            self.rid_req.remove(&rid);
+        }
+        self.done.push(Finished {
+            id,
+            send: false,
+            result,
+            buf,
+        });
+    }
+
+    /// Completes receive `id` by copying `data` into its buffer.
+    fn finish_copy(&mut self, id: u64, cap: usize, env: Envelope, data: &[u8]) {
+        let mut buf = self.take_buf(id);
+        let n = data.len().min(cap).min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        if let Some(rid) = self.recvs.remove(&id).and_then(|r| r.rid) {
+            self.rid_req.remove(&rid);
+        }
+        self.done.push(Finished {
+            id,
+            send: false,
+            result: Ok(Status::of(&env, n, data.len())),
+            buf,
+        });
+    }
+
+    fn finish_cancelled(&mut self, id: u64) {
+        self.finish_recv(
+            id,
+            Ok(Status {
+                cancelled: true,
+                ..Status::default()
+            }),
+        );
+    }
+
+    /// Completes receive `id` with a message the model matched in software.
+    fn complete_from_msg(&mut self, id: u64, env: Envelope, msg: Msg) -> Result<()> {
+        let cap = self.recvs.get(&id).map_or(0, |r| r.cap);
+        match msg {
+            Msg::Eager(data) => {
+                self.finish_copy(id, cap, env, &data);
+            }
+            Msg::Local { data, sync_send } => {
+                self.finish_copy(id, cap, env, &data);
+                if let Some(s) = sync_send {
+                    self.sends.remove(&s);
+                    self.done.push(Finished {
+                        id: s,
+                        send: true,
+                        result: Ok(Status::default()),
+                        buf: data,
+                    });
+                }
+            }
+            Msg::Rndv { peer, tmh, rvh } => {
+                self.counters.sw_reads += 1;
+                let n = (rvh.len as usize).min(cap);
+                self.start_read(id, None, peer, env, tmh, rvh, n)?;
+            }
+            Msg::Engine => {
+                return Err(Error::Completion {
+                    opcode: crate::verbs::WcOpcode::TM_RECV,
+                    status: crate::verbs::WcStatus::SUCCESS,
+                    wr_id: id,
+                    reason: "a device match completed in software",
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// The software side of a rendezvous: READ `n` bytes of the sender's
+    /// buffer into receive `id`'s, then FIN.
+    #[allow(clippy::too_many_arguments)]
+    fn start_read(
+        &mut self,
+        id: u64,
+        engine: Option<RecvId>,
+        peer: u32,
+        env: Envelope,
+        tmh: Tmh,
+        rvh: Rvh,
+        n: usize,
+    ) -> Result<()> {
+        let mut fin = [0u8; tm_proto::FIN_LEN];
+        fin[..Tmh::LEN].copy_from_slice(&tmh.fin_reply().to_bytes());
+        fin[Tmh::LEN..].copy_from_slice(&rvh.to_bytes());
+        let ctx = ReadCtx {
+            req: id,
+            engine,
+            peer,
+            fin,
+            env,
+            len: n,
+            msg_len: rvh.len as usize,
+        };
+        if let Some(e) = self.dead.get(&peer).cloned() {
+            self.read_done(ctx, Err(e))?;
+            return Ok(());
+        }
+        if n == 0 {
+            return self.read_done(ctx, Ok(()));
+        }
+        // The target must be registered.
+        if let Some(RecvReq { buf, .. }) = self.recvs.get_mut(&id) {
+            if let RecvBuf::Plain(v) = core::mem::replace(buf, RecvBuf::Taken) {
+                *buf = match self.p.reg_mr(v, IBV_ACCESS_LOCAL_WRITE) {
+                    Ok(mr) => RecvBuf::Registered(mr),
+                    Err((e, v)) => {
+                        *buf = RecvBuf::Plain(v);
+                        return Err(e);
+                    }
+                };
+            }
+        }
+        let sge = match self.recvs.get(&id).map(|r| &r.buf) {
+            Some(RecvBuf::Registered(mr)) => mr.sge(0, n),
+            _ => None,
+        };
+        let (Some(sge), Some(p)) = (sge, self.peers.get(&peer)) else {
+            return Err(Error::Unreachable {
+                rank: peer,
+                reason: "rendezvous from a peer without a QP",
+            });
+        };
+        let wr_id = self.next_read;
+        self.next_read += 1;
+        self.p.post_send(
+            p.qp,
+            &SendWr {
+                wr_id,
+                opcode: WrOpcode::RDMA_READ,
+                send_flags: IBV_SEND_SIGNALED,
+                sg_list: &[sge],
+                imm_data: 0,
+                remote_addr: rvh.va,
+                rkey: rvh.rkey,
+            },
+        )?;
+        self.reads.insert(wr_id, ctx);
+        Ok(())
+    }
+
+    /// A software READ finished: FIN the sender, complete the receive.
+    fn read_done(&mut self, ctx: ReadCtx, r: core::result::Result<(), Error>) -> Result<()> {
+        if r.is_ok() {
+            self.queue_out(Outgoing::Fin {
+                dest: ctx.peer,
+                bytes: ctx.fin,
+            })?;
+        }
+        let result = r.map(|()| (ctx.len, ctx.msg_len));
+        match ctx.engine {
+            Some(rid) => {
+                if let Some(e) = self.engine.get_mut(&rid) {
+                    e.data = DataState::Ready(result);
+                }
+                self.try_finish_engine(rid);
+            }
+            None => {
+                let st = result.map(|(len, msg_len)| Status::of(&ctx.env, len, msg_len));
+                self.finish_recv(ctx.req, st);
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes a device-matched receive once both its model completion and
+    /// its data are in.
+    fn try_finish_engine(&mut self, rid: RecvId) {
+        let ready = matches!(
+            self.engine.get(&rid),
+            Some(EngineRecv {
+                data: DataState::Ready(_),
+                env: Some(_),
+                ..
+            })
+        );
+        if !ready {
+            return;
+        }
+        let Some(e) = self.engine.remove(&rid) else {
+            return;
+        };
+        let (DataState::Ready(r), Some(env)) = (e.data, e.env) else {
+            return;
+        };
+        self.counters.device_receives += 1;
+        let st = r.map(|(len, msg_len)| Status::of(&env, len, msg_len));
+        self.finish_recv(e.req, st);
+    }
+
+    // --------------------------------------------------------- progress ---
+
+    /// One progress pass: polls the CQ, feeds the model, posts list
+    /// operations and waiting sends. Returns the number of completions read.
+    pub fn progress(&mut self) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let mut wcs = core::mem::take(&mut self.wcs);
+            wcs.clear();
+            let n = self.p.poll_cq(self.cq, &mut wcs, 64);
+            let n = match n {
+                Ok(n) => n,
+                Err(e) => {
+                    self.wcs = wcs;
+                    return Err(e);
+                }
+            };
+            total += n;
+            let mut r = Ok(());
+            for wc in wcs.drain(..) {
+                r = self.on_wc(wc);
+                if r.is_err() {
+                    break;
+                }
+            }
+            self.wcs = wcs;
+            r?;
+            self.pump()?;
+            if n < 64 {
+                break;
+            }
+        }
+        self.flush_pending()?;
+        Ok(total)
+    }
+
+    /// Moves every finished request to `out` (in completion order).
+    pub fn take_completions(&mut self, out: &mut Vec<Finished>) {
+        out.append(&mut self.done);
+    }
+
+    /// Whether a finished request waits in [`Endpoint::take_completions`].
+    pub fn has_completions(&self) -> bool {
+        !self.done.is_empty()
+    }
+
+    /// Liveness: [`Error::PeerDied`] if `peer` (with `None`: any connected
+    /// peer) is gone. Non-blocking.
+    pub fn check_alive(&mut self, peer: Option<u32>) -> Result<()> {
+        let peers: Vec<u32> = match peer {
+            Some(p) => vec![p],
+            None => self.peers.keys().copied().collect(),
+        };
+        for p in peers {
+            if let Some(e) = self.dead.get(&p) {
+                return Err(e.clone());
+            }
+            let Some(q) = self.peers.get(&p) else {
+                continue;
+            };
+            if let QpState::Error(reason) = self.p.qp_state(q.qp) {
+                let e = Error::PeerDied { peer: p, reason };
+                self.peer_failed(p, e.clone());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the model's actions to the device, then handles its
+    /// completions.
+    fn pump(&mut self) -> Result<()> {
+        while let Some(a) = self.off.poll_action() {
+            self.held.push_back(a);
+        }
+        self.post_held()?;
+        while let Some(c) = self.off.poll_completion() {
+            self.on_model_completion(c)?;
+        }
+        Ok(())
+    }
+
+    /// Posts held list operations in order while the command queue has room.
+    fn post_held(&mut self) -> Result<()> {
+        while !self.held.is_empty() && self.cmd_outstanding < self.cmd_cap {
+            let room = (self.cmd_cap - self.cmd_outstanding)
+                .min(self.held.len())
+                .min(32);
+            let actions: Vec<Action> = self.held.iter().take(room).copied().collect();
+            let mut sges = Vec::with_capacity(actions.len());
+            for a in &actions {
+                let sge = match a {
+                    Action::Add { handle, .. } => {
+                        let req = self.off_req(*handle);
+                        match req.and_then(|id| self.recvs.get(&id)).map(|r| &r.buf) {
+                            Some(RecvBuf::Registered(mr)) => mr.sge(0, mr.len()),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                sges.push(sge.map(|s| [s]));
+            }
+            let mut wrs = Vec::with_capacity(actions.len());
+            let first_op = self.next_op;
+            for (i, a) in actions.iter().enumerate() {
+                let wr_id = first_op + i as u64;
+                wrs.push(match a {
+                    Action::Add {
+                        handle,
+                        entry,
+                        count,
+                    } => OpsWr::add(
+                        wr_id,
+                        *count,
+                        TmAdd {
+                            recv_wr_id: handle.to_bits(),
+                            sg_list: sges[i].as_ref().map_or(&[][..], |s| &s[..]),
+                            tag: entry.tag & entry.mask,
+                            mask: entry.mask,
+                        },
+                    ),
+                    Action::Delete { handle, count } => {
+                        let h = self.handles.get(handle).copied().unwrap_or(u32::MAX);
+                        OpsWr::del(wr_id, *count, h)
+                    }
+                    Action::Sync { count } => OpsWr::sync(wr_id, *count),
+                });
+            }
+            let r = self.p.post_srq_ops(self.srq, &mut wrs);
+            let posted = match &r {
+                Ok(()) => wrs.len(),
+                Err(Error::PostOps { bad_wr, .. }) => *bad_wr,
+                Err(_) => 0,
+            };
+            for (i, wr) in wrs.iter().take(posted).enumerate() {
+                let rec = match actions[i] {
+                    Action::Add { handle, .. } => {
+                        self.handles.insert(handle, wr.handle);
+                        OpRec::Add(handle)
+                    }
+                    Action::Delete { handle, .. } => OpRec::Del(handle),
+                    Action::Sync { .. } => OpRec::Sync,
+                };
+                self.ops.insert(wr.wr_id, rec);
+                self.held.pop_front();
+            }
+            self.next_op += posted as u64;
+            self.cmd_outstanding += posted;
+            match r {
+                Ok(()) => {}
+                Err(Error::PostOps {
+                    errno: errno::ENOMEM,
+                    ..
+                }) => {
+                    debug!(
+                        held = self.held.len(),
+                        "verbs-tm: tag list or command queue full, holding"
+                    );
+                    self.counters.ops_held += 1;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The request id of a model receive handle.
+    fn off_req(&self, rid: RecvId) -> Option<u64> {
+        self.rid_req.get(&rid).copied()
+    }
+
+    /// Tears the endpoint down: QPs (the software provider closes its
+    /// connections in an orderly way), buffers, the SRQ and the CQ. Returns
+    /// the counters.
+    pub fn finalize(mut self) -> Result<Counters> {
+        let _ = self.progress();
+        let counters = self.stats();
+        let qps: Vec<QpId> = self.peers.values().map(|p| p.qp).collect();
+        for qp in qps {
+            self.p.destroy_qp(qp)?;
+        }
+        if let Some(mr) = self.srq_mr.take() {
+            self.p.dereg_mr(mr)?;
+        }
+        if let Some(mr) = self.send_mr.take() {
+            self.p.dereg_mr(mr)?;
+        }
+        self.p.destroy_srq(self.srq)?;
+        self.p.destroy_cq(self.cq)?;
+        info!(%counters, "verbs-tm: endpoint closed");
+        Ok(counters)
+    }
+
+    /// Whether the source of `spec` is reached through this endpoint.
+    pub fn reaches(&self, spec: &MatchSpec) -> bool {
+        match spec.source {
+            Source::Any => true,
+            Source::Rank(r) => r == self.rank || self.peers.contains_key(&r),
+        }
+    }
+}
+
+struct Blob<'a> {
+    rank: u32,
+    eager_max: usize,
+    entries: Vec<(u32, &'a [u8])>,
+}
+
+fn parse_blob(b: &[u8]) -> Result<Blob<'_>> {
+    let bad = |what: &str| Error::BadAddress(format!("endpoint address: {what}"));
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        let s = b.get(at..at + n).ok_or_else(|| bad("truncated"))?;
+        at += n;
+        Ok(s)
+    };
+    if take(4)? != ADDR_MAGIC {
+        return Err(bad("not a verbs-tm address"));
+    }
+    if take(1)?[0] != ADDR_VERSION {
+        return Err(bad("unknown version"));
+    }
+    let u32_at = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let rank = u32_at(take(4)?);
+    let e = take(8)?;
+    let eager_max = u64::from_le_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+    let n = u32_at(take(4)?);
+    let mut entries = Vec::new();
+    for _ in 0..n {
+        let peer = u32_at(take(4)?);
+        let len = u32_at(take(4)?) as usize;
+        entries.push((peer, take(len)?));
+    }
+    Ok(Blob {
+        rank,
+        eager_max: usize::try_from(eager_max).map_err(|_| bad("eager limit"))?,
+        entries,
+    })
+}
