@@ -14,7 +14,7 @@ pub mod verbs;
 
 pub use config::{EndpointConfig, ProviderChoice};
 pub use endpoint::{
-    CancelOutcome, Counters, Endpoint, Finished, MessageHandle, RecvHandle, SendHandle, SendMode,
+    CancelOutcome, Counters, Endpoint, Finished, MessageHandle, RecvStart, SendMode, SendStart,
     Status,
 };
 pub use error::{errno_name, Error, Result};

@@ -27,21 +27,21 @@
 //!   the send by the TMH's `app_ctx`.
 
 mod rx;
+mod tx;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
 use tm_match::offload::{Action, CancelOutcome as OffCancel, Offload, OffloadConfig, PostOutcome};
 use tm_match::{Envelope, MatchSpec, RecvId, Source};
-use tm_proto::{Opcode, Rvh, TagLayout, Tmh};
+use tm_proto::{Rvh, TagLayout, Tmh};
 use tracing::{debug, info};
 
 use crate::config::EndpointConfig;
 use crate::verbs::{
     errno, CqId, CqInitAttr, DeviceCaps, OpsWr, QpId, QpInitAttr, QpState, RecvWr, SendWr, SrqId,
-    SrqInitAttr, TmAdd, Wc, WrOpcode, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ,
-    IBV_SEND_SIGNALED, IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM,
-    IBV_WC_EX_WITH_TM_INFO,
+    SrqInitAttr, TmAdd, Wc, WrOpcode, IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED,
+    IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_TM_INFO,
 };
 use crate::{Error, Mr, Provider, Result};
 
@@ -95,7 +95,7 @@ impl Status {
 /// A finished request, as [`Endpoint::take_completions`] hands it over.
 #[derive(Debug)]
 pub struct Finished {
-    /// The request's id ([`RecvHandle::id`] / [`SendHandle::id`]).
+    /// The request's id ([`SendStart::Pending`] / [`RecvStart::Pending`]).
     pub id: u64,
     /// A send (`true`) or a receive.
     pub send: bool,
@@ -106,28 +106,26 @@ pub struct Finished {
     pub buf: Vec<u8>,
 }
 
-/// A receive started by [`Endpoint::irecv`] or [`Endpoint::imrecv`].
-#[derive(Debug, PartialEq, Eq, Hash)]
-#[must_use = "a receive completes through take_completions"]
-pub struct RecvHandle(u64);
-
-impl RecvHandle {
-    /// The request's id (unique among this endpoint's requests).
-    pub fn id(&self) -> u64 {
-        self.0
-    }
+/// How a send started.
+#[derive(Debug)]
+#[must_use = "a pending send completes through take_completions"]
+pub enum SendStart {
+    /// Done in the call (copied into a send buffer): the data back.
+    Done(Vec<u8>),
+    /// Pending under this request id (unique among this endpoint's
+    /// requests, below 2^63): reported by [`Endpoint::take_completions`].
+    Pending(u64),
 }
 
-/// A send started by [`Endpoint::isend`].
-#[derive(Debug, PartialEq, Eq, Hash)]
-#[must_use = "a send completes through take_completions"]
-pub struct SendHandle(u64);
-
-impl SendHandle {
-    /// The request's id.
-    pub fn id(&self) -> u64 {
-        self.0
-    }
+/// How a receive started.
+#[derive(Debug)]
+#[must_use = "a pending receive completes through take_completions"]
+pub enum RecvStart {
+    /// Finished in the call (its message had arrived): result and buffer.
+    Done(Result<Status>, Vec<u8>),
+    /// Pending under this request id: reported by
+    /// [`Endpoint::take_completions`].
+    Pending(u64),
 }
 
 /// A message taken out of matching by [`Endpoint::improbe`]; receive it
@@ -498,6 +496,23 @@ impl<P: Provider> Endpoint<P> {
         &mut self.p
     }
 
+    /// The TM-SRQ (for diagnostics, and for tests that step a `soft::Sim`).
+    pub fn srq(&self) -> SrqId {
+        self.srq
+    }
+
+    /// The QP toward `peer`, if one was created.
+    pub fn qp_of(&self, peer: u32) -> Option<QpId> {
+        self.peers.get(&peer).map(|p| p.qp)
+    }
+
+    /// Pending operations not yet handed to the device (sends waiting for
+    /// a send buffer, list operations waiting for room): progress until
+    /// this is 0 before finalize.
+    pub fn queued(&self) -> usize {
+        self.pending.len() + self.held.len()
+    }
+
     /// The device limits in use.
     pub fn caps(&self) -> DeviceCaps {
         self.caps
@@ -529,9 +544,9 @@ impl<P: Provider> Endpoint<P> {
     }
 
     /// Whether a receive is held by the device's tag list (or on its way).
-    pub fn is_offloaded(&self, h: &RecvHandle) -> bool {
+    pub fn is_offloaded(&self, id: u64) -> bool {
         self.recvs
-            .get(&h.0)
+            .get(&id)
             .and_then(|r| r.rid)
             .is_some_and(|rid| self.off.is_offloaded(rid))
     }
@@ -641,303 +656,11 @@ impl<P: Provider> Endpoint<P> {
         })?)
     }
 
-    /// Starts a send of `data` (contiguous, or packed by the caller) to
-    /// `dest`. The data comes back in the send's [`Finished`]. A standard
-    /// send up to the eager limit completes at once.
-    pub fn isend(
-        &mut self,
-        dest: u32,
-        tag: u32,
-        context: u32,
-        data: Vec<u8>,
-        mode: SendMode,
-    ) -> Result<SendHandle> {
-        let t = self.encode_tag(tag, context)?;
-        let id = self.new_id();
-        if dest == self.rank {
-            return self.send_self(id, tag, context, data, mode);
-        }
-        self.check_peer(dest)?;
-        if mode == SendMode::Standard && data.len() <= self.eager_limit(dest) {
-            self.counters.eager_sends += 1;
-            self.queue_out(Outgoing::Eager {
-                id,
-                dest,
-                tag: t,
-                data,
-            })?;
-        } else {
-            let len = u32::try_from(data.len()).map_err(|_| Error::TooLarge {
-                len: data.len(),
-                max: u32::MAX as usize,
-            })?;
-            self.counters.rndv_sends += 1;
-            let (mr, data, va, rkey) = if len == 0 {
-                // A zero-length READ checks no key (InfiniBand).
-                (None, data, 0, 0)
-            } else {
-                let mr = self
-                    .p
-                    .reg_mr(data, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
-                    .map_err(|(e, _)| e)?;
-                let (va, rkey) = (mr.addr(), mr.rkey());
-                (Some(mr), Vec::new(), va, rkey)
-            };
-            let ctx = self.next_ctx;
-            self.next_ctx = self.next_ctx.wrapping_add(1).max(1);
-            self.by_ctx.insert(ctx, id);
-            self.sends.insert(
-                id,
-                SendReq {
-                    dest,
-                    mr,
-                    data,
-                    ctx: Some(ctx),
-                },
-            );
-            self.queue_out(Outgoing::Rndv {
-                id,
-                dest,
-                tag: t,
-                ctx,
-                rvh: Rvh { va, rkey, len },
-            })?;
-        }
-        Ok(SendHandle(id))
-    }
-
-    /// [`Endpoint::isend`] of borrowed data (copied).
-    pub fn isend_copy(
-        &mut self,
-        dest: u32,
-        tag: u32,
-        context: u32,
-        data: &[u8],
-        mode: SendMode,
-    ) -> Result<SendHandle> {
-        self.isend(dest, tag, context, data.to_vec(), mode)
-    }
-
-    fn send_self(
-        &mut self,
-        id: u64,
-        tag: u32,
-        context: u32,
-        data: Vec<u8>,
-        mode: SendMode,
-    ) -> Result<SendHandle> {
-        self.counters.self_sends += 1;
-        let env = Envelope {
-            context_id: context,
-            source: self.rank,
-            tag,
-        };
-        let sync_send = (mode == SendMode::Synchronous).then_some(id);
-        if sync_send.is_none() {
-            self.done.push(Finished {
-                id,
-                send: true,
-                result: Ok(Status::default()),
-                buf: Vec::new(),
-            });
-        } else {
-            self.sends.insert(
-                id,
-                SendReq {
-                    dest: self.rank,
-                    mr: None,
-                    data: Vec::new(),
-                    ctx: None,
-                },
-            );
-        }
-        self.off.arrive(env, Msg::Local { data, sync_send })?;
-        self.pump()?;
-        Ok(SendHandle(id))
-    }
-
-    fn check_peer(&self, dest: u32) -> Result<()> {
-        if let Some(e) = self.dead.get(&dest) {
-            return Err(e.clone());
-        }
-        match self.peers.get(&dest) {
-            Some(p) if p.connected => Ok(()),
-            _ => Err(Error::Unreachable {
-                rank: dest,
-                reason: "not connected through this endpoint",
-            }),
-        }
-    }
-
-    fn queue_out(&mut self, o: Outgoing) -> Result<()> {
-        if self.pending.is_empty() {
-            if let Some(o) = self.try_post(o)? {
-                self.counters.sends_held += 1;
-                self.pending.push_back(o);
-            }
-        } else {
-            self.counters.sends_held += 1;
-            self.pending.push_back(o);
-        }
-        Ok(())
-    }
-
-    /// Posts pending sends in order while send buffers last.
-    fn flush_pending(&mut self) -> Result<()> {
-        while let Some(o) = self.pending.pop_front() {
-            if let Some(o) = self.try_post(o)? {
-                self.pending.push_front(o);
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Posts one outgoing message; hands it back if no send buffer is free
-    /// or its QP is not ready.
-    fn try_post(&mut self, o: Outgoing) -> Result<Option<Outgoing>> {
-        let dest = match &o {
-            Outgoing::Eager { dest, .. }
-            | Outgoing::Rndv { dest, .. }
-            | Outgoing::Fin { dest, .. } => *dest,
-        };
-        if let Some(e) = self.dead.get(&dest).cloned() {
-            self.fail_outgoing(o, e);
-            return Ok(None);
-        }
-        let Some(peer) = self.peers.get(&dest) else {
-            return Err(Error::Unreachable {
-                rank: dest,
-                reason: "no QP",
-            });
-        };
-        let qp = peer.qp;
-        match self.p.qp_state(qp) {
-            QpState::Ready => {}
-            QpState::Connecting | QpState::Reset => return Ok(Some(o)),
-            QpState::Closed => {
-                self.fail_outgoing(o, Error::PeerClosed { peer: dest });
-                return Ok(None);
-            }
-            QpState::Error(reason) => {
-                let e = Error::PeerDied { peer: dest, reason };
-                self.peer_failed(dest, e.clone());
-                self.fail_outgoing(o, e);
-                return Ok(None);
-            }
-        }
-        let Some(slot) = self.free_slots.pop() else {
-            return Ok(Some(o));
-        };
-        let off = slot as usize * self.stride;
-        let Some(mr) = self.send_mr.as_ref() else {
-            return Err(Error::verbs("ibv_post_send", errno::EINVAL));
-        };
-        let len = match &o {
-            Outgoing::Eager { tag, data, .. } => {
-                self.p
-                    .mr_write(mr, off, &Tmh::new(Opcode::Eager, 0, *tag).to_bytes())?;
-                self.p.mr_write(mr, off + Tmh::LEN, data)?;
-                Tmh::LEN + data.len()
-            }
-            Outgoing::Rndv { tag, ctx, rvh, .. } => {
-                let mut b = [0u8; Tmh::LEN + Rvh::LEN];
-                b[..Tmh::LEN].copy_from_slice(&Tmh::new(Opcode::Rndv, *ctx, *tag).to_bytes());
-                b[Tmh::LEN..].copy_from_slice(&rvh.to_bytes());
-                self.p.mr_write(mr, off, &b)?;
-                b.len()
-            }
-            Outgoing::Fin { bytes, .. } => {
-                self.p.mr_write(mr, off, bytes)?;
-                bytes.len()
-            }
-        };
-        let Some(sge) = mr.sge(off, len) else {
-            return Err(Error::verbs("ibv_post_send", errno::EINVAL));
-        };
-        let wr = SendWr {
-            wr_id: u64::from(slot),
-            opcode: WrOpcode::SEND,
-            send_flags: IBV_SEND_SIGNALED,
-            sg_list: &[sge],
-            imm_data: 0,
-            remote_addr: 0,
-            rkey: 0,
-        };
-        if let Err(e) = self.p.post_send(qp, &wr) {
-            self.free_slots.push(slot);
-            if e.errno() == Some(errno::ENOMEM) {
-                return Ok(Some(o));
-            }
-            return Err(e);
-        }
-        if let Outgoing::Eager { id, data, .. } = o {
-            // Copied into the send buffer: the user's buffer is free.
-            self.done.push(Finished {
-                id,
-                send: true,
-                result: Ok(Status::default()),
-                buf: data,
-            });
-        }
-        Ok(None)
-    }
-
-    fn fail_outgoing(&mut self, o: Outgoing, e: Error) {
-        match o {
-            Outgoing::Eager { id, data, .. } => self.done.push(Finished {
-                id,
-                send: true,
-                result: Err(e),
-                buf: data,
-            }),
-            Outgoing::Rndv { id, .. } => self.fail_send(id, e),
-            Outgoing::Fin { .. } => {}
-        }
-    }
-
-    fn fail_send(&mut self, id: u64, e: Error) {
-        if let Some(s) = self.sends.remove(&id) {
-            if let Some(c) = s.ctx {
-                self.by_ctx.remove(&c);
-            }
-            let buf = match s.mr {
-                Some(mr) => self.p.dereg_mr(mr).unwrap_or_default(),
-                None => s.data,
-            };
-            self.done.push(Finished {
-                id,
-                send: true,
-                result: Err(e),
-                buf,
-            });
-        }
-    }
-
-    /// Marks `peer` dead: its pending sends fail, and so do software READs
-    /// from it and the receives waiting for them.
-    fn peer_failed(&mut self, peer: u32, e: Error) {
-        if self.dead.contains_key(&peer) {
-            return;
-        }
-        info!(peer, error = %e, "verbs-tm: peer lost");
-        self.dead.insert(peer, e.clone());
-        let ids: Vec<u64> = self
-            .sends
-            .iter()
-            .filter(|(_, s)| s.dest == peer)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            self.fail_send(id, e.clone());
-        }
-    }
-
     // --------------------------------------------------------- receives ---
 
     /// Posts a receive into `buf` (its length is the capacity). The buffer
     /// comes back, holding the data, in the receive's [`Finished`].
-    pub fn irecv(&mut self, spec: MatchSpec, buf: Vec<u8>) -> Result<RecvHandle> {
+    pub fn irecv(&mut self, spec: MatchSpec, buf: Vec<u8>) -> Result<RecvStart> {
         let id = self.new_id();
         let cap = buf.len();
         let floor = self.caps.tm.max_rndv_hdr_size as usize;
@@ -977,12 +700,19 @@ impl<P: Provider> Endpoint<P> {
             }
         }
         self.pump()?;
-        Ok(RecvHandle(id))
+        Ok(self.recv_start(id))
     }
 
-    /// `MPI_Cancel` of a receive (see [`CancelOutcome`]).
-    pub fn cancel_recv(&mut self, h: &RecvHandle) -> Result<CancelOutcome> {
-        let Some(rid) = self.recvs.get(&h.0).and_then(|r| r.rid) else {
+    fn recv_start(&mut self, id: u64) -> RecvStart {
+        match self.take_done(id) {
+            Some(f) => RecvStart::Done(f.result, f.buf),
+            None => RecvStart::Pending(id),
+        }
+    }
+
+    /// `MPI_Cancel` of receive `id` (see [`CancelOutcome`]).
+    pub fn cancel_recv(&mut self, id: u64) -> Result<CancelOutcome> {
+        let Some(rid) = self.recvs.get(&id).and_then(|r| r.rid) else {
             return Ok(CancelOutcome::Failed);
         };
         let out = match self.off.cancel(rid) {
@@ -995,6 +725,94 @@ impl<P: Provider> Endpoint<P> {
         };
         self.pump()?;
         Ok(out)
+    }
+
+    /// [`Endpoint::cancel_recv`], then progress until the device answers a
+    /// pending cancel: `true` if the receive was cancelled (its completion,
+    /// cancelled, hands the buffer back), `false` if it matched. The
+    /// provider must run on its own (hardware, `soft::Live`, or a
+    /// `soft::Sim` in auto mode).
+    pub fn cancel_recv_wait(&mut self, id: u64) -> Result<bool> {
+        match self.cancel_recv(id)? {
+            CancelOutcome::Cancelled => Ok(true),
+            CancelOutcome::Failed => Ok(false),
+            CancelOutcome::Pending => loop {
+                self.progress()?;
+                if let Some(f) = self.done.iter().find(|f| f.id == id) {
+                    return Ok(matches!(
+                        f.result,
+                        Ok(Status {
+                            cancelled: true,
+                            ..
+                        })
+                    ));
+                }
+                if self.recvs.get(&id).is_none_or(|r| r.rid.is_none()) {
+                    // Matched: it completes normally (perhaps later).
+                    return Ok(false);
+                }
+                std::thread::yield_now();
+            },
+        }
+    }
+
+    /// Receives into `buf` a queued message that a receive posted now with
+    /// `spec` would take; `None`: none (nothing received or posted). A
+    /// rendezvous message is read before this returns (the provider must
+    /// run on its own, as for [`Endpoint::cancel_recv_wait`]).
+    pub fn recv_now(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        if self.off.unexpected_len() == 0 || self.off.probe(&spec).is_none() {
+            return Ok(None);
+        }
+        let Some(m) = self.off.improbe(&spec) else {
+            return Ok(None);
+        };
+        let cap = buf.len();
+        if let Msg::Eager(data) | Msg::Local { data, .. } = &m.msg {
+            let n = data.len().min(cap);
+            buf[..n].copy_from_slice(&data[..n]);
+            let st = Status::of(&m.env, n, data.len());
+            if let Msg::Local {
+                sync_send: Some(s), ..
+            } = m.msg
+            {
+                self.sends.remove(&s);
+                self.done.push(Finished {
+                    id: s,
+                    send: true,
+                    result: Ok(Status::default()),
+                    buf: Vec::new(),
+                });
+            }
+            return Ok(Some(st));
+        }
+        // A rendezvous: READ into a buffer of ours, then copy.
+        let id = self.new_id();
+        self.recvs.insert(
+            id,
+            RecvReq {
+                rid: None,
+                buf: RecvBuf::Plain(vec![0; cap]),
+                cap,
+            },
+        );
+        self.complete_from_msg(id, m.env, m.msg)?;
+        loop {
+            if let Some(i) = self.done.iter().position(|f| f.id == id) {
+                let f = self.done.remove(i);
+                let st = f.result?;
+                buf[..st.len].copy_from_slice(&f.buf[..st.len]);
+                return Ok(Some(st));
+            }
+            self.progress()?;
+            std::thread::yield_now();
+        }
+    }
+
+    /// One progress pass, then [`Endpoint::recv_now`].
+    pub fn try_recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        self.progress()?;
+        self.recv_now(spec, buf)
     }
 
     /// `MPI_Iprobe`: one progress pass, then the queued message a receive
@@ -1021,7 +839,7 @@ impl<P: Provider> Endpoint<P> {
     }
 
     /// `MPI_Imrecv`: receive a message taken by [`Endpoint::improbe`].
-    pub fn imrecv(&mut self, msg: MessageHandle, buf: Vec<u8>) -> Result<RecvHandle> {
+    pub fn imrecv(&mut self, msg: MessageHandle, buf: Vec<u8>) -> Result<RecvStart> {
         let Some((env, m)) = self.mprobed.remove(&msg.0) else {
             return Err(Error::UnknownRequest(msg.0));
         };
@@ -1036,7 +854,7 @@ impl<P: Provider> Endpoint<P> {
             },
         );
         self.complete_from_msg(id, env, m)?;
-        Ok(RecvHandle(id))
+        Ok(self.recv_start(id))
     }
 
     /// Takes receive `id`'s buffer back as a `Vec`.
@@ -1098,16 +916,18 @@ impl<P: Provider> Endpoint<P> {
                 self.finish_copy(id, cap, env, &data);
             }
             Msg::Local { data, sync_send } => {
-                self.finish_copy(id, cap, env, &data);
+                // The synchronous sender first, so that the receive's
+                // completion is the last one queued.
                 if let Some(s) = sync_send {
                     self.sends.remove(&s);
                     self.done.push(Finished {
                         id: s,
                         send: true,
                         result: Ok(Status::default()),
-                        buf: data,
+                        buf: Vec::new(),
                     });
                 }
+                self.finish_copy(id, cap, env, &data);
             }
             Msg::Rndv { peer, tmh, rvh } => {
                 self.counters.sw_reads += 1;
@@ -1160,7 +980,10 @@ impl<P: Provider> Endpoint<P> {
         }
         // The target must be registered.
         if let Some(RecvReq { buf, .. }) = self.recvs.get_mut(&id) {
-            if let RecvBuf::Plain(v) = core::mem::replace(buf, RecvBuf::Taken) {
+            if matches!(buf, RecvBuf::Plain(_)) {
+                let RecvBuf::Plain(v) = core::mem::replace(buf, RecvBuf::Taken) else {
+                    unreachable!("checked just above")
+                };
                 *buf = match self.p.reg_mr(v, IBV_ACCESS_LOCAL_WRITE) {
                     Ok(mr) => RecvBuf::Registered(mr),
                     Err((e, v)) => {
@@ -1401,16 +1224,16 @@ impl<P: Provider> Endpoint<P> {
                 Err(Error::PostOps {
                     errno: errno::ENOMEM,
                     ..
-                }) => {
-                    debug!(
-                        held = self.held.len(),
-                        "verbs-tm: tag list or command queue full, holding"
-                    );
-                    self.counters.ops_held += 1;
-                    break;
-                }
+                }) => break,
                 Err(e) => return Err(e),
             }
+        }
+        if !self.held.is_empty() {
+            debug!(
+                held = self.held.len(),
+                "verbs-tm: tag list or command queue full, holding"
+            );
+            self.counters.ops_held += 1;
         }
         Ok(())
     }
