@@ -145,6 +145,13 @@ impl Error {
             _ => None,
         }
     }
+
+    pub(crate) fn io(what: &'static str, e: impl std::fmt::Display) -> Self {
+        Error::Io {
+            what,
+            message: e.to_string(),
+        }
+    }
 }
 
 /// This crate's result.

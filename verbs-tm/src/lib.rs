@@ -9,6 +9,7 @@ mod endpoint;
 mod error;
 mod provider;
 pub mod soft;
+mod sync;
 pub mod testing;
 pub mod verbs;
 

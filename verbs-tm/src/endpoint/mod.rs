@@ -317,6 +317,11 @@ struct Peer {
 }
 
 const ADDR_MAGIC: &[u8; 4] = b"TMXV";
+
+/// Bit of an untagged WQE's `wr_id` (the rest is its index): a tagged
+/// buffer's `recv_wr_id` is a `RecvId`, which either has the top bit set or
+/// is a sequence number far below this bit, so the two never collide.
+pub(super) const SRQ_WR: u64 = 1 << 62;
 const ADDR_VERSION: u8 = 1;
 
 /// The TM-SRQ driver. See the [module docs](self).
@@ -343,6 +348,8 @@ pub struct Endpoint<P: Provider> {
     cmd_outstanding: usize,
     cmd_cap: usize,
     handles: HashMap<RecvId, u32>,
+    /// Entries the device consumed while a DEL for them was still held.
+    consumed: std::collections::HashSet<RecvId>,
     recvs: HashMap<u64, RecvReq>,
     rid_req: HashMap<RecvId, u64>,
     engine: HashMap<RecvId, EngineRecv>,
@@ -409,7 +416,7 @@ impl<P: Provider> Endpoint<P> {
             provider.post_srq_recv(
                 srq,
                 &RecvWr {
-                    wr_id: i as u64,
+                    wr_id: SRQ_WR | i as u64,
                     sg_list: &[sge],
                 },
             )?;
@@ -453,6 +460,7 @@ impl<P: Provider> Endpoint<P> {
             cmd_outstanding: 0,
             cmd_cap: max_ops as usize,
             handles: HashMap::new(),
+            consumed: std::collections::HashSet::new(),
             recvs: HashMap::new(),
             rid_req: HashMap::new(),
             engine: HashMap::new(),
@@ -1154,11 +1162,45 @@ impl<P: Provider> Endpoint<P> {
 
     /// Posts held list operations in order while the command queue has room.
     fn post_held(&mut self) -> Result<()> {
+        // A DEL still held for an entry the device has consumed is never
+        // posted (the slot may be free by now): its answer is `DeleteFailed`,
+        // as the device would have given.
+        while let Some(Action::Delete { handle, .. }) = self.held.front().copied() {
+            if !self.consumed.remove(&handle) {
+                break;
+            }
+            self.held.pop_front();
+            self.off
+                .handle_event(tm_match::offload::EngineEvent::DeleteFailed { handle })?;
+        }
         while !self.held.is_empty() && self.cmd_outstanding < self.cmd_cap {
             let room = (self.cmd_cap - self.cmd_outstanding)
                 .min(self.held.len())
                 .min(32);
-            let actions: Vec<Action> = self.held.iter().take(room).copied().collect();
+            // A DEL needs the handle its ADD gets at post time: the chain
+            // ends before a DEL whose ADD is in it.
+            let mut actions: Vec<Action> = Vec::with_capacity(room);
+            for a in self.held.iter().take(room) {
+                if let Action::Delete { handle, .. } = a {
+                    if !self.handles.contains_key(handle) || self.consumed.contains(handle) {
+                        break;
+                    }
+                }
+                actions.push(*a);
+            }
+            if actions.is_empty() {
+                // A DEL whose entry was consumed: answered above next time.
+                if matches!(self.held.front(), Some(Action::Delete { handle, .. }) if self.consumed.contains(handle))
+                {
+                    return self.post_held();
+                }
+                return Err(Error::Completion {
+                    opcode: crate::verbs::WcOpcode::TM_DEL,
+                    status: crate::verbs::WcStatus::SUCCESS,
+                    wr_id: 0,
+                    reason: "a DEL for an entry the device was never given",
+                });
+            }
             let mut sges = Vec::with_capacity(actions.len());
             for a in &actions {
                 let sge = match a {

@@ -5,7 +5,7 @@ use tm_match::{Envelope, RecvId};
 use tm_proto::{Limits, Message, Opcode, Rvh, Tmh};
 use tracing::debug;
 
-use super::{DataState, Endpoint, EngineRecv, Msg, OpRec, RecvBuf, Status};
+use super::{DataState, Endpoint, EngineRecv, Msg, OpRec, RecvBuf, Status, SRQ_WR};
 use crate::verbs::{
     RecvWr, Wc, WcOpcode, WcStatus, IBV_WC_TM_DATA_VALID, IBV_WC_TM_MATCH, IBV_WC_TM_SYNC_REQ,
 };
@@ -43,13 +43,11 @@ impl<P: Provider> Endpoint<P> {
         match wc.opcode {
             WcOpcode::TM_ADD | WcOpcode::TM_DEL | WcOpcode::TM_SYNC => self.on_op(&wc),
             WcOpcode::TM_RECV if wc.has(IBV_WC_TM_MATCH) => self.on_match(&wc),
-            WcOpcode::TM_RECV
-                if wc.has(IBV_WC_TM_DATA_VALID)
-                    || self.engine.contains_key(&RecvId::from_bits(wc.wr_id)) =>
-            {
-                self.on_data(&wc)
-            }
-            WcOpcode::TM_RECV => self.on_unexpected(&wc),
+            // An untagged buffer's: unexpected. Otherwise a tagged buffer's
+            // second completion (DATA_VALID, or an error of the device's
+            // rendezvous READ).
+            WcOpcode::TM_RECV if wc.wr_id & (SRQ_WR | 1 << 63) == SRQ_WR => self.on_unexpected(&wc),
+            WcOpcode::TM_RECV => self.on_data(&wc),
             WcOpcode::TM_NO_TAG => self.on_no_tag(&wc),
             WcOpcode::SEND => {
                 if wc.wr_id < u64::from(self.cfg.send_bufs.max(1)) {
@@ -137,6 +135,13 @@ impl<P: Provider> Endpoint<P> {
             _ => DataState::Ready(Err(self.lost(wc, "tagged receive"))),
         };
         let reading = matches!(data, DataState::Reading);
+        // The device gave the slot up: no DEL may name it any more.
+        self.handles.remove(&rid);
+        if self.held.iter().any(
+            |a| matches!(a, tm_match::offload::Action::Delete { handle, .. } if *handle == rid),
+        ) {
+            self.consumed.insert(rid);
+        }
         self.engine.insert(
             rid,
             EngineRecv {
@@ -212,12 +217,12 @@ impl<P: Provider> Endpoint<P> {
 
     /// Reads `len` bytes of untagged buffer `i` and posts it again.
     fn take_srq_buf(&mut self, wc: &Wc, skip: usize) -> Result<Vec<u8>> {
-        let i = wc.wr_id as usize;
+        let i = (wc.wr_id & !SRQ_WR) as usize;
         let len = wc.byte_len as usize;
         let Some(mr) = self.srq_mr.as_ref() else {
             return Err(Self::unexplained(wc, "no untagged buffers"));
         };
-        if len > self.stride || i >= self.cfg.srq_wqes.max(1) as usize {
+        if len > self.stride || i >= self.cfg.srq_wqes.max(1) as usize || len < skip {
             return Err(Self::unexplained(wc, "untagged completion out of range"));
         }
         let mut v = vec![0; len.saturating_sub(skip)];
@@ -228,7 +233,7 @@ impl<P: Provider> Endpoint<P> {
         self.p.post_srq_recv(
             self.srq,
             &RecvWr {
-                wr_id: i as u64,
+                wr_id: SRQ_WR | i as u64,
                 sg_list: &[sge],
             },
         )?;
@@ -252,7 +257,7 @@ impl<P: Provider> Endpoint<P> {
         }
         if let Some(mr) = self.srq_mr.as_ref() {
             self.p
-                .mr_read(mr, wc.wr_id as usize * self.stride, &mut hdr)?;
+                .mr_read(mr, (wc.wr_id & !SRQ_WR) as usize * self.stride, &mut hdr)?;
         }
         let tmh = Tmh::decode(&hdr)?;
         let msg = match tmh.opcode {

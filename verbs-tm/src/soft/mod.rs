@@ -22,10 +22,15 @@
 //! malformed message) is recorded and can be read with `misuse()`; where
 //! mlx5 returns an errno the software provider returns the same one.
 
+pub mod handoff;
+mod live;
 mod nic;
 mod sim;
 pub(crate) mod tm;
+mod wire;
 
+pub use handoff::Handoff;
+pub use live::{Live, LiveConfig};
 pub use nic::NicStats;
 pub use sim::{Sim, TmSnapshot};
 

@@ -645,7 +645,8 @@ impl Nic {
         let Some(Some(q)) = self.qps.get_mut(qp.0 as usize) else {
             return;
         };
-        if matches!(q.state, QpState::Error(_)) {
+        // Error and an orderly close are final.
+        if matches!(q.state, QpState::Error(_) | QpState::Closed) {
             return;
         }
         let failing = matches!(state, QpState::Error(_) | QpState::Closed);
