@@ -4,15 +4,20 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod auto;
 pub mod config;
 mod endpoint;
 mod error;
+#[cfg(feature = "ibverbs")]
+#[allow(unsafe_code)]
+pub mod ibverbs;
 mod provider;
 pub mod soft;
 mod sync;
 pub mod testing;
 pub mod verbs;
 
+pub use auto::{probe_hardware, AnyProvider};
 pub use config::{EndpointConfig, ProviderChoice};
 pub use endpoint::{
     CancelOutcome, Counters, Endpoint, Finished, MessageHandle, RecvStart, SendMode, SendStart,
@@ -20,11 +25,3 @@ pub use endpoint::{
 };
 pub use error::{errno_name, Error, Result};
 pub use provider::{Mr, Provider};
-
-/// Whether a hardware TM device is usable: `Ok(name)` of the first device
-/// with `IBV_TM_CAP_RC`, or [`Error::NoDevice`] with the reason in one line.
-pub fn probe_hardware() -> Result<String> {
-    Err(Error::NoDevice {
-        reason: "built without the `ibverbs` feature".into(),
-    })
-}
