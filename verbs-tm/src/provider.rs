@@ -1,15 +1,4 @@
 //! The provider trait: the verbs a TM-SRQ driver uses, one method per verb.
-//!
-//! A provider is one opened device (an `ibv_context` with its protection
-//! domain). Objects are named by small handles ([`CqId`], [`SrqId`],
-//! [`QpId`]) and memory by [`Mr`], which owns its buffer from
-//! [`Provider::reg_mr`] until [`Provider::dereg_mr`] gives it back: nothing
-//! the device may write into can be freed or moved while it is registered.
-//!
-//! Semantics are rdma-core's (see the crate docs for the exact TM-SRQ
-//! behaviour): `post_srq_ops` posts a chain in order and stops at the first
-//! failing work request, reporting its index; ADD writes the handle into
-//! the work request at post time; completions are read in CQ order.
 
 use crate::verbs::{
     CqId, CqInitAttr, DeviceCaps, OpsWr, QpId, QpInitAttr, QpState, RecvWr, SendWr, Sge, SrqId,
@@ -89,7 +78,18 @@ impl Mr {
     }
 }
 
-/// The TM-SRQ verbs surface (see the [module docs](self)).
+/// The provider trait: the verbs a TM-SRQ driver uses, one method per verb.
+///
+/// A provider is one opened device (an `ibv_context` with its protection
+/// domain). Objects are named by small handles ([`CqId`], [`SrqId`],
+/// [`QpId`]) and memory by [`Mr`], which owns its buffer from
+/// [`Provider::reg_mr`] until [`Provider::dereg_mr`] gives it back: nothing
+/// the device may write into can be freed or moved while it is registered.
+///
+/// Semantics are rdma-core's (see the crate docs for the exact TM-SRQ
+/// behaviour): `post_srq_ops` posts a chain in order and stops at the first
+/// failing work request, reporting its index; ADD writes the handle into
+/// the work request at post time; completions are read in CQ order.
 ///
 /// Implemented by [`crate::soft::Sim`], [`crate::soft::Live`] and, with the
 /// `ibverbs` feature, `crate::ibverbs::Device`.

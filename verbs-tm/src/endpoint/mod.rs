@@ -1,30 +1,4 @@
 //! [`Endpoint`]: the TM-SRQ driver, generic over a [`Provider`].
-//!
-//! One CQ, one TM-SRQ and one RC QP per remote peer. The matching decisions
-//! are tm-match's [`Offload`]: it keeps every posted receive in a shadow
-//! queue and says which ones the device's tag list may hold; the endpoint
-//! turns its actions into list operations and the device's completions into
-//! its events.
-//!
-//! - **Actions → list operations.** `Add`, `Delete` and `Sync` become
-//!   signaled `ibv_post_srq_ops` work requests carrying `IBV_OPS_TM_SYNC`
-//!   and the model's 16-bit count. When the command queue or the tag list
-//!   is full (`ENOMEM`), the actions wait, in the model's order, until
-//!   completions free room.
-//! - **Completions → events.** `IBV_WC_TM_ADD` → `Added`; a `TM_RECV` with
-//!   `IBV_WC_TM_MATCH` → `Matched` (the user's completion is held until
-//!   `IBV_WC_TM_DATA_VALID`); `TM_DEL` → `Deleted`, or `DeleteFailed` with
-//!   `IBV_WC_TM_ERR`; a `TM_RECV` without `MATCH` → `Unexpected`;
-//!   `IBV_WC_TM_SYNC_REQ` → the event's sync request.
-//! - **Software rendezvous.** An unexpected rendezvous request matched later,
-//!   and a matched one reported `IBV_WC_TM_RNDV_INCOMPLETE`, are finished by
-//!   the endpoint: an RDMA READ of the sender's buffer, then a FIN.
-//! - **Sender side.** The tag is `TagLayout::DEFAULT.encode(envelope)`.
-//!   Payloads up to the eager limit (the smaller of ours and the receiver's
-//!   `TMX_VERBS_EAGER_MAX`) go in one SEND (`TMH(EAGER) | payload`) and the
-//!   send completes at once; larger ones, and synchronous sends of any size,
-//!   send `TMH(RNDV) | RVH` and complete on the receiver's FIN, which names
-//!   the send by the TMH's `app_ctx`.
 
 mod rx;
 mod tx;
@@ -324,7 +298,33 @@ const ADDR_MAGIC: &[u8; 4] = b"TMXV";
 pub(super) const SRQ_WR: u64 = 1 << 62;
 const ADDR_VERSION: u8 = 1;
 
-/// The TM-SRQ driver. See the [module docs](self).
+/// The TM-SRQ driver, generic over a [`Provider`].
+///
+/// One CQ, one TM-SRQ and one RC QP per remote peer. The matching decisions
+/// are tm-match's [`Offload`]: it keeps every posted receive in a shadow
+/// queue and says which ones the device's tag list may hold; the endpoint
+/// turns its actions into list operations and the device's completions into
+/// its events.
+///
+/// - **Actions → list operations.** `Add`, `Delete` and `Sync` become
+///   signaled `ibv_post_srq_ops` work requests carrying `IBV_OPS_TM_SYNC`
+///   and the model's 16-bit count. When the command queue or the tag list
+///   is full (`ENOMEM`), the actions wait, in the model's order, until
+///   completions free room.
+/// - **Completions → events.** `IBV_WC_TM_ADD` → `Added`; a `TM_RECV` with
+///   `IBV_WC_TM_MATCH` → `Matched` (the user's completion is held until
+///   `IBV_WC_TM_DATA_VALID`); `TM_DEL` → `Deleted`, or `DeleteFailed` with
+///   `IBV_WC_TM_ERR`; a `TM_RECV` without `MATCH` → `Unexpected`;
+///   `IBV_WC_TM_SYNC_REQ` → the event's sync request.
+/// - **Software rendezvous.** An unexpected rendezvous request matched later,
+///   and a matched one reported `IBV_WC_TM_RNDV_INCOMPLETE`, are finished by
+///   the endpoint: an RDMA READ of the sender's buffer, then a FIN.
+/// - **Sender side.** The tag is `TagLayout::DEFAULT.encode(envelope)`.
+///   Payloads up to the eager limit (the smaller of ours and the receiver's
+///   `TMX_VERBS_EAGER_MAX`) go in one SEND (`TMH(EAGER) | payload`) and the
+///   send completes at once; larger ones, and synchronous sends of any size,
+///   send `TMH(RNDV) | RVH` and complete on the receiver's FIN, which names
+///   the send by the TMH's `app_ctx`.
 pub struct Endpoint<P: Provider> {
     p: P,
     cfg: EndpointConfig,

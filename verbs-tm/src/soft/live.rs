@@ -1,22 +1,4 @@
 //! [`Live`]: the software device over TCP.
-//!
-//! Each RC QP is one TCP connection carrying the frames of
-//! [`super::wire`]: SEND / SEND_IMM, READ_REQ / READ_RESP, and a handshake
-//! (`HELLO` with the job id, the rank and both QP numbers; `HELLO_ACK`)
-//! and an orderly `CLOSE`. Of the two ends of a QP pair, the one with the
-//! smaller `(address, QPN)` connects; the other accepts on its listener.
-//! Everything is nonblocking: sends that do not fit the socket wait in the
-//! connection's outbox.
-//!
-//! The device runs in the owner's [`Provider::poll_cq`] (which never blocks:
-//! if the helper thread holds the device it returns no completion), and in
-//! the helper thread when the owner has been idle for
-//! `TMX_VERBS_HELPER_IDLE_US` (see [`super::Handoff`]).
-//!
-//! A connection that ends without `CLOSE` (the peer's process died: its
-//! kernel closed the socket) or fails puts its QP in the error state at
-//! once; a host that goes silent is detected by TCP keepalive (probes after
-//! 1 s idle, 1 s apart, 3 of them).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
@@ -674,7 +656,25 @@ impl HelperWorld for LiveWorld {
     }
 }
 
-/// The software provider over TCP. See the [module docs](self).
+/// The software device over TCP.
+///
+/// Each RC QP is one TCP connection carrying the frames of
+/// the wire (a 24-byte header, then a payload): SEND / SEND_IMM, READ_REQ / READ_RESP, and a handshake
+/// (`HELLO` with the job id, the rank and both QP numbers; `HELLO_ACK`)
+/// and an orderly `CLOSE`. Of the two ends of a QP pair, the one with the
+/// smaller `(address, QPN)` connects; the other accepts on its listener.
+/// Everything is nonblocking: sends that do not fit the socket wait in the
+/// connection's outbox.
+///
+/// The device runs in the owner's [`Provider::poll_cq`] (which never blocks:
+/// if the helper thread holds the device it returns no completion), and in
+/// the helper thread when the owner has been idle for
+/// `TMX_VERBS_HELPER_IDLE_US` (see [`super::Handoff`]).
+///
+/// A connection that ends without `CLOSE` (the peer's process died: its
+/// kernel closed the socket) or fails puts its QP in the error state at
+/// once; a host that goes silent is detected by TCP keepalive (probes after
+/// 1 s idle, 1 s apart, 3 of them).
 #[derive(Debug)]
 pub struct Live {
     shared: Arc<Shared>,

@@ -1,12 +1,4 @@
 //! [`Sim`]: the deterministic driver of the software device.
-//!
-//! Devices of one fabric share a lock (so a `Sim` is `Send` and two
-//! endpoints of a test can live on two threads), but nothing moves on its
-//! own: frames a device sends wait on the wire toward their QP until a test
-//! delivers them, list operations wait in the command queue until executed,
-//! multi-packet data waits until completed. [`Sim::set_auto`] makes every
-//! poll run the whole fabric to quiescence first, for tests that do not
-//! care about the interleaving.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,7 +107,15 @@ pub struct TmSnapshot {
     pub unexp: (u32, u32),
 }
 
-/// The deterministic software provider. See the [module docs](self).
+/// The deterministic driver of the software device.
+///
+/// Devices of one fabric share a lock (so a `Sim` is `Send` and two
+/// endpoints of a test can live on two threads), but nothing moves on its
+/// own: frames a device sends wait on the wire toward their QP until a test
+/// delivers them, list operations wait in the command queue until executed,
+/// multi-packet data waits until completed. [`Sim::set_auto`] makes every
+/// poll run the whole fabric to quiescence first, for tests that do not
+/// care about the interleaving.
 #[derive(Debug, Clone)]
 pub struct Sim {
     fabric: Arc<Mutex<Fabric>>,
