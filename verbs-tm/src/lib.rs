@@ -147,7 +147,7 @@ pub use auto::{probe_hardware, AnyProvider};
 pub use config::{EndpointConfig, ProviderChoice};
 pub use endpoint::{
     CancelOutcome, Counters, Endpoint, Finished, MessageHandle, RecvStart, SendMode, SendStart,
-    Status,
+    SharedStart, Status,
 };
 pub use error::{errno_name, Error, Result};
 pub use provider::{Mr, Provider};

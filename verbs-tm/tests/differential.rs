@@ -36,6 +36,14 @@ enum Op {
         len: usize,
         sync: bool,
     },
+    /// A receive shared with another transport: `commit` decides what the
+    /// owner answers to its proposal (withdrawn: as if never posted).
+    Shared {
+        tag: Option<u32>,
+        ctx: u32,
+        cap: usize,
+        commit: bool,
+    },
     Cancel(usize),
     Exec(usize),
     DeliverB(usize),
@@ -77,6 +85,8 @@ fn op() -> impl Strategy<Value = Op> {
               prop::bool::weighted(0.2))
             .prop_map(|(tag, ctx, len, sync)| Op::Send { tag, ctx, len, sync }),
         1 => any::<usize>().prop_map(Op::Cancel),
+        1 => (prop::option::weighted(0.8, 0..4u32), 0..2u32, 4..3000usize, any::<bool>())
+            .prop_map(|(tag, ctx, cap, commit)| Op::Shared { tag, ctx, cap, commit }),
         3 => (1..4usize).prop_map(Op::Exec),
         4 => (1..4usize).prop_map(Op::DeliverB),
         2 => (1..4usize).prop_map(Op::DeliverA),
@@ -103,9 +113,44 @@ struct Run {
     /// Message id → (envelope, length).
     msgs: Vec<(Envelope, usize)>,
     finished: HashMap<u64, verbs_tm::Finished>,
+    /// Shared posts: id → whether to commit.
+    shared: HashMap<u64, bool>,
+    /// Shared posts answered "withdraw" (left out of the reference).
+    withdrawn: Vec<u64>,
 }
 
 impl Run {
+    /// Answers every proposal (commit: the post takes the message, as a
+    /// receive; withdraw: as if it had never been posted).
+    fn proposals(&mut self) {
+        let mut props = Vec::new();
+        self.b.take_proposals(&mut props);
+        for (id, _) in props {
+            let commit = self.shared[&id];
+            if commit {
+                let cap = self.recvs[&id].2;
+                let mut buf = vec![0; cap];
+                self.a.provider_mut().set_auto(true);
+                self.b.provider_mut().set_auto(true);
+                let st = self.b.commit(id, &mut buf);
+                self.a.provider_mut().set_auto(false);
+                self.b.provider_mut().set_auto(false);
+                self.finished.insert(
+                    id,
+                    verbs_tm::Finished {
+                        id,
+                        send: false,
+                        result: st,
+                        buf,
+                    },
+                );
+            } else {
+                self.b.withdraw(id).unwrap();
+                self.withdrawn.push(id);
+            }
+        }
+    }
+
     fn collect(&mut self) {
         for f in take(&mut self.b) {
             if !f.send {
@@ -135,6 +180,8 @@ fn run(s: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
         order: Vec::new(),
         msgs: Vec::new(),
         finished: HashMap::new(),
+        shared: HashMap::new(),
+        withdrawn: Vec::new(),
     };
     let qp_b = r.b.qp_of(0).unwrap();
     let qp_a = r.a.qp_of(1).unwrap();
@@ -202,11 +249,60 @@ fn run(s: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
                     SendStart::Pending(_) => {}
                 }
             }
+            Op::Shared {
+                tag,
+                ctx,
+                cap,
+                commit,
+            } => {
+                let spec = MatchSpec {
+                    context_id: *ctx,
+                    source: Source::Any,
+                    tag: tag.map_or(Tag::Any, Tag::Value),
+                };
+                let token = r.order.len() as u32;
+                match r.b.post_shared(spec, *cap).unwrap() {
+                    verbs_tm::SharedStart::Posted(id) => {
+                        r.shared.insert(id, *commit);
+                        r.recvs.insert(id, (token, spec, *cap));
+                        r.order.push(id);
+                        if !commit {
+                            r.withdrawn.push(id);
+                        }
+                    }
+                    verbs_tm::SharedStart::Proposed(_) if *commit => {
+                        // Taken at once from the queue, like a receive.
+                        let id = u64::MAX / 2 - u64::from(token);
+                        let mut buf = vec![0; *cap];
+                        r.a.provider_mut().set_auto(true);
+                        r.b.provider_mut().set_auto(true);
+                        let st = r.b.recv_now(spec, &mut buf).unwrap().map(Ok);
+                        r.a.provider_mut().set_auto(false);
+                        r.b.provider_mut().set_auto(false);
+                        let st = st.expect("a proposed message is there");
+                        r.recvs.insert(id, (token, spec, *cap));
+                        r.order.push(id);
+                        r.finished.insert(
+                            id,
+                            verbs_tm::Finished {
+                                id,
+                                send: false,
+                                result: st,
+                                buf,
+                            },
+                        );
+                    }
+                    verbs_tm::SharedStart::Proposed(_) => {}
+                }
+            }
             Op::Cancel(i) => {
                 if r.order.is_empty() {
                     continue;
                 }
                 let id = r.order[i % r.order.len()];
+                if r.shared.contains_key(&id) {
+                    continue;
+                }
                 if r.b.cancel_recv(id).unwrap() != CancelOutcome::Failed {
                     cancelled.push(id);
                 }
@@ -231,9 +327,17 @@ fn run(s: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
             }
         }
         r.collect();
+        r.proposals();
     }
-    settle(&mut [&mut r.a, &mut r.b]);
-    r.collect();
+    loop {
+        settle(&mut [&mut r.a, &mut r.b]);
+        r.collect();
+        let before = r.finished.len() + r.withdrawn.len();
+        r.proposals();
+        if r.finished.len() + r.withdrawn.len() == before {
+            break;
+        }
+    }
     // The reference: every receive not cancelled, then every message.
     let mut reference: ReferenceMatcher<u64, u32> = ReferenceMatcher::new();
     for id in &r.order {
@@ -241,7 +345,7 @@ fn run(s: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
             .finished
             .get(id)
             .is_some_and(|f| f.result.as_ref().is_ok_and(|s| s.cancelled));
-        if !was_cancelled {
+        if !was_cancelled && !r.withdrawn.contains(id) {
             let (_, spec, _) = r.recvs[id];
             prop_assert!(reference.post(spec, *id).is_none());
         }
@@ -253,6 +357,10 @@ fn run(s: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
         }
     }
     for id in &r.order {
+        if r.withdrawn.contains(id) {
+            prop_assert!(!r.finished.contains_key(id));
+            continue;
+        }
         let (token, _, cap) = r.recvs[id];
         let got = r.finished.get(id);
         match (want.get(id), got) {

@@ -474,3 +474,112 @@ fn finalize_tears_down_and_reports_counters() {
     let c = a.finalize().unwrap();
     assert_eq!(c.eager_sends, 1);
 }
+
+#[test]
+fn shared_post_proposes_holds_and_commits() {
+    use verbs_tm::SharedStart;
+    let (mut a, mut b) = sim_pair(SoftConfig::small(), EndpointConfig::for_tests());
+    let SharedStart::Posted(s) = b.post_shared(spec(None, Some(5)), 64).unwrap() else {
+        panic!("nothing queued yet");
+    };
+    let _ = a
+        .isend(1, 5, 0, b"first".to_vec(), SendMode::Standard)
+        .unwrap();
+    let _ = a
+        .isend(1, 5, 0, b"second".to_vec(), SendMode::Standard)
+        .unwrap();
+    let big = payload(3, 2000);
+    let _ = a.isend(1, 5, 0, big.clone(), SendMode::Standard).unwrap();
+    settle(&mut [&mut a, &mut b]);
+    let mut props = Vec::new();
+    b.take_proposals(&mut props);
+    assert_eq!(props.len(), 1);
+    assert_eq!(
+        (props[0].0, props[0].1.source, props[0].1.msg_len),
+        (s, 0, 5)
+    );
+    assert_eq!(
+        b.unexpected_len(),
+        0,
+        "everything behind the proposal waits"
+    );
+    let mut buf = [0u8; 64];
+    let st = b.commit(s, &mut buf).unwrap();
+    assert_eq!((st.len, &buf[..5]), (5, &b"first"[..]));
+    settle(&mut [&mut a, &mut b]);
+    assert_eq!(
+        b.unexpected_len(),
+        2,
+        "the rest is processed after the commit"
+    );
+    // A rendezvous proposal, committed: READ and FIN.
+    let SharedStart::Proposed(st) = b.post_shared(spec(None, Some(5)), 64).unwrap() else {
+        panic!("second is queued: proposed at once");
+    };
+    assert_eq!(st.msg_len, 6);
+    let mut small = [0u8; 6];
+    assert_eq!(
+        b.recv_now(spec(Some(0), Some(5)), &mut small)
+            .unwrap()
+            .map(|s| s.len),
+        Some(6)
+    );
+    let SharedStart::Posted(s2) = b.post_shared(spec(None, Some(6)), 4000).unwrap() else {
+        panic!()
+    };
+    let _ = a
+        .isend(1, 6, 0, big.clone(), SendMode::Synchronous)
+        .unwrap();
+    settle(&mut [&mut a, &mut b]);
+    b.take_proposals(&mut props);
+    assert_eq!(props.last().map(|p| (p.0, p.1.msg_len)), Some((s2, 2000)));
+    b.provider_mut().set_auto(true);
+    a.provider_mut().set_auto(true);
+    let mut out = vec![0u8; 4000];
+    let st = b.commit(s2, &mut out).unwrap();
+    assert_eq!(&out[..st.len], &big[..]);
+    settle(&mut [&mut a, &mut b]);
+    assert!(take(&mut a).iter().all(|f| f.result.is_ok()));
+}
+
+#[test]
+fn withdrawn_proposal_is_matched_as_if_never_posted() {
+    use verbs_tm::SharedStart;
+    let (mut a, mut b) = sim_pair(SoftConfig::small(), EndpointConfig::for_tests());
+    let SharedStart::Posted(s) = b.post_shared(spec(None, Some(5)), 64).unwrap() else {
+        panic!()
+    };
+    // Posted after the shared one, and overlapping it: stays in software.
+    let r = pending(b.irecv(spec(Some(0), Some(5)), vec![0; 64]).unwrap());
+    assert!(!b.is_offloaded(r));
+    let _ = a
+        .isend(1, 5, 0, b"m1".to_vec(), SendMode::Standard)
+        .unwrap();
+    let _ = a
+        .isend(1, 5, 0, b"m2".to_vec(), SendMode::Standard)
+        .unwrap();
+    settle(&mut [&mut a, &mut b]);
+    let mut props = Vec::new();
+    b.take_proposals(&mut props);
+    assert_eq!(props.len(), 1);
+    assert!(take(&mut b).is_empty(), "the held message went nowhere");
+    b.withdraw(s).unwrap();
+    settle(&mut [&mut a, &mut b]);
+    let got = take(&mut b);
+    assert_eq!(
+        &find(&got, r).buf[..2],
+        b"m1",
+        "m1 to the receive behind the withdrawn post"
+    );
+    assert_eq!(b.unexpected_len(), 1, "m2 queued");
+    // Withdrawing a post that proposed nothing cancels it.
+    let SharedStart::Posted(s3) = b.post_shared(spec(None, Some(9)), 8).unwrap() else {
+        panic!()
+    };
+    b.withdraw(s3).unwrap();
+    let _ = a.isend(1, 9, 0, b"x".to_vec(), SendMode::Standard).unwrap();
+    settle(&mut [&mut a, &mut b]);
+    b.take_proposals(&mut props);
+    assert_eq!(props.len(), 1, "no proposal from a withdrawn post");
+    assert_eq!(b.unexpected_len(), 2);
+}

@@ -1,7 +1,10 @@
 //! [`Endpoint`]: the TM-SRQ driver, generic over a [`Provider`].
 
 mod rx;
+mod shared;
 mod tx;
+
+pub use shared::SharedStart;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -263,6 +266,21 @@ enum Outgoing {
     },
 }
 
+/// Model input that waits behind a shared post's proposal (or behind a
+/// withdrawal in progress while shared posts exist), in arrival order.
+#[derive(Debug)]
+enum Stalled {
+    Unexpected { tag: u64, msg: Msg, sync: bool },
+    Local { env: Envelope, msg: Msg },
+}
+
+/// A receive shared with another transport ([`Endpoint::post_shared`]).
+#[derive(Debug)]
+struct SharedPost {
+    rid: Option<RecvId>,
+    proposed: Option<(Envelope, Msg)>,
+}
+
 /// A software READ in flight.
 #[derive(Debug)]
 struct ReadCtx {
@@ -361,6 +379,10 @@ pub struct Endpoint<P: Provider> {
     next_read: u64,
     mprobed: HashMap<u64, (Envelope, Msg)>,
     done: Vec<Finished>,
+    shared: HashMap<u64, SharedPost>,
+    holding: Option<u64>,
+    stalled: VecDeque<Stalled>,
+    proposals: Vec<(u64, Status)>,
     dead: HashMap<u32, Error>,
     next_id: u64,
     wcs: Vec<Wc>,
@@ -472,6 +494,10 @@ impl<P: Provider> Endpoint<P> {
             next_read: 1,
             mprobed: HashMap::new(),
             done: Vec::new(),
+            shared: HashMap::new(),
+            holding: None,
+            stalled: VecDeque::new(),
+            proposals: Vec::new(),
             dead: HashMap::new(),
             next_id: 1,
             wcs: Vec::with_capacity(64),
@@ -1098,7 +1124,9 @@ impl<P: Provider> Endpoint<P> {
             total += n;
             let mut r = Ok(());
             for wc in wcs.drain(..) {
-                r = self.on_wc(wc);
+                // The model's completions right after each event: a shared
+                // post's proposal must hold the next completion's input.
+                r = self.on_wc(wc).and_then(|()| self.model_completions());
                 if r.is_err() {
                     break;
                 }
@@ -1110,6 +1138,7 @@ impl<P: Provider> Endpoint<P> {
                 break;
             }
         }
+        self.release_stalled()?;
         self.flush_pending()?;
         Ok(total)
     }
@@ -1154,6 +1183,11 @@ impl<P: Provider> Endpoint<P> {
             self.held.push_back(a);
         }
         self.post_held()?;
+        self.model_completions()
+    }
+
+    /// Handles the matching model's completions.
+    fn model_completions(&mut self) -> Result<()> {
         while let Some(c) = self.off.poll_completion() {
             self.on_model_completion(c)?;
         }

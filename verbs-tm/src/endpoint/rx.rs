@@ -5,7 +5,7 @@ use tm_match::{Envelope, RecvId};
 use tm_proto::{Limits, Message, Opcode, Rvh, Tmh};
 use tracing::debug;
 
-use super::{DataState, Endpoint, EngineRecv, Msg, OpRec, RecvBuf, Status, SRQ_WR};
+use super::{DataState, Endpoint, EngineRecv, Msg, OpRec, RecvBuf, Stalled, Status, SRQ_WR};
 use crate::verbs::{
     RecvWr, Wc, WcOpcode, WcStatus, IBV_WC_TM_DATA_VALID, IBV_WC_TM_MATCH, IBV_WC_TM_SYNC_REQ,
 };
@@ -243,10 +243,33 @@ impl<P: Provider> Endpoint<P> {
     /// A `TM_RECV` without `MATCH`: an unexpected eager message or
     /// rendezvous request, whole in an untagged buffer.
     fn on_unexpected(&mut self, wc: &Wc) -> Result<()> {
+        let Some((tag, msg, sync)) = self.read_unexpected(wc)? else {
+            return Ok(());
+        };
+        // An arrival waits (in order) while a shared post's proposal holds
+        // the model's input (see `Endpoint::post_shared`). Device matches,
+        // list-operation answers and data go on: an entry the device can
+        // match never competes with a held message.
+        if self.gate_open() {
+            self.off.handle_event(EngineEvent::Unexpected {
+                tag,
+                msg,
+                sync_request: sync,
+            })?;
+        } else {
+            self.stalled
+                .push_back(Stalled::Unexpected { tag, msg, sync });
+        }
+        Ok(())
+    }
+
+    /// Copies an unexpected message out of its untagged buffer (posted
+    /// again): its tag, the message, and whether it asks for a sync.
+    pub(super) fn read_unexpected(&mut self, wc: &Wc) -> Result<Option<(u64, Msg, bool)>> {
         if wc.status != WcStatus::SUCCESS {
             let e = self.lost(wc, "unexpected message");
             debug!(error = %e, "verbs-tm: unexpected message failed");
-            return Ok(());
+            return Ok(None);
         }
         let Some(peer) = self.peer_of(wc.qp_num) else {
             return Err(Self::unexplained(wc, "message on an unknown QP"));
@@ -279,12 +302,7 @@ impl<P: Provider> Endpoint<P> {
             }
             _ => return Err(Self::unexplained(wc, "untagged message reported as tagged")),
         };
-        self.off.handle_event(EngineEvent::Unexpected {
-            tag: tmh.tag,
-            msg,
-            sync_request: wc.has(IBV_WC_TM_SYNC_REQ),
-        })?;
-        Ok(())
+        Ok(Some((tmh.tag, msg, wc.has(IBV_WC_TM_SYNC_REQ))))
     }
 
     /// A no-tag message: for this driver, a FIN.
@@ -321,6 +339,18 @@ impl<P: Provider> Endpoint<P> {
     /// Handles one completion of the matching model.
     pub(super) fn on_model_completion(&mut self, c: Completion<u64, Msg>) -> Result<()> {
         match c {
+            Completion::Matched { id, recv, env, msg } if self.shared.contains_key(&recv) => {
+                // A shared post would take it: hold it, and the model's
+                // input behind it, until the owner commits or withdraws.
+                let st = Status::of(&env, msg.len(), msg.len());
+                if let Some(s) = self.shared.get_mut(&recv) {
+                    s.rid = None;
+                    s.proposed = Some((env, msg));
+                }
+                let _ = id;
+                self.holding = Some(recv);
+                self.proposals.push((recv, st));
+            }
             Completion::Matched { id, recv, env, msg } => {
                 self.rid_req.remove(&id);
                 if let Some(r) = self.recvs.get_mut(&recv) {
@@ -336,6 +366,7 @@ impl<P: Provider> Endpoint<P> {
                     other => self.complete_from_msg(recv, env, other)?,
                 }
             }
+            Completion::Cancelled { recv, .. } if self.shared.remove(&recv).is_some() => {}
             Completion::Cancelled { id, recv } => {
                 self.rid_req.remove(&id);
                 if let Some(r) = self.recvs.get_mut(&recv) {

@@ -195,7 +195,7 @@ impl<P: Provider> Endpoint<P> {
                 },
             );
         }
-        self.off.arrive(env, Msg::Local { data, sync_send })?;
+        self.arrive_local(env, Msg::Local { data, sync_send })?;
         self.pump()?;
         Ok(match sync_send {
             None => SendStart::Done(Vec::new()),
