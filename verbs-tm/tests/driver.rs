@@ -583,3 +583,37 @@ fn withdrawn_proposal_is_matched_as_if_never_posted() {
     assert_eq!(props.len(), 1, "no proposal from a withdrawn post");
     assert_eq!(b.unexpected_len(), 2);
 }
+
+#[test]
+fn reads_beyond_the_budget_wait_in_order() {
+    // Two send buffers: two READs in flight at most; six rendezvous.
+    let cfg = EndpointConfig {
+        send_bufs: 2,
+        ..EndpointConfig::for_tests()
+    };
+    let (mut a, mut b) = sim_pair(SoftConfig::small(), cfg);
+    for t in 0..6u32 {
+        let _ = a
+            .isend(
+                1,
+                t,
+                0,
+                payload(t as u8, 1000 + t as usize),
+                SendMode::Standard,
+            )
+            .unwrap();
+    }
+    settle(&mut [&mut a, &mut b]);
+    let ids: Vec<u64> = (0..6u32)
+        .map(|t| pending(b.irecv(spec(Some(0), Some(t)), vec![0; 2000]).unwrap()))
+        .collect();
+    assert!(b.queued() >= 4, "READs wait for the budget");
+    settle(&mut [&mut a, &mut b]);
+    let got = take(&mut b);
+    for (t, id) in ids.iter().enumerate() {
+        let f = find(&got, *id);
+        assert_eq!(ok_status(f).len, 1000 + t);
+        assert_eq!(f.buf[..1000 + t], payload(t as u8, 1000 + t)[..]);
+    }
+    assert_eq!(take(&mut a).iter().filter(|f| f.result.is_ok()).count(), 6);
+}

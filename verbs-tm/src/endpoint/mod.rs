@@ -292,6 +292,8 @@ struct ReadCtx {
     env: Envelope,
     len: usize,
     msg_len: usize,
+    va: u64,
+    rkey: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -376,6 +378,7 @@ pub struct Endpoint<P: Provider> {
     next_ctx: u32,
     pending: VecDeque<Outgoing>,
     reads: HashMap<u64, ReadCtx>,
+    read_queue: VecDeque<ReadCtx>,
     next_read: u64,
     mprobed: HashMap<u64, (Envelope, Msg)>,
     done: Vec<Finished>,
@@ -416,7 +419,9 @@ impl<P: Provider> Endpoint<P> {
         // UCX's sizing: an ADD and a DEL per tag, plus SYNCs.
         let max_ops = (2 * tags + 2).min(caps.tm.max_ops).max(1);
         let wqes = cfg.srq_wqes.max(1);
-        let cqe = (wqes + 3 * tags + max_ops + 2 * cfg.send_bufs + 64).min(caps.max_cqe);
+        // Each tag: ADD, MATCH, DATA_VALID; list operations; untagged
+        // buffers; sends (one per send buffer) and READs (as many).
+        let cqe = (wqes + 3 * tags + max_ops + 2 * cfg.send_bufs.max(1) + 64).min(caps.max_cqe);
         let cq = provider.create_cq(&CqInitAttr {
             cqe,
             wc_flags: IBV_WC_EX_WITH_BYTE_LEN
@@ -491,6 +496,7 @@ impl<P: Provider> Endpoint<P> {
             next_ctx: 1,
             pending: VecDeque::new(),
             reads: HashMap::new(),
+            read_queue: VecDeque::new(),
             next_read: 1,
             mprobed: HashMap::new(),
             done: Vec::new(),
@@ -544,7 +550,7 @@ impl<P: Provider> Endpoint<P> {
     /// a send buffer, list operations waiting for room): progress until
     /// this is 0 before finalize.
     pub fn queued(&self) -> usize {
-        self.pending.len() + self.held.len()
+        self.pending.len() + self.held.len() + self.read_queue.len()
     }
 
     /// The device limits in use.
@@ -1004,6 +1010,8 @@ impl<P: Provider> Endpoint<P> {
             env,
             len: n,
             msg_len: rvh.len as usize,
+            va: rvh.va,
+            rkey: rvh.rkey,
         };
         if let Some(e) = self.dead.get(&peer).cloned() {
             self.read_done(ctx, Err(e))?;
@@ -1027,19 +1035,42 @@ impl<P: Provider> Endpoint<P> {
                 };
             }
         }
-        let sge = match self.recvs.get(&id).map(|r| &r.buf) {
-            Some(RecvBuf::Registered(mr)) => mr.sge(0, n),
-            _ => None,
-        };
-        let (Some(sge), Some(p)) = (sge, self.peers.get(&peer)) else {
+        if !self.peers.contains_key(&peer) {
             return Err(Error::Unreachable {
                 rank: peer,
                 reason: "rendezvous from a peer without a QP",
             });
+        }
+        // At most `send_bufs` READs in flight (the CQ is sized for them);
+        // the rest wait in order.
+        if self.reads.len() >= self.read_budget() || !self.read_queue.is_empty() {
+            self.read_queue.push_back(ctx);
+            return Ok(());
+        }
+        if let Some(ctx) = self.post_read(ctx)? {
+            self.read_queue.push_back(ctx);
+        }
+        Ok(())
+    }
+
+    fn read_budget(&self) -> usize {
+        self.cfg.send_bufs.max(1) as usize
+    }
+
+    /// Posts a READ; hands it back if the QP's send queue is full.
+    fn post_read(&mut self, ctx: ReadCtx) -> Result<Option<ReadCtx>> {
+        let sge = match self.recvs.get(&ctx.req).map(|r| &r.buf) {
+            Some(RecvBuf::Registered(mr)) => mr.sge(0, ctx.len),
+            _ => None,
+        };
+        let (Some(sge), Some(p)) = (sge, self.peers.get(&ctx.peer)) else {
+            return Err(Error::Unreachable {
+                rank: ctx.peer,
+                reason: "rendezvous READ without a registered buffer or a QP",
+            });
         };
         let wr_id = self.next_read;
-        self.next_read += 1;
-        self.p.post_send(
+        let r = self.p.post_send(
             p.qp,
             &SendWr {
                 wr_id,
@@ -1047,11 +1078,36 @@ impl<P: Provider> Endpoint<P> {
                 send_flags: IBV_SEND_SIGNALED,
                 sg_list: &[sge],
                 imm_data: 0,
-                remote_addr: rvh.va,
-                rkey: rvh.rkey,
+                remote_addr: ctx.va,
+                rkey: ctx.rkey,
             },
-        )?;
-        self.reads.insert(wr_id, ctx);
+        );
+        match r {
+            Ok(()) => {
+                self.next_read += 1;
+                self.reads.insert(wr_id, ctx);
+                Ok(None)
+            }
+            Err(e) if e.errno() == Some(errno::ENOMEM) => Ok(Some(ctx)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts waiting READs while the budget allows.
+    pub(super) fn start_queued_reads(&mut self) -> Result<()> {
+        while self.reads.len() < self.read_budget() {
+            let Some(ctx) = self.read_queue.pop_front() else {
+                break;
+            };
+            if let Some(e) = self.dead.get(&ctx.peer).cloned() {
+                self.read_done(ctx, Err(e))?;
+                continue;
+            }
+            if let Some(ctx) = self.post_read(ctx)? {
+                self.read_queue.push_front(ctx);
+                break;
+            }
+        }
         Ok(())
     }
 
@@ -1139,6 +1195,7 @@ impl<P: Provider> Endpoint<P> {
             }
         }
         self.release_stalled()?;
+        self.start_queued_reads()?;
         self.flush_pending()?;
         Ok(total)
     }
