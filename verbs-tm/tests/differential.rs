@@ -104,6 +104,32 @@ fn body(id: u32, len: usize) -> Vec<u8> {
     v
 }
 
+/// Runs `f` (a blocking call of the receiver: a rendezvous READ) while the
+/// sender keeps polling on another thread, with the fabric running on its
+/// own: the READ's answer may wait behind the sender's untagged buffers
+/// (its FINs), which only its progress posts again (an RC responder blocks
+/// behind a SEND it must refuse for lack of a buffer, as hardware does).
+fn with_sender_running<T>(a: &mut Endpoint<Sim>, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    a.provider_mut().set_auto(true);
+    let out = std::thread::scope(|sc| {
+        let stop = &stop;
+        let a = &mut *a;
+        sc.spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                a.progress().unwrap();
+                std::thread::yield_now();
+            }
+        });
+        let out = f();
+        stop.store(true, Ordering::Release);
+        out
+    });
+    a.provider_mut().set_auto(false);
+    out
+}
+
 struct Run {
     a: Endpoint<Sim>,
     b: Endpoint<Sim>,
@@ -130,11 +156,8 @@ impl Run {
             if commit {
                 let cap = self.recvs[&id].2;
                 let mut buf = vec![0; cap];
-                self.a.provider_mut().set_auto(true);
-                self.b.provider_mut().set_auto(true);
-                let st = self.b.commit(id, &mut buf);
-                self.a.provider_mut().set_auto(false);
-                self.b.provider_mut().set_auto(false);
+                let b = &mut self.b;
+                let st = with_sender_running(&mut self.a, || b.commit(id, &mut buf));
                 self.finished.insert(
                     id,
                     verbs_tm::Finished {
@@ -274,11 +297,10 @@ fn run(s: Setup, ops: &[Op]) -> Result<(), TestCaseError> {
                         // Taken at once from the queue, like a receive.
                         let id = u64::MAX / 2 - u64::from(token);
                         let mut buf = vec![0; *cap];
-                        r.a.provider_mut().set_auto(true);
-                        r.b.provider_mut().set_auto(true);
-                        let st = r.b.recv_now(spec, &mut buf).unwrap().map(Ok);
-                        r.a.provider_mut().set_auto(false);
-                        r.b.provider_mut().set_auto(false);
+                        let b = &mut r.b;
+                        let st = with_sender_running(&mut r.a, || b.recv_now(spec, &mut buf))
+                            .unwrap()
+                            .map(Ok);
                         let st = st.expect("a proposed message is there");
                         r.recvs.insert(id, (token, spec, *cap));
                         r.order.push(id);

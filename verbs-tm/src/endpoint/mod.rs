@@ -799,7 +799,10 @@ impl<P: Provider> Endpoint<P> {
     /// Receives into `buf` a queued message that a receive posted now with
     /// `spec` would take; `None`: none (nothing received or posted). A
     /// rendezvous message is read before this returns (the provider must
-    /// run on its own, as for [`Endpoint::cancel_recv_wait`]).
+    /// run on its own, as for [`Endpoint::cancel_recv_wait`], and the
+    /// sender must keep polling now and then: the READ's answer travels on
+    /// the connection its FINs use, and an RC connection stops behind a
+    /// SEND the receiver has no buffer for).
     pub fn recv_now(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
         if self.off.unexpected_len() == 0 || self.off.probe(&spec).is_none() {
             return Ok(None);

@@ -671,6 +671,13 @@ impl HelperWorld for LiveWorld {
 /// the helper thread when the owner has been idle for
 /// `TMX_VERBS_HELPER_IDLE_US` (see [`super::Handoff`]).
 ///
+/// While the owner computes, the helper thread serves READs and sends FINs;
+/// messages that arrive for the owner (FINs of its rendezvous sends,
+/// unexpected messages) wait in its untagged buffers (`TMX_VERBS_SRQ_WQES`)
+/// until it polls. Once they are all used, later frames on that connection
+/// wait for the owner as well (the RC rule: nothing overtakes a SEND the
+/// receiver has no buffer for).
+///
 /// A connection that ends without `CLOSE` (the peer's process died: its
 /// kernel closed the socket) or fails puts its QP in the error state at
 /// once; a host that goes silent is detected by TCP keepalive (probes after
