@@ -14,13 +14,11 @@
 //! with a held message: device matches, list-operation answers and data
 //! completions go on during a hold.
 //!
-//! While shared posts exist and the model waits for a withdrawal's DEL
-//! (a parked message), arrivals wait here too: the model then only ever
-//! re-matches the one parked message, so a proposal always holds the first
-//! message that would take the shared post. (A shared post made while such
-//! a withdrawal already has other messages waiting behind it inside the
-//! model is the one case this does not cover: those messages are matched
-//! in one step when the DEL answers.)
+//! While the model waits for a withdrawal's DEL (a parked message),
+//! arrivals wait here rather than inside the model: the model then only
+//! ever re-matches the one parked message when the DEL answers, so a
+//! proposal always holds the first message that would take a shared post,
+//! and nothing behind it has been matched.
 
 use tm_match::offload::{CancelOutcome as OffCancel, EngineEvent, PostOutcome};
 use tm_match::{Envelope, MatchSpec};
@@ -41,14 +39,16 @@ pub enum SharedStart {
 
 impl<P: Provider> Endpoint<P> {
     /// Whether an arrival may be fed to the model now: nothing waits before
-    /// it, no proposal holds the input, and no withdrawal is parked while
-    /// shared posts exist.
+    /// it, no proposal holds the input, and no message is parked in the
+    /// model (waiting for a withdrawal's DEL). So the model only ever holds
+    /// one message back itself, and a shared post always sees the first
+    /// message that would take it.
     pub(super) fn gate_open(&self) -> bool {
         self.stalled.is_empty() && self.gate_open_ignoring_queue()
     }
 
     fn gate_open_ignoring_queue(&self) -> bool {
-        self.holding.is_none() && (self.shared.is_empty() || self.off.parked_len() == 0)
+        self.holding.is_none() && self.off.parked_len() == 0
     }
 
     /// A message from this rank to itself, through the gate.
