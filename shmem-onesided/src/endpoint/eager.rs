@@ -7,6 +7,7 @@ use super::*;
 /// Bytes before the data in an eager block (the release flag's cache line).
 pub(super) const EAGER_PREFIX: u64 = 64;
 
+#[inline]
 pub(super) fn eager_flag(seg: &Segment, pe: u32, off: u64) -> &AtomicU32 {
     // SAFETY: `off` is the start of an eager block inside pe's eager area
     // (checked by the caller against eager_bytes), 64-byte aligned; the
@@ -15,6 +16,7 @@ pub(super) fn eager_flag(seg: &Segment, pe: u32, off: u64) -> &AtomicU32 {
 }
 
 /// Whether the receiver released our eager block at `off` (its flag).
+#[inline]
 pub(super) fn released(seg: &Segment) -> impl Fn(u64) -> bool + '_ {
     let me = seg.rank();
     move |off| eager_flag(seg, me, off).load(Ordering::Acquire) == 1
@@ -22,6 +24,7 @@ pub(super) fn released(seg: &Segment) -> impl Fn(u64) -> bool + '_ {
 
 /// Checks an eager or fragment header against the sender's eager area of
 /// `area` bytes; returns the data's offset in that area.
+#[inline]
 pub(super) fn eager_src(area: u64, h: &Header) -> Result<u64> {
     let ok = h.word % 64 == 0
         && h.word
@@ -129,6 +132,7 @@ pub(super) fn get_eager_append(
 }
 
 /// Bytes of payload an eager or fragment header points at.
+#[inline]
 pub(super) fn eager_len(h: &Header) -> u64 {
     if h.kind == Kind::Frag {
         let mut b = [0u8; 8];
@@ -141,6 +145,7 @@ pub(super) fn eager_len(h: &Header) -> u64 {
 
 /// Copies `data` into a fresh eager block and returns `tmpl` pointing at it,
 /// or `None` if the eager area has no room even after reclaiming.
+#[inline]
 pub(super) fn eager_block(
     seg: &Segment,
     eager: &mut EagerArea,

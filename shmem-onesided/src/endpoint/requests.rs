@@ -25,6 +25,7 @@ pub(super) struct SendReq {
 }
 
 impl SendReq {
+    #[inline]
     pub(super) fn done(&self) -> bool {
         !self.fin && !self.ack && !self.frags
     }
@@ -52,12 +53,14 @@ pub(super) struct Sends(pub(super) IdMap<u64, SendReq>);
 
 impl core::ops::Deref for Sends {
     type Target = IdMap<u64, SendReq>;
+    #[inline]
     fn deref(&self) -> &Self::Target {
         &self.0
     }
 }
 
 impl core::ops::DerefMut for Sends {
+    #[inline]
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.0
     }
@@ -163,6 +166,7 @@ pub(super) struct Requests {
 }
 
 impl Requests {
+    #[inline]
     pub(super) fn get(&self, key: u64) -> Option<&Req> {
         match &self.caller {
             Some((k, r)) if *k == key => Some(r),
@@ -170,6 +174,7 @@ impl Requests {
         }
     }
 
+    #[inline]
     pub(super) fn get_mut(&mut self, key: u64) -> Option<&mut Req> {
         match &mut self.caller {
             Some((k, r)) if *k == key => Some(r),
@@ -192,6 +197,7 @@ impl Requests {
         }
     }
 
+    #[inline]
     pub(super) fn remove(&mut self, key: u64) -> Option<Req> {
         match &self.caller {
             Some((k, _)) if *k == key => self.caller.take().map(|(_, r)| r),

@@ -6,6 +6,7 @@ use super::*;
 /// Whether CMA message `h`, received into `buf`, is read with its
 /// sender's help ([`Endpoint::split_read`]): a split offer and at least
 /// `split_min` bytes to read.
+#[inline]
 pub(super) fn split_size(h: &Header, buf: &ReqBuf, split_min: u64) -> bool {
     let cap = match buf {
         ReqBuf::Owned(v) => v.len(),

@@ -165,6 +165,7 @@ impl Header {
 /// Prepost result word: the claimer's CMA write failed (no data).
 pub(super) const RESULT_FAILED: u64 = 1 << 63;
 
+#[inline]
 pub(super) fn envelope(h: &Header) -> Envelope {
     Envelope {
         context_id: h.context,
@@ -216,6 +217,7 @@ pub(super) fn take_ext_vec(inb: &mut Consumer, ring: RingRef<'_>, h: &Header) ->
 }
 
 /// The synchronous-send id a [`Flags::SYNC`] header quotes (`ext[8..16]`).
+#[inline]
 pub(super) fn sync_id(h: &Header) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&h.ext[8..16]);
