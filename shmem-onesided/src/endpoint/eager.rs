@@ -54,8 +54,8 @@ pub(super) const PREFETCH_MAX: u64 = 2048;
 /// on 2026-11-27 (one-size paired runs, 60 pairs each, median ratio
 /// against 2 KiB): bandwidth 1.14× at 4 KiB and 1.09× at 8 KiB,
 /// bi-bandwidth 1.10× and 1.04×; at 16 and 32 KiB it did not pay (0.91–1.01).
-/// (Session 15 had measured a third slower at 4 KiB on a scratch
-/// both-ways window of bare endpoints; the ADI's windows did not show it.)
+/// (A scratch both-ways window of bare endpoints was a third slower at
+/// 4 KiB with the hint; the ADI's windows did not show it.)
 pub(super) const PREFETCH_WRITE_MAX: u64 = 8192;
 
 /// Bytes of a step of the sender's copy into its eager block, after each
