@@ -1,7 +1,7 @@
 //! # adi: the thin ADI of tmx
 //!
-//! The device layer after MPICH's second-generation ADI
-//! (`../shared/seeds/mpich-second-generation-adi.txt`): contiguous fast paths,
+//! The device layer after MPICH's second-generation ADI (Gropp and Lusk's
+//! ADI-2 paper): contiguous fast paths,
 //! datatype paths built on them, requests owned by the upper layer.
 //!
 //! **What it does.** [`init`] bootstraps through the launcher's PMI client
@@ -75,7 +75,7 @@
 #![warn(missing_docs)]
 // `option.ok_or(Error::…)` builds the error before it knows it is needed,
 // and on the success path calls `Error`'s drop glue out of line to get rid
-// of it: 7.8% of a small datatype send's samples in `perf` (session 14).
+// of it: 7.8% of a small datatype send's samples in `perf`.
 // The crate writes `ok_or_else(|| Error::…)`, which clippy calls unneeded.
 #![allow(clippy::unnecessary_lazy_evaluations)]
 
@@ -88,6 +88,7 @@ pub mod datatype;
 pub mod device;
 pub mod error;
 mod init;
+mod mem;
 pub mod request;
 mod sync;
 mod time;
@@ -97,7 +98,9 @@ pub use coll::{ReduceOp, Reducible};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
-pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
+pub use init::{
+    abort, finalize, init, init_thread, is_initialized, on_peer_death, query_thread, OnPeerDeath,
+};
 
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
