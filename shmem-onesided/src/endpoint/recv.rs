@@ -321,8 +321,8 @@ impl Endpoint {
     /// deferred receives nor runs a progress pass: a miss costs one look at
     /// the source's ring (and, with messages queued, one post and cancel
     /// in the matcher), and deferral stays as it was. While an older
-    /// deferred receive is still waiting, nothing is taken (the matcher
-    /// matches nothing while any is deferred).
+    /// deferred receive is still waiting, nothing is taken (the model
+    /// refuses: the older receive comes first).
     // Inlined: its result, returned through memory, was copied on in
     // overlapping pieces that stalled store forwarding in the caller.
     #[inline]
@@ -362,13 +362,15 @@ impl Endpoint {
     /// [`Endpoint::recv_now`]): a receive whose message is already the next
     /// header of its source's ring, in the one case where nothing can come
     /// between them. If
-    /// - `spec` names one other rank, no deferred receive is waiting, the
-    ///   matcher holds nothing (posted, queued or parked) and the source is
-    ///   not under eager pressure, and
+    /// - `spec` names one other rank, the source is not under eager
+    ///   pressure, and the matching model gives a receive posted nowhere
+    ///   its turn ([`Offload::unposted_turn`]: no receive posted or
+    ///   deferred, nothing parked, no queued message that `spec` matches),
+    ///   and
     /// - the next header of that rank's ring is an inline, inline-ext or
-    ///   eager message (well formed, not synchronous) that `spec` matches,
-    ///   that fits `buf` whole, and that the model lets a receive take
-    ///   directly (the private `front_take!` check),
+    ///   eager message (well formed, not synchronous, one the model can
+    ///   count) that fits `buf` whole and that `spec` matches (the model's
+    ///   decision: `UnpostedTurn::take`),
     ///
     /// the message is received into `buf[..len]` and its status returned.
     /// This is what `irecv_or_done` would do in that case (its
@@ -460,10 +462,11 @@ impl Endpoint {
     /// Whether a receive for `spec` could be taken at the front of its
     /// source's ring when its message comes ([`Endpoint::recv_arrived`]'s
     /// conditions that do not depend on the message): an exact source
-    /// other than this rank, no deferred receive waiting, the matcher
-    /// holding nothing, and the source not under eager pressure. While it
-    /// is `false`, waiting for [`Endpoint::recv_arrived_with`] to succeed
-    /// is pointless: take the general path.
+    /// other than this rank, the matching model ready to give a receive
+    /// posted nowhere its turn ([`Offload::unposted_may_take`]), and the
+    /// source not under eager pressure. While it is `false`, waiting for
+    /// [`Endpoint::recv_arrived_with`] to succeed is pointless: take the
+    /// general path.
     pub fn front_open(&self, spec: MatchSpec) -> bool {
         let Source::Rank(s) = spec.source else {
             return false;
@@ -471,8 +474,7 @@ impl Endpoint {
         let seg = self.node.segment();
         s != seg.rank()
             && s < seg.size()
-            && self.matching.deferred_len() == 0
-            && self.matching.queues_empty()
+            && self.matching.unposted_may_take(&spec)
             && !seg.eager_pressure(s)
     }
 

@@ -885,10 +885,11 @@ impl<R, M> Offload<R, M> {
     }
 
     /// Whether a receive for `spec` that is not posted may take an arrival
-    /// directly: no receive is posted (software, engine or deferred),
-    /// nothing is parked, and no queued message that `spec` matches is older.
+    /// directly now (what [`Offload::unposted_turn`] checks): no receive is
+    /// posted (software, engine or deferred), nothing is parked, and no
+    /// queued message that `spec` matches is older.
     #[inline(always)]
-    fn unposted_may_take(&self, spec: &MatchSpec) -> bool {
+    pub fn unposted_may_take(&self, spec: &MatchSpec) -> bool {
         self.shadow.posted_len() == 0
             && self.parked_len() == 0
             && self.deferred.is_empty()
