@@ -78,7 +78,7 @@ impl From<i32> for Tag {
 #[derive(Debug)]
 #[must_use = "a matched message must be received with mrecv/imrecv"]
 pub struct Message {
-    inner: Option<shmem_onesided::Message>,
+    inner: Option<crate::transport::Matched>,
     status: Status,
     /// The group of the communicator it was probed on: `MPI_Mrecv` takes no
     /// communicator, so the status's source is translated with this one
@@ -271,7 +271,7 @@ impl Comm {
                     rank: r,
                     size: self.size(),
                 })?;
-                tm_proto::Source::Rank(self.dev().local_of(world)?)
+                tm_proto::Source::Rank(world)
             }
         };
         Ok(Some(tm_proto::MatchSpec {
@@ -331,10 +331,7 @@ impl Comm {
         let dev = self.dev();
         // A small standard send completes inline at once (see
         // `isend_into`, and the README's "Stores per message").
-        if mode == Mode::Standard
-            && buf.len() <= dev.inline_send_max
-            && dev.send_inline_now(world, tag, ctx, &buf)
-        {
+        if mode == Mode::Standard && dev.send_small_now(world, tag, ctx, &buf) {
             let status = Status::new(ANY_SOURCE, ANY_TAG, buf.len());
             return Ok(Request::ready_with_buffer(status, buf));
         }
@@ -422,8 +419,7 @@ impl Comm {
         // more stores (saved registers, spills), each a store-buffer entry
         // waiting behind the previous message's ring slot (README, "Stores
         // per message").
-        if buf.len() <= dev.inline_send_max && dev.send_inline_now(world, tag, self.inner.ctx, &buf)
-        {
+        if dev.send_small_now(world, tag, self.inner.ctx, &buf) {
             let len = buf.len();
             req.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf);
             return Ok(());

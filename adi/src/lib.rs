@@ -1,15 +1,16 @@
 //! # adi: the thin ADI of tmx
 //!
-//! The device layer after MPICH's second-generation ADI
-//! (`../shared/seeds/mpich-second-generation-adi.txt`): contiguous fast paths,
+//! The device layer after MPICH's second-generation ADI paper: contiguous fast paths,
 //! datatype paths built on them, requests owned by the upper layer.
 //!
 //! **What it does.** [`init`] bootstraps through the launcher's PMI client
 //! (`tmrun`, Hydra, Slurm, or a singleton) and returns `MPI_COMM_WORLD` as a
 //! [`Comm`]; the [`device`] chooses a transport per peer (self → local copy,
-//! same node → `shmem-onesided`, other node → an error until verbs-tm
-//! exists) and progresses requests; matching and protocols are the
-//! transport endpoint's. On top: blocking, nonblocking, synchronous, ready
+//! same node → `shmem-onesided`, other node → the remote transport: an
+//! error until verbs-tm exists, or the socket test double that
+//! [`ENV_TEST_NODES`] turns on) and progresses requests through one
+//! internal transport seam; matching and protocols are the transports'. On top:
+//! blocking, nonblocking, synchronous, ready
 //! and buffered sends, probes and matched probes, cancel, persistent
 //! requests, datatype sends, communicators ([`Comm::dup`], [`Comm::split`])
 //! and minimal collectives.
@@ -75,7 +76,7 @@
 #![warn(missing_docs)]
 // `option.ok_or(Error::…)` builds the error before it knows it is needed,
 // and on the success path calls `Error`'s drop glue out of line to get rid
-// of it: 7.8% of a small datatype send's samples in `perf` (session 14).
+// of it: 7.8% of a small datatype send's samples in `perf`.
 // The crate writes `ok_or_else(|| Error::…)`, which clippy calls unneeded.
 #![allow(clippy::unnecessary_lazy_evaluations)]
 
@@ -91,6 +92,7 @@ mod init;
 pub mod request;
 mod sync;
 mod time;
+mod transport;
 pub mod win;
 
 pub use coll::{ReduceOp, Reducible};
@@ -98,6 +100,7 @@ pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
 pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
+pub use transport::double::ENV_TEST_NODES;
 
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
