@@ -292,24 +292,101 @@ macro_rules! lock_core {
 }
 pub(crate) use lock_core;
 
-/// `$e` on the transport that `$dest` names (static dispatch: the
-/// node-local transport or the remote one), with `$t` the transport and
-/// `$peer` the peer's address there.
-macro_rules! via {
-    ($core:expr, $dest:expr, |$t:ident, $peer:ident| $e:expr) => {
+/// One transport of the core, chosen at compile time: each operation is
+/// written once, generic over the transport it runs on, and dispatched on
+/// the peer's route ([`dispatch!`]). Static dispatch: the node-local
+/// transport's calls inline into the device's fast paths.
+pub(crate) trait Via {
+    /// The remote transport (counted as such).
+    const REMOTE: bool;
+    /// The transport.
+    type T: Transport;
+    /// The transport, out of the core.
+    fn pick(core: &mut Core) -> Result<&mut Self::T, Error>;
+}
+
+/// The node-local transport ([`Via`]).
+pub(crate) enum OnLocal {}
+/// The remote transport ([`Via`]).
+pub(crate) enum OnRemote {}
+
+impl Via for OnLocal {
+    const REMOTE: bool = false;
+    type T = ShmemTransport;
+    #[inline(always)]
+    fn pick(core: &mut Core) -> Result<&mut ShmemTransport, Error> {
+        Ok(&mut core.local)
+    }
+}
+
+impl Via for OnRemote {
+    const REMOTE: bool = true;
+    type T = Remote;
+    #[inline(always)]
+    fn pick(core: &mut Core) -> Result<&mut Remote, Error> {
+        core.remote_mut()
+    }
+}
+
+/// Runs `f` out of line (and as unlikely): the paths of the remote
+/// transport, and of `ANY_SOURCE` over both, stay out of the frames of
+/// the node-local fast paths (every saved register or spill there is a
+/// store on the send path; adi README, "Stores per message").
+#[cold]
+#[inline(never)]
+pub(crate) fn cold<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// `$e` with `$v` the [`Via`] of the transport that [`Dest`] `$dest`
+/// names and `$peer` the peer's address there: inline for the node-local
+/// transport, out of line ([`cold`]) for the remote one.
+macro_rules! dispatch {
+    ($dest:expr, |$v:ident, $peer:ident| $e:expr) => {
         match $dest {
             $crate::device::Dest::Local($peer) => {
-                let $t = &mut $core.local;
+                type $v = $crate::device::OnLocal;
                 $e
             }
-            $crate::device::Dest::Remote($peer) => match $core.remote_mut() {
-                Ok($t) => $e,
-                Err(e) => return Err(e),
-            },
+            $crate::device::Dest::Remote($peer) => $crate::device::cold(move || {
+                type $v = $crate::device::OnRemote;
+                $e
+            }),
         }
     };
 }
-pub(crate) use via;
+pub(crate) use dispatch;
+
+/// A receive or probe of `$spec` (its source a world rank, or any) on a
+/// communicator with group `$group` (`Option<&Group>`): `$e` with `$v`
+/// the [`Via`] of the transport that reaches the source and `$s` the spec
+/// there — inline for the node-local transport, out of line ([`cold`])
+/// for the remote one — or, out of line, `$both` with `$bs` for
+/// `ANY_SOURCE` over members on both ([`RecvOn::Both`]).
+macro_rules! dispatch_recv {
+    ($dev:expr, $spec:expr, $group:expr, |$v:ident, $s:ident| $e:expr, |$bs:ident| $both:expr) => {{
+        let mut $s = $spec;
+        if $dev.localize(&mut $s) {
+            type $v = $crate::device::OnLocal;
+            $e
+        } else {
+            $crate::device::cold(move || match $dev.recv_on($s, $group)? {
+                // `ANY_SOURCE` on a communicator of this node's ranks, with
+                // a remote transport configured.
+                $crate::device::RecvOn::Local($s) => {
+                    type $v = $crate::device::OnLocal;
+                    $e
+                }
+                $crate::device::RecvOn::Remote($s) => {
+                    type $v = $crate::device::OnRemote;
+                    $e
+                }
+                $crate::device::RecvOn::Both($bs) => $both,
+            })
+        }
+    }};
+}
+pub(crate) use dispatch_recv;
 
 impl Core {
     /// The remote transport ([`Error::InvalidArgument`] if none: a remote
@@ -540,10 +617,29 @@ impl Device {
         }
     }
 
+    /// Whether the node-local transport alone takes a receive or probe of
+    /// `spec` (its source a world rank, or any): the source is on this
+    /// node, or any source without a remote transport. If so, the source
+    /// is rewritten in place into the node-local transport's address;
+    /// otherwise `spec` is left as it is ([`Device::recv_on`] says where
+    /// it goes, or what is wrong with it).
+    #[inline(always)]
+    pub(crate) fn localize(&self, spec: &mut MatchSpec) -> bool {
+        match spec.source {
+            Source::Rank(w) => match self.routes.get(w as usize) {
+                Some(Route::SelfCopy { local }) | Some(Route::Shmem { local }) => {
+                    spec.source = Source::Rank(*local);
+                    true
+                }
+                _ => false,
+            },
+            Source::Any => !self.has_remote,
+        }
+    }
+
     /// The transport(s) a receive or probe of `spec` (its source a world
     /// rank, or any) goes to, on a communicator with `group` (`None`:
     /// every rank of the job).
-    #[inline(always)]
     pub(crate) fn recv_on(&self, spec: MatchSpec, group: Option<&Group>) -> Result<RecvOn, Error> {
         match spec.source {
             Source::Rank(w) => Ok(match self.dest_of(w)? {
@@ -572,14 +668,16 @@ impl Device {
         }
     }
 
-    /// Counts a send to `dest` (world rank `world`); only under the core
-    /// lock.
-    #[inline]
-    fn count_dest(&self, world: u32, dest: Dest) {
-        match dest {
-            Dest::Local(_) if world == self.world_rank => bump_locked(&self.counters.self_sends),
-            Dest::Local(_) => bump_locked(&self.counters.shmem_sends),
-            Dest::Remote(_) => bump_locked(&self.counters.remote_sends),
+    /// Counts a send to world rank `world` on the transport of `V`; only
+    /// under the core lock.
+    #[inline(always)]
+    fn count_send<V: Via>(&self, world: u32) {
+        if V::REMOTE {
+            bump_locked(&self.counters.remote_sends);
+        } else if world == self.world_rank {
+            bump_locked(&self.counters.self_sends);
+        } else {
+            bump_locked(&self.counters.shmem_sends);
         }
     }
 

@@ -8,7 +8,7 @@
 //! send's region). The transports report finished operations by id; the
 //! harvest (`progress`) turns each into an [`Outcome`].
 
-use super::{bump, shared::Shared, Core, Device, Group};
+use super::{bump, Core, Device, Group};
 use crate::attr::{ANY_SOURCE, ANY_TAG};
 use crate::request::{request_into, Completer, Outcome, Request, Status};
 use crate::transport::{InPlace, RecvStatus};
@@ -114,13 +114,9 @@ pub(super) enum OpKind {
         into: RecvInto,
         /// `None`: the identity group.
         group: Option<Arc<Group>>,
-    },
-    /// An `ANY_SOURCE` receive posted to more than one transport, keyed by
-    /// its node-local post (see `shared`).
-    Shared {
-        into: RecvInto,
-        group: Option<Arc<Group>>,
-        shared: Box<Shared>,
+        /// An `ANY_SOURCE` receive posted to more than one transport (keyed
+        /// by its node-local post; its state is kept in `shared`).
+        shared: bool,
     },
 }
 
@@ -175,6 +171,7 @@ pub(super) fn record_recv_into(
         OpKind::Recv {
             into,
             group: Group::kept(group),
+            shared: false,
         },
     );
 }

@@ -128,7 +128,12 @@ impl Sink for Harvest<'_> {
     fn recv_done(&mut self, id: u64, result: Result<RecvStatus, Error>, buf: &mut Vec<u8>) {
         match self.ops.remove(id) {
             Some(Op {
-                kind: OpKind::Recv { into, group },
+                kind:
+                    OpKind::Recv {
+                        into,
+                        group,
+                        shared: false,
+                    },
                 completer,
             }) => {
                 if matches!(into, RecvInto::Owned) {
@@ -170,16 +175,14 @@ impl Sink for Harvest<'_> {
             }
             Some(Op {
                 kind:
-                    OpKind::Shared {
+                    OpKind::Recv {
                         into,
                         group,
-                        mut shared,
+                        shared: true,
                     },
                 completer,
             }) => {
-                let result = self
-                    .dev
-                    .settle_shared(&mut shared, self.shared, result, buf);
+                let result = self.dev.settle_shared(self.shared, id, result, buf);
                 push_finished(
                     self.finished,
                     Finished::Recv {
@@ -211,19 +214,20 @@ impl Device {
     /// order); it moves past each one found.
     fn poll_into(&self, mine: &mut [Request], hint: &mut usize) -> Result<usize, Error> {
         let mut finished = Vec::new();
-        let (progressed, harvested) = self.with_core(|core| {
+        let (progressed, here) = self.with_core(|core| {
             let mut r = core.local.progress().map(drop);
             if let Some(t) = core.remote.as_mut() {
                 r = r.and(t.progress().map(drop));
             }
             let here = self.harvest(core, &mut finished, mine, hint);
+            if let Some(e) = core.shared.failed.take() {
+                r = r.and(Err(e));
+            }
             Ok((r, here))
         })?;
-        let here = harvested.as_ref().copied().unwrap_or(0);
         let mut n = here + self.complete_all_into(finished, mine, hint);
         self.note_completed(n);
         progressed?;
-        harvested?;
         // MAKE_RMA_PROGRESS: drain RMA packets and engine actions.
         let m = crate::win::progress(self)?.completed;
         if m > 0 {
@@ -235,26 +239,32 @@ impl Device {
 
     /// Takes every transport's finished operations and finishes those
     /// operations' transport side (under the lock), then answers what the
-    /// shared receives left ([`Device::resolve_shared`]). Returns how many
-    /// were completed in place (see [`Harvest`]).
+    /// shared receives left ([`Device::resolve_shared`]; an error there is
+    /// left in `Core::shared` for the caller's pass to report). Returns
+    /// how many were completed in place (see [`Harvest`]).
     pub(super) fn harvest(
         &self,
         core: &mut Core,
         finished: &mut Vec<Finished>,
         mine: &mut [Request],
         hint: &mut usize,
-    ) -> Result<usize, Error> {
-        let mut here = self.drain_all(core, finished, mine, hint, true);
-        if core.shared.has_work() && self.resolve_shared(core)? {
+    ) -> usize {
+        let local = core.local.collect();
+        let remote = core.remote.as_mut().is_some_and(|r| r.collect());
+        let mut here = 0;
+        if local || remote {
+            here = self.drain_all(core, finished, mine, hint, local, remote);
+        }
+        if core.shared.has_work() && self.resolve_shared(core) && core.local.collect() {
             // A committed proposal's node-local post came back cancelled:
             // complete its receive in this pass.
-            here += self.drain_all(core, finished, mine, hint, false);
+            here += self.drain_all(core, finished, mine, hint, true, false);
         }
-        Ok(here)
+        here
     }
 
-    /// The transports' feeds into one [`Harvest`] (the remote one's too
-    /// if `remote`).
+    /// The feeds of the transports that collected something (`local`,
+    /// `remote`) into one [`Harvest`].
     #[inline(always)]
     fn drain_all(
         &self,
@@ -262,10 +272,11 @@ impl Device {
         finished: &mut Vec<Finished>,
         mine: &mut [Request],
         hint: &mut usize,
+        local: bool,
         remote: bool,
     ) -> usize {
         let Core {
-            local,
+            local: l,
             remote: r,
             ops,
             spares,
@@ -283,7 +294,9 @@ impl Device {
             hint,
             here: 0,
         };
-        local.drain(&mut h);
+        if local {
+            l.drain(&mut h);
+        }
         if remote {
             if let Some(r) = r.as_mut() {
                 r.drain(&mut h);
@@ -477,10 +490,10 @@ impl Device {
             for &id in &ids {
                 match ops.get_mut(id) {
                     Some(Op {
-                        kind: OpKind::Shared { shared: s, .. },
+                        kind: OpKind::Recv { shared: true, .. },
                         ..
                     }) => {
-                        self.cancel_shared(local, remote, shared, id, s)?;
+                        self.cancel_shared(local, remote, shared, id)?;
                     }
                     Some(_) => {
                         super::recv::by_id!(local, remote, id, |t| t.cancel_recv(id))?;

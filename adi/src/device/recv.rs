@@ -2,15 +2,21 @@
 //!
 //! A receive's spec names its source as a world rank (or any); the device
 //! turns it into the spec of the transport that reaches that source
-//! ([`Device::recv_on`]) and calls that transport (`on!`). An
-//! `ANY_SOURCE` receive on a communicator whose members span transports
-//! goes to all of them (`shared`).
+//! ([`Device::recv_on`]) and runs the receive, written once generic over
+//! the transport ([`Via`]), on it (`dispatch_recv!`: the node-local
+//! transport inline, the remote one out of line). An `ANY_SOURCE` receive
+//! on a communicator whose members span transports goes to all of them
+//! (`shared`).
 
 use super::ops::{record_recv, record_recv_into, Op, OpKind, RecvInto};
-use super::{bump, bump_locked, lock_core, Core, Device, Group, RecvOn, LIVENESS_EVERY};
+use super::{
+    bump, bump_locked, dispatch_recv, lock_core, Core, Device, Group, OnLocal, OnRemote, RecvOn,
+    Via, LIVENESS_EVERY,
+};
 use crate::request::{Request, Status};
-use crate::transport::{Alive, Matched, RecvStart, RecvStatus, Transport};
+use crate::transport::{Alive, ArrivalWatch, Matched, RecvStart, RecvStatus, Transport};
 use crate::Error;
+use std::mem;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tm_proto::{MatchSpec, Source};
@@ -67,23 +73,119 @@ pub(super) use by_id;
 impl Core {
     /// `try_recv` on the transport(s) of `on`: the node-local one first.
     fn try_recv_on(&mut self, on: RecvOn, buf: &mut [u8]) -> Result<Option<RecvStatus>, Error> {
-        on!(self, on, |t, spec| t.try_recv(spec, buf), |spec| {
-            match self.local.try_recv(spec, buf)? {
-                Some(st) => Ok(Some(st)),
-                None => self.remote_mut()?.try_recv(spec, buf),
-            }
-        })
+        match on {
+            RecvOn::Local(spec) => OnLocal::try_recv(self, spec, buf),
+            RecvOn::Remote(spec) => OnRemote::try_recv(self, spec, buf),
+            RecvOn::Both(spec) => OnBoth::try_recv(self, spec, buf),
+        }
+    }
+}
+
+/// How a blocking receive ([`Device::recv_into`]) polls: on one transport
+/// ([`OnLocal`], [`OnRemote`]), or on both ([`OnBoth`]).
+trait Poll {
+    /// [`Transport::try_recv`] on the transport(s).
+    fn try_recv(
+        core: &mut Core,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error>;
+    /// One progress pass of the transport that `try_recv` does not poll
+    /// (its queued sends keep moving while this rank waits), and the error
+    /// a harvest left from answering shared receives.
+    fn others(core: &mut Core) -> Result<(), Error>;
+    /// A watch on the next arrival from the spec's source, if any.
+    fn watch(core: &mut Core, spec: MatchSpec) -> Option<ArrivalWatch> {
+        let _ = (core, spec);
+        None
+    }
+    /// Which peers the receive waits for.
+    fn alive(core: &mut Core, spec: MatchSpec) -> Result<(), Error>;
+}
+
+/// `ANY_SOURCE` over both transports ([`Poll`]).
+enum OnBoth {}
+
+/// The peers a receive of `spec` waits for.
+fn waited(spec: MatchSpec) -> Alive {
+    match spec.source {
+        Source::Rank(p) => Alive::Peer(p),
+        Source::Any => Alive::All,
+    }
+}
+
+impl Poll for OnLocal {
+    #[inline(always)]
+    fn try_recv(
+        core: &mut Core,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error> {
+        core.local.try_recv(spec, buf)
     }
 
-    /// One progress pass of every transport that `on` does not poll
-    /// itself (a blocking receive keeps the others' queued sends moving).
-    #[inline]
-    fn progress_others(&mut self, on: RecvOn) -> Result<(), Error> {
-        match (on, self.remote.as_mut()) {
-            (RecvOn::Local(_), Some(r)) => r.progress().map(drop),
-            (RecvOn::Remote(_), _) => self.local.progress().map(drop),
-            _ => Ok(()),
+    #[inline(always)]
+    fn others(core: &mut Core) -> Result<(), Error> {
+        match core.remote.as_mut() {
+            Some(r) => {
+                r.progress()?;
+                core.shared.failed.take().map_or(Ok(()), Err)
+            }
+            None => Ok(()),
         }
+    }
+
+    #[inline(always)]
+    fn watch(core: &mut Core, spec: MatchSpec) -> Option<ArrivalWatch> {
+        match spec.source {
+            Source::Rank(p) => core.local.arrival_watch(p),
+            Source::Any => None,
+        }
+    }
+
+    fn alive(core: &mut Core, spec: MatchSpec) -> Result<(), Error> {
+        core.local.check_alive(waited(spec))
+    }
+}
+
+impl Poll for OnRemote {
+    fn try_recv(
+        core: &mut Core,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error> {
+        core.remote_mut()?.try_recv(spec, buf)
+    }
+
+    fn others(core: &mut Core) -> Result<(), Error> {
+        core.local.progress()?;
+        core.shared.failed.take().map_or(Ok(()), Err)
+    }
+
+    fn alive(core: &mut Core, spec: MatchSpec) -> Result<(), Error> {
+        core.remote_mut()?.check_alive(waited(spec))
+    }
+}
+
+impl Poll for OnBoth {
+    fn try_recv(
+        core: &mut Core,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error> {
+        match core.local.try_recv(spec, buf)? {
+            Some(st) => Ok(Some(st)),
+            None => core.remote_mut()?.try_recv(spec, buf),
+        }
+    }
+
+    fn others(core: &mut Core) -> Result<(), Error> {
+        core.shared.failed.take().map_or(Ok(()), Err)
+    }
+
+    fn alive(core: &mut Core, _spec: MatchSpec) -> Result<(), Error> {
+        core.local.check_alive(Alive::All)?;
+        core.remote_mut()?.check_alive(Alive::All)
     }
 }
 
@@ -115,25 +217,37 @@ impl Device {
         into: RecvInto,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        let on = self.recv_on(spec, Some(group))?;
+        dispatch_recv!(
+            self,
+            spec,
+            Some(group),
+            |V, spec| self.start_recv_in_on::<V>(spec, buf, into, group),
+            |spec| {
+                lock_core!(self, g, core);
+                bump_locked(&self.counters.recvs);
+                self.start_shared(core, spec, buf, into, group)
+            }
+        )
+    }
+
+    #[inline(always)]
+    fn start_recv_in_on<V: Via>(
+        &self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        into: RecvInto,
+        group: &Arc<Group>,
+    ) -> Result<Request, Error> {
         lock_core!(self, g, core);
         bump_locked(&self.counters.recvs);
-        let started = on!(
-            core,
-            on,
-            |t, spec| t.irecv(spec, buf, into.consumer())?,
-            |spec| {
-                let req = self.start_shared(core, spec, buf, into, group)?;
-                drop(g);
-                return Ok(req);
-            }
-        );
+        let started = V::pick(core)?.irecv(spec, buf, into.consumer());
         match started {
-            RecvStart::Pending(id) => Ok(record_recv(core, id, into, group)),
-            RecvStart::Done(result, buf) => {
+            Ok(RecvStart::Pending(id)) => Ok(record_recv(core, id, into, group)),
+            Ok(RecvStart::Done(result, buf)) => {
                 drop(g);
                 Ok(self.recv_done_at_once(result, buf, into, group))
             }
+            Err(e) => Err(e),
         }
     }
 
@@ -150,36 +264,51 @@ impl Device {
         buf: Vec<u8>,
         group: &Arc<Group>,
     ) -> Result<Request, Error> {
-        let on = self.recv_on(spec, Some(group))?;
+        dispatch_recv!(
+            self,
+            spec,
+            Some(group),
+            |V, spec| self.start_recv_owned_on::<V>(spec, buf, group),
+            |spec| {
+                lock_core!(self, g, core);
+                bump_locked(&self.counters.recvs);
+                self.start_shared(core, spec, buf, RecvInto::Owned, group)
+            }
+        )
+    }
+
+    #[inline(always)]
+    fn start_recv_owned_on<V: Via>(
+        &self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        group: &Arc<Group>,
+    ) -> Result<Request, Error> {
         lock_core!(self, g, core);
         bump_locked(&self.counters.recvs);
         let mut buf = buf;
-        let req = on!(
-            core,
-            on,
-            |t, spec| {
-                // The common case first: its message is the next in line.
-                if let Some(st) = t.recv_arrived(spec, &mut buf)? {
-                    drop(g);
-                    let status = self.status_of(&st, Group::as_kept(group));
-                    return Ok(Request::ready_with_buffer(status, buf));
-                }
-                match t.irecv(spec, buf, None)? {
-                    RecvStart::Done(Ok(st), buf) if !st.cancelled && !st.truncated() => {
-                        drop(g);
-                        let status = self.status_of(&st, Group::as_kept(group));
-                        Request::ready_with_buffer(status, buf)
-                    }
-                    RecvStart::Pending(id) => record_recv(core, id, RecvInto::Owned, group),
-                    RecvStart::Done(result, buf) => {
-                        drop(g);
-                        self.recv_done_at_once(result, buf, RecvInto::Owned, group)
-                    }
-                }
-            },
-            |spec| self.start_shared(core, spec, buf, RecvInto::Owned, group)?
-        );
-        Ok(req)
+        let t = V::pick(core)?;
+        // The common case first: its message is the next in line.
+        if let Some(st) = t.recv_arrived(spec, &mut buf)? {
+            drop(g);
+            let status = self.status_of(&st, Group::as_kept(group));
+            return Ok(Request::ready_with_buffer(status, buf));
+        }
+        // Matched where it lies (see `start_recv_owned_into_on`).
+        let mut started = t.irecv(spec, buf, None);
+        Ok(match started {
+            Ok(RecvStart::Pending(id)) => record_recv(core, id, RecvInto::Owned, group),
+            Ok(RecvStart::Done(Ok(ref st), ref mut buf)) if !st.cancelled && !st.truncated() => {
+                drop(g);
+                let status = self.status_of(st, Group::as_kept(group));
+                Request::ready_with_buffer(status, mem::take(buf))
+            }
+            Ok(RecvStart::Done(result, buf)) => {
+                drop(g);
+                self.recv_done_at_once(result, buf, RecvInto::Owned, group)
+            }
+            Err(e) => return Err(e),
+        })
     }
 
     /// [`Device::start_recv_in`] of a receive into the user's own buffer,
@@ -197,40 +326,56 @@ impl Device {
         buf: Vec<u8>,
         group: &Arc<Group>,
     ) -> Result<(), Error> {
-        let on = self.recv_on(spec, Some(group))?;
+        dispatch_recv!(
+            self,
+            spec,
+            Some(group),
+            |V, spec| self.start_recv_owned_into_on::<V>(out, spec, buf, group),
+            |spec| {
+                lock_core!(self, g, core);
+                bump_locked(&self.counters.recvs);
+                *out = self.start_shared(core, spec, buf, RecvInto::Owned, group)?;
+                Ok(())
+            }
+        )
+    }
+
+    #[inline(always)]
+    fn start_recv_owned_into_on<V: Via>(
+        &self,
+        out: &mut Request,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        group: &Arc<Group>,
+    ) -> Result<(), Error> {
         lock_core!(self, g, core);
         bump_locked(&self.counters.recvs);
         let mut buf = buf;
-        on!(
-            core,
-            on,
-            |t, spec| {
-                // The common case first: its message is the next in line.
-                if let Some(st) = t.recv_arrived(spec, &mut buf)? {
-                    drop(g);
-                    out.set_ready_with_buffer(self.status_of(&st, Group::as_kept(group)), buf);
-                    return Ok(());
-                }
-                match t.irecv(spec, buf, None)? {
-                    RecvStart::Done(Ok(st), buf) if !st.cancelled && !st.truncated() => {
-                        drop(g);
-                        out.set_ready_with_buffer(self.status_of(&st, Group::as_kept(group)), buf);
-                    }
-                    RecvStart::Pending(id) => {
-                        record_recv_into(core, id, RecvInto::Owned, group, out)
-                    }
-                    RecvStart::Done(result, buf) => {
-                        drop(g);
-                        *out = self.recv_done_at_once(result, buf, RecvInto::Owned, group);
-                    }
-                }
-            },
-            |spec| {
-                let req = self.start_shared(core, spec, buf, RecvInto::Owned, group)?;
+        let t = V::pick(core)?;
+        // The common case first: its message is the next in line.
+        if let Some(st) = t.recv_arrived(spec, &mut buf)? {
+            drop(g);
+            out.set_ready_with_buffer(self.status_of(&st, Group::as_kept(group)), buf);
+            return Ok(());
+        }
+        // Matched where it lies (no `?`): the result is large, and moving
+        // it cost more stores than the rest of the path.
+        let mut started = t.irecv(spec, buf, None);
+        match started {
+            Ok(RecvStart::Pending(id)) => record_recv_into(core, id, RecvInto::Owned, group, out),
+            Ok(RecvStart::Done(Ok(ref st), ref mut buf)) if !st.cancelled && !st.truncated() => {
                 drop(g);
-                *out = req;
+                out.set_ready_with_buffer(
+                    self.status_of(st, Group::as_kept(group)),
+                    mem::take(buf),
+                );
             }
-        );
+            Ok(RecvStart::Done(result, buf)) => {
+                drop(g);
+                *out = self.recv_done_at_once(result, buf, RecvInto::Owned, group);
+            }
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 
@@ -249,19 +394,28 @@ impl Device {
         buf: &mut [u8],
         group: &Group,
     ) -> Result<Option<Result<Status, Error>>, Error> {
-        let on = self.recv_on(spec, Some(group))?;
-        let got = self.with_core(|core| {
-            let got = on!(core, on, |t, spec| t.recv_now(spec, buf)?, |spec| {
-                match core.local.recv_now(spec, buf)? {
+        let got = dispatch_recv!(
+            self,
+            spec,
+            Some(group),
+            |V, spec| self.with_core(|core| {
+                let got = V::pick(core)?.recv_now(spec, buf)?;
+                if got.is_some() {
+                    bump_locked(&self.counters.recvs);
+                }
+                Ok(got)
+            }),
+            |spec| self.with_core(|core| {
+                let got = match core.local.recv_now(spec, buf)? {
                     Some(st) => Some(st),
                     None => core.remote_mut()?.recv_now(spec, buf)?,
+                };
+                if got.is_some() {
+                    bump_locked(&self.counters.recvs);
                 }
-            });
-            if got.is_some() {
-                bump_locked(&self.counters.recvs);
-            }
-            Ok(got)
-        })?;
+                Ok(got)
+            })
+        )?;
         Ok(got.map(|st| self.recv_result(&st, Group::as_kept(group))))
     }
 
@@ -306,7 +460,22 @@ impl Device {
         buf: &mut [u8],
         group: &Arc<Group>,
     ) -> Result<Status, Error> {
-        let on = self.recv_on(spec, Some(group))?;
+        dispatch_recv!(
+            self,
+            spec,
+            Some(group),
+            |V, spec| self.recv_into_on::<V>(spec, buf, group),
+            |spec| self.recv_into_on::<OnBoth>(spec, buf, group)
+        )
+    }
+
+    #[inline(always)]
+    fn recv_into_on<Q: Poll>(
+        &self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+        group: &Arc<Group>,
+    ) -> Result<Status, Error> {
         let mut idle = 0u32;
         let mut first = true;
         // Between passes, an exact-source receive watches its source's ring
@@ -316,33 +485,33 @@ impl Device {
             // Empty (no allocation); `harvest` fills it from the thread's
             // spare list only when something finished.
             let mut finished = Vec::new();
-            let got = self.with_core(|core| {
-                let r = core.try_recv_on(on, buf);
+            let got = {
+                lock_core!(self, g, core);
+                let mut r = Q::try_recv(core, spec, buf);
                 if first {
                     bump_locked(&self.counters.recvs);
                     if matches!(r, Ok(Some(_))) {
                         bump_locked(&self.counters.recv_fast_hits);
                     }
                 }
-                if let (
-                    Ok(None),
-                    RecvOn::Local(MatchSpec {
-                        source: Source::Rank(p),
-                        ..
-                    }),
-                ) = (&r, on)
-                {
-                    watch = core.local.arrival_watch(p);
+                if let Ok(None) = r {
+                    watch = Q::watch(core, spec);
                 }
-                let others = core.progress_others(on);
-                let harvested = self.harvest(core, &mut finished, &mut [], &mut 0);
-                Ok((r, others.and(harvested)))
-            })?;
+                // A failed pass on another transport fails the receive
+                // (once what this pass harvested is completed), unless it
+                // received.
+                if let Err(e) = Q::others(core) {
+                    if let Ok(None) = r {
+                        r = Err(e);
+                    }
+                }
+                self.harvest(core, &mut finished, &mut [], &mut 0);
+                drop(g);
+                r
+            };
             first = false;
             let n = self.complete_all_into(finished, &mut [], &mut 0);
             self.note_completed(n);
-            let (got, passed) = got;
-            passed?;
             // Passive-target RMA progress also runs in blocking receives;
             // applying RMA packets counts as activity (keeps spinning).
             let rma_active = crate::win::progress(self)?.packets > 0;
@@ -351,10 +520,10 @@ impl Device {
             }
             idle = if rma_active { 1 } else { idle.wrapping_add(1) };
             if idle % 64 == 0 {
-                if let Err(e) = self.source_alive(on) {
+                if let Err(e) = self.source_alive::<Q>(spec) {
                     // Deliver what the peer sent before it died, if it matches.
                     for _ in 0..64 {
-                        if let Some(st) = self.with_core(|core| core.try_recv_on(on, buf))? {
+                        if let Some(st) = self.with_core(|core| Q::try_recv(core, spec, buf))? {
                             return self.recv_result(&st, Group::as_kept(group));
                         }
                     }
@@ -482,25 +651,16 @@ impl Device {
         }
     }
 
-    /// Liveness of the peer(s) a blocking receive on `on` waits for, at
-    /// most every [`LIVENESS_EVERY`].
-    fn source_alive(&self, on: RecvOn) -> Result<(), Error> {
+    /// Liveness of the peer(s) a blocking receive of `spec` polled by `Q`
+    /// waits for, at most every [`LIVENESS_EVERY`].
+    fn source_alive<Q: Poll>(&self, spec: MatchSpec) -> Result<(), Error> {
         let now = self.start.elapsed().as_millis() as u64;
         let last = self.last_alive_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) < LIVENESS_EVERY.as_millis() as u64 {
             return Ok(());
         }
         self.last_alive_ms.store(now, Ordering::Relaxed);
-        let which = |spec: MatchSpec| match spec.source {
-            Source::Rank(p) => Alive::Peer(p),
-            Source::Any => Alive::All,
-        };
-        self.with_core(|core| {
-            on!(core, on, |t, spec| t.check_alive(which(spec)), |_spec| {
-                core.local.check_alive(Alive::All)?;
-                core.remote_mut()?.check_alive(Alive::All)
-            })
-        })
+        self.with_core(|core| Q::alive(core, spec))
     }
 
     // ------------------------------------------------------------ probes
@@ -621,7 +781,7 @@ impl Device {
             match ops.get_mut(id) {
                 None => Ok(false),
                 Some(Op {
-                    kind: OpKind::Recv { .. },
+                    kind: OpKind::Recv { shared: false, .. },
                     ..
                 }) => by_id!(local, remote, id, |t| t.cancel_recv(id)),
                 Some(Op {
@@ -633,9 +793,9 @@ impl Device {
                     Ok(ok)
                 }
                 Some(Op {
-                    kind: OpKind::Shared { shared: s, .. },
+                    kind: OpKind::Recv { shared: true, .. },
                     ..
-                }) => self.cancel_shared(local, remote, shared, id, s),
+                }) => self.cancel_shared(local, remote, shared, id),
             }
         })?;
         if ok {

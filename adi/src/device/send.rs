@@ -1,17 +1,20 @@
 //! Sends: blocking and nonblocking, the four modes, buffered sends, and
 //! datatype sends packed straight into the transport.
 //!
-//! Every send starts the same way (`lock_core!` after [`Device::dest_of`]:
-//! the destination's transport and address, the core under its lock, an
-//! error once finalized) and ends the same way ([`Device::sent`]: counted
-//! by mode, traced); in between it calls one [`Transport`] method on the
-//! destination's transport (`via!`).
+//! Every send is written once, generic over the transport it runs on
+//! ([`Via`]), and dispatched on the destination's route (`dispatch!`:
+//! the node-local transport inline, the remote one out of line). It
+//! starts the same way (`lock_core!`: the core under its lock, an error
+//! once finalized) and ends the same way ([`Device::sent`]: counted by
+//! mode, traced); in between it calls one [`Transport`] method.
 
 use super::ops::{record_send, record_send_into};
-use super::{bump, lock, lock_core, via, Device, Mode, Route, SendData, BSEND_OVERHEAD};
+use super::{
+    bump, dispatch, lock, lock_core, Core, Device, Mode, Route, SendData, Via, BSEND_OVERHEAD,
+};
 use crate::attr::{ANY_SOURCE, ANY_TAG};
 use crate::request::{Request, Status};
-use crate::transport::{SendMode, SendStart, SmallKind, Transport};
+use crate::transport::{SendMode, SendStart, ShmemTransport, SmallKind, Transport};
 use crate::Error;
 
 /// The transport's mode of a send. A ready send is sent as a standard
@@ -81,17 +84,25 @@ impl Device {
         data: &[u8],
         start: usize,
     ) -> Result<Request, Error> {
-        let to = self.dest_of(dest)?;
+        dispatch!(self.dest_of(dest)?, |V, peer| {
+            self.start_bsend_on::<V>(dest, peer, tag, context, data, start)
+        })
+    }
+
+    #[inline(always)]
+    fn start_bsend_on<V: Via>(
+        &self,
+        dest: u32,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        start: usize,
+    ) -> Result<Request, Error> {
         let len = data.len();
         lock_core!(self, g, core);
-        let id = via!(core, to, |t, peer| t.isend_borrowed(
-            peer,
-            tag,
-            context,
-            data,
-            SendMode::Standard
-        ))?;
-        self.count_dest(dest, to);
+        let id = V::pick(core)?.isend_borrowed(peer, tag, context, data, SendMode::Standard)?;
+        self.count_send::<V>(dest);
         let req = record_send(core, id, len, Some(start));
         drop(g);
         self.sent(dest, tag, context, len, Mode::Standard, false);
@@ -113,7 +124,23 @@ impl Device {
         mode: Mode,
         bsend: Option<usize>,
     ) -> Result<Request, Error> {
-        let to = self.dest_of(dest)?;
+        dispatch!(self.dest_of(dest)?, |V, peer| {
+            self.start_send_owned_on::<V>(dest, peer, tag, context, v, mode, bsend)
+        })
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn start_send_owned_on<V: Via>(
+        &self,
+        dest: u32,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        v: Vec<u8>,
+        mode: Mode,
+        bsend: Option<usize>,
+    ) -> Result<Request, Error> {
         let len = v.len();
         let t_mode = transport_mode(mode);
         // A send that completes inside the transport call (inline, eager,
@@ -123,16 +150,16 @@ impl Device {
         // request directly: moving the result, then a `(Request, bool)`,
         // through locals cost more than the rest.
         lock_core!(self, g, core);
-        let req = match via!(core, to, |t, peer| t.isend(peer, tag, context, v, t_mode))? {
+        let req = match V::pick(core)?.isend(peer, tag, context, v, t_mode)? {
             SendStart::Done(buf) => {
-                self.count_dest(dest, to);
+                self.count_send::<V>(dest);
                 drop(g);
                 let status = Status::new(ANY_SOURCE, ANY_TAG, len);
                 self.sent(dest, tag, context, len, mode, true);
                 return Ok(Request::ready_with_buffer(status, buf));
             }
             SendStart::Pending(id) => {
-                self.count_dest(dest, to);
+                self.count_send::<V>(dest);
                 record_send(core, id, len, bsend)
             }
         };
@@ -166,30 +193,44 @@ impl Device {
         v: Vec<u8>,
         mode: Mode,
     ) -> Result<(), Error> {
-        let to = self.dest_of(dest)?;
+        dispatch!(self.dest_of(dest)?, |V, peer| {
+            self.start_send_owned_into_on::<V>(out, dest, peer, tag, context, v, mode)
+        })
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn start_send_owned_into_on<V: Via>(
+        &self,
+        out: &mut Request,
+        dest: u32,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        v: Vec<u8>,
+        mode: Mode,
+    ) -> Result<(), Error> {
         let len = v.len();
         let t_mode = transport_mode(mode);
         lock_core!(self, g, core);
-        if t_mode == SendMode::Standard
-            && via!(core, to, |t, peer| t
-                .send_now(peer, tag, context, &v, false))
-        {
-            self.count_dest(dest, to);
+        let t = V::pick(core)?;
+        if t_mode == SendMode::Standard && t.send_now(peer, tag, context, &v, false) {
+            self.count_send::<V>(dest);
             drop(g);
             self.sent(dest, tag, context, len, mode, true);
             out.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), v);
             return Ok(());
         }
-        match via!(core, to, |t, peer| t.isend(peer, tag, context, v, t_mode))? {
+        match t.isend(peer, tag, context, v, t_mode)? {
             SendStart::Done(buf) => {
-                self.count_dest(dest, to);
+                self.count_send::<V>(dest);
                 drop(g);
                 self.sent(dest, tag, context, len, mode, true);
                 out.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf);
                 return Ok(());
             }
             SendStart::Pending(id) => {
-                self.count_dest(dest, to);
+                self.count_send::<V>(dest);
                 record_send_into(core, id, len, None, out);
             }
         };
@@ -224,15 +265,23 @@ impl Device {
     /// [`Device::send_small_now`] of one slot.
     #[inline(never)]
     fn send_small_one(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
-        self.send_small_with(dest, tag, context, data, SmallKind::One)
+        self.send_small_with(dest, tag, context, data, |t, local| {
+            t.send_small_now(local, tag, context, data, SmallKind::One)
+        })
     }
 
     /// [`Device::send_small_now`] of several slots.
     #[inline(never)]
     fn send_small_more(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
-        self.send_small_with(dest, tag, context, data, SmallKind::More)
+        self.send_small_with(dest, tag, context, data, |t, local| {
+            t.send_small_now(local, tag, context, data, SmallKind::More)
+        })
     }
 
+    /// The body of [`Device::send_small_now`] to a peer of this node, with
+    /// `push` the node-local transport's call (the kind of slot a
+    /// constant in it, so that nothing else is compiled in); a peer of
+    /// another node goes out of line.
     #[inline(always)]
     fn send_small_with(
         &self,
@@ -240,15 +289,13 @@ impl Device {
         tag: u32,
         context: u32,
         data: &[u8],
-        kind: SmallKind,
+        push: impl FnOnce(&mut ShmemTransport, u32) -> bool,
     ) -> bool {
-        let local = match self.routes.get(dest as usize) {
-            Some(Route::Shmem { local }) => *local,
-            Some(Route::Remote { .. }) => return self.send_small_remote(dest, tag, context, data),
-            _ => return false,
+        let Some(Route::Shmem { local }) = self.routes.get(dest as usize) else {
+            return self.send_small_other(dest, tag, context, data);
         };
         let sent = self.core.with_owned(|core| match core {
-            Some(core) => core.local.send_small_now(local, tag, context, data, kind),
+            Some(core) => push(&mut core.local, *local),
             None => false,
         });
         if sent != Some(true) {
@@ -259,10 +306,15 @@ impl Device {
         true
     }
 
-    /// [`Device::send_small_now`] to a peer of the remote transport.
+    /// [`Device::send_small_now`] to a peer not on this node (the remote
+    /// transport's), or to none (this rank, a bad rank): `false` but for
+    /// a remote transport that sends it now.
     #[cold]
     #[inline(never)]
-    fn send_small_remote(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+    fn send_small_other(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
+        let Some(Route::Remote { .. }) = self.routes.get(dest as usize) else {
+            return false;
+        };
         let kind = self.small.kind(data.len()).unwrap_or(SmallKind::More);
         let sent = self.core.with_owned(|core| match core {
             Some(Core {
@@ -293,17 +345,16 @@ impl Device {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> bool,
     ) -> Result<bool, Error> {
-        let to = self.dest_of(dest)?;
-        lock_core!(self, g, core);
-        if !via!(core, to, |t, peer| t
-            .send_fill_now(peer, tag, context, len, fill))
-        {
-            return Ok(false);
-        }
-        self.count_dest(dest, to);
-        drop(g);
-        self.sent(dest, tag, context, len, Mode::Standard, true);
-        Ok(true)
+        dispatch!(self.dest_of(dest)?, |V, peer| {
+            lock_core!(self, g, core);
+            if !V::pick(core)?.send_fill_now(peer, tag, context, len, fill) {
+                return Ok(false);
+            }
+            self.count_send::<V>(dest);
+            drop(g);
+            self.sent(dest, tag, context, len, Mode::Standard, true);
+            Ok(true)
+        })
     }
 
     /// A standard send of `data` to world rank `dest` if it completes in
@@ -323,17 +374,16 @@ impl Device {
         data: &[u8],
         staged: bool,
     ) -> Result<bool, Error> {
-        let to = self.dest_of(dest)?;
-        lock_core!(self, g, core);
-        if !via!(core, to, |t, peer| t
-            .send_now(peer, tag, context, data, staged))
-        {
-            return Ok(false);
-        }
-        self.count_dest(dest, to);
-        drop(g);
-        self.sent(dest, tag, context, data.len(), Mode::Standard, true);
-        Ok(true)
+        dispatch!(self.dest_of(dest)?, |V, peer| {
+            lock_core!(self, g, core);
+            if !V::pick(core)?.send_now(peer, tag, context, data, staged) {
+                return Ok(false);
+            }
+            self.count_send::<V>(dest);
+            drop(g);
+            self.sent(dest, tag, context, data.len(), Mode::Standard, true);
+            Ok(true)
+        })
     }
 
     /// A blocking send of `data` to world rank `dest` (`MPI_Send`,
@@ -350,14 +400,27 @@ impl Device {
         data: &[u8],
         mode: Mode,
     ) -> Result<(), Error> {
-        let to = self.dest_of(dest)?;
+        dispatch!(self.dest_of(dest)?, |V, peer| {
+            self.send_blocking_on::<V>(dest, peer, tag, context, data, mode)
+        })
+    }
+
+    #[inline(always)]
+    fn send_blocking_on<V: Via>(
+        &self,
+        dest: u32,
+        peer: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: Mode,
+    ) -> Result<(), Error> {
         let len = data.len();
         let t_mode = transport_mode(mode);
         // The common case (finished in the call) makes no request at all.
         lock_core!(self, g, core);
-        let started = via!(core, to, |t, peer| t
-            .send_borrowed(peer, tag, context, data, t_mode))?;
-        self.count_dest(dest, to);
+        let started = V::pick(core)?.send_borrowed(peer, tag, context, data, t_mode)?;
+        self.count_send::<V>(dest);
         let pending = started.map(|id| record_send(core, id, len, None));
         drop(g);
         self.count_mode(mode);
@@ -427,5 +490,3 @@ impl Device {
         }
     }
 }
-
-use super::Core;

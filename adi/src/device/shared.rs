@@ -13,10 +13,10 @@
 //! shared post had never been there). One message completes the receive;
 //! none is lost or taken twice.
 //!
-//! The operation-table entry ([`OpKind::Shared`]) is keyed by the
+//! The operation-table entry (an [`OpKind::Recv`] marked `shared`) is keyed by the
 //! node-local post's id, so the request, `MPI_Cancel` and the completion
-//! all go through it; the remote post's id maps back to it here
-//! ([`Pending::partners`]).
+//! all go through it; its state is here ([`Pending::recvs`]), and the
+//! remote post's id maps back to it ([`Pending::partners`]).
 
 use super::ops::{record_into, OpKind};
 use super::{bump, bump_locked, Core, Device, Group};
@@ -28,9 +28,9 @@ use std::mem;
 use std::sync::Arc;
 use tm_proto::MatchSpec;
 
-use super::ops::{Op, RecvInto};
+use super::ops::RecvInto;
 
-/// The state of a shared receive (kept with its operation).
+/// The state of a shared receive.
 #[derive(Debug)]
 pub(super) struct Shared {
     /// The receive's capacity (the user's buffer).
@@ -53,16 +53,21 @@ enum State {
     Settled,
 }
 
-/// Work of the shared receives that a harvest leaves for after the
-/// transports' feeds (the transports cannot be called from inside one).
+/// The shared receives: their state, and the work a harvest leaves for
+/// after the transports' feeds (the transports cannot be called from
+/// inside one).
 #[derive(Debug, Default)]
 pub(super) struct Pending {
+    /// Node-local post id → state of every pending shared receive.
+    recvs: HashMap<u64, Shared>,
     /// Proposals of remote posts, to answer.
     proposals: Vec<(u64, RecvStatus)>,
     /// Remote posts to withdraw (their node-local post matched).
     withdrawals: Vec<u64>,
     /// Remote post id → node-local post id of every posted shared receive.
     partners: HashMap<u64, u64>,
+    /// An error answering them, for the pass to report.
+    pub(super) failed: Option<Error>,
 }
 
 impl Pending {
@@ -137,15 +142,16 @@ impl Device {
                 return Err(e);
             }
         };
+        core.shared.recvs.insert(id, Shared { cap, state });
         let mut req = Request::null();
         record_into(
             core,
             id,
             &mut req,
-            OpKind::Shared {
+            OpKind::Recv {
                 into,
                 group: Group::kept(group),
-                shared: Box::new(Shared { cap, state }),
+                shared: true,
             },
         );
         Ok(req)
@@ -157,12 +163,15 @@ impl Device {
     /// then the remote post is to be withdrawn.
     pub(super) fn settle_shared(
         &self,
-        shared: &mut Shared,
         pending: &mut Pending,
+        id: u64,
         result: Result<RecvStatus, Error>,
         buf: &mut [u8],
     ) -> Result<RecvStatus, Error> {
-        match mem::replace(&mut shared.state, State::Settled) {
+        let Some(shared) = pending.recvs.remove(&id) else {
+            return result;
+        };
+        match shared.state {
             State::Posted(rid) => {
                 pending.partners.remove(&rid);
                 pending.withdrawals.push(rid);
@@ -191,13 +200,23 @@ impl Device {
     }
 
     /// Answers the proposals and withdraws the remote posts a harvest left
-    /// (under the core lock). `true` if a proposal was committed: the
-    /// node-local post's cancelled completion is then in its feed.
-    pub(super) fn resolve_shared(&self, core: &mut Core) -> Result<bool, Error> {
+    /// (under the core lock; an error is left in [`Pending::failed`]).
+    /// `true` if a proposal was committed: the node-local post's cancelled
+    /// completion is then in its feed.
+    pub(super) fn resolve_shared(&self, core: &mut Core) -> bool {
+        match self.try_resolve_shared(core) {
+            Ok(committed) => committed,
+            Err(e) => {
+                core.shared.failed = Some(e);
+                false
+            }
+        }
+    }
+
+    fn try_resolve_shared(&self, core: &mut Core) -> Result<bool, Error> {
         let Core {
             local,
             remote,
-            ops,
             shared: pending,
             ..
         } = core;
@@ -216,11 +235,7 @@ impl Device {
             let Some(primary) = pending.partners.remove(&rid) else {
                 continue;
             };
-            let Some(Op {
-                kind: OpKind::Shared { shared, .. },
-                ..
-            }) = ops.get_mut(primary)
-            else {
+            let Some(shared) = pending.recvs.get_mut(&primary) else {
                 remote.withdraw(rid)?;
                 continue;
             };
@@ -249,8 +264,10 @@ impl Device {
         remote: &mut Option<Remote>,
         pending: &mut Pending,
         id: u64,
-        shared: &mut Shared,
     ) -> Result<bool, Error> {
+        let Some(shared) = pending.recvs.get_mut(&id) else {
+            return Ok(false);
+        };
         let State::Posted(rid) = shared.state else {
             // Matched (on either side) or already cancelled.
             return Ok(false);

@@ -167,9 +167,10 @@ struct Conn {
     /// Bytes not yet written, from `out_at`.
     out: Vec<u8>,
     out_at: usize,
-    /// Bytes read and not yet parsed, from `in_at`.
+    /// Bytes read and not yet parsed: `inb[in_at..in_end]`.
     inb: Vec<u8>,
     in_at: usize,
+    in_end: usize,
     /// The peer said goodbye (a close after it is not a death).
     bye: bool,
     /// Why the connection died, if it did.
@@ -184,6 +185,7 @@ impl Conn {
             out_at: 0,
             inb: Vec::new(),
             in_at: 0,
+            in_end: 0,
             bye: false,
             dead: None,
         }
@@ -226,48 +228,50 @@ impl Conn {
             return 0;
         }
         loop {
-            if self.in_at > 0 && self.in_at == self.inb.len() {
-                self.inb.clear();
+            if self.in_at == self.in_end {
                 self.in_at = 0;
+                self.in_end = 0;
             }
-            let have = self.inb.len();
-            self.inb.resize(have + READ_CHUNK, 0);
-            let r = self.stream.read(&mut self.inb[have..]);
-            match r {
+            if self.in_end == self.inb.len() {
+                if self.in_at > 0 {
+                    // Move the unparsed tail to the front.
+                    self.inb.copy_within(self.in_at..self.in_end, 0);
+                    self.in_end -= self.in_at;
+                    self.in_at = 0;
+                } else {
+                    // Grow (zeroed once, not per read).
+                    let grow = self.inb.len().max(READ_CHUNK);
+                    self.inb.resize(self.inb.len() + grow, 0);
+                }
+            }
+            match self.stream.read(&mut self.inb[self.in_end..]) {
                 Ok(0) => {
-                    self.inb.truncate(have);
                     if !self.bye {
                         self.dead = Some("connection closed".into());
                     }
                     return n;
                 }
                 Ok(k) => {
-                    self.inb.truncate(have + k);
+                    self.in_end += k;
                     n += k;
-                    if k < READ_CHUNK {
+                }
+                Err(e) => match e.kind() {
+                    ErrorKind::WouldBlock => return n,
+                    ErrorKind::Interrupted => {}
+                    _ => {
+                        if !self.bye {
+                            self.dead = Some(format!("recv: {e}"));
+                        }
                         return n;
                     }
-                }
-                Err(e) => {
-                    self.inb.truncate(have);
-                    match e.kind() {
-                        ErrorKind::WouldBlock => return n,
-                        ErrorKind::Interrupted => {}
-                        _ => {
-                            if !self.bye {
-                                self.dead = Some(format!("recv: {e}"));
-                            }
-                            return n;
-                        }
-                    }
-                }
+                },
             }
         }
     }
 
     /// The next whole frame read, with its payload.
     fn next_frame(&mut self) -> Option<(Frame, Vec<u8>)> {
-        let avail = &self.inb[self.in_at..];
+        let avail = &self.inb[self.in_at..self.in_end];
         let f = Frame::decode(avail.get(..HEADER)?)?;
         let len = usize::try_from(f.len).ok()?;
         let payload = avail.get(HEADER..HEADER.checked_add(len)?)?.to_vec();
@@ -897,6 +901,10 @@ impl Transport for DoubleTransport {
         }
         self.fail_dead();
         Ok(n + self.process()?)
+    }
+
+    fn collect(&mut self) -> bool {
+        !(self.done_sends.is_empty() && self.done_recvs.is_empty() && self.proposals.is_empty())
     }
 
     fn drain<S: Sink>(&mut self, sink: &mut S) {

@@ -25,7 +25,8 @@
 //!   **matched probes** (`improbe`/`imrecv`). Matching is the transport's,
 //!   and inside it only `tm-match` decides a match.
 //! - **Progress** and **completions**: [`Transport::progress`] moves data;
-//!   [`Transport::drain`] hands every finished operation to a [`Sink`]
+//!   [`Transport::collect`] and [`Transport::drain`] hand every finished
+//!   operation to a [`Sink`]
 //!   with an owned [`RecvStatus`] (the sender as a world rank) and the
 //!   operation's buffer.
 //! - **Liveness** ([`Transport::check_alive`]: a dead peer is an error,
@@ -445,7 +446,13 @@ pub(crate) trait Transport {
     /// One progress pass; how many events it handled.
     fn progress(&mut self) -> Result<usize, Error>;
 
-    /// Hands every finished operation to `sink`, each once.
+    /// Takes the operations finished since the last call aside (for
+    /// [`Transport::drain`]); whether there are any (or proposals). A
+    /// pass that finds none builds no sink.
+    fn collect(&mut self) -> bool;
+
+    /// Hands every operation [`Transport::collect`] took aside to `sink`,
+    /// each once.
     fn drain<S: Sink>(&mut self, sink: &mut S);
 
     /// Messages (or bytes) accepted but not yet handed to the peer: the
@@ -644,6 +651,10 @@ impl Transport for Remote {
 
     fn progress(&mut self) -> Result<usize, Error> {
         remote_dispatch!(self, t => t.progress())
+    }
+
+    fn collect(&mut self) -> bool {
+        remote_dispatch!(self, t => t.collect())
     }
 
     fn drain<S: Sink>(&mut self, sink: &mut S) {

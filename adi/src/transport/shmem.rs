@@ -141,6 +141,14 @@ impl ShmemTransport {
     }
 }
 
+/// An endpoint error as the device's (out of line: the fast paths only
+/// branch to it).
+#[cold]
+#[inline(never)]
+fn convert(e: shmem_onesided::Error) -> Error {
+    Error::from(e)
+}
+
 /// Moves an endpoint error out of a harvest list entry, leaving a
 /// placeholder (the entry is cleared right after).
 #[inline(never)]
@@ -267,8 +275,8 @@ impl Transport for ShmemTransport {
         match started {
             Ok(Ok(rreq)) => Ok(RecvStart::Pending(rreq.id())),
             Ok(Err((Ok(st), buf))) => Ok(RecvStart::Done(Ok(self.st(&st)), buf)),
-            Ok(Err((Err(e), buf))) => Ok(RecvStart::Done(Err(e.into()), buf)),
-            Err(e) => Err(e.into()),
+            Ok(Err((Err(e), buf))) => Ok(RecvStart::Done(Err(convert(e)), buf)),
+            Err(e) => Err(convert(e)),
         }
     }
 
@@ -345,17 +353,20 @@ impl Transport for ShmemTransport {
     /// narrowly written memory, which stalled on store-to-load
     /// forwarding. The lists are cleared at the end.
     #[inline(always)]
+    fn collect(&mut self) -> bool {
+        self.ep
+            .take_finished(&mut self.sends_done, &mut self.recvs_done);
+        !(self.sends_done.is_empty() && self.recvs_done.is_empty())
+    }
+
+    #[inline(always)]
     fn drain<S: Sink>(&mut self, sink: &mut S) {
         let ShmemTransport {
-            ep,
             local_to_world,
             sends_done,
             recvs_done,
+            ..
         } = self;
-        ep.take_finished(sends_done, recvs_done);
-        if sends_done.is_empty() && recvs_done.is_empty() {
-            return;
-        }
         for (id, result) in sends_done.iter_mut() {
             match result {
                 Ok(buf) => sink.send_done(*id, Ok(buf)),
