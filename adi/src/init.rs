@@ -9,15 +9,20 @@
 //!    local copy, same node → `shmem-onesided`, another node → the remote
 //!    transport if one is configured (the socket test double with
 //!    `TMX_ADI_TEST_NODES`, which also splits the job into fake nodes; see
-//!    [`crate::transport::double`]), otherwise an error
+//!    [`crate::ENV_TEST_NODES`]), otherwise an error
 //!    ([`Error::NoInterNodeTransport`]), before any shared memory is
 //!    touched. The remote transport starts listening.
-//! 3. Address exchange: every rank publishes `adi-<rank>` = `<host>,<pid>`
-//!    in the PMI key-value space, and after a PMI barrier checks that every
-//!    peer the layout puts on its node reports the same host name (a wrong
-//!    `PMI_process_mapping` would otherwise attach ranks of different hosts
-//!    to "the same" segment and hang).
-//! 4. The node-local transport: `shmem_onesided::Node::init(job_id,
+//! 3. Address exchange: every rank publishes `adi-<rank>` =
+//!    `<host>,<pid>,<segment>` in the PMI key-value space, and after a PMI
+//!    barrier checks that every peer the layout puts on its node reports
+//!    the same host name (a wrong `PMI_process_mapping` would otherwise
+//!    attach ranks of different hosts to "the same" segment and hang).
+//!    `<segment>` is set by each node's local rank 0, which creates the
+//!    node segment's object before the barrier
+//!    ([`shmem_onesided::Segment::reserve`]: `O_EXCL`, mode 0600, a fresh
+//!    random name if the job's own is taken); the other local ranks open
+//!    that name and check its owner and mode before mapping it.
+//! 4. The node-local transport: `shmem_onesided::Node::init_at(place,
 //!    local_rank, local_size, Config::from_env()?)` and an `Endpoint` over
 //!    it (the node segment's attach is the intra-node address exchange:
 //!    ring and heap offsets are symmetric); then the remote transport
@@ -35,11 +40,83 @@ use crate::device::{fake_nodes, internal_context, route::routes_with, Device, Gr
 use crate::transport::{double, DoubleTransport, Remote, ShmemTransport};
 use crate::{Error, ThreadLevel};
 use launcher::Pmi;
-use shmem_onesided::Config;
+use shmem_onesided::{Config, Place, Segment};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 static DEVICE: Mutex<Option<Arc<Device>>> = Mutex::new(None);
 static INITIALIZED: Mutex<bool> = Mutex::new(false);
+/// [`OnPeerDeath`] as a number (0: exit, 1: return).
+static ON_PEER_DEATH: AtomicU8 = AtomicU8::new(0);
+
+/// What this process does when the device finds a peer process dead (it
+/// was killed, or exited without finalizing) while an operation needed it.
+///
+/// `MPI_COMM_WORLD`'s default error handler in MPI is
+/// `MPI_ERRORS_ARE_FATAL`; a job whose rank died cannot complete, and its
+/// launcher tears it down anyway. So by default ([`OnPeerDeath::Exit`])
+/// the rank prints one line on stderr naming the dead peer and exits with
+/// [`launcher::run::EXIT_PEER_DIED`] (250): a status that says "not my
+/// fault", which `tmrun` uses to name the rank that really failed, and
+/// which tells the ranks apart under `srun` or Hydra too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnPeerDeath {
+    /// Print the dead peer on stderr and exit with status 250 (the default).
+    #[default]
+    Exit,
+    /// Return the error (class `MPI_ERR_OTHER`, detail "local rank N (pid P)
+    /// is gone") from the call, as `MPI_ERRORS_RETURN` would.
+    Return,
+}
+
+/// Chooses what happens when a peer process is found dead
+/// ([`OnPeerDeath`]); may be called at any time, from any thread.
+pub fn on_peer_death(policy: OnPeerDeath) {
+    let v = match policy {
+        OnPeerDeath::Exit => 0,
+        OnPeerDeath::Return => 1,
+    };
+    ON_PEER_DEATH.store(v, Ordering::Relaxed);
+}
+
+/// Called where a transport error becomes an `adi` error: a dead peer ends
+/// this process under [`OnPeerDeath::Exit`].
+pub(crate) fn peer_died(local: u32, pid: u32) {
+    if ON_PEER_DEATH.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    // `try_lock`: this may run on any path, never wait here.
+    let me = DEVICE
+        .try_lock()
+        .ok()
+        .and_then(|g| g.as_ref().map(|d| format!("rank {}", d.world_rank)))
+        .unwrap_or_else(|| "this rank".to_string());
+    eprintln!(
+        "tmx: {me}: local rank {local} (pid {pid}) died before finalize; exiting with status {} \
+         (a peer died)",
+        launcher::run::EXIT_PEER_DIED
+    );
+    std::process::exit(launcher::run::EXIT_PEER_DIED)
+}
+
+/// [`peer_died`] for a peer of the remote transport (world rank `rank`;
+/// `detail`: what the transport saw).
+pub(crate) fn remote_peer_died(rank: u32, detail: &str) {
+    if ON_PEER_DEATH.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let me = DEVICE
+        .try_lock()
+        .ok()
+        .and_then(|g| g.as_ref().map(|d| format!("rank {}", d.world_rank)))
+        .unwrap_or_else(|| "this rank".to_string());
+    eprintln!(
+        "tmx: {me}: rank {rank} died before finalize ({detail}); exiting with status {} \
+         (a peer died)",
+        launcher::run::EXIT_PEER_DIED
+    );
+    std::process::exit(launcher::run::EXIT_PEER_DIED)
+}
 
 fn host_name() -> String {
     nix::unistd::gethostname()
@@ -108,6 +185,10 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
             return Err(e);
         }
     };
+    let host = host_name();
+    let local_ranks = layout.local_ranks();
+    let local_rank = layout.local_rank() as u32;
+    let local_size = local_ranks.len() as u32;
     let job_id = pmi.job_id().to_string();
     let remote_ranks: Vec<u32> = (0..size)
         .filter(|&r| !layout.is_local(r) && r != rank)
@@ -119,19 +200,35 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         (Some(_), false) => Some(DoubleTransport::listen(&job_id, rank as u32)?),
         _ => None,
     };
-    let host = host_name();
+    // One segment per node; with several nodes on one host (fake nodes)
+    // each has its own name, under the job's prefix (the launcher's
+    // cleanup removes them).
+    let segment_job = if layout.num_nodes() > 1 {
+        format!("{job_id}-n{}", layout.my_node())
+    } else {
+        job_id.clone()
+    };
+    // Local rank 0 creates the node segment's object now, under a name
+    // nobody else holds, and publishes that name with its card.
+    let reserved = if local_rank == 0 {
+        Some(Segment::reserve(&segment_job)?)
+    } else {
+        None
+    };
+    let seg_name = reserved.as_ref().map(|r| r.name()).unwrap_or("");
     pmi.put(
         &format!("adi-{rank}"),
-        &format!("{host},{}", std::process::id()),
+        &format!("{host},{},{seg_name}", std::process::id()),
     )?;
     pmi.barrier()?;
-    let local_ranks = layout.local_ranks();
+    let mut place = reserved.map(Place::Create);
     for &peer in &local_ranks {
         if peer == rank {
             continue;
         }
         let card = pmi.get(&format!("adi-{peer}"))?;
-        let peer_host = card.split(',').next().unwrap_or("");
+        let mut fields = card.split(',');
+        let peer_host = fields.next().unwrap_or("");
         if peer_host != host {
             return Err(Error::Launcher {
                 detail: format!(
@@ -140,9 +237,22 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
                 ),
             });
         }
+        if Some(&peer) == local_ranks.first() {
+            match fields.nth(1) {
+                Some(name) if !name.is_empty() => place = Some(Place::Open(name.to_string())),
+                _ => {
+                    return Err(Error::Launcher {
+                        detail: format!(
+                            "local rank 0 (rank {peer}) published no shared-memory segment name"
+                        ),
+                    })
+                }
+            }
+        }
     }
-    let local_rank = layout.local_rank() as u32;
-    let local_size = local_ranks.len();
+    let place = place.ok_or(Error::Launcher {
+        detail: "no shared-memory segment to attach (empty node layout)".into(),
+    })?;
     tracing::info!(
         rank,
         size,
@@ -152,19 +262,11 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         job_id = %job_id,
         "adi init: this node's peers through shmem-onesided, the others through the remote transport"
     );
-    // One segment per node; with several nodes on one host (fake nodes)
-    // each has its own name, under the job's prefix (the launcher's
-    // cleanup removes them).
-    let segment_job = if layout.num_nodes() > 1 {
-        format!("{job_id}-n{}", layout.my_node())
-    } else {
-        job_id.clone()
-    };
     let local_to_world = local_ranks.iter().map(|r| *r as u32).collect();
     // Collective over the node: every local rank is here, before any
     // traffic (the inline reply calibration, `TMX_SHMEM_INLINE_CALIBRATE`).
     let local = ShmemTransport::init(
-        &segment_job,
+        place,
         local_rank,
         local_to_world,
         Config::from_env()?,
@@ -179,7 +281,13 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         None => None,
     };
     let dev = Arc::new(Device::new(
-        pmi, local, remote, routes, local_size, host, required,
+        pmi,
+        local,
+        remote,
+        routes,
+        local_size as usize,
+        host,
+        required,
     )?);
     {
         let mut g = match DEVICE.lock() {

@@ -1,6 +1,7 @@
 //! # adi: the thin ADI of tmx
 //!
-//! The device layer after MPICH's second-generation ADI paper: contiguous fast paths,
+//! The device layer after MPICH's second-generation ADI (Gropp and Lusk's
+//! ADI-2 paper): contiguous fast paths,
 //! datatype paths built on them, requests owned by the upper layer.
 //!
 //! **What it does.** [`init`] bootstraps through the launcher's PMI client
@@ -89,6 +90,7 @@ pub mod datatype;
 pub mod device;
 pub mod error;
 mod init;
+mod mem;
 pub mod request;
 mod sync;
 mod time;
@@ -99,7 +101,9 @@ pub use coll::{ReduceOp, Reducible};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
-pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
+pub use init::{
+    abort, finalize, init, init_thread, is_initialized, on_peer_death, query_thread, OnPeerDeath,
+};
 pub use transport::double::ENV_TEST_NODES;
 
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};

@@ -11,7 +11,7 @@
 //!
 //! Each configuration runs in a fresh job, one per path: `eager` (CMA off:
 //! inline <= 40 B, copied through the eager area above, in pipelined chunks
-//! above `TMX_SHMEM_PIPELINE_MIN`), `cma` (CMA
+//! above the `pipeline_min` of `TMX_SHMEM_TUNE`), `cma` (CMA
 //! rendezvous for every message above 40 B, when permitted, prepost protocol
 //! off) and `prepost` (the prepost protocol for every message above 40 B: a
 //! CMA write into the receiver's advertised buffer; a send that finds no
@@ -35,6 +35,7 @@
 #![allow(clippy::unwrap_used)] // a benchmark driver, like a test
 
 use shmem_onesided::{CmaStatus, Endpoint, Node};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 use tm_proto::{MatchSpec, Source, Tag};
@@ -290,8 +291,7 @@ fn main() {
             &[
                 (PATH, "cma"),
                 ("TMX_SHMEM_CMA", "auto"),
-                ("TMX_SHMEM_CMA_THRESHOLD", "40"),
-                ("TMX_SHMEM_PREPOST", "off"),
+                ("TMX_SHMEM_TUNE", "cma_threshold=40,prepost=off"),
             ][..],
         ),
         (
@@ -299,8 +299,7 @@ fn main() {
             &[
                 (PATH, "prepost"),
                 ("TMX_SHMEM_CMA", "auto"),
-                ("TMX_SHMEM_PREPOST", "on"),
-                ("TMX_SHMEM_PREPOST_MIN", "41"),
+                ("TMX_SHMEM_TUNE", "prepost=on,prepost_min=41"),
             ][..],
         ),
     ]
@@ -317,6 +316,22 @@ fn main() {
                     .stdout(Stdio::piped());
                 for (k, v) in env {
                     c.env(k, v);
+                }
+                // Each rank in its own session, as tmrun and Hydra start
+                // ranks (the MPICH side of `cargo xtask bench` runs under
+                // mpiexec.hydra): with sched_autogroup both sides then get
+                // the same CPU shares.
+                // SAFETY: runs in the child between fork and exec and only
+                // calls setsid, an async-signal-safe system call; the child
+                // is not a process-group leader, so it cannot fail with
+                // EPERM, and any error fails the spawn.
+                unsafe {
+                    c.pre_exec(|| {
+                        if libc::setsid() < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
                 }
                 c.spawn().unwrap()
             })

@@ -44,6 +44,12 @@
 //! ```
 #![warn(missing_docs)]
 
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod sync;
 
 #[cfg(not(tmx_shmem_loom))]
@@ -84,8 +90,8 @@ pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
 pub use idmap::{IdTable, Vacant};
 #[cfg(not(tmx_shmem_loom))]
-pub use node::{CmaStatus, Node, NodeView, SymAddr};
+pub use node::{CmaStatus, Node, NodeView, Ptracer, SymAddr};
 #[cfg(not(tmx_shmem_loom))]
 pub use reply_calibrate::{decide_reply, ReplyCalibration, ReplyPoint, REPLY_SIZES};
 #[cfg(not(tmx_shmem_loom))]
-pub use segment::{segment_name, ArrivalWatch, Layout, Segment};
+pub use segment::{segment_name, ArrivalWatch, Layout, Place, Reservation, Segment};

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::state::{self, State};
 
+mod ab;
+
 /// System packages that tests or benchmarks need: (program looked for on PATH,
 /// or an absolute file path; Debian package that provides it; what needs it).
 pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
@@ -29,6 +31,11 @@ pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
         "/usr/share/doc/libmpich-dev/copyright",
         "libmpich-dev",
         "mpi.h for compiling the MPICH C test programs with mpicc.mpich",
+    ),
+    (
+        "mpiexec.openmpi",
+        "openmpi-bin",
+        "launcher interop test: no silent singletons under Open MPI's mpiexec (PMIx)",
     ),
     (
         "ip",
@@ -52,7 +59,9 @@ pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
     ("adi", "tmx_adi_loom"),
 ];
 
-const STEPS: &[&str] = &["system", "fmt", "clippy", "test", "doc", "loom", "proptest"];
+const STEPS: &[&str] = &[
+    "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest",
+];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
@@ -78,13 +87,13 @@ struct Outcome {
     tests: Option<Counts>,
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     // xtask lives one level below the workspace root.
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     c
@@ -180,7 +189,7 @@ fn count_tests(output: &str) -> Counts {
     total
 }
 
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     if program.starts_with('/') {
         return Path::new(program).is_file();
     }
@@ -189,7 +198,7 @@ fn on_path(program: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -198,7 +207,13 @@ fn is_root() -> bool {
 }
 
 fn step_system() -> Result<String, String> {
-    let mut missing: Vec<&str> = SYSTEM_PACKAGES
+    // Slurm and munge serve the root-only `slurm` step: wanted only as root.
+    let root = is_root();
+    let wanted: Vec<&(&str, &str, &str)> = SYSTEM_PACKAGES
+        .iter()
+        .chain(crate::slurm::SLURM_PACKAGES.iter().filter(|_| root))
+        .collect();
+    let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _, _)| !on_path(bin))
         .map(|(_, pkg, _)| *pkg)
@@ -209,8 +224,8 @@ fn step_system() -> Result<String, String> {
         return Ok("all present".into());
     }
     let list = missing.join(" ");
-    if !(is_root() && on_path("apt-get")) {
-        let why: Vec<String> = SYSTEM_PACKAGES
+    if !(root && on_path("apt-get")) {
+        let why: Vec<String> = wanted
             .iter()
             .filter(|(_, p, _)| missing.contains(p))
             .map(|(b, p, w)| format!("  {b} (Debian package `{p}`): {w}"))
@@ -233,7 +248,7 @@ fn step_system() -> Result<String, String> {
     if !run_plain(install)? {
         return Err(format!("apt-get install {list} failed"));
     }
-    let still: Vec<&str> = SYSTEM_PACKAGES
+    let still: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _, _)| !on_path(bin))
         .map(|(bin, _, _)| *bin)
@@ -303,6 +318,7 @@ fn run_step(name: &'static str) -> Outcome {
                     .ok_or_else(|| "rustdoc reported problems".to_string())
             })
         }
+        "slurm" => crate::slurm::step_slurm(),
         "loom" => step_loom(&mut tests),
         "proptest" => {
             // Heavy property tests are `#[ignore]`d in the normal test step and run
@@ -376,6 +392,7 @@ fn step_loom(tests: &mut Option<Counts>) -> Result<String, String> {
 }
 
 pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
+    env_count("TMX_PROPTEST_CASES", 2000, 1, 10_000_000)?;
     let selected: Vec<&'static str> = if args.is_empty() {
         STEPS.to_vec()
     } else {
@@ -441,6 +458,11 @@ pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
 }
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
+    if let Some((first, rest)) = args.split_first() {
+        if first == "ab" {
+            return ab::run_ab(rest);
+        }
+    }
     let root = workspace_root();
     let mut crates: Vec<String> = Vec::new();
     if args.is_empty() {
@@ -493,8 +515,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
 /// The MPICH ping-pong kept next to shmem-onesided's benchmark.
 const MPICH_PINGPONG: &str = "shmem-onesided/bench/mpich_pingpong.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench` run; each
-/// side's figure is its best over the rounds (the machine is noisy, see
-/// `shared/notes/peer-baselines.md`).
+/// side's figure is its best over the rounds (the machine is noisy).
 const SHMEM_BENCH_ROUNDS: usize = 5;
 
 /// shmem-onesided: builds the MPICH C ping-pong, runs it and our benchmark
@@ -553,7 +574,7 @@ fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, St
 }
 
 /// `$CARGO_TARGET_DIR` (relative to the workspace) or `target`.
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map(|t| if t.is_relative() { root.join(t) } else { t })
@@ -661,13 +682,13 @@ fn build_osu(root: &Path) -> Result<PathBuf, String> {
 
 /// Short paired runs of `adi-pairs` per (test, size): `TMX_BENCH_PAIRS`.
 const ADI_PAIRS: usize = 6;
-/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX`.
+/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX_BYTES`.
 const ADI_PAIR_MAX: u64 = 64 << 10;
 
 /// `cargo xtask bench adi-pairs`: the comparison with MPICH that the
 /// machine's changes of speed do not decide. For each test (latency,
-/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN`
-/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX`
+/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN_BYTES`
+/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX_BYTES`
 /// (default 64 KiB), `TMX_BENCH_PAIRS` (default 6) times: MPICH, tmx, tmx,
 /// MPICH, each a run of that one size of that one test (`osu` and
 /// `mpich_osu` with `--tests`, `--min-size`, `--max-size`; a fraction of a
@@ -683,9 +704,22 @@ fn run_adi_pairs() -> Result<(), String> {
         return Err("adi-pairs needs Debian's mpich (mpicc.mpich, mpiexec.hydra)".into());
     };
     let rel = build_osu(&root)?;
+    for (old, new) in [
+        ("TMX_BENCH_PAIR_MAX", "TMX_BENCH_PAIR_MAX_BYTES"),
+        ("TMX_BENCH_PAIR_MIN", "TMX_BENCH_PAIR_MIN_BYTES"),
+    ] {
+        if std::env::var_os(old).is_some() {
+            return Err(format!("{old} is no longer read: it was renamed {new}"));
+        }
+    }
     let pairs = env_count("TMX_BENCH_PAIRS", ADI_PAIRS, 1, 1000)?;
-    let max = env_count("TMX_BENCH_PAIR_MAX", ADI_PAIR_MAX as usize, 1, 4 << 20)? as u64;
-    let min = env_count("TMX_BENCH_PAIR_MIN", 1, 1, 4 << 20)? as u64;
+    let max = env_count(
+        "TMX_BENCH_PAIR_MAX_BYTES",
+        ADI_PAIR_MAX as usize,
+        1,
+        4 << 20,
+    )? as u64;
+    let min = env_count("TMX_BENCH_PAIR_MIN_BYTES", 1, 1, 4 << 20)? as u64;
     let one = |tmx: bool, test: &str, b: u64| -> Result<f64, String> {
         let size = b.to_string();
         let mut cmd = if tmx {

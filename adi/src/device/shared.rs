@@ -122,12 +122,14 @@ impl Device {
                 // node-local post can still be withdrawn.
                 if local.cancel_recv(id)? {
                     bump(&self.counters.shared_remote_wins);
-                    let mut data = self.staging(cap);
-                    match remote.recv_now(spec, &mut data) {
-                        Ok(Some(status)) => State::Committed { status, data },
-                        Ok(None) => State::Failed(Error::InvalidArgument {
-                            what: "a proposed message was gone",
-                        }),
+                    match self.staging(cap) {
+                        Ok(mut data) => match remote.recv_now(spec, &mut data) {
+                            Ok(Some(status)) => State::Committed { status, data },
+                            Ok(None) => State::Failed(Error::InvalidArgument {
+                                what: "a proposed message was gone",
+                            }),
+                            Err(e) => State::Failed(e),
+                        },
                         Err(e) => State::Failed(e),
                     }
                 } else {
@@ -242,10 +244,17 @@ impl Device {
             shared.state = if local.cancel_recv(primary)? {
                 committed = true;
                 bump(&self.counters.shared_remote_wins);
-                let mut data = self.staging(shared.cap);
-                match remote.commit(rid, &mut data) {
-                    Ok(status) => State::Committed { status, data },
-                    Err(e) => State::Failed(e),
+                match self.staging(shared.cap) {
+                    Ok(mut data) => match remote.commit(rid, &mut data) {
+                        Ok(status) => State::Committed { status, data },
+                        Err(e) => State::Failed(e),
+                    },
+                    // No room for the message: it stays with the remote
+                    // transport (withdrawn), the receive fails.
+                    Err(e) => {
+                        remote.withdraw(rid)?;
+                        State::Failed(e)
+                    }
                 }
             } else {
                 // The node-local post matched first.

@@ -332,6 +332,16 @@ fn address(job: &str, rank: u32) -> Result<SocketAddr, Error> {
     })
 }
 
+/// [`Error::PeerDied`] of `rank`, after the process's policy for a dead
+/// peer ([`crate::OnPeerDeath`]: by default this process exits).
+fn dead(rank: u32, detail: &str) -> Error {
+    crate::init::remote_peer_died(rank, detail);
+    Error::PeerDied {
+        rank,
+        detail: detail.to_owned(),
+    }
+}
+
 fn io_error(what: &str, e: std::io::Error) -> Error {
     Error::Launcher {
         detail: format!("test double: {what}: {e}"),
@@ -470,10 +480,7 @@ impl DoubleTransport {
                 size: -1,
             })?;
         match &c.dead {
-            Some(why) => Err(Error::PeerDied {
-                rank: peer,
-                detail: why.clone(),
-            }),
+            Some(why) => Err(dead(peer, why)),
             None => Ok(c),
         }
     }
@@ -610,12 +617,7 @@ impl DoubleTransport {
                         c.bye = true;
                     }
                 }
-                _ => {
-                    return Err(Error::PeerDied {
-                        rank: peer,
-                        detail: format!("malformed frame of kind {}", f.kind),
-                    })
-                }
+                _ => return Err(dead(peer, &format!("malformed frame of kind {}", f.kind))),
             }
         }
         Ok(n)
@@ -639,13 +641,7 @@ impl DoubleTransport {
                 .collect();
             for id in ids {
                 self.syncs.remove(&id);
-                self.done_sends.push((
-                    id,
-                    Err(Error::PeerDied {
-                        rank: p,
-                        detail: why.clone(),
-                    }),
-                ));
+                self.done_sends.push((id, Err(dead(p, why))));
             }
         }
     }
@@ -932,18 +928,15 @@ impl Transport for DoubleTransport {
     }
 
     fn check_alive(&mut self, which: Alive) -> Result<(), Error> {
-        let dead = |p: usize, c: &Option<Conn>| match c {
+        let check = |p: usize, c: &Option<Conn>| match c {
             Some(Conn {
                 dead: Some(why), ..
-            }) => Err(Error::PeerDied {
-                rank: p as u32,
-                detail: why.clone(),
-            }),
+            }) => Err(dead(p as u32, why)),
             _ => Ok(()),
         };
         match which {
             Alive::Peer(p) => match self.conns.get(p as usize) {
-                Some(c) => dead(p as usize, c),
+                Some(c) => check(p as usize, c),
                 None => Ok(()),
             },
             // A pending receive from anyone, or any pending synchronous
@@ -953,7 +946,7 @@ impl Transport for DoubleTransport {
                 .conns
                 .iter()
                 .enumerate()
-                .try_for_each(|(p, c)| dead(p, c)),
+                .try_for_each(|(p, c)| check(p, c)),
         }
     }
 

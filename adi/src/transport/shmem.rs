@@ -16,7 +16,7 @@ use super::{
 };
 use crate::Error;
 use shmem_onesided::{
-    Config, Endpoint, Message, Node, RecvFinished, RecvRequest, SendMode as EpMode,
+    Config, Endpoint, Message, Node, Place, RecvFinished, RecvRequest, SendMode as EpMode,
     Status as EpStatus,
 };
 use std::mem;
@@ -57,19 +57,19 @@ impl Watch {
 }
 
 impl ShmemTransport {
-    /// Attaches this rank to its node's segment (`job_id` names it) as
-    /// node index `local_rank` of `local_size`, with `config`, and
-    /// calibrates the inline reply size over the node on `context` (every
-    /// local rank calls this before any traffic). `local_to_world`: the
-    /// world rank of each node index.
+    /// Attaches this rank to its node's segment at `place` (created by
+    /// local rank 0, opened by the others) as node index `local_rank`, with
+    /// `config`, and calibrates the inline reply size over the node on
+    /// `context` (every local rank calls this before any traffic).
+    /// `local_to_world`: the world rank of each node index.
     pub(crate) fn init(
-        job_id: &str,
+        place: Place,
         local_rank: u32,
         local_to_world: Vec<u32>,
         config: Config,
         context: u32,
     ) -> Result<ShmemTransport, Error> {
-        let node = Node::init(job_id, local_rank, local_to_world.len() as u32, config)?;
+        let node = Node::init_at(place, local_rank, local_to_world.len() as u32, config)?;
         let mut ep = Endpoint::new(node);
         ep.calibrate_inline_reply(context)?;
         Ok(ShmemTransport {
