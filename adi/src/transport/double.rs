@@ -173,6 +173,8 @@ struct Conn {
     in_end: usize,
     /// The peer said goodbye (a close after it is not a death).
     bye: bool,
+    /// The peer closed its end (read end of file).
+    closed: bool,
     /// Why the connection died, if it did.
     dead: Option<String>,
 }
@@ -187,6 +189,7 @@ impl Conn {
             in_at: 0,
             in_end: 0,
             bye: false,
+            closed: false,
             dead: None,
         }
     }
@@ -246,9 +249,9 @@ impl Conn {
             }
             match self.stream.read(&mut self.inb[self.in_end..]) {
                 Ok(0) => {
-                    if !self.bye {
-                        self.dead = Some("connection closed".into());
-                    }
+                    // Dead unless its goodbye is among what was read (the
+                    // caller decides once it has parsed it).
+                    self.closed = true;
                     return n;
                 }
                 Ok(k) => {
@@ -447,7 +450,12 @@ impl DoubleTransport {
             peers = remote.len(),
             "test double: connected to the other fake nodes"
         );
-        Ok(DoubleTransport {
+        Ok(Self::over(me, conns))
+    }
+
+    /// The transport of rank `me` over connections `conns` (by world rank).
+    fn over(me: u32, conns: Vec<Option<Conn>>) -> Self {
+        DoubleTransport {
             me,
             conns,
             matcher: Matcher::new(),
@@ -461,7 +469,7 @@ impl DoubleTransport {
             done_recvs: Vec::new(),
             proposals: Vec::new(),
             counters: Counters::default(),
-        })
+        }
     }
 
     fn next_id(&mut self) -> u64 {
@@ -610,11 +618,6 @@ impl DoubleTransport {
                 ACK => {
                     if let Some((buf, _)) = self.syncs.remove(&f.id) {
                         self.done_sends.push((f.id, Ok(buf)));
-                    }
-                }
-                BYE => {
-                    if let Some(Some(c)) = self.conns.get_mut(peer as usize) {
-                        c.bye = true;
                     }
                 }
                 _ => return Err(dead(peer, &format!("malformed frame of kind {}", f.kind))),
@@ -892,7 +895,14 @@ impl Transport for DoubleTransport {
             n += c.flush();
             n += c.fill();
             while let Some((f, payload)) = c.next_frame() {
-                self.inbox.push_back((peer as u32, f, payload));
+                if f.kind == BYE {
+                    c.bye = true;
+                } else {
+                    self.inbox.push_back((peer as u32, f, payload));
+                }
+            }
+            if c.closed && !c.bye && c.dead.is_none() {
+                c.dead = Some("connection closed".into());
             }
         }
         self.fail_dead();
@@ -983,6 +993,68 @@ impl Transport for DoubleTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tm_proto::{Source, Tag};
+
+    /// Ranks 0 and 1 of a job of 2, connected in this process.
+    fn pair() -> (DoubleTransport, DoubleTransport) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        (
+            DoubleTransport::over(0, vec![None, Some(Conn::new(a))]),
+            DoubleTransport::over(1, vec![Some(Conn::new(b)), None]),
+        )
+    }
+
+    fn spec(source: Source, tag: Tag) -> MatchSpec {
+        MatchSpec {
+            context_id: 0,
+            source,
+            tag,
+        }
+    }
+
+    /// What a drain hands over.
+    #[derive(Default)]
+    struct Got {
+        sends: Vec<(u64, bool)>,
+        recvs: Vec<(u64, RecvStatus, Vec<u8>)>,
+        proposals: Vec<(u64, RecvStatus)>,
+    }
+
+    impl Sink for Got {
+        fn send_done(&mut self, id: u64, result: Result<&mut Option<Vec<u8>>, Error>) {
+            self.sends.push((id, result.is_ok()));
+        }
+        fn recv_done(&mut self, id: u64, result: Result<RecvStatus, Error>, buf: &mut Vec<u8>) {
+            self.recvs.push((id, result.unwrap(), std::mem::take(buf)));
+        }
+        fn proposed(&mut self, id: u64, status: RecvStatus) {
+            self.proposals.push((id, status));
+        }
+    }
+
+    /// Progress until `t` has collected something (bounded).
+    fn settle(t: &mut DoubleTransport) -> Got {
+        let mut got = Got::default();
+        for _ in 0..10_000 {
+            t.progress().unwrap();
+            if t.collect() {
+                t.drain(&mut got);
+                return got;
+            }
+        }
+        got
+    }
+
+    fn send(t: &mut DoubleTransport, to: u32, tag: u32, data: &[u8]) {
+        assert!(matches!(
+            t.isend(to, tag, 0, data.to_vec(), SendMode::Standard)
+                .unwrap(),
+            SendStart::Done(_)
+        ));
+        t.progress().unwrap();
+    }
 
     #[test]
     fn frames_round_trip() {
@@ -997,6 +1069,232 @@ mod tests {
         };
         assert_eq!(Frame::decode(&f.encode()), Some(f));
         assert_eq!(Frame::decode(&f.encode()[..31]), None);
+    }
+
+    #[test]
+    fn a_posted_receive_takes_its_message_and_synchronous_sends_wait_for_the_match() {
+        let (mut a, mut b) = pair();
+        let RecvStart::Pending(r) = a
+            .irecv(spec(Source::Rank(1), Tag::Value(5)), vec![0; 8], None)
+            .unwrap()
+        else {
+            panic!("nothing has arrived")
+        };
+        let SendStart::Pending(s) = b
+            .isend(0, 5, 0, b"hello".to_vec(), SendMode::Synchronous)
+            .unwrap()
+        else {
+            panic!("a synchronous send waits for the match")
+        };
+        let got = settle(&mut a);
+        assert_eq!(got.recvs.len(), 1);
+        let (id, st, buf) = &got.recvs[0];
+        assert_eq!(
+            (*id, st.source, st.tag, st.len, st.msg_len),
+            (r, 1, 5, 5, 5)
+        );
+        assert_eq!(&buf[..5], b"hello");
+        let got = settle(&mut b);
+        assert_eq!(got.sends, vec![(s, true)], "acknowledged once matched");
+        assert!(r & REMOTE_ID != 0 && s & REMOTE_ID != 0, "remote ids");
+    }
+
+    #[test]
+    fn unexpected_messages_probe_match_and_keep_their_order() {
+        let (mut a, mut b) = pair();
+        for k in 0..3u8 {
+            send(&mut b, 0, 9, &[k; 3]);
+        }
+        // All three arrive; a probe sees the first, a matched probe takes
+        // it, receives get the others in order, a longer one truncated.
+        let mut st = None;
+        for _ in 0..10_000 {
+            st = a.iprobe(spec(Source::Any, Tag::Any)).unwrap();
+            if a.matcher.unexpected_len() == 3 {
+                break;
+            }
+        }
+        assert_eq!(st.map(|s| (s.source, s.tag, s.msg_len)), Some((1, 9, 3)));
+        let (m, _) = a
+            .improbe(spec(Source::Rank(1), Tag::Value(9)))
+            .unwrap()
+            .unwrap();
+        let RecvStart::Done(Ok(st), buf) = a.imrecv(m, vec![0; 3]).unwrap() else {
+            panic!()
+        };
+        assert_eq!((st.len, &buf[..]), (3, &[0u8; 3][..]));
+        let mut two = [0u8; 2];
+        let st = a
+            .recv_now(spec(Source::Any, Tag::Value(9)), &mut two)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (st.len, st.msg_len, two),
+            (2, 3, [1, 1]),
+            "truncated to the buffer"
+        );
+        let RecvStart::Done(Ok(st), buf) = a
+            .irecv(spec(Source::Any, Tag::Any), vec![0; 4], None)
+            .unwrap()
+        else {
+            panic!("a message is here")
+        };
+        assert_eq!((st.len, &buf[..3]), (3, &[2u8; 3][..]));
+        assert_eq!(a.iprobe(spec(Source::Any, Tag::Any)).unwrap(), None);
+    }
+
+    #[test]
+    fn a_cancelled_receive_takes_nothing() {
+        let (mut a, mut b) = pair();
+        let RecvStart::Pending(r) = a
+            .irecv(spec(Source::Any, Tag::Value(1)), vec![7; 4], None)
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert!(a.cancel_recv(r).unwrap());
+        assert!(!a.cancel_recv(r).unwrap(), "once");
+        let got = settle(&mut a);
+        assert_eq!(got.recvs.len(), 1);
+        assert!(got.recvs[0].1.cancelled);
+        assert_eq!(got.recvs[0].2, vec![7; 4], "the buffer back, untouched");
+        send(&mut b, 0, 1, b"x");
+        for _ in 0..10_000 {
+            if a.iprobe(spec(Source::Any, Tag::Value(1)))
+                .unwrap()
+                .is_some()
+            {
+                return;
+            }
+        }
+        panic!("the message was not left for another receive");
+    }
+
+    /// A shared post never takes a message on its own: it proposes, holds
+    /// the message (and what came after it) until committed or withdrawn.
+    #[test]
+    fn a_shared_post_proposes_and_holds_until_committed() {
+        let (mut a, mut b) = pair();
+        let SharedStart::Posted(p) = a.post_shared(spec(Source::Any, Tag::Value(4)), 8).unwrap()
+        else {
+            panic!("nothing queued")
+        };
+        send(&mut b, 0, 4, b"first");
+        send(&mut b, 0, 4, b"second");
+        let got = settle(&mut a);
+        assert_eq!(got.proposals.len(), 1);
+        assert_eq!(got.proposals[0].0, p);
+        assert_eq!(got.proposals[0].1.msg_len, 5);
+        assert!(got.recvs.is_empty());
+        // Held: nothing behind it is processed, not even into the queue.
+        for _ in 0..100 {
+            a.progress().unwrap();
+        }
+        assert_eq!(a.matcher.unexpected_len(), 0);
+        assert!(a.iprobe(spec(Source::Any, Tag::Any)).unwrap().is_none());
+        let mut buf = [0u8; 8];
+        let st = a.commit(p, &mut buf).unwrap();
+        assert_eq!((st.source, st.len, &buf[..5]), (1, 5, &b"first"[..]));
+        // Released: the second message queues as unexpected.
+        let mut st = None;
+        for _ in 0..10_000 {
+            st = a.iprobe(spec(Source::Any, Tag::Value(4))).unwrap();
+            if st.is_some() {
+                break;
+            }
+        }
+        assert_eq!(st.map(|s| s.msg_len), Some(6));
+        assert!(a.commit(p, &mut buf).is_err(), "a post commits once");
+    }
+
+    /// A withdrawn shared post's held message is matched as if the post
+    /// had never been there: by the next posted receive, in order.
+    #[test]
+    fn a_withdrawn_shared_post_loses_nothing_and_keeps_order() {
+        let (mut a, mut b) = pair();
+        let SharedStart::Posted(p) = a.post_shared(spec(Source::Any, Tag::Any), 8).unwrap() else {
+            panic!()
+        };
+        // A receive posted after the shared one.
+        let RecvStart::Pending(r) = a
+            .irecv(spec(Source::Rank(1), Tag::Any), vec![0; 8], None)
+            .unwrap()
+        else {
+            panic!()
+        };
+        send(&mut b, 0, 1, b"one");
+        send(&mut b, 0, 2, b"two");
+        let got = settle(&mut a);
+        assert_eq!(
+            got.proposals.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![p]
+        );
+        a.withdraw(p).unwrap();
+        let got = settle(&mut a);
+        assert_eq!(got.recvs.len(), 1);
+        assert_eq!(
+            (got.recvs[0].0, &got.recvs[0].2[..3]),
+            (r, &b"one"[..]),
+            "the held message first"
+        );
+        let mut buf = [0u8; 8];
+        let mut st = None;
+        for _ in 0..10_000 {
+            a.progress().unwrap();
+            st = a.recv_now(spec(Source::Any, Tag::Any), &mut buf).unwrap();
+            if st.is_some() {
+                break;
+            }
+        }
+        assert_eq!((st.map(|s| s.tag), &buf[..3]), (Some(2), &b"two"[..]));
+        // A shared post with a match already queued proposes at once and
+        // posts nothing.
+        send(&mut b, 0, 3, b"three");
+        for _ in 0..10_000 {
+            if a.iprobe(spec(Source::Any, Tag::Any)).unwrap().is_some() {
+                break;
+            }
+        }
+        assert!(matches!(
+            a.post_shared(spec(Source::Any, Tag::Any), 8).unwrap(),
+            SharedStart::Proposed(RecvStatus { tag: 3, .. })
+        ));
+        assert_eq!(a.posts.len(), 0);
+    }
+
+    /// A connection closed without the peer's goodbye is a dead peer; the
+    /// operations waiting for it fail.
+    #[test]
+    fn a_closed_connection_is_a_dead_peer() {
+        crate::on_peer_death(crate::OnPeerDeath::Return);
+        let (mut a, b) = pair();
+        let SendStart::Pending(s) = a.isend(1, 5, 0, vec![1], SendMode::Synchronous).unwrap()
+        else {
+            panic!()
+        };
+        assert!(a.check_alive(Alive::Peer(1)).is_ok());
+        drop(b);
+        let got = settle(&mut a);
+        assert_eq!(got.sends, vec![(s, false)], "the synchronous send failed");
+        assert!(matches!(
+            a.check_alive(Alive::Peer(1)),
+            Err(Error::PeerDied { rank: 1, .. })
+        ));
+        assert!(a.check_alive(Alive::All).is_err());
+        assert!(matches!(
+            a.isend(1, 5, 0, vec![1], SendMode::Standard),
+            Err(Error::PeerDied { rank: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn a_goodbye_then_a_close_is_not_a_death() {
+        let (mut a, b) = pair();
+        b.finalize().unwrap();
+        for _ in 0..1000 {
+            a.progress().unwrap();
+        }
+        assert!(a.check_alive(Alive::All).is_ok());
     }
 
     #[test]
