@@ -262,6 +262,9 @@ fn recv_blocking_and_probes(c: &Comm, tag: i32, senders: &[i32]) {
     seen.all(senders, PER);
 }
 
+/// A receiving phase: the communicator, the tag, the senders.
+type Phase = fn(&Comm, i32, &[i32]);
+
 /// 4 ranks on 2 fake nodes (0–1 and 2–3). Rank 0 receives from rank 1
 /// (its node's shared memory), ranks 2 and 3 (the double) and itself
 /// (self-sends through shared memory) in every phase; then the same on
@@ -270,7 +273,7 @@ fn role_any_source_races(w: &Comm) {
     let me = w.rank();
     assert_eq!(w.size(), 4);
     let senders = [0, 1, 2, 3];
-    let phases: [(i32, fn(&Comm, i32, &[i32])); 4] = [
+    let phases: [(i32, Phase); 4] = [
         (11, recv_windows),
         (12, recv_mixed),
         (13, recv_cancels),

@@ -2,17 +2,20 @@
 //!
 //! "Thin": this module holds no matching and no transport logic. The
 //! device chooses a transport per peer ([`choose_route`]), starts
-//! operations on it through the transport seam ([`crate::transport`]),
-//! and turns the transports' completion feeds into completed
-//! [`Request`]s. Matching, protocols (inline / eager / rendezvous) and
-//! self-sends are the transports'. An operation a transport finishes
-//! inside its call (an inline, eager or self send; a receive whose message
-//! had arrived) is born complete instead: no operation-table entry, and
-//! for a plain success no shared slot ([`Request::ready_with_buffer`]).
+//! operations on it through the crate's internal transport seam (one
+//! `Transport` trait that every transport implements), and turns the
+//! transports' completion feeds into completed [`Request`](crate::Request)s.
+//! Matching, protocols (inline / eager / rendezvous) and self-sends are
+//! the transports'. An operation a transport finishes inside its call (an
+//! inline, eager or self send; a receive whose message had arrived) is
+//! born complete instead: no operation-table entry, and for a plain
+//! success no shared slot
+//! ([`Request::ready_with_buffer`](crate::Request::ready_with_buffer)).
 //!
 //! The rooms:
 //!
-//! - [`route`](self::route): routes, groups and where a peer is reached;
+//! - `route`: routes ([`Route`], [`routes`]), groups and where a peer is
+//!   reached;
 //! - `send`: every send, blocking or not, buffered, packed in place;
 //! - `recv`: receives, probes, cancel;
 //! - `shared`: `ANY_SOURCE` receives across transports;
@@ -24,11 +27,10 @@
 //!
 //! The core holds one transport per kind of [`Route`]: the node-local one
 //! (this rank and its node: `shmem-onesided`) and, when one is
-//! configured, a remote one for [`Route::Remote`] peers
-//! ([`crate::transport::Remote`]). Without a remote transport a job whose
-//! ranks span nodes fails at init with [`Error::NoInterNodeTransport`];
-//! the socket test double (`TMX_ADI_TEST_NODES`, see
-//! [`crate::transport::double`]) is one.
+//! configured, a remote one for [`Route::Remote`] peers. Without a remote
+//! transport a job whose ranks span nodes fails at init with
+//! [`Error::NoInterNodeTransport`]; the socket test double
+//! ([`crate::ENV_TEST_NODES`]) is one.
 //!
 //! # Locks (the ADI paper §6.3: per-structure locks, no global lock around waits)
 //!

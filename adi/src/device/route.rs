@@ -60,7 +60,11 @@ pub fn routes(layout: &NodeLayout, size: usize) -> Result<Vec<Route>, Error> {
 /// Every peer's route; `remote`: a remote transport is configured (then
 /// peers on other nodes are [`Route::Remote`], otherwise the first one is
 /// [`Error::NoInterNodeTransport`]).
-pub fn routes_with(layout: &NodeLayout, size: usize, remote: bool) -> Result<Vec<Route>, Error> {
+pub(crate) fn routes_with(
+    layout: &NodeLayout,
+    size: usize,
+    remote: bool,
+) -> Result<Vec<Route>, Error> {
     let mut v = Vec::with_capacity(size);
     for peer in 0..size {
         let r = choose_route(layout, peer);

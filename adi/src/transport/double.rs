@@ -283,6 +283,9 @@ impl Conn {
     }
 }
 
+/// A finished send: the owned buffer back, or why it failed.
+type SendResult = Result<Option<Vec<u8>>, Error>;
+
 /// Counters of the double.
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
@@ -312,7 +315,7 @@ pub(crate) struct DoubleTransport {
     inbox: VecDeque<(u32, Frame, Vec<u8>)>,
     /// The shared post whose proposal holds the front of `inbox`.
     held: Option<u64>,
-    done_sends: Vec<(u64, Result<Option<Vec<u8>>, Error>)>,
+    done_sends: Vec<(u64, SendResult)>,
     done_recvs: Vec<(u64, Result<RecvStatus, Error>, Vec<u8>)>,
     proposals: Vec<(u64, RecvStatus)>,
     counters: Counters,
