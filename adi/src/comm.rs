@@ -135,17 +135,17 @@ pub struct Comm {
 
 /// Largest packed size that [`Comm::send_packed_now`] packs straight into
 /// the transport; larger data is packed into a staging buffer first, which
-/// the transport then copies (or, above `TMX_SHMEM_CMA_THRESHOLD`, the
-/// receiver reads by CMA).
+/// the transport then copies (or, above the CMA threshold,
+/// `TMX_SHMEM_TUNE=cma_threshold`, the receiver reads by CMA).
 ///
-/// 1 KiB until session 23: packing writes an eager block's lines 8 bytes
-/// at a time, and each line, last read by the receiver's core, is fetched
-/// back before it is written, where the copy of a packed buffer writes
-/// whole lines. Since the endpoint asks for a lone block's lines before
-/// the pack (`send_now_with`), packing straight into blocks of up to
-/// 8 KiB (the default CMA threshold, above which the endpoint refuses)
-/// measured 1.04–1.15× the bandwidth and 1.04–1.10× the latency of the
-/// staging copy from 2 to 8 KiB. See the README's "Speed".
+/// Packing writes an eager block's lines 8 bytes at a time, and each
+/// line, last read by the receiver's core, is fetched back before it is
+/// written, where the copy of a packed buffer writes whole lines; the
+/// endpoint asks for a lone block's lines before the pack
+/// (`send_now_with`), and packing straight into blocks of up to 8 KiB
+/// (the default CMA threshold, above which the endpoint refuses) measured
+/// 1.04–1.15× the bandwidth and 1.04–1.10× the latency of the staging
+/// copy from 2 to 8 KiB.
 const PACK_DIRECT_MAX: usize = 8192;
 
 /// Largest packed size that a datatype receive takes into a buffer on the

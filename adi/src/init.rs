@@ -264,7 +264,7 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
     );
     let local_to_world = local_ranks.iter().map(|r| *r as u32).collect();
     // Collective over the node: every local rank is here, before any
-    // traffic (the inline reply calibration, `TMX_SHMEM_INLINE_CALIBRATE`).
+    // traffic (the inline reply calibration, `TMX_SHMEM_TUNE=inline_calibrate`).
     let local = ShmemTransport::init(
         place,
         local_rank,

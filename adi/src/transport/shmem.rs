@@ -7,7 +7,7 @@
 //! ranks and its errors into [`Error`]s, and makes the small-message
 //! decision of the device ([`Transport::send_small_now`]): a message of
 //! up to one header-ring slot (`shmem_onesided::ring::INLINE_MAX`, 40
-//! bytes) or, above, up to `TMX_SHMEM_INLINE_EXT` bytes in continuation
+//! bytes) or, above, up to `TMX_SHMEM_TUNE=inline_ext` bytes in continuation
 //! slots goes inline at once.
 
 use super::{
