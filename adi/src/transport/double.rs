@@ -29,7 +29,7 @@
 //! [`crate::transport`]) propose: an arriving message that would match one
 //! stops the processing of arrivals, in order, until the device commits or
 //! withdraws it. A connection closed without the peer's goodbye is a dead
-//! peer ([`Error::PeerDied`](crate::Error::PeerDied)). It counts messages,
+//! peer ([`Error::PeerDied`]). It counts messages,
 //! bytes and proposals, printed at finalize with `TMX_ADI_COUNTERS=1`.
 //!
 //! It is a test transport: no flow control (a sender's outgoing buffer

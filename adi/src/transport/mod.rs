@@ -74,7 +74,18 @@
 //! message is processed before any later one from the same transport).
 //! A remote transport whose matching runs in hardware keeps such shared
 //! posts in software, as `tm_match::Offload` does for `ANY_SOURCE`
-//! receives when its `any_source` is off.
+//! receives when its `any_source` is off. The device withdraws the shared
+//! post as soon as it sees the node-local post complete, in the same
+//! pass, so a proposal usually finds the node-local post still open; if
+//! it has matched already (a match the transport reports only later), the
+//! cancel says so and the proposal is withdrawn instead of committed.
+//!
+//! Blocking `ANY_SOURCE` receives, probes and matched probes over both
+//! transports post nothing: they ask the node-local transport first, then
+//! the remote one. Between the messages of two transports there is no
+//! arrival order, so after a wildcard probe a *wildcard* receive may take
+//! another transport's message; a receive with the probe's source and
+//! tag gets the probed one, which is all MPI promises.
 
 pub mod double;
 pub(crate) mod shmem;
