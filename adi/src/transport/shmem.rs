@@ -16,7 +16,7 @@ use super::{
 };
 use crate::Error;
 use shmem_onesided::{
-    Config, Endpoint, Message, Node, Place, RecvFinished, RecvRequest, SendMode as EpMode,
+    Config, Endpoint, Message, Node, Place, RecvFinished, RecvRequest, SendMode as EpMode, Started,
     Status as EpStatus,
 };
 use std::mem;
@@ -219,9 +219,9 @@ impl Transport for ShmemTransport {
             .ep
             .isend_or_done(peer, tag, context, data, ep_mode(mode))
         {
-            Ok(Err(buf)) => Ok(SendStart::Done(buf)),
-            Ok(Ok(sreq)) => Ok(SendStart::Pending(sreq.id())),
-            Err(e) => Err(e.into()),
+            Ok(Started::Done(buf)) => Ok(SendStart::Done(buf)),
+            Ok(Started::Pending(sreq)) => Ok(SendStart::Pending(sreq.id())),
+            Err(e) => Err(convert(e)),
         }
     }
 
@@ -238,9 +238,9 @@ impl Transport for ShmemTransport {
             .ep
             .send_or_start(peer, tag, context, data, ep_mode(mode))
         {
-            Ok(None) => Ok(None),
-            Ok(Some(sreq)) => Ok(Some(sreq.id())),
-            Err(e) => Err(e.into()),
+            Ok(Started::Done(())) => Ok(None),
+            Ok(Started::Pending(sreq)) => Ok(Some(sreq.id())),
+            Err(e) => Err(convert(e)),
         }
     }
 
@@ -273,9 +273,9 @@ impl Transport for ShmemTransport {
             None => self.ep.irecv_or_done(spec, buf),
         };
         match started {
-            Ok(Ok(rreq)) => Ok(RecvStart::Pending(rreq.id())),
-            Ok(Err((Ok(st), buf))) => Ok(RecvStart::Done(Ok(self.st(&st)), buf)),
-            Ok(Err((Err(e), buf))) => Ok(RecvStart::Done(Err(convert(e)), buf)),
+            Ok(Started::Pending(rreq)) => Ok(RecvStart::Pending(rreq.id())),
+            Ok(Started::Done((Ok(st), buf))) => Ok(RecvStart::Done(Ok(self.st(&st)), buf)),
+            Ok(Started::Done((Err(e), buf))) => Ok(RecvStart::Done(Err(convert(e)), buf)),
             Err(e) => Err(convert(e)),
         }
     }
@@ -289,7 +289,7 @@ impl Transport for ShmemTransport {
         match self.ep.recv_arrived(spec, buf) {
             Ok(Some(st)) => Ok(Some(self.st(&st))),
             Ok(None) => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(convert(e)),
         }
     }
 
