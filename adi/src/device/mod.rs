@@ -367,12 +367,12 @@ pub(crate) use dispatch;
 /// `ANY_SOURCE` over members on both ([`RecvOn::Both`]).
 macro_rules! dispatch_recv {
     ($dev:expr, $spec:expr, $group:expr, |$v:ident, $s:ident| $e:expr, |$bs:ident| $both:expr) => {{
-        let mut $s = $spec;
-        if $dev.localize(&mut $s) {
+        if let Some(source) = $dev.local_source($spec.source) {
+            let $s = tm_proto::MatchSpec { source, ..$spec };
             type $v = $crate::device::OnLocal;
             $e
         } else {
-            $crate::device::cold(move || match $dev.recv_on($s, $group)? {
+            $crate::device::cold(move || match $dev.recv_on($spec, $group)? {
                 // `ANY_SOURCE` on a communicator of this node's ranks, with
                 // a remote transport configured.
                 $crate::device::RecvOn::Local($s) => {
@@ -619,23 +619,22 @@ impl Device {
         }
     }
 
-    /// Whether the node-local transport alone takes a receive or probe of
-    /// `spec` (its source a world rank, or any): the source is on this
-    /// node, or any source without a remote transport. If so, the source
-    /// is rewritten in place into the node-local transport's address;
-    /// otherwise `spec` is left as it is ([`Device::recv_on`] says where
+    /// The node-local transport's address of a receive's or probe's
+    /// `source` (a world rank, or any), if the node-local transport alone
+    /// takes it: the source is on this node, or any source without a
+    /// remote transport. `None` otherwise ([`Device::recv_on`] says where
     /// it goes, or what is wrong with it).
     #[inline(always)]
-    pub(crate) fn localize(&self, spec: &mut MatchSpec) -> bool {
-        match spec.source {
+    pub(crate) fn local_source(&self, source: Source) -> Option<Source> {
+        match source {
             Source::Rank(w) => match self.routes.get(w as usize) {
                 Some(Route::SelfCopy { local }) | Some(Route::Shmem { local }) => {
-                    spec.source = Source::Rank(*local);
-                    true
+                    Some(Source::Rank(*local))
                 }
-                _ => false,
+                _ => None,
             },
-            Source::Any => !self.has_remote,
+            Source::Any if !self.has_remote => Some(Source::Any),
+            Source::Any => None,
         }
     }
 
