@@ -11,7 +11,11 @@
 //! window memory reached by CMA (`_private`), every target by active
 //! messages (`_engine`), and mixed windows whose ranks are split over two
 //! simulated nodes, direct within a node and active messages across
-//! (`_mixed`, `TMX_RMA_TEST_SPLIT=2`).
+//! (`_mixed`, `TMX_RMA_TEST_SPLIT=2`). Scenarios of two or more ranks also
+//! run on two fake nodes joined by adi's test transport (`_nodes`,
+//! `adi::ENV_TEST_NODES=2`): targets on the other node by active messages
+//! through the transport seam; shared and dynamic windows fail there with
+//! `MPI_ERR_RMA_SHARED` and `MPI_ERR_UNSUPPORTED_OPERATION`.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use adi::attr::PROC_NULL;
@@ -42,12 +46,24 @@ fn data(win: &Win, r: &mut adi::Request) -> Vec<u8> {
     r.take_buffer().unwrap()
 }
 
+/// Whether this job's ranks are on more than one (fake) node
+/// (`adi::ENV_TEST_NODES`): windows reach the other node's targets by
+/// active messages through the test transport.
+fn across_nodes(n: i32) -> bool {
+    n > 1
+        && std::env::var(adi::ENV_TEST_NODES)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .is_some_and(|k| k > 1)
+}
+
 /// The path windows of `n` ranks should take in this job
-/// (`TMX_RMA_DIRECT`, `TMX_RMA_TEST_SPLIT`).
+/// (`TMX_RMA_DIRECT`, `TMX_RMA_TEST_SPLIT`, `adi::ENV_TEST_NODES`).
 fn expected_path(n: i32) -> WinPath {
     let split = std::env::var("TMX_RMA_TEST_SPLIT").ok();
     match std::env::var("TMX_RMA_DIRECT").as_deref() {
         Ok("0") => WinPath::Engine,
+        _ if across_nodes(n) => WinPath::Mixed,
         _ if n > 1 && split.is_some_and(|k| k.parse::<i32>().unwrap_or(1) > 1) => WinPath::Mixed,
         _ => WinPath::Direct,
     }
@@ -535,6 +551,12 @@ fn role_shared(w: &Comm) {
     let (me, n) = (w.rank(), w.size());
     let iters = 100u64;
     let size = 64 + 8 * me as usize;
+    if across_nodes(n) {
+        // Shared memory cannot span nodes: every rank fails alike.
+        let e = Win::allocate_shared(w, size).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaShared, "{e:?}");
+        return;
+    }
     let sw = Win::allocate_shared(w, size).unwrap();
     for r in 0..n {
         let q = sw.shared_query(r).unwrap();
@@ -596,6 +618,11 @@ fn role_shared_rma(w: &Comm) {
     let size = if me == 1 { 0 } else { 4 * area as usize };
     // The non-contiguous layout (alloc_shared_noncontig): one segment in
     // each rank's heap.
+    if across_nodes(n) {
+        let e = SharedWin::allocate_with(w, size, false).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaShared, "{e:?}");
+        return;
+    }
     let sw = SharedWin::allocate_with(w, size, false).unwrap();
     for r in 0..n {
         let q = sw.shared_query(r).unwrap();
@@ -698,6 +725,12 @@ fn role_shared_rma(w: &Comm) {
 fn role_dynamic_list(w: &Comm) {
     const K: usize = 25;
     let (me, n) = (w.rank(), w.size());
+    if across_nodes(n) {
+        // Dynamic windows need single copy to every target.
+        let e = Win::create_dynamic(w).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::UnsupportedOperation, "{e:?}");
+        return;
+    }
     // Dynamic windows take the direct path whatever TMX_RMA_DIRECT says.
     let win = Win::create_dynamic(w).unwrap();
     assert_eq!(win.path(), WinPath::Direct);
@@ -839,14 +872,22 @@ fn role_win_limits(w: &Comm) {
     );
     assert_eq!(win.detach(8).unwrap_err().class(), ErrorClass::Arg);
     win.free().unwrap();
+    let across = across_nodes(w.size());
+    let shared_class = if across {
+        ErrorClass::RmaShared
+    } else {
+        ErrorClass::NoMem
+    };
     for contiguous in [true, false] {
         let e = SharedWin::allocate_with(w, big, contiguous).unwrap_err();
-        assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
+        assert_eq!(e.class(), shared_class, "{e:?}");
     }
     // The failed shared windows gave their heap blocks back: a full-size
     // one still fits.
-    let sw = Win::allocate_shared(w, 1 << 20).unwrap();
-    sw.free().unwrap();
+    if !across {
+        let sw = Win::allocate_shared(w, 1 << 20).unwrap();
+        sw.free().unwrap();
+    }
     let large = Win::allocate(w, big).unwrap();
     large.lock(LockType::Exclusive, me, 0).unwrap();
     large.put(me, big as u64 - 8, &one(42)).unwrap();
@@ -855,6 +896,11 @@ fn role_win_limits(w: &Comm) {
     assert_eq!(i64s(&data(&large, &mut g)), vec![42]);
     large.free().unwrap();
     // Dynamic windows take the direct path whatever TMX_RMA_DIRECT says.
+    if across {
+        let e = Win::create_dynamic(w).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::UnsupportedOperation, "{e:?}");
+        return;
+    }
     let dw = Win::create_dynamic(w).unwrap();
     assert_eq!(dw.path(), WinPath::Direct);
     let mut bases = Vec::new();
@@ -1141,16 +1187,18 @@ fn role_mixed_counter(w: &Comm) {
 /// window works.
 fn role_huge_windows(w: &Comm) {
     let me = w.rank();
+    // Shared memory cannot span nodes: that error comes first.
+    let shared_class = if across_nodes(w.size()) {
+        ErrorClass::RmaShared
+    } else {
+        ErrorClass::NoMem
+    };
     for size in [usize::MAX, 1 << 40, 1 << 45] {
         let e = Win::allocate(w, size).unwrap_err();
         assert_eq!(e.class(), ErrorClass::NoMem, "allocate({size}): {e:?}");
         for contiguous in [true, false] {
             let e = SharedWin::allocate_with(w, size, contiguous).unwrap_err();
-            assert_eq!(
-                e.class(),
-                ErrorClass::NoMem,
-                "allocate_shared({size}): {e:?}"
-            );
+            assert_eq!(e.class(), shared_class, "allocate_shared({size}): {e:?}");
         }
     }
     // Only rank 0 asks too much: every rank fails.
@@ -1158,7 +1206,7 @@ fn role_huge_windows(w: &Comm) {
     let e = Win::allocate(w, size).unwrap_err();
     assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
     let e = SharedWin::allocate(w, size).unwrap_err();
-    assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
+    assert_eq!(e.class(), shared_class, "{e:?}");
     // Nothing was left behind: a window works.
     let win = Win::allocate(w, 64).unwrap();
     win.fence(0).unwrap();
@@ -1296,7 +1344,8 @@ fn main() -> ExitCode {
     // memory in the heap (default), the direct backend with private window
     // memory reached by CMA (`TMX_RMA_HEAP_WINDOWS=0`), every target by
     // active messages (`TMX_RMA_DIRECT=0`), and mixed windows (ranks on two
-    // simulated nodes, `TMX_RMA_TEST_SPLIT=2`).
+    // simulated nodes, `TMX_RMA_TEST_SPLIT=2`); those of two or more ranks
+    // also on two fake nodes (`adi::ENV_TEST_NODES=2`).
     let tests: Vec<(String, &str, usize)> = base
         .iter()
         .flat_map(|(name, role, n)| {
@@ -1305,8 +1354,10 @@ fn main() -> ExitCode {
                 (format!("{name}_private"), *role, *n),
                 (format!("{name}_engine"), *role, *n),
                 (format!("{name}_mixed"), *role, *n),
+                (format!("{name}_nodes"), *role, *n),
             ]
         })
+        .filter(|(name, _, n)| *n > 1 || !name.ends_with("_nodes"))
         .collect();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only_ignored = args.iter().any(|a| a == "--ignored");
@@ -1345,6 +1396,9 @@ fn main() -> ExitCode {
         ));
         if name.ends_with("_mixed") {
             env.push(("TMX_RMA_TEST_SPLIT", "2"));
+        }
+        if name.ends_with("_nodes") {
+            env.push((adi::ENV_TEST_NODES, "2"));
         }
         let got = launch(role, *n, &env);
         let ok = got == 0;

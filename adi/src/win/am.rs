@@ -485,7 +485,7 @@ fn step_barrier(dev: &Device, st: &mut RmaState, win: WinId) -> Result<bool, Err
                 let world_from = slot.group.world.get(from as usize).copied().unwrap_or(0);
                 let spec = tm_proto::MatchSpec {
                     context_id: slot.coll,
-                    source: tm_proto::Source::Rank(dev.local_of(world_from)?),
+                    source: tm_proto::Source::Rank(world_from),
                     tag: tm_proto::Tag::Value(tag),
                 };
                 let r =

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::comm::Comm;
 use crate::device::{Mode, SendData};
-use crate::Error;
+use crate::{Error, ErrorClass};
 use rma_epoch::{Backends, WindowConfig};
 use shmem_onesided::SymAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,7 +154,7 @@ impl Win {
                 rank: me as i32,
                 size: n as i32,
             })?;
-            let pe = dev.local_of(world)?;
+            let pe = dev.node_index_of(world)?;
             prep = dev.with_node(|node| {
                 cma = *node.cma_status() == shmem_onesided::CmaStatus::Available;
                 let cbn = direct::cb_bytes(n);
@@ -265,7 +265,7 @@ impl Win {
         let on_my_node = |r: u32| {
             wcomm
                 .world_rank_of(r as i32)
-                .is_some_and(|w| dev.local_of(w).is_ok())
+                .is_some_and(|w| dev.node_index_of(w).is_ok())
         };
         let one_node = (0..n).all(on_my_node);
         let direct_ok = if (shared || dynamic) && !one_node {
@@ -358,9 +358,16 @@ impl Win {
         // back what the direct backend took.
         give_back()?;
         if (shared || dynamic) && !one_node {
-            return Err(Error::InvalidArgument {
-                what: "allocate_shared and create_dynamic need every rank of the communicator \
-                       on this node",
+            return Err(if shared {
+                Error::SpansNodes {
+                    what: "Win::allocate_shared",
+                    class: ErrorClass::RmaShared,
+                }
+            } else {
+                Error::SpansNodes {
+                    what: "Win::create_dynamic",
+                    class: ErrorClass::UnsupportedOperation,
+                }
             });
         }
         if dynamic {
@@ -530,7 +537,7 @@ impl Win {
                 let tag = TAG_FREE_BARRIER + 32 * self.nonce + round;
                 let spec = tm_proto::MatchSpec {
                     context_id: inner.ctx,
-                    source: tm_proto::Source::Rank(dev.local_of(world(from))?),
+                    source: tm_proto::Source::Rank(world(from)),
                     tag: tm_proto::Tag::Value(tag),
                 };
                 let mut r = dev.start_recv(

@@ -448,6 +448,15 @@ impl RecvRequest {
     pub fn id(&self) -> u64 {
         self.0
     }
+
+    /// The request whose [`RecvRequest::id`] is `id`, for an upper layer
+    /// that keeps ids rather than handles (a table of operations over
+    /// several transports). An id that names no receive of the endpoint
+    /// is refused by the calls that take the request
+    /// ([`Error::InvalidArgument`]).
+    pub fn from_id(id: u64) -> Self {
+        RecvRequest(id)
+    }
 }
 
 // The ADI keeps an endpoint in a `Mutex` shared across threads.
