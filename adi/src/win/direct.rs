@@ -212,6 +212,7 @@ impl DirectWin {
         matches!(self.targets.get(rank as usize), Some(Some(_)))
     }
 
+    #[inline]
     fn t(&self, rank: u32) -> Result<&Target, Error> {
         match self.targets.get(rank as usize) {
             Some(Some(t)) => Ok(t),
@@ -222,11 +223,13 @@ impl DirectWin {
         }
     }
 
+    #[inline]
     fn word(&self, rank: u32, off: u64) -> Result<&AtomicU64, Error> {
         let t = self.t(rank)?;
         Ok(self.view.atomic_u64(t.pe, t.cb.offset(off))?)
     }
 
+    #[inline]
     fn rw(&self, rank: u32, base: u64) -> Result<RwTicket<'_>, Error> {
         let t = self.t(rank)?;
         match self
@@ -340,6 +343,7 @@ impl DirectWin {
 
     /// Whether `p` holds now, without consuming it (what a waiter spins
     /// on, outside every lock).
+    #[inline]
     pub(super) fn may_fire(&self, p: &Poll) -> Result<bool, Error> {
         let n = self.n();
         Ok(match *p {
@@ -361,6 +365,7 @@ impl DirectWin {
 
     /// Consumes `p` if it holds (enters the lock, counts the post or
     /// complete as seen); the caller then reports it to the epoch machine.
+    #[inline]
     pub(super) fn try_fire(&self, p: &Poll, seen: &mut Seen) -> Result<bool, Error> {
         let fired = match *p {
             Poll::Lock {

@@ -263,27 +263,48 @@ impl Win {
         Ok(())
     }
 
-    fn group(&self, group: &[i32]) -> Result<Vec<u32>, Error> {
-        let mut g = group
-            .iter()
-            .map(|r| match self.target(*r)? {
-                rma_epoch::PROC_NULL => Err(Error::InvalidRank {
-                    rank: *r,
-                    size: self.size(),
-                }),
-                t => Ok(t),
-            })
-            .collect::<Result<Vec<u32>, Error>>()?;
+    /// A PSCW group as the epoch machine's ranks (`PROC_NULL` is not a
+    /// member), sorted without duplicates, given to `f`: on the stack for
+    /// small groups (no allocation per epoch).
+    #[inline]
+    fn with_group<T>(&self, group: &[i32], f: impl FnOnce(&[u32]) -> Result<T, Error>) -> Result<T, Error> {
+        const INLINE: usize = 16;
+        let rank = |r: i32| match self.target(r)? {
+            rma_epoch::PROC_NULL => Err(Error::InvalidRank {
+                rank: r,
+                size: self.size(),
+            }),
+            t => Ok(t),
+        };
+        if group.len() <= INLINE {
+            let mut buf = [0u32; INLINE];
+            for (b, r) in buf.iter_mut().zip(group) {
+                *b = rank(*r)?;
+            }
+            let g = &mut buf[..group.len()];
+            if g.windows(2).all(|w| w[0] < w[1]) {
+                return f(g);
+            }
+            g.sort_unstable();
+            let mut n = 0;
+            for i in 0..g.len() {
+                if n == 0 || g[i] != g[n - 1] {
+                    g[n] = g[i];
+                    n += 1;
+                }
+            }
+            return f(&g[..n]);
+        }
+        let mut g = group.iter().map(|r| rank(*r)).collect::<Result<Vec<u32>, Error>>()?;
         g.sort_unstable();
         g.dedup();
-        Ok(g)
+        f(&g)
     }
 
     /// `MPI_Win_start`: an access epoch to the ranks of `group` (waits for
     /// the posts of the direct ones, as MPICH does for same-node targets).
     pub fn start(&self, group: &[i32], assert: u32) -> Result<(), Error> {
-        let g = self.group(group)?;
-        self.call(|e, w| e.start(w, &g, assert))
+        self.with_group(group, |g| self.call(|e, w| e.start(w, g, assert)))
     }
 
     /// `MPI_Win_complete`.
@@ -293,8 +314,7 @@ impl Win {
 
     /// `MPI_Win_post`: an exposure epoch to the ranks of `group`.
     pub fn post(&self, group: &[i32], assert: u32) -> Result<(), Error> {
-        let g = self.group(group)?;
-        self.call(|e, w| e.post(w, &g, assert))
+        self.with_group(group, |g| self.call(|e, w| e.post(w, g, assert)))
     }
 
     /// `MPI_Win_wait`.

@@ -447,6 +447,18 @@ impl Engine {
                 return Ok(());
             }
         }
+        if matches!(c.blocked, Some(Blocked::Wait)) && c.direct.all && c.active.is_empty() {
+            // The short path of a pending `wait` (what progress would do).
+            if c.side.at_completion_counter <= 0 {
+                c.exposure = ExposureState::None;
+                c.blocked = None;
+                self.out.push_back(Action::Completed {
+                    win,
+                    call: Call::Wait,
+                });
+            }
+            return Ok(());
+        }
         if c.blocked.is_some() {
             self.ctx(win)?.progress();
         }
@@ -682,6 +694,96 @@ impl Engine {
         Ok(true)
     }
 
+    /// The window's core if its ranks are all direct and nothing is in
+    /// flight or in progress (no active-message target, no pending call):
+    /// the state in which the PSCW calls have short paths.
+    #[inline]
+    fn lean_core(&mut self, win: WinId) -> Option<&mut WinCore> {
+        lean(&mut self.windows, win)
+    }
+
+    /// `start` of a window whose ranks are all direct (see
+    /// [`Engine::lean_core`]): the general body without the call machinery
+    /// (there is nothing for progress to do). `None` when the general
+    /// algorithm runs.
+    #[inline]
+    pub(super) fn start_direct(
+        &mut self,
+        win: WinId,
+        group: &[Rank],
+        assert: u32,
+    ) -> Result<Option<CallStatus>, Error> {
+        let Some(c) = self.lean_core(win) else {
+            return Ok(None);
+        };
+        c.begin_start(group, assert)?;
+        Ok(Some(CallStatus::Done))
+    }
+
+    /// `post` of a window whose ranks are all direct, `group` sorted
+    /// without duplicates. `None` when the general algorithm runs.
+    #[inline]
+    pub(super) fn post_direct(
+        &mut self,
+        win: WinId,
+        group: &[Rank],
+        assert: u32,
+    ) -> Result<Option<CallStatus>, Error> {
+        if !super::is_set(group) {
+            return Ok(None);
+        }
+        let Some(c) = lean(&mut self.windows, win) else {
+            return Ok(None);
+        };
+        // Every rank is direct: no packet goes out.
+        c.begin_post(group, assert, &mut self.out)?;
+        Ok(Some(CallStatus::Done))
+    }
+
+    /// `complete` of a window whose ranks are all direct, every post seen:
+    /// its operations completed when they returned, so the completes are
+    /// signalled ([`DirectAction::Complete`]) and the epoch ends at once.
+    /// `None` when the general algorithm runs.
+    #[inline]
+    pub(super) fn complete_direct(&mut self, win: WinId) -> Result<Option<CallStatus>, Error> {
+        let Some(c) = self.lean_core(win) else {
+            return Ok(None);
+        };
+        if c.access != AccessState::PscwGranted || c.outstanding_acks != 0 {
+            return Ok(None);
+        }
+        for &rank in &c.group {
+            c.direct.out.push_back(DirectAction::Complete { target: rank });
+        }
+        c.access = AccessState::Unset;
+        c.group.clear();
+        c.posted.clear();
+        c.direct.post_requested.clear();
+        Ok(Some(CallStatus::Done))
+    }
+
+    /// `wait` of a window whose ranks are all direct: done if every
+    /// complete was seen; otherwise the completes are asked for
+    /// ([`DirectAction::AwaitComplete`]) and the call is pending until
+    /// [`Engine::handle_complete`] has seen the last. `None` when the
+    /// general algorithm runs.
+    #[inline]
+    pub(super) fn wait_direct(&mut self, win: WinId) -> Result<Option<CallStatus>, Error> {
+        let Some(c) = self.lean_core(win) else {
+            return Ok(None);
+        };
+        if c.exposure != ExposureState::PscwExpo {
+            return Err(c.wrong_exposure("wait"));
+        }
+        if c.side.at_completion_counter <= 0 {
+            c.exposure = ExposureState::None;
+            return Ok(Some(CallStatus::Done));
+        }
+        c.direct.request_completes();
+        c.blocked = Some(Blocked::Wait);
+        Ok(Some(CallStatus::Pending))
+    }
+
     /// `unlock_all` of a window whose ranks are all direct, every lazy lock
     /// granted: released at once. `None` when the general algorithm runs.
     pub(super) fn unlock_all_direct(&mut self, win: WinId) -> Result<Option<CallStatus>, Error> {
@@ -706,6 +808,13 @@ impl Engine {
         c.access = Unset;
         Ok(Some(CallStatus::Done))
     }
+}
+
+/// [`Engine::lean_core`] on the engine's windows.
+#[inline]
+fn lean(windows: &mut [Option<Box<Window>>], win: WinId) -> Option<&mut WinCore> {
+    let c = &mut windows.get_mut(win as usize)?.as_mut()?.core;
+    (c.direct.all && c.active.is_empty() && c.blocked.is_none()).then_some(c)
 }
 
 impl Ctx<'_> {
