@@ -144,6 +144,23 @@ pub enum DirectAction {
     },
 }
 
+/// The answer of [`crate::Engine::fence_direct_now`]: the short path of
+/// `fence` for a driver that carries out the barrier itself, at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectFence {
+    /// The short path does not apply (a rank not direct, operations or a
+    /// barrier in flight): nothing changed, run [`crate::Engine::fence`].
+    General,
+    /// The fence is over: nothing to synchronize (`MODE_NOPRECEDE |
+    /// MODE_NOSUCCEED`).
+    Done,
+    /// Carry out [`DirectAction::Barrier`] now (it is not queued for
+    /// [`crate::Engine::poll_direct`]) and report
+    /// [`crate::Engine::handle_barrier_complete`]; until then the window is
+    /// not ready (the gate answers [`Gate::Wait`]).
+    Barrier,
+}
+
 /// What a target-side operation does to the window memory
 /// ([`crate::WindowMemory::with_range`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

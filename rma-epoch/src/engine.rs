@@ -476,7 +476,7 @@ impl Engine {
             .windows
             .get_mut(win as usize)
             .and_then(Option::as_mut)
-            .ok_or(Error::NoSuchWindow(win))?;
+            .ok_or_else(|| Error::NoSuchWindow(win))?;
         Ok(Ctx {
             w: &mut w.core,
             ops: Pools {
@@ -498,7 +498,7 @@ impl Engine {
             .get(win as usize)
             .and_then(Option::as_ref)
             .map(|w| &w.core)
-            .ok_or(Error::NoSuchWindow(win))
+            .ok_or_else(|| Error::NoSuchWindow(win))
     }
 
     /// Starts a user call that may block: checks nothing is in progress, runs

@@ -16,7 +16,7 @@
 //! as the general algorithms would, without running them.
 
 use super::*;
-use crate::backend::{Backends, DirectAction, Gate};
+use crate::backend::{Backends, DirectAction, DirectFence, Gate};
 
 /// How a direct target's lock is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,7 +244,7 @@ impl Engine {
             .get_mut(win as usize)
             .and_then(Option::as_mut)
             .map(|w| &mut w.core)
-            .ok_or(Error::NoSuchWindow(win))
+            .ok_or_else(|| Error::NoSuchWindow(win))
     }
 
     /// Whether `target` is reached directly in `win`.
@@ -606,18 +606,42 @@ impl Engine {
     }
 
     /// `fence` of a window whose ranks are all direct and that has nothing
-    /// in flight: the barrier is [`DirectAction::Barrier`]. `None` when the
-    /// general algorithm runs.
+    /// in flight: the barrier is [`DirectAction::Barrier`] (queued). `None`
+    /// when the general algorithm runs.
     #[inline]
     pub(super) fn fence_direct(
         &mut self,
         win: WinId,
         assert: u32,
     ) -> Result<Option<CallStatus>, Error> {
+        Ok(match self.fence_lean(win, assert)? {
+            DirectFence::General => None,
+            DirectFence::Done => Some(CallStatus::Done),
+            DirectFence::Barrier => {
+                self.core_mut(win)?
+                    .direct
+                    .out
+                    .push_back(DirectAction::Barrier);
+                Some(CallStatus::Done)
+            }
+        })
+    }
+
+    /// `fence` of a window whose ranks are all direct and that has nothing
+    /// in flight, for a driver that carries out the barrier at once (see
+    /// [`DirectFence`]); [`Engine::fence`] is this with the barrier queued
+    /// as a [`DirectAction`]. Errors as [`Engine::fence`].
+    #[inline]
+    pub fn fence_direct_now(&mut self, win: WinId, assert: u32) -> Result<DirectFence, Error> {
+        self.fence_lean(win, assert)
+    }
+
+    #[inline]
+    fn fence_lean(&mut self, win: WinId, assert: u32) -> Result<DirectFence, Error> {
         use AccessState::*;
         let c = self.core_mut(win)?;
         if !c.direct.all || !c.active.is_empty() || c.barriers_in_flight > 0 {
-            return Ok(None);
+            return Ok(DirectFence::General);
         }
         if let Some(b) = &c.blocked {
             return Err(Error::CallInProgress {
@@ -629,16 +653,12 @@ impl Engine {
             return Err(c.wrong("fence"));
         }
         if c.exposure != ExposureState::None {
-            return Err(Error::WrongExposure {
-                win,
-                call: "fence",
-                exposed: true,
-            });
+            return Err(c.wrong_exposure("fence"));
         }
         let both = assert::NOPRECEDE | assert::NOSUCCEED;
         if assert & both == both {
             c.access = Unset;
-            return Ok(Some(CallStatus::Done));
+            return Ok(DirectFence::Done);
         }
         // Nothing to complete first (every operation is complete when it
         // returns): the barrier goes out now and the call is done, as a
@@ -646,10 +666,9 @@ impl Engine {
         // not ready (the gate waits); then the epoch opens, or ends with
         // `NOSUCCEED`.
         c.barriers_in_flight += 1;
-        c.direct.out.push_back(DirectAction::Barrier);
         c.direct.fence_ends_epoch = assert & assert::NOSUCCEED != 0;
         c.access = FenceIssued;
-        Ok(Some(CallStatus::Done))
+        Ok(DirectFence::Barrier)
     }
 
     /// [`Engine::handle_barrier_complete`] of a window whose ranks are all
@@ -658,6 +677,21 @@ impl Engine {
     #[inline]
     pub(super) fn barrier_complete_direct(&mut self, win: WinId) -> Result<bool, Error> {
         let c = self.core_mut(win)?;
+        // The common case first: the one barrier of a fence that returned.
+        if c.barriers_in_flight == 1
+            && c.access == AccessState::FenceIssued
+            && c.blocked.is_none()
+            && c.direct.all
+            && c.active.is_empty()
+        {
+            c.barriers_in_flight = 0;
+            c.access = if std::mem::take(&mut c.direct.fence_ends_epoch) {
+                AccessState::Unset
+            } else {
+                AccessState::FenceGranted
+            };
+            return Ok(true);
+        }
         if !c.direct.all
             || !c.active.is_empty()
             || !matches!(
@@ -753,7 +787,9 @@ impl Engine {
             return Ok(None);
         }
         for &rank in &c.group {
-            c.direct.out.push_back(DirectAction::Complete { target: rank });
+            c.direct
+                .out
+                .push_back(DirectAction::Complete { target: rank });
         }
         c.access = AccessState::Unset;
         c.group.clear();
