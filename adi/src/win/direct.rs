@@ -313,18 +313,38 @@ impl DirectWin {
                 winsync::signal(self.word(origin, CB_POST + 8 * u64::from(self.me))?);
                 return Ok(Started::Done);
             }
-            DirectAction::AwaitPost { target } => Poll::Post {
-                target,
-                seen: seen.posts.get(target as usize).copied().unwrap_or(0),
-            },
+            // The waits for a signal are tried here directly (what
+            // `try_fire` does, without its second dispatch).
+            DirectAction::AwaitPost { target } => {
+                let slot = seen.posts.get_mut(target as usize);
+                let s = slot.as_deref().copied().unwrap_or(0);
+                let p = Poll::Post { target, seen: s };
+                let w = self.word(self.me, CB_POST + 8 * u64::from(target))?;
+                if !winsync::observed(w, s) {
+                    return Ok(Started::Wait(p));
+                }
+                if let Some(c) = slot {
+                    *c = s + 1;
+                }
+                return Ok(Started::Held(p));
+            }
             DirectAction::Complete { target } => {
                 winsync::signal(self.word(target, cb_complete(n) + 8 * u64::from(self.me))?);
                 return Ok(Started::Done);
             }
-            DirectAction::AwaitComplete { origin } => Poll::Complete {
-                origin,
-                seen: seen.completes.get(origin as usize).copied().unwrap_or(0),
-            },
+            DirectAction::AwaitComplete { origin } => {
+                let slot = seen.completes.get_mut(origin as usize);
+                let s = slot.as_deref().copied().unwrap_or(0);
+                let p = Poll::Complete { origin, seen: s };
+                let w = self.word(self.me, cb_complete(n) + 8 * u64::from(origin))?;
+                if !winsync::observed(w, s) {
+                    return Ok(Started::Wait(p));
+                }
+                if let Some(c) = slot {
+                    *c = s + 1;
+                }
+                return Ok(Started::Held(p));
+            }
         };
         Ok(if self.try_fire(&p, seen)? {
             Started::Held(p)

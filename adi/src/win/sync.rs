@@ -234,13 +234,9 @@ impl Win {
     fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
         let id = self.id;
         let mut g = am::lock(&self.comm.dev().rma.state);
-        // Steps queued before (none between calls, normally) go first.
-        let fd = if g.engine.has_direct(id) {
-            DirectFence::General
-        } else {
-            g.engine.fence_direct_now(id, assert)?
-        };
-        match fd {
+        // General if steps are queued (none between calls, normally): they
+        // go first.
+        match g.engine.fence_direct_now(id, assert)? {
             DirectFence::General => {
                 drop(g);
                 return self.fence_general(assert);
@@ -257,7 +253,7 @@ impl Win {
         g.engine.handle_barrier_complete(id)?;
         // The lean answer leaves nothing else to do (unless another thread
         // started something meanwhile).
-        if g.engine.has_actions() || g.engine.has_direct(id) || g.engine.is_blocked(id) {
+        if g.engine.has_actions() || !g.engine.is_idle(id) {
             return self.fence_drive(g);
         }
         Ok(())

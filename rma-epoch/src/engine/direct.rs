@@ -373,6 +373,17 @@ impl Engine {
             .is_some_and(|w| w.core.blocked.is_some())
     }
 
+    /// Whether `win` has neither a call in progress nor steps waiting in
+    /// [`Engine::poll_direct`] (as `!is_blocked && !has_direct`, one
+    /// look-up).
+    #[inline]
+    pub fn is_idle(&self, win: WinId) -> bool {
+        self.windows
+            .get(win as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| w.core.blocked.is_none() && w.core.direct.out.is_empty())
+    }
+
     /// Whether `win` has steps waiting in [`Engine::poll_direct`].
     #[inline]
     pub fn has_direct(&self, win: WinId) -> bool {
@@ -614,7 +625,7 @@ impl Engine {
         win: WinId,
         assert: u32,
     ) -> Result<Option<CallStatus>, Error> {
-        Ok(match self.fence_lean(win, assert)? {
+        Ok(match self.fence_lean(win, assert, false)? {
             DirectFence::General => None,
             DirectFence::Done => Some(CallStatus::Done),
             DirectFence::Barrier => {
@@ -628,19 +639,26 @@ impl Engine {
     }
 
     /// `fence` of a window whose ranks are all direct and that has nothing
-    /// in flight, for a driver that carries out the barrier at once (see
-    /// [`DirectFence`]); [`Engine::fence`] is this with the barrier queued
-    /// as a [`DirectAction`]. Errors as [`Engine::fence`].
+    /// in flight (no steps waiting in [`Engine::poll_direct`] either), for a
+    /// driver that carries out the barrier at once (see [`DirectFence`]);
+    /// [`Engine::fence`] is this with the barrier queued as a
+    /// [`DirectAction`]. Errors as [`Engine::fence`].
     #[inline]
     pub fn fence_direct_now(&mut self, win: WinId, assert: u32) -> Result<DirectFence, Error> {
-        self.fence_lean(win, assert)
+        self.fence_lean(win, assert, true)
     }
 
+    /// The short path of `fence`; with `now`, only if no direct step is
+    /// queued (they would have to go first).
     #[inline]
-    fn fence_lean(&mut self, win: WinId, assert: u32) -> Result<DirectFence, Error> {
+    fn fence_lean(&mut self, win: WinId, assert: u32, now: bool) -> Result<DirectFence, Error> {
         use AccessState::*;
         let c = self.core_mut(win)?;
-        if !c.direct.all || !c.active.is_empty() || c.barriers_in_flight > 0 {
+        if !c.direct.all
+            || !c.active.is_empty()
+            || c.barriers_in_flight > 0
+            || (now && !c.direct.out.is_empty())
+        {
             return Ok(DirectFence::General);
         }
         if let Some(b) = &c.blocked {
