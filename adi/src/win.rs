@@ -1637,8 +1637,9 @@ pub struct SharedWin {
 
 impl Win {
     /// `MPI_Win_allocate_shared`: see [`SharedWin`]. Collective over
-    /// `comm`, whose ranks must all be on this node (they are: there is no
-    /// inter-node transport yet).
+    /// `comm`, whose ranks must all be on this node: a communicator that
+    /// spans nodes is [`Error::InvalidArgument`] (split it by node first,
+    /// as `MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED` does).
     pub fn allocate_shared(comm: &Comm, size: usize) -> Result<SharedWin, Error> {
         SharedWin::allocate(comm, size)
     }
@@ -1657,6 +1658,12 @@ impl SharedWin {
     /// contiguous, each segment lives in its own rank's heap (each rank's
     /// heap holds only its own).
     pub fn allocate_with(comm: &Comm, size: usize, contiguous: bool) -> Result<SharedWin, Error> {
+        if comm.dev().group_spans_nodes(&comm.inner.group) {
+            return Err(Error::InvalidArgument {
+                what: "allocate_shared: the communicator spans nodes (shared memory needs \
+                       every rank on one node)",
+            });
+        }
         let win = Win::build(comm, Memory::Shared(size, contiguous))?;
         let targets = win.direct.as_ref().map(|d| d.targets()).unwrap_or(&[]);
         let regions = targets

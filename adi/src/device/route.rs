@@ -73,6 +73,7 @@ pub(crate) fn routes_with(
                 rank: peer as u32,
                 node,
                 my_node: layout.my_node(),
+                reason: "no remote transport configured".into(),
             });
         }
         v.push(r);
@@ -169,7 +170,8 @@ mod tests {
             Error::NoInterNodeTransport {
                 rank: 0,
                 node: 0,
-                my_node: 1
+                my_node: 1,
+                reason: "no remote transport configured".into(),
             }
         );
         assert_eq!(err.class(), crate::ErrorClass::Other);
