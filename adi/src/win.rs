@@ -708,7 +708,10 @@ impl Win {
         )> = None;
         let mut cma = false;
         let heap_windows = heap_windows()?;
-        if shared || dynamic || direct_wanted()? {
+        // The direct path needs every rank on this node; a window that
+        // spans nodes takes the engine path (active messages).
+        let spans_nodes = dev.group_spans_nodes(&wcomm.inner.group);
+        if !spans_nodes && (shared || dynamic || direct_wanted()?) {
             let world = wcomm
                 .world_rank_of(me as i32)
                 .ok_or_else(|| Error::InvalidRank {

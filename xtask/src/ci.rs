@@ -60,7 +60,7 @@ pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
 ];
 
 const STEPS: &[&str] = &[
-    "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest", "ibverbs",
+    "system", "fmt", "clippy", "test", "cluster", "slurm", "doc", "loom", "proptest", "ibverbs",
 ];
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -293,6 +293,22 @@ fn run_step(name: &'static str) -> Outcome {
             run_plain(c).and_then(|ok| {
                 ok.then(|| "no warnings".to_string())
                     .ok_or_else(|| "clippy reported problems".to_string())
+            })
+        }
+        "cluster" => {
+            // The launcher's multi-host tests ran in `test`; adi's jobs
+            // across hosts here (`local:` hosts, and netns hosts as root).
+            crate::cluster::run(&["--no-launcher".to_string()]).and_then(|t| {
+                tests = Some(Counts {
+                    passed: t.passed,
+                    failed: t.failed,
+                    ignored: 0,
+                });
+                if t.failed == 0 {
+                    Ok(format!("{} jobs passed", t.passed))
+                } else {
+                    Err(format!("{} passed, {} failed", t.passed, t.failed))
+                }
             })
         }
         "test" => {
@@ -1364,18 +1380,13 @@ fn shmem_table(ours: &Figures, mpich: Option<&Figures>) -> String {
     s
 }
 
-/// `cargo xtask cluster`: the launcher's multi-host tests, shown verbosely.
-/// Network-namespace hosts need root and iproute2; without them that test
-/// skips with a printed reason (or fails under `TMX_REQUIRE_SYSTEM_PACKAGES`).
+/// `cargo xtask cluster` (see [`crate::cluster`]).
 pub(crate) fn run_cluster(args: &[String]) -> Result<(), String> {
-    let mut c = cargo();
-    c.args(["test", "-p", "launcher", "--test", "multihost", "--"])
-        .arg("--nocapture")
-        .args(args);
-    if run_plain(c)? {
+    let t = crate::cluster::run(args)?;
+    if t.failed == 0 {
         Ok(())
     } else {
-        Err("multi-host tests failed".into())
+        Err(format!("{} cluster jobs failed", t.failed))
     }
 }
 

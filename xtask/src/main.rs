@@ -10,12 +10,15 @@
 //!   table (adi: also a table of paired per-round ratios; `TMX_BENCH_ROUNDS`
 //!   rounds, default 5).
 //! - `cargo xtask cluster` runs the multi-host tests (`tmrun --hosts` over
-//!   `local:` and network-namespace hosts); they also run inside `ci`.
+//!   `local:` and network-namespace hosts: the launcher's, and adi's jobs
+//!   across hosts, see `cluster.rs`); adi's also run in `ci` (step
+//!   `cluster`).
 //!
 //! Policy checks ("tidy") live in `tidy.rs` and run as `cargo test -p xtask`.
 #![forbid(unsafe_code)]
 
 mod ci;
+mod cluster;
 mod slurm;
 mod state;
 #[cfg(test)]
@@ -28,7 +31,7 @@ usage: cargo xtask <command>
 
 commands:
   ci [STEP...]      run all CI checks (or only the named steps) and print a summary
-                    steps: system fmt clippy test doc loom proptest
+                    steps: system fmt clippy test cluster slurm doc loom proptest ibverbs
   bench [CRATE...]  run benchmarks (all crates that have benches/, or the named ones);
                     shmem-onesided and adi (its osu example under tmrun) run beside
                     Debian's MPICH and print one table with ratios (adi also a
@@ -40,8 +43,11 @@ commands:
                     REV, interleaved; paired per-round ratios new / base;
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
-  cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
-                    (network namespaces; needs root and iproute2), verbosely
+  cluster [ARGS]    multi-host tests: the launcher's, then adi's jobs on 2 hosts x 2
+                    ranks (verbs-tm between hosts, shared memory within): `local:`
+                    hosts, and `netns:` hosts it creates and always deletes (root,
+                    iproute2); prints `N passed, M failed`. ARGS: job-name
+                    substrings, --local (no namespaces), --no-launcher
   help              this text
 
 environment:
