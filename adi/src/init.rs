@@ -397,11 +397,11 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         internal_context(),
     )?;
     let remote = match opening {
-        Opening::Double(l) => Some(Remote::Double(DoubleTransport::connect(
+        Opening::Double(l) => Some(Remote::Double(Box::new(DoubleTransport::connect(
             l,
             &remote_ranks,
             size,
-        )?)),
+        )?))),
         Opening::Verbs(t, _) => Some(Remote::Verbs(connect_verbs(&mut pmi, t, &remote_ranks)?)),
         Opening::None | Opening::Failed(_) => None,
     };

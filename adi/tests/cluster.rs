@@ -191,9 +191,7 @@ fn role_collectives(w: &Comm) {
                 shared.err()
             );
         } else {
-            let e = shared
-                .err()
-                .expect("allocate_shared across hosts must fail");
+            let e = shared.expect_err("allocate_shared across hosts must fail");
             assert_eq!(e.class(), adi::ErrorClass::Arg, "{e}");
         }
         drop(c);
@@ -232,7 +230,10 @@ fn role_kill(w: &Comm) {
     panic!("a receive from a killed rank returned");
 }
 
-fn roles() -> Vec<(&'static str, fn(&Comm))> {
+/// A role: its name and what a rank runs.
+type Role = (&'static str, fn(&Comm));
+
+fn roles() -> Vec<Role> {
     vec![
         ("pingpong_sizes", role_pingpong_sizes),
         ("collectives", role_collectives),

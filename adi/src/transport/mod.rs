@@ -488,7 +488,7 @@ pub(crate) trait Transport {
 #[derive(Debug)]
 pub(crate) enum Remote {
     /// The socket test double ([`double`]).
-    Double(DoubleTransport),
+    Double(Box<DoubleTransport>),
     /// The TM-SRQ endpoint of `verbs-tm` ([`verbs`]).
     Verbs(Box<VerbsTransport>),
 }
