@@ -192,7 +192,7 @@ fn role_collectives(w: &Comm) {
             );
         } else {
             let e = shared.expect_err("allocate_shared across hosts must fail");
-            assert_eq!(e.class(), adi::ErrorClass::Arg, "{e}");
+            assert_eq!(e.class(), adi::ErrorClass::RmaShared, "{e}");
         }
         drop(c);
     }

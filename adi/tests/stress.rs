@@ -319,9 +319,9 @@ impl Rank {
             last_activity: Instant::now(),
             stats: Stats::default(),
             // Fake nodes, or real hosts (`cargo xtask cluster` sets
-            // `TMX_STRESS_ACROSS`): two transports either way.
+            // `TMX_ADI_TEST_HOSTS`): two transports either way.
             across_nodes: std::env::var_os(adi::ENV_TEST_NODES).is_some()
-                || std::env::var_os("TMX_STRESS_ACROSS").is_some(),
+                || std::env::var_os("TMX_ADI_TEST_HOSTS").is_some(),
         }
     }
 

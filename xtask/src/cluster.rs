@@ -91,7 +91,6 @@ fn jobs(seed: u64) -> Vec<Job> {
     stress.env = vec![
         ("TMX_STRESS_MESSAGES".into(), STRESS_MESSAGES.into()),
         ("TMX_STRESS_SEED".into(), seed.to_string()),
-        ("TMX_STRESS_ACROSS".into(), "1".into()),
         ("TMX_SHMEM_RING_SLOTS".into(), "4".into()),
     ];
     v.push(stress);
@@ -112,24 +111,36 @@ fn jobs(seed: u64) -> Vec<Job> {
     ] {
         v.push(job("ranks", role, n, n.div_ceil(2)));
     }
-    // Windows spanning hosts: the active-message path.
+    // Windows spanning hosts: same-host targets direct, the other host's
+    // by active messages; `allocate_shared` and `create_dynamic` refused;
+    // a counter incremented by every rank under every synchronization.
     for (role, n) in [
         ("fence", 4),
         ("acc_ops", 4),
         ("pscw", 3),
         ("lock_contention", 3),
-        ("fetch_add_counter", 4),
+        ("fetch_add_counter", 3),
         ("flush_visibility", 3),
         ("cas_mutex", 3),
         ("lock_all_requests", 3),
         ("two_windows", 4),
+        ("shared", 3),
+        ("dynamic_list", 4),
+        ("large", 2),
+        ("mixed_counter", 4),
     ] {
         v.push(job("win", role, n, n.div_ceil(2)));
     }
-    for j in v.iter_mut().filter(|j| j.bin == "win") {
-        // The tests expect the engine path where TMX_RMA_DIRECT=0 says so;
-        // windows that span hosts take it anyway.
+    // Every target by active messages.
+    for (role, n) in [("fence", 4), ("mixed_counter", 4)] {
+        let mut j = job("win", role, n, n.div_ceil(2));
+        j.name = format!("win_{role}_{n}_ranks_engine");
         j.env.push(("TMX_RMA_DIRECT".into(), "0".into()));
+        v.push(j);
+    }
+    for j in &mut v {
+        // Tells the test binaries their ranks span hosts.
+        j.env.push(("TMX_ADI_TEST_HOSTS".into(), "2".into()));
     }
     // `datatypes` expects a 32 KiB packed send to complete at once: eager
     // at that size.

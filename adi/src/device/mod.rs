@@ -664,11 +664,6 @@ impl Device {
         }
     }
 
-    /// Whether a member of `group` is on another node.
-    pub(crate) fn group_spans_nodes(&self, group: &Group) -> bool {
-        self.has_remote && group.spans_remote(&self.routes)
-    }
-
     /// [`Device::recv_on`] of `ANY_SOURCE` with a remote transport.
     #[inline(never)]
     fn any_on(&self, spec: MatchSpec, group: Option<&Group>) -> RecvOn {
