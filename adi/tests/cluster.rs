@@ -233,6 +233,22 @@ fn role_kill(w: &Comm) {
 /// A role: its name and what a rank runs.
 type Role = (&'static str, fn(&Comm));
 
+/// With a provider that cannot start (`TMX_VERBS_PROVIDER=ibverbs` on a
+/// machine without a tag-matching NIC, or a build without the feature),
+/// init fails on every rank with `NoInterNodeTransport` and its reason.
+fn role_no_provider() -> ExitCode {
+    match adi::init() {
+        Err(e @ adi::Error::NoInterNodeTransport { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("could start"), "{text}");
+            assert_eq!(e.class(), adi::ErrorClass::Other);
+            ExitCode::SUCCESS
+        }
+        Err(e) => panic!("init failed otherwise: {e}"),
+        Ok(_) => panic!("init succeeded without a provider"),
+    }
+}
+
 fn roles() -> Vec<Role> {
     vec![
         ("pingpong_sizes", role_pingpong_sizes),
@@ -251,6 +267,9 @@ fn main() -> ExitCode {
         println!("\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
         return ExitCode::SUCCESS;
     };
+    if role == "no_provider" {
+        return role_no_provider();
+    }
     let Some((_, f)) = roles().into_iter().find(|(n, _)| *n == role) else {
         eprintln!("unknown role {role}");
         return ExitCode::from(3);

@@ -550,6 +550,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             run_adi_bench()?;
             continue;
         }
+        if krate == "internode" {
+            crate::internode::run()?;
+            continue;
+        }
         if krate == "adi-pairs" {
             run_adi_pairs()?;
             continue;
@@ -607,7 +611,7 @@ fn run_shmem_bench() -> Result<(), String> {
 /// Compiles the C program `src` (relative to the workspace) with
 /// `mpicc.mpich` into the target directory as `name`; `None` (after saying
 /// what to install) when MPICH is missing.
-fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, String> {
+pub(crate) fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, String> {
     let missing: Vec<String> = SYSTEM_PACKAGES
         .iter()
         .filter(|(prog, pkg, _)| matches!(*pkg, "mpich" | "libmpich-dev") && !on_path(prog))
@@ -640,13 +644,13 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// The MPICH side of adi's OSU-style benchmark.
-const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
+pub(crate) const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench adi`
 /// (`TMX_BENCH_ROUNDS` overrides it).
 const ADI_BENCH_ROUNDS: usize = 5;
 
 /// The number of rounds: `TMX_BENCH_ROUNDS` (1 to 100) or `default`.
-fn bench_rounds(default: usize) -> Result<usize, String> {
+pub(crate) fn bench_rounds(default: usize) -> Result<usize, String> {
     env_count("TMX_BENCH_ROUNDS", default, 1, 100)
 }
 
@@ -718,7 +722,7 @@ fn run_adi_bench() -> Result<(), String> {
 
 /// Builds `tmrun` and adi's `osu` example (release); returns the release
 /// directory that holds them.
-fn build_osu(root: &Path) -> Result<PathBuf, String> {
+pub(crate) fn build_osu(root: &Path) -> Result<PathBuf, String> {
     let mut c = cargo();
     c.args([
         "build",
@@ -1168,7 +1172,7 @@ fn run_tmrun_pair(rel: &Path, example: &str) -> Result<String, String> {
 }
 
 /// Runs `cmd`, echoing its standard output line by line, and returns it too.
-fn run_captured(mut cmd: Command) -> Result<(bool, String), String> {
+pub(crate) fn run_captured(mut cmd: Command) -> Result<(bool, String), String> {
     println!("\n$ {}", show(&cmd));
     let mut child = cmd
         .stdout(Stdio::piped())

@@ -147,6 +147,11 @@ fn jobs(seed: u64) -> Vec<Job> {
     if let Some(j) = v.iter_mut().find(|j| j.role == "datatypes") {
         j.env.push(("TMX_VERBS_EAGER_MAX".into(), "64K".into()));
     }
+    // No provider can start: init fails with NoInterNodeTransport.
+    let mut none = job("cluster", "no_provider", 2, 1);
+    none.env
+        .push(("TMX_VERBS_PROVIDER".into(), "ibverbs".into()));
+    v.push(none);
     let mut kill = job("cluster", "kill", 4, 2);
     kill.name = "cluster_kill_9_on_the_other_host".into();
     kill.killed = true;
@@ -171,7 +176,7 @@ impl Hosts {
 
 /// The network namespaces of a run: a hub with a bridge at 10.231.0.1/24
 /// and one namespace per host (10.231.0.2, .3, ...).
-struct Namespaces {
+pub(crate) struct Namespaces {
     names: Vec<String>,
     reaper: Option<Child>,
 }
@@ -206,7 +211,12 @@ fn delete_namespace(name: &str) {
 }
 
 impl Namespaces {
-    fn create(hosts: usize) -> Result<Namespaces, String> {
+    /// The names: the hub first, then the hosts.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    pub(crate) fn create(hosts: usize) -> Result<Namespaces, String> {
         let base = format!("tmxc{}", std::process::id());
         let hub = format!("{base}h");
         let all: Vec<String> = std::iter::once(hub.clone())
@@ -256,11 +266,11 @@ impl Namespaces {
         Ok(ns)
     }
 
-    fn hub(&self) -> &str {
+    pub(crate) fn hub(&self) -> &str {
         &self.names[0]
     }
 
-    fn hosts_arg(&self) -> String {
+    pub(crate) fn hosts_arg(&self) -> String {
         self.names[1..]
             .iter()
             .map(|n| format!("netns:{n}"))

@@ -19,6 +19,7 @@
 
 mod ci;
 mod cluster;
+mod internode;
 mod slurm;
 mod state;
 #[cfg(test)]
@@ -41,6 +42,10 @@ commands:
                     `bench ab REV`: adi's osu, osu_rma and osu_ddt of this
                     tree against the same programs built from git revision
                     REV, interleaved; paired per-round ratios new / base;
+                    `bench internode`: two network-namespace hosts, one rank
+                    each: adi's osu under tmrun --hosts vs MPICH (UCX tcp) vs
+                    Open MPI (btl tcp) vs raw TCP, veth byte counters checked,
+                    paired per-round medians (root);
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
   cluster [ARGS]    multi-host tests: the launcher's, then adi's jobs on 2 hosts x 2
@@ -57,6 +62,7 @@ environment:
   TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
   TMX_BENCH_PAIR_MAX_BYTES  largest size of `bench adi-pairs` (default 65536)
   TMX_BENCH_PAIR_MIN_BYTES  smallest size of `bench adi-pairs` (default 1)
+  TMX_BENCH_QUICK      `1`: `bench internode` runs a fraction of the iterations (smoke test)
 ";
 
 fn main() -> ExitCode {
@@ -69,6 +75,8 @@ fn main() -> ExitCode {
         "ci" => ci::run_ci(rest),
         "bench" => ci::run_bench(rest),
         "cluster" => ci::run_cluster(rest),
+        // The raw TCP floor of `bench internode` (started by it).
+        "tcp-floor" => internode::tcp_floor(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -27,10 +27,11 @@
 //!
 //! The core holds one transport per kind of [`Route`]: the node-local one
 //! (this rank and its node: `shmem-onesided`) and, when one is
-//! configured, a remote one for [`Route::Remote`] peers. Without a remote
-//! transport a job whose ranks span nodes fails at init with
-//! [`Error::NoInterNodeTransport`]; the socket test double
-//! ([`crate::ENV_TEST_NODES`]) is one.
+//! configured, a remote one for [`Route::Remote`] peers: `verbs-tm`'s
+//! endpoint ([`crate::transport::verbs`]), or the socket test double
+//! ([`crate::ENV_TEST_NODES`]). A job whose ranks span nodes fails at init
+//! with [`Error::NoInterNodeTransport`] only if no `verbs-tm` provider can
+//! start.
 //!
 //! # Locks (the ADI paper §6.3: per-structure locks, no global lock around waits)
 //!

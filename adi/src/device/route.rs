@@ -20,8 +20,8 @@ pub enum Route {
         /// The peer's index on the node.
         local: u32,
     },
-    /// Another node: the device's remote transport. Without one, init
-    /// fails with [`Error::NoInterNodeTransport`].
+    /// Another node: the device's remote transport (`verbs-tm`). If none
+    /// can start, init fails with [`Error::NoInterNodeTransport`].
     Remote {
         /// The peer's node.
         node: usize,
