@@ -91,3 +91,17 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod usage {
+    /// The usage text names every step `cargo xtask ci` runs.
+    #[test]
+    fn usage_lists_every_ci_step() {
+        let line = super::USAGE
+            .lines()
+            .find(|l| l.trim_start().starts_with("steps:"))
+            .unwrap_or_default();
+        let listed: Vec<&str> = line.split_whitespace().skip(1).collect();
+        assert_eq!(listed, crate::ci::STEPS, "{line}");
+    }
+}
