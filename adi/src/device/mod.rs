@@ -28,7 +28,7 @@
 //! The core holds one transport per kind of [`Route`]: the node-local one
 //! (this rank and its node: `shmem-onesided`) and, when one is
 //! configured, a remote one for [`Route::Remote`] peers: `verbs-tm`'s
-//! endpoint ([`crate::transport::verbs`]), or the socket test double
+//! endpoint (`transport::verbs`), or the socket test double
 //! ([`crate::ENV_TEST_NODES`]). A job whose ranks span nodes fails at init
 //! with [`Error::NoInterNodeTransport`] only if no `verbs-tm` provider can
 //! start.

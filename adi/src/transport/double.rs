@@ -64,7 +64,7 @@ use tm_proto::{Envelope, MatchSpec};
 /// and windows run over two transports at once, `ANY_SOURCE` receives
 /// included. Every rank must see the same value, and every fake node must
 /// run on the same host (and network namespace). Without it, ranks on
-/// different nodes talk through `verbs-tm` ([`crate::transport::verbs`]).
+/// different nodes talk through `verbs-tm` (`transport::verbs`).
 ///
 /// To enable it for a test, put it in the ranks' environment:
 ///
