@@ -472,11 +472,9 @@ impl Engine {
     }
 
     fn ctx(&mut self, win: WinId) -> Result<Ctx<'_>, Error> {
-        let w = self
-            .windows
-            .get_mut(win as usize)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| Error::NoSuchWindow(win))?;
+        let Some(Some(w)) = self.windows.get_mut(win as usize) else {
+            return Err(Error::NoSuchWindow(win));
+        };
         Ok(Ctx {
             w: &mut w.core,
             ops: Pools {
@@ -494,11 +492,10 @@ impl Engine {
     }
 
     fn core(&self, win: WinId) -> Result<&WinCore, Error> {
-        self.windows
-            .get(win as usize)
-            .and_then(Option::as_ref)
-            .map(|w| &w.core)
-            .ok_or_else(|| Error::NoSuchWindow(win))
+        match self.windows.get(win as usize) {
+            Some(Some(w)) => Ok(&w.core),
+            _ => Err(Error::NoSuchWindow(win)),
+        }
     }
 
     /// Starts a user call that may block: checks nothing is in progress, runs

@@ -11,9 +11,12 @@
 //! list), whose posts were asked for, and whose completes are awaited.
 //!
 //! The calls that the same-node data path makes per operation and per
-//! epoch (the gate, `lock`/`unlock`, `flush`, `fence` of a window whose
-//! ranks are all direct) have short paths here that leave the same state
-//! as the general algorithms would, without running them.
+//! epoch (the gate, `lock`/`unlock`, `flush`, and, on a window whose ranks
+//! are all direct, `fence` and `post`/`start`/`complete`/`wait`) have short
+//! paths here that leave the same state, steps and errors as the general
+//! algorithms would, without running them. [`Engine::fence_direct_now`]
+//! hands the fence barrier to a driver that carries it out at once instead
+//! of queuing it.
 
 use super::*;
 use crate::backend::{Backends, DirectAction, DirectFence, Gate};
@@ -240,11 +243,12 @@ impl Engine {
 
     #[inline]
     pub(super) fn core_mut(&mut self, win: WinId) -> Result<&mut WinCore, Error> {
-        self.windows
-            .get_mut(win as usize)
-            .and_then(Option::as_mut)
-            .map(|w| &mut w.core)
-            .ok_or_else(|| Error::NoSuchWindow(win))
+        // A match, not `ok_or`: the error is built only when it is returned
+        // (this is on every call's path).
+        match self.windows.get_mut(win as usize) {
+            Some(Some(w)) => Ok(&mut w.core),
+            _ => Err(Error::NoSuchWindow(win)),
+        }
     }
 
     /// Whether `target` is reached directly in `win`.

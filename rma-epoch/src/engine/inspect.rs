@@ -25,7 +25,7 @@ impl Engine {
             .windows
             .get(win as usize)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::NoSuchWindow(win))?;
+            .ok_or(Error::NoSuchWindow(win))?;
         let slot = (rank as usize) % w.core.slots.len().max(1);
         let found = w.core.slots.get(slot).and_then(|s| {
             s.iter().find_map(|r| {
@@ -61,7 +61,7 @@ impl Engine {
             .windows
             .get(win as usize)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::NoSuchWindow(win))?;
+            .ok_or(Error::NoSuchWindow(win))?;
         Ok((w.ops.stats(), w.targets.stats()))
     }
 
@@ -80,7 +80,7 @@ impl Engine {
             .windows
             .get(win as usize)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::NoSuchWindow(win))?;
+            .ok_or(Error::NoSuchWindow(win))?;
         let c = &w.core;
         let refs = core::mem::size_of::<ElemRef>();
         let slots = c.slots.capacity() * core::mem::size_of::<Vec<ElemRef>>()
