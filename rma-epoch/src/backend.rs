@@ -149,13 +149,15 @@ pub enum DirectAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DirectFence {
     /// The short path does not apply (a rank not direct, operations or a
-    /// barrier in flight): nothing changed, run [`crate::Engine::fence`].
+    /// barrier in flight, steps queued): nothing changed, run
+    /// [`crate::Engine::fence`].
     General,
     /// The fence is over: nothing to synchronize (`MODE_NOPRECEDE |
-    /// MODE_NOSUCCEED`).
+    /// MODE_NOSUCCEED`), or the barrier completed at once.
     Done,
-    /// Carry out [`DirectAction::Barrier`] now (it is not queued for
-    /// [`crate::Engine::poll_direct`]) and report
+    /// The barrier ([`DirectAction::Barrier`], started by the driver, not
+    /// queued for [`crate::Engine::poll_direct`]) did not complete at once:
+    /// wait until it does, then report
     /// [`crate::Engine::handle_barrier_complete`]; until then the window is
     /// not ready (the gate answers [`Gate::Wait`]).
     Barrier,

@@ -23,12 +23,17 @@ fn steps(e: &mut Engine, w: WinId) -> Vec<DirectAction> {
 }
 
 #[test]
-fn fence_now_returns_the_barrier_instead_of_queuing_it() {
+fn fence_now_lets_the_driver_carry_out_the_barrier() {
     let (mut e, w) = window(2, 2);
-    assert_eq!(
-        e.fence_direct_now(w, assert::NOPRECEDE).unwrap(),
-        DirectFence::Barrier
-    );
+    // A rank has not arrived yet: the barrier is pending, not queued.
+    let mut started = 0;
+    let st = e
+        .fence_direct_now(w, assert::NOPRECEDE, || {
+            started += 1;
+            false
+        })
+        .unwrap();
+    assert_eq!((st, started), (DirectFence::Barrier, 1));
     assert!(!e.has_direct(w), "the barrier is not queued");
     assert_eq!(e.access_state(w).unwrap(), AccessState::FenceIssued);
     // Until the barrier is reported the window is not ready.
@@ -39,22 +44,44 @@ fn fence_now_returns_the_barrier_instead_of_queuing_it() {
     assert_eq!(e.direct_access(w, 0).unwrap(), Gate::Open);
     assert!(!e.has_actions(), "no Completed: the call was done");
 
+    // Every rank arrived already: the fence is over at once.
+    assert_eq!(
+        e.fence_direct_now(w, 0, || true).unwrap(),
+        DirectFence::Done
+    );
+    assert_eq!(e.access_state(w).unwrap(), AccessState::FenceGranted);
+    assert_eq!(e.direct_access(w, 0).unwrap(), Gate::Open);
+
     // A closing fence ends the epoch once its barrier completes.
     assert_eq!(
-        e.fence_direct_now(w, assert::NOSUCCEED).unwrap(),
+        e.fence_direct_now(w, assert::NOSUCCEED, || false).unwrap(),
         DirectFence::Barrier
     );
     e.handle_barrier_complete(w).unwrap();
     assert_eq!(e.access_state(w).unwrap(), AccessState::Unset);
     assert!(matches!(e.direct_access(w, 0), Err(Error::NoEpoch { .. })));
-
-    // Nothing to synchronize.
     assert_eq!(
-        e.fence_direct_now(w, assert::NOPRECEDE | assert::NOSUCCEED)
-            .unwrap(),
+        e.fence_direct_now(w, assert::NOPRECEDE, || true).unwrap(),
+        DirectFence::Done
+    );
+    assert_eq!(
+        e.fence_direct_now(w, assert::NOSUCCEED, || true).unwrap(),
         DirectFence::Done
     );
     assert_eq!(e.access_state(w).unwrap(), AccessState::Unset);
+
+    // Nothing to synchronize: no barrier started.
+    let st = e
+        .fence_direct_now(w, assert::NOPRECEDE | assert::NOSUCCEED, || {
+            panic!("no barrier for NOPRECEDE | NOSUCCEED")
+        })
+        .unwrap();
+    assert_eq!(st, DirectFence::Done);
+    assert_eq!(e.access_state(w).unwrap(), AccessState::Unset);
+}
+
+fn no_barrier() -> bool {
+    panic!("the short path does not apply: no barrier may start")
 }
 
 #[test]
@@ -62,7 +89,8 @@ fn fence_now_defers_to_the_general_path_or_refuses() {
     // A rank by active messages: the general fence (a barrier of messages).
     let (mut e, w) = window(3, 2);
     assert_eq!(
-        e.fence_direct_now(w, assert::NOPRECEDE).unwrap(),
+        e.fence_direct_now(w, assert::NOPRECEDE, no_barrier)
+            .unwrap(),
         DirectFence::General
     );
     assert_eq!(e.access_state(w).unwrap(), AccessState::Unset, "unchanged");
@@ -71,7 +99,10 @@ fn fence_now_defers_to_the_general_path_or_refuses() {
     let (mut e, w) = window(2, 2);
     assert_eq!(e.fence(w, assert::NOPRECEDE).unwrap(), CallStatus::Done);
     assert!(!e.is_idle(w), "the queued barrier");
-    assert_eq!(e.fence_direct_now(w, 0).unwrap(), DirectFence::General);
+    assert_eq!(
+        e.fence_direct_now(w, 0, no_barrier).unwrap(),
+        DirectFence::General
+    );
     assert_eq!(steps(&mut e, w), vec![DirectAction::Barrier]);
     e.handle_barrier_complete(w).unwrap();
     assert!(e.is_idle(w));
@@ -79,9 +110,14 @@ fn fence_now_defers_to_the_general_path_or_refuses() {
     // A fence inside a PSCW exposure epoch is an error, as in `fence`.
     let (mut e, w) = window(2, 2);
     e.post(w, &[0], 0).unwrap();
+    assert_eq!(
+        e.fence_direct_now(w, 0, no_barrier).unwrap(),
+        DirectFence::General,
+        "the post signal is queued"
+    );
     assert_eq!(steps(&mut e, w), vec![DirectAction::Post { origin: 0 }]);
     assert!(matches!(
-        e.fence_direct_now(w, 0),
+        e.fence_direct_now(w, 0, no_barrier),
         Err(Error::WrongExposure { exposed: true, .. })
     ));
 }

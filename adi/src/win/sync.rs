@@ -227,30 +227,46 @@ impl Win {
     }
 
     /// `fence` of a window whose ranks are all direct: the epoch machine
-    /// answers with the shared-memory barrier ([`DirectFence::Barrier`],
-    /// not queued), which this thread carries out itself (arrive, wait for
-    /// the others outside the lock, report).
+    /// lets this thread carry out the shared-memory barrier itself
+    /// ([`Engine::fence_direct_now`]: arrive under the lock; if a rank has
+    /// not arrived yet, [`DirectFence::Barrier`]: wait for it outside the
+    /// lock, then report).
     #[inline]
     fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
         let id = self.id;
         let mut g = am::lock(&self.comm.dev().rma.state);
         // General if steps are queued (none between calls, normally): they
-        // go first.
-        match g.engine.fence_direct_now(id, assert)? {
+        // go first. Otherwise this thread arrives at the barrier (under the
+        // lock) and the fence is over if every rank arrived already.
+        let mut no = 0;
+        let mut failed = None;
+        let fd = g.engine.fence_direct_now(id, assert, || {
+            match d.arrive().and_then(|n| {
+                no = n;
+                d.all_arrived(n)
+            }) {
+                Ok(all) => all,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match fd {
             DirectFence::General => {
                 drop(g);
                 return self.fence_general(assert);
             }
-            // NOPRECEDE | NOSUCCEED: nothing to synchronize.
-            DirectFence::Done => return Ok(()),
-            DirectFence::Barrier => {}
+            DirectFence::Done => {}
+            DirectFence::Barrier => {
+                drop(g);
+                g = self.fence_wait(d, no)?;
+                g.engine.handle_barrier_complete(id)?;
+            }
         }
-        let no = d.arrive()?;
-        if !d.all_arrived(no)? {
-            drop(g);
-            g = self.fence_wait(d, no)?;
-        }
-        g.engine.handle_barrier_complete(id)?;
         // The lean answer leaves nothing else to do (unless another thread
         // started something meanwhile).
         if g.engine.has_actions() || !g.engine.is_idle(id) {

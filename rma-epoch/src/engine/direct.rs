@@ -629,7 +629,7 @@ impl Engine {
         win: WinId,
         assert: u32,
     ) -> Result<Option<CallStatus>, Error> {
-        Ok(match self.fence_lean(win, assert, false)? {
+        Ok(match self.fence_lean(win, assert, None::<fn() -> bool>)? {
             DirectFence::General => None,
             DirectFence::Done => Some(CallStatus::Done),
             DirectFence::Barrier => {
@@ -644,24 +644,38 @@ impl Engine {
 
     /// `fence` of a window whose ranks are all direct and that has nothing
     /// in flight (no steps waiting in [`Engine::poll_direct`] either), for a
-    /// driver that carries out the barrier at once (see [`DirectFence`]);
-    /// [`Engine::fence`] is this with the barrier queued as a
-    /// [`DirectAction`]. Errors as [`Engine::fence`].
+    /// driver that carries out the barrier itself, at once: `barrier` is
+    /// called (only if a barrier is needed) to start it (arrive) and says
+    /// whether it completed already (every rank arrived); see
+    /// [`DirectFence`]. [`Engine::fence`] is this with the barrier queued
+    /// as a [`DirectAction`]. Errors as [`Engine::fence`] (found before
+    /// `barrier` is called).
     #[inline]
-    pub fn fence_direct_now(&mut self, win: WinId, assert: u32) -> Result<DirectFence, Error> {
-        self.fence_lean(win, assert, true)
+    pub fn fence_direct_now(
+        &mut self,
+        win: WinId,
+        assert: u32,
+        barrier: impl FnOnce() -> bool,
+    ) -> Result<DirectFence, Error> {
+        self.fence_lean(win, assert, Some(barrier))
     }
 
-    /// The short path of `fence`; with `now`, only if no direct step is
-    /// queued (they would have to go first).
+    /// The short path of `fence`. With `now`, only if no direct step is
+    /// queued (they would have to go first), and `now` starts the barrier
+    /// (if it completes at once, so does the fence).
     #[inline]
-    fn fence_lean(&mut self, win: WinId, assert: u32, now: bool) -> Result<DirectFence, Error> {
+    fn fence_lean(
+        &mut self,
+        win: WinId,
+        assert: u32,
+        now: Option<impl FnOnce() -> bool>,
+    ) -> Result<DirectFence, Error> {
         use AccessState::*;
         let c = self.core_mut(win)?;
         if !c.direct.all
             || !c.active.is_empty()
             || c.barriers_in_flight > 0
-            || (now && !c.direct.out.is_empty())
+            || (now.is_some() && !c.direct.out.is_empty())
         {
             return Ok(DirectFence::General);
         }
@@ -687,8 +701,16 @@ impl Engine {
         // `NOPRECEDE` fence is. Until the barrier completes the window is
         // not ready (the gate waits); then the epoch opens, or ends with
         // `NOSUCCEED`.
+        let ends = assert & assert::NOSUCCEED != 0;
+        if let Some(barrier) = now {
+            if barrier() {
+                // Every rank arrived already: the barrier is over.
+                c.access = if ends { Unset } else { FenceGranted };
+                return Ok(DirectFence::Done);
+            }
+        }
         c.barriers_in_flight += 1;
-        c.direct.fence_ends_epoch = assert & assert::NOSUCCEED != 0;
+        c.direct.fence_ends_epoch = ends;
         c.access = FenceIssued;
         Ok(DirectFence::Barrier)
     }
