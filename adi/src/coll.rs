@@ -344,7 +344,7 @@ impl Comm {
 
     /// Agrees on a context pair free on every member (MPICH's free-mask
     /// allreduce); takes it locally if `take`.
-    fn agree_context(&self, take: bool) -> Result<usize, Error> {
+    pub(crate) fn agree_context(&self, take: bool) -> Result<usize, Error> {
         let dev = &self.inner.dev;
         let mask: Vec<u64> = dev
             .contexts

@@ -87,7 +87,9 @@ mod core_cell;
 pub mod datatype;
 pub mod device;
 pub mod error;
+pub mod group;
 mod init;
+mod p2p;
 pub mod request;
 mod sync;
 mod time;
@@ -99,8 +101,10 @@ pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
 pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
 
+pub use attr::UNDEFINED;
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
+pub use group::{Comparison, Group};
 pub use request::{
     request, testall, testany, testsome, waitall, waitany, waitsome, AnyOutcome, Completer,
     Progress, Request, Status, YieldProgress,

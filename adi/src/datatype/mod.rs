@@ -82,8 +82,11 @@
 //! # Ok::<(), adi::Error>(())
 //! ```
 
+mod basic;
+mod elements;
 mod plan;
 
+pub use basic::BasicType;
 pub use plan::{plan_send, Part, Parts, PlanLimits, SendPlan};
 
 use std::sync::{Arc, OnceLock};
@@ -99,72 +102,6 @@ pub const MAX_FLAT_BLOCKS: usize = 1 << 20;
 /// drop walk the nesting recursively; the bound keeps that within a thread's
 /// default 2 MiB stack, even in debug builds.
 pub const MAX_DEPTH: usize = 256;
-
-/// The predefined element types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BasicType {
-    /// `MPI_INT8_T`.
-    I8,
-    /// `MPI_INT16_T`.
-    I16,
-    /// `MPI_INT32_T`.
-    I32,
-    /// `MPI_INT64_T`.
-    I64,
-    /// `MPI_UINT8_T`.
-    U8,
-    /// `MPI_UINT16_T`.
-    U16,
-    /// `MPI_UINT32_T`.
-    U32,
-    /// `MPI_UINT64_T`.
-    U64,
-    /// `MPI_FLOAT`.
-    F32,
-    /// `MPI_DOUBLE`.
-    F64,
-    /// `MPI_BYTE`: uninterpreted bytes.
-    Byte,
-    /// `MPI_CHAR`.
-    Char,
-}
-
-impl BasicType {
-    /// Size in bytes.
-    pub const fn size(self) -> usize {
-        match self {
-            BasicType::I8 | BasicType::U8 | BasicType::Byte | BasicType::Char => 1,
-            BasicType::I16 | BasicType::U16 => 2,
-            BasicType::I32 | BasicType::U32 | BasicType::F32 => 4,
-            BasicType::I64 | BasicType::U64 | BasicType::F64 => 8,
-        }
-    }
-
-    /// Alignment used for struct padding: the natural alignment, equal to the
-    /// size for these types.
-    pub const fn align(self) -> usize {
-        self.size()
-    }
-
-    /// The MPI name, for example `"MPI_INT32_T"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BasicType::I8 => "MPI_INT8_T",
-            BasicType::I16 => "MPI_INT16_T",
-            BasicType::I32 => "MPI_INT32_T",
-            BasicType::I64 => "MPI_INT64_T",
-            BasicType::U8 => "MPI_UINT8_T",
-            BasicType::U16 => "MPI_UINT16_T",
-            BasicType::U32 => "MPI_UINT32_T",
-            BasicType::U64 => "MPI_UINT64_T",
-            BasicType::F32 => "MPI_FLOAT",
-            BasicType::F64 => "MPI_DOUBLE",
-            BasicType::Byte => "MPI_BYTE",
-            BasicType::Char => "MPI_CHAR",
-        }
-    }
-}
 
 /// How a datatype was constructed (`MPI_Type_get_envelope`'s combiner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -578,30 +515,29 @@ impl Bounds {
 }
 
 impl Datatype {
-    /// A predefined type (already committed).
+    /// A predefined type (already committed). Its data are the pieces of
+    /// [`BasicType::parts`] (one for a plain type, two for a pair type such
+    /// as `MPI_SHORT_INT`), its extent [`BasicType::extent`].
     pub fn basic(t: BasicType) -> Datatype {
         let size = t.size();
+        let mut runs = FlatBuilder::new();
+        for &(disp, len) in t.parts() {
+            // Two pieces of a pair: never the block limit, never overflow.
+            let _ = runs.push(disp as i128, len as u128, 1, 0);
+        }
+        let true_ub = t.parts().last().map_or(0, |&(d, l)| d + l);
         let flat = OnceLock::new();
-        let _ = flat.set(Arc::new(Flat {
-            runs: vec![Run {
-                disp: 0,
-                len: size,
-                count: 1,
-                stride: 0,
-            }],
-            starts: vec![0],
-            size,
-        }));
+        let _ = flat.set(Arc::new(runs.finish()));
         Datatype {
             inner: Arc::new(Inner {
                 kind: Kind::Basic(t),
                 combiner: Combiner::Named,
                 size,
                 lb: 0,
-                ub: size as isize,
+                ub: t.extent() as isize,
                 sticky: false,
                 true_lb: 0,
-                true_ub: size as isize,
+                true_ub: true_ub as isize,
                 align: t.align(),
                 depth: 0,
                 flat,
@@ -885,7 +821,11 @@ impl Datatype {
     fn compute_flat(&self) -> Result<Flat, Error> {
         let mut out = FlatBuilder::new();
         match &self.inner.kind {
-            Kind::Basic(t) => out.push(0, t.size() as u128, 1, 0)?,
+            Kind::Basic(t) => {
+                for &(disp, len) in t.parts() {
+                    out.push(disp as i128, len as u128, 1, 0)?;
+                }
+            }
             Kind::Vector {
                 count,
                 blocklen,
