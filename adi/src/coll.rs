@@ -35,6 +35,13 @@ use crate::device::{Group, Mode};
 use crate::Error;
 use std::sync::{Arc, PoisonError};
 
+mod algo;
+mod api;
+pub mod op;
+pub(crate) mod task;
+
+pub use api::equal_blocks;
+
 const TAG_BARRIER: i32 = 1;
 const TAG_BCAST: i32 = 2;
 const TAG_REDUCE: i32 = 3;

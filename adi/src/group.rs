@@ -1,7 +1,8 @@
 //! Process groups ([`Group`], `MPI_Group`) and the communicators made from
 //! them: [`Comm::group`], [`Comm::self_comm`] (`MPI_COMM_SELF`),
 //! [`Comm::create`] (`MPI_Comm_create`), [`Comm::create_group`]
-//! (`MPI_Comm_create_group`) and [`Comm::compare`].
+//! (`MPI_Comm_create_group`), [`Comm::split_shared`]
+//! (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`) and [`Comm::compare`].
 //!
 //! A group is an ordered list of distinct processes, named by their rank
 //! in `MPI_COMM_WORLD`; a group's ranks are positions in that list. The
@@ -440,6 +441,23 @@ impl Comm {
         let k = k.ok_or_else(|| Error::ContextExhausted { max: pool.pairs() })?;
         pool.take(k);
         Ok(k)
+    }
+
+    /// `MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`: the members that
+    /// share memory with this process (its node), ranked by `(key, old
+    /// rank)`. Collective over this communicator.
+    pub fn split_shared(&self, key: i32) -> Result<Comm, Error> {
+        let dev = &self.inner.dev;
+        // The node's lowest world rank among the members names it.
+        let color = (0..self.size())
+            .filter_map(|r| self.world_rank_of(r))
+            .filter(|w| dev.local_of(*w).is_ok())
+            .min()
+            .unwrap_or(self.world_rank());
+        self.split(color as i32, key)?
+            .ok_or_else(|| Error::InvalidComm {
+                what: "split_shared: no communicator for this process",
+            })
     }
 
     /// `MPI_Comm_compare`: [`Comparison::Ident`] for handles of the same

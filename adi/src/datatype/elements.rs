@@ -1,7 +1,7 @@
 //! `MPI_Get_elements`: how many basic elements a number of packed bytes
 //! holds ([`Datatype::elements_in`]).
 
-use super::{Datatype, Kind};
+use super::{BasicType, Datatype, Kind};
 
 impl Datatype {
     /// `MPI_Get_elements`: the number of basic elements (the entries of
@@ -29,6 +29,33 @@ impl Datatype {
         let mut left = bytes % size;
         let part = self.prefix_elements(&mut left)?;
         (left == 0).then(|| full.saturating_add(part))
+    }
+
+    /// The one basic type of every entry of this type's type map, if
+    /// there is one: what a predefined reduction combines (a `contiguous`
+    /// of `MPI_INT` reduces as `MPI_INT`s). `None` for a mixed or empty
+    /// type.
+    pub fn reduce_basic(&self) -> Option<BasicType> {
+        match &self.inner.kind {
+            Kind::Basic(t) => Some(*t),
+            Kind::Vector { old, .. } | Kind::Indexed { old, .. } | Kind::Resized { old } => {
+                old.reduce_basic()
+            }
+            Kind::Struct { blocks } => {
+                let mut one = None;
+                for (n, _, t) in blocks {
+                    if *n == 0 || t.size() == 0 {
+                        continue;
+                    }
+                    let b = t.reduce_basic()?;
+                    if one.is_some_and(|o| o != b) {
+                        return None;
+                    }
+                    one = Some(b);
+                }
+                one
+            }
+        }
     }
 
     /// Basic elements in one element of this type.

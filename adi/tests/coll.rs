@@ -1,0 +1,437 @@
+//! The collectives on packed data against a sequential reference: random
+//! sizes, roots, operations (predefined, and a user-defined one that is
+//! not commutative), communicators (the world and random splits), and a
+//! random mix of blocking and nonblocking calls with several nonblocking
+//! ones in flight at once. Every rank draws the same cases from the same
+//! seed, computes what every rank contributes, and checks its own result
+//! against a reduction done in rank order.
+#![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
+
+mod common;
+
+use adi::{BasicType, Comm, Datatype, Op, Request};
+use common::Rng;
+use std::time::Duration;
+
+/// Cases per job.
+const CASES: u64 = 48;
+
+/// The contribution of world rank `w` to case `case` (`len` elements).
+fn data_i64(case: u64, w: u32, len: usize) -> Vec<i64> {
+    let mut r = Rng::new(case * 1000 + w as u64);
+    (0..len).map(|_| r.below(2000) as i64 - 1000).collect()
+}
+
+fn bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn ints(b: &[u8]) -> Vec<i64> {
+    b.chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// An affine map `x -> a x + b` (wrapping) as two i64: composing in rank
+/// order is associative but not commutative.
+fn affine() -> Op {
+    Op::user(
+        |input, inout| {
+            for (l, r) in input.chunks_exact(16).zip(inout.chunks_exact_mut(16)) {
+                let (a1, b1) = (
+                    i64::from_ne_bytes(l[..8].try_into().unwrap()),
+                    i64::from_ne_bytes(l[8..].try_into().unwrap()),
+                );
+                let (a2, b2) = (
+                    i64::from_ne_bytes(r[..8].try_into().unwrap()),
+                    i64::from_ne_bytes(r[8..].try_into().unwrap()),
+                );
+                // Apply the left map, then the right one.
+                let a = a2.wrapping_mul(a1);
+                let b = a2.wrapping_mul(b1).wrapping_add(b2);
+                r[..8].copy_from_slice(&a.to_ne_bytes());
+                r[8..].copy_from_slice(&b.to_ne_bytes());
+            }
+            Ok(())
+        },
+        false,
+    )
+}
+
+/// Sequential reference: `vals[0] op vals[1] op ...` element-wise.
+fn fold(op_id: u64, vals: &[Vec<i64>]) -> Vec<i64> {
+    let mut acc = vals[0].clone();
+    for v in &vals[1..] {
+        if op_id < 4 {
+            for (i, x) in acc.iter_mut().enumerate() {
+                let y = v[i];
+                *x = match op_id {
+                    0 => x.wrapping_add(y),
+                    1 => (*x).max(y),
+                    2 => (*x).min(y),
+                    3 => *x ^ y,
+                    _ => unreachable!(),
+                };
+            }
+        } else {
+            // Affine pairs.
+            for k in (0..acc.len()).step_by(2) {
+                let (a1, b1, a2, b2) = (acc[k], acc[k + 1], v[k], v[k + 1]);
+                acc[k] = a2.wrapping_mul(a1);
+                acc[k + 1] = a2.wrapping_mul(b1).wrapping_add(b2);
+            }
+        }
+    }
+    acc
+}
+
+fn op_of(op_id: u64) -> Op {
+    match op_id {
+        0 => Op::Sum,
+        1 => Op::Max,
+        2 => Op::Min,
+        3 => Op::Bxor,
+        _ => affine(),
+    }
+}
+
+/// A communicator for the case: the world, or a random split of it.
+fn pick_comm(w: &Comm, rng: &mut Rng) -> Option<Comm> {
+    if rng.chance(600) {
+        return Some(w.dup().unwrap());
+    }
+    let colors = 1 + rng.below(2) as i32;
+    let keys: Vec<i32> = (0..w.size()).map(|_| rng.below(100) as i32).collect();
+    let color = w.rank() % colors;
+    w.split(color, keys[w.rank() as usize]).unwrap()
+}
+
+/// A deferred check of a nonblocking call.
+type Check = Box<dyn FnOnce(Vec<u8>)>;
+
+fn role_random(w: &Comm) {
+    let mut outer = Rng::new(0xc011);
+    let int = Datatype::basic(BasicType::I64);
+    let pair = Datatype::contiguous(2, &int).unwrap();
+    pair.commit().unwrap();
+    let mut pending: Vec<(Request, Check)> = Vec::new();
+    for case in 0..CASES {
+        // The world-wide draws (the communicator, when to wait) come from
+        // `rng`, the same on every rank; the case's own draws from `cr`,
+        // which ranks of different sub-communicators use differently.
+        let c = pick_comm(w, &mut outer).unwrap();
+        let mut cr = Rng::new(0x5eed ^ (case << 8));
+        let rng = &mut cr;
+        let (me, n) = (c.rank(), c.size());
+        let members: Vec<u32> = (0..n).map(|r| c.world_rank_of(r).unwrap()).collect();
+        let kind = rng.below(9);
+        let op_id = rng.below(5);
+        let mut len = rng.below(40) as usize * 2;
+        if rng.chance(100) {
+            len = 2000 + rng.below(20_000) as usize * 2;
+        }
+        let root = rng.below(n as u64) as i32;
+        let nonblocking = rng.chance(500);
+        let all: Vec<Vec<i64>> = members.iter().map(|&m| data_i64(case, m, len)).collect();
+        let mine = all[me as usize].clone();
+        let (op, ty) = (op_of(op_id), if op_id == 4 { &pair } else { &int });
+        let name = format!("case {case} kind {kind} op {op_id} len {len} root {root} n {n}");
+        match kind {
+            0 => {
+                let want = fold(op_id, &all);
+                if nonblocking {
+                    let r = c.iallreduce_packed(bytes(&mine), ty, &op).unwrap();
+                    pending.push((
+                        r,
+                        Box::new(move |got| assert_eq!(ints(&got), want, "{name}")),
+                    ));
+                } else {
+                    let mut out = vec![0u8; len * 8];
+                    c.allreduce_packed(&bytes(&mine), &mut out, ty, &op)
+                        .unwrap();
+                    assert_eq!(ints(&out), want, "{name}");
+                }
+            }
+            1 => {
+                let want = fold(op_id, &all);
+                let is_root = me == root;
+                if nonblocking {
+                    let r = c.ireduce_packed(bytes(&mine), ty, &op, root).unwrap();
+                    pending.push((
+                        r,
+                        Box::new(move |got| {
+                            if is_root {
+                                assert_eq!(ints(&got), want, "{name}");
+                            }
+                        }),
+                    ));
+                } else {
+                    let mut out = vec![0u8; len * 8];
+                    c.reduce_packed(&bytes(&mine), &mut out, ty, &op, root)
+                        .unwrap();
+                    if is_root {
+                        assert_eq!(ints(&out), want, "{name}");
+                    }
+                }
+            }
+            2 => {
+                let exclusive = rng.chance(500);
+                let upto = if exclusive { me } else { me + 1 } as usize;
+                let want = (upto > 0).then(|| fold(op_id, &all[..upto]));
+                if nonblocking {
+                    let r = if exclusive {
+                        c.iexscan_packed(bytes(&mine), ty, &op).unwrap()
+                    } else {
+                        c.iscan_packed(bytes(&mine), ty, &op).unwrap()
+                    };
+                    pending.push((
+                        r,
+                        Box::new(move |got| {
+                            if let Some(want) = want {
+                                assert_eq!(ints(&got), want, "{name}");
+                            }
+                        }),
+                    ));
+                } else {
+                    let mut out = vec![0u8; len * 8];
+                    if exclusive {
+                        c.exscan_packed(&bytes(&mine), &mut out, ty, &op).unwrap();
+                    } else {
+                        c.scan_packed(&bytes(&mine), &mut out, ty, &op).unwrap();
+                    }
+                    if let Some(want) = want {
+                        assert_eq!(ints(&out), want, "{name}");
+                    }
+                }
+            }
+            3 => {
+                // Reduce-scatter with random (even) block sizes.
+                let mut sizes: Vec<usize> = (0..n).map(|_| rng.below(6) as usize * 2).collect();
+                let total: usize = sizes.iter().sum();
+                let all: Vec<Vec<i64>> =
+                    members.iter().map(|&m| data_i64(case, m, total)).collect();
+                let want = fold(op_id, &all);
+                let mut blocks = Vec::new();
+                let mut off = 0;
+                for s in sizes.iter_mut() {
+                    blocks.push((off * 8, *s * 8));
+                    off += *s;
+                }
+                let (o, l) = blocks[me as usize];
+                let want_mine = want[o / 8..(o + l) / 8].to_vec();
+                let send = bytes(&all[me as usize]);
+                if nonblocking {
+                    let r = c.ireduce_scatter_packed(send, blocks, ty, &op).unwrap();
+                    pending.push((
+                        r,
+                        Box::new(move |got| assert_eq!(ints(&got), want_mine, "{name}")),
+                    ));
+                } else {
+                    let mut out = vec![0u8; l];
+                    c.reduce_scatter_packed(&send, &mut out, &blocks, ty, &op)
+                        .unwrap();
+                    assert_eq!(ints(&out), want_mine, "{name}");
+                }
+            }
+            4 => {
+                let want = bytes(&all[root as usize]);
+                let buf = if me == root {
+                    want.clone()
+                } else {
+                    vec![0u8; want.len()]
+                };
+                if nonblocking {
+                    let r = c.ibcast(buf, root).unwrap();
+                    pending.push((r, Box::new(move |got| assert_eq!(got, want, "{name}"))));
+                } else {
+                    let mut buf = buf;
+                    c.bcast(&mut buf, root).unwrap();
+                    assert_eq!(buf, want, "{name}");
+                }
+            }
+            5 | 6 => {
+                // gatherv / allgatherv with random block sizes and a
+                // reversed layout (blocks in the buffer in reverse order).
+                let sizes: Vec<usize> = (0..n).map(|_| rng.below(7) as usize).collect();
+                let total: usize = sizes.iter().sum::<usize>() * 8;
+                let mut blocks = vec![(0, 0); n as usize];
+                let mut off = total;
+                for r in 0..n as usize {
+                    off -= sizes[r] * 8;
+                    blocks[r] = (off, sizes[r] * 8);
+                }
+                let parts: Vec<Vec<u8>> = members
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &m)| bytes(&data_i64(case, m, sizes[r])))
+                    .collect();
+                let mut want = vec![0u8; total];
+                for r in 0..n as usize {
+                    want[blocks[r].0..blocks[r].0 + blocks[r].1].copy_from_slice(&parts[r]);
+                }
+                let send = parts[me as usize].clone();
+                let gather = kind == 5;
+                let check_here = !gather || me == root;
+                if nonblocking {
+                    let r = if gather {
+                        c.igatherv(send, vec![0u8; total], blocks, root).unwrap()
+                    } else {
+                        c.iallgatherv(send, vec![0u8; total], blocks).unwrap()
+                    };
+                    pending.push((
+                        r,
+                        Box::new(move |got| {
+                            if check_here {
+                                assert_eq!(got, want, "{name}");
+                            }
+                        }),
+                    ));
+                } else {
+                    let mut out = vec![0u8; total];
+                    if gather {
+                        c.gatherv(&send, &mut out, &blocks, root).unwrap();
+                    } else {
+                        c.allgatherv(&send, &mut out, &blocks).unwrap();
+                    }
+                    if check_here {
+                        assert_eq!(out, want, "{name}");
+                    }
+                }
+            }
+            7 => {
+                // scatterv from the root's data.
+                let sizes: Vec<usize> = (0..n).map(|_| rng.below(7) as usize * 8).collect();
+                let total: usize = sizes.iter().sum();
+                let src = data_i64(case, members[root as usize], total / 8);
+                let mut blocks = Vec::new();
+                let mut off = 0;
+                for s in &sizes {
+                    blocks.push((off, *s));
+                    off += s;
+                }
+                let (o, l) = blocks[me as usize];
+                let want = bytes(&src)[o..o + l].to_vec();
+                let send = if me == root { bytes(&src) } else { Vec::new() };
+                if nonblocking {
+                    let r = c.iscatterv(send, blocks, l, root).unwrap();
+                    pending.push((r, Box::new(move |got| assert_eq!(got, want, "{name}"))));
+                } else {
+                    let mut out = vec![0u8; l];
+                    c.scatterv(&send, &blocks, &mut out, root).unwrap();
+                    assert_eq!(out, want, "{name}");
+                }
+            }
+            _ => {
+                // alltoallv: rank s sends rank d a block of (s + d) % 4
+                // elements.
+                let size = |s: usize, d: usize| ((s + d + case as usize) % 4) * 8;
+                let me_u = me as usize;
+                let mut sblocks = Vec::new();
+                let mut rblocks = Vec::new();
+                let (mut so, mut ro) = (0, 0);
+                for p in 0..n as usize {
+                    sblocks.push((so, size(me_u, p)));
+                    so += size(me_u, p);
+                    rblocks.push((ro, size(p, me_u)));
+                    ro += size(p, me_u);
+                }
+                let block = |s: usize, d: usize| {
+                    bytes(&data_i64(case * 7 + d as u64, members[s], size(s, d) / 8))
+                };
+                let send: Vec<u8> = (0..n as usize).flat_map(|d| block(me_u, d)).collect();
+                let want: Vec<u8> = (0..n as usize).flat_map(|s| block(s, me_u)).collect();
+                if nonblocking {
+                    let r = c.ialltoallv(send, sblocks, vec![0u8; ro], rblocks).unwrap();
+                    pending.push((r, Box::new(move |got| assert_eq!(got, want, "{name}"))));
+                } else {
+                    let mut out = vec![0u8; ro];
+                    c.alltoallv(&send, &sblocks, &mut out, &rblocks).unwrap();
+                    assert_eq!(out, want, "{name}");
+                }
+            }
+        }
+        let rng = &mut outer;
+        // Complete the nonblocking calls now and then, in a random order
+        // of waits, so that several are in flight at once.
+        if pending.len() > 3 || rng.chance(300) || case + 1 == CASES {
+            let mut reqs: Vec<(Request, Check)> = std::mem::take(&mut pending);
+            if rng.chance(500) {
+                reqs.reverse();
+            }
+            for (mut r, check) in reqs {
+                w.wait(&mut r).unwrap();
+                check(r.take_buffer().unwrap_or_default());
+            }
+        }
+        // A barrier now and then, blocking or not.
+        if rng.chance(200) {
+            let mut b = w.ibarrier().unwrap();
+            w.wait(&mut b).unwrap();
+        }
+    }
+}
+
+/// Argument errors are typed and leave the communicator usable.
+fn role_errors(w: &Comm) {
+    let int = Datatype::basic(BasicType::I32);
+    let f = Datatype::basic(BasicType::F64);
+    let mut out = [0u8; 8];
+    let e = w
+        .allreduce_packed(&[0u8; 8], &mut out, &f, &Op::Band)
+        .unwrap_err();
+    assert_eq!(e.class(), adi::ErrorClass::Op);
+    let e = w
+        .reduce_packed(&[0u8; 4], &mut [0u8; 4], &int, &Op::Sum, w.size())
+        .unwrap_err();
+    assert_eq!(e.class(), adi::ErrorClass::Root);
+    let e = w
+        .allreduce_packed(&[0u8; 4], &mut [0u8; 4], &int, &Op::Replace)
+        .unwrap_err();
+    assert_eq!(e.class(), adi::ErrorClass::Op);
+    let mut sum = [0u8; 4];
+    w.allreduce_packed(&1i32.to_ne_bytes(), &mut sum, &int, &Op::Sum)
+        .unwrap();
+    assert_eq!(i32::from_ne_bytes(sum), w.size());
+}
+
+#[test]
+fn rank_entry_point() {
+    let Some(role) = common::role() else { return };
+    let w = adi::init().unwrap();
+    match role.as_str() {
+        "random" => role_random(&w),
+        "errors" => role_errors(&w),
+        other => panic!("unknown role {other}"),
+    }
+    adi::finalize().unwrap();
+}
+
+fn run(role: &str, n: usize) {
+    let code = common::launch(role, n, &[], Duration::from_secs(120));
+    assert_eq!(code, 0, "job {role} -n {n}: launcher exit status {code}");
+}
+
+#[test]
+fn random_collectives_1_rank() {
+    run("random", 1);
+}
+
+#[test]
+fn random_collectives_2_ranks() {
+    run("random", 2);
+}
+
+#[test]
+fn random_collectives_3_ranks() {
+    run("random", 3);
+}
+
+#[test]
+fn random_collectives_4_ranks() {
+    run("random", 4);
+}
+
+#[test]
+fn collective_argument_errors() {
+    run("errors", 3);
+}
