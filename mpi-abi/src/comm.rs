@@ -385,6 +385,7 @@ mpi_fn! {
         run("MPI_Comm_get_errhandler", On::Comm(c), || {
             let o = comm(c)?;
             let h = o.meta().errh.0;
+            crate::err::handler_ref(h);
             // SAFETY: MPI: `eh` points to a handle.
             unsafe { ffi::put(eh, h) }
         })
@@ -397,6 +398,7 @@ mpi_fn! {
         run("MPI_Errhandler_get", On::Comm(c), || {
             let o = comm(c)?;
             let h = o.meta().errh.0;
+            crate::err::handler_ref(h);
             // SAFETY: MPI: `eh` points to a handle.
             unsafe { ffi::put(eh, h) }
         })

@@ -92,6 +92,19 @@ pub(crate) enum HandlerKind {
 /// The user error handlers, by handle.
 pub(crate) static HANDLERS: Table<Handler> = Table::new(prefix::ERRHANDLER);
 
+/// References to each user error handler handle: one from its creation,
+/// one per `MPI_*_get_errhandler` that returned it; freed at zero.
+static REFS: Mutex<Vec<(MPI_Errhandler, usize)>> = Mutex::new(Vec::new());
+
+/// Counts a new reference to handle `h` (a user handler) returned by a
+/// `get_errhandler` call.
+pub(crate) fn handler_ref(h: MPI_Errhandler) {
+    let mut r = REFS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(e) = r.iter_mut().find(|e| e.0 == h) {
+        e.1 += 1;
+    }
+}
+
 /// The handler of an error handler handle.
 pub(crate) fn handler(h: MPI_Errhandler) -> R<Handler> {
     match h {
@@ -411,12 +424,16 @@ mpi_fn! {
 /// Creates a user error handler of `kind` from the function `f`.
 fn create_handler(f: *const c_void, kind: HandlerKind) -> R<MPI_Errhandler> {
     check(!f.is_null(), MPI_ERR_ARG, "null error handler function")?;
-    HANDLERS
+    let h = HANDLERS
         .insert(Handler::User {
             f: f as usize,
             kind,
         })
-        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many error handlers"))
+        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many error handlers"))?;
+    REFS.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((h, 1));
+    Ok(h)
 }
 
 mpi_fn! {
@@ -461,7 +478,15 @@ mpi_fn! {
             // SAFETY: MPI: `eh` points to an MPI_Errhandler.
             let h = unsafe { crate::ffi::get(eh) }?;
             handler(h)?;
-            HANDLERS.remove(h);
+            let mut r = REFS.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(i) = r.iter().position(|e| e.0 == h) {
+                r[i].1 -= 1;
+                if r[i].1 == 0 {
+                    r.remove(i);
+                    HANDLERS.remove(h);
+                }
+            }
+            drop(r);
             // SAFETY: as above.
             unsafe { crate::ffi::put(eh, MPI_ERRHANDLER_NULL) }
         })

@@ -137,6 +137,8 @@ mpi_fn! {
             let n = ffi::count(valuelen)?;
             match i.get(&k) {
                 Some(v) => {
+                    // As MPICH: a value longer than `valuelen` is an error.
+                    check(v.len() <= n, MPI_ERR_INFO_VALUE, "value longer than valuelen")?;
                     // SAFETY: MPI: `value` holds `valuelen + 1` chars, `flag` an int.
                     unsafe {
                         put_string(value, core::ptr::null_mut(), n + 1, v)?;

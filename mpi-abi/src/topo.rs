@@ -451,13 +451,28 @@ mpi_fn! {
 
 /// A neighbourhood collective: `send` blocks to the destinations, `recv`
 /// blocks from the sources (blocks of `PROC_NULL` neighbours untouched).
+/// With `fifo`, two messages between the same two processes pair in the
+/// order they are posted rather than by direction, as MPICH 4.0's `v` and
+/// `w` forms pair them (the plain forms pair by direction).
 ///
 /// # Safety
 /// MPI's contract for the buffers; `nb` as in [`go`].
-unsafe fn neighbors(c: MPI_Comm, send: Side, recv: Side, nb: Option<*mut MPI_Request>) -> R<()> {
+unsafe fn neighbors(
+    c: MPI_Comm,
+    send: Side,
+    recv: Side,
+    fifo: bool,
+    nb: Option<*mut MPI_Request>,
+) -> R<()> {
     let (o, t) = topo(c)?;
     let w = &o.comm;
-    let (sources, dests) = t.neighbor_lists(w.rank())?;
+    let (mut sources, mut dests) = t.neighbor_lists(w.rank())?;
+    if fifo {
+        sources
+            .iter_mut()
+            .chain(dests.iter_mut())
+            .for_each(|n| n.1 = 0);
+    }
     check(
         send.counts.len() == dests.len() && recv.counts.len() == sources.len(),
         MPI_ERR_ARG,
@@ -552,7 +567,7 @@ neighbor_both!(
         let send = repeated(sendbuf, scount, stype, nd)?;
         let (rc, rd) = equal(ns, rcount);
         let recv = side_v(recvbuf, &rc, &rd, rtype)?;
-        neighbors(c, send, recv, nb)
+        neighbors(c, send, recv, false, nb)
     }
 );
 
@@ -566,7 +581,7 @@ neighbor_both!(
         let (ns, nd) = degrees(c)?;
         let send = repeated(sendbuf, scount, stype, nd)?;
         let recv = side_v(recvbuf, ints(rcounts, ns)?, ints(displs, ns)?, rtype)?;
-        neighbors(c, send, recv, nb)
+        neighbors(c, send, recv, false, nb)
     }
 );
 
@@ -582,7 +597,7 @@ neighbor_both!(
         let send = side_v(sendbuf, &sc, &sd, stype)?;
         let (rc, rd) = equal(ns, rcount);
         let recv = side_v(recvbuf, &rc, &rd, rtype)?;
-        neighbors(c, send, recv, nb)
+        neighbors(c, send, recv, false, nb)
     }
 );
 
@@ -596,7 +611,7 @@ neighbor_both!(
         let (ns, nd) = degrees(c)?;
         let send = side_v(sendbuf, ints(scounts, nd)?, ints(sdispls, nd)?, stype)?;
         let recv = side_v(recvbuf, ints(rcounts, ns)?, ints(rdispls, ns)?, rtype)?;
-        neighbors(c, send, recv, nb)
+        neighbors(c, send, recv, true, nb)
     }
 );
 
@@ -622,6 +637,6 @@ neighbor_both!(
         let (ns, nd) = degrees(c)?;
         let send = side_w(sendbuf, ints(scounts, nd)?, aints(sdispls, nd)?, ffi::array(stypes, nd as usize)?)?;
         let recv = side_w(recvbuf, ints(rcounts, ns)?, aints(rdispls, ns)?, ffi::array(rtypes, ns as usize)?)?;
-        neighbors(c, send, recv, nb)
+        neighbors(c, send, recv, true, nb)
     }
 );
