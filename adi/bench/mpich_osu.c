@@ -1,6 +1,6 @@
 /*
  * OSU-style latency, bandwidth and bi-bandwidth over MPI, the MPICH
- * baseline for adi's `examples/osu.rs` (issue #6 part 11). Same sizes
+ * baseline for adi's `examples/osu.rs` Same sizes
  * (1 B .. 4 MiB, powers of two), same measurements, same raw output form:
  *
  *   lat  <bytes> <usec>   one-way latency = half a round trip (MPI_Send/MPI_Recv)

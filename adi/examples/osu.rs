@@ -40,9 +40,9 @@
 //! Each figure is the median of 5 timed rounds after one warm-up round,
 //! with the iteration counts of `adi/bench/mpich_osu.c` (the MPICH
 //! baseline), which are OSU's: latency 10 000 / 1 000 round trips (≤ 8 KiB
-//! / larger), bandwidth 100 / 20 windows. The ack is 1 byte. (Until
-//! session 27 both programs ran 100 round trips and 4 windows above
-//! 64 KiB: rounds of a few milliseconds, which spread by ±15%.)
+//! / larger), bandwidth 100 / 20 windows. The ack is 1 byte. (Fewer
+//! iterations above 64 KiB make rounds of a few milliseconds, which spread
+//! by ±15%.)
 //!
 //! Options: `--csv` (rows `test,bytes,value,unit`), `--raw` (lines
 //! `lat|bw|bibw <bytes> <value>`, the form `mpich_osu` prints),
@@ -220,7 +220,7 @@ fn page_size() -> usize {
 /// transfer: the kernel copies page by page, and a source and destination
 /// at different offsets within their pages are copied more slowly
 /// (latency 16 KiB by CMA: 1.52 µs page-aligned, 2.05 µs with `osu`'s
-/// former heap buffers; adi README, session 27).
+/// former heap buffers).
 fn page_aligned(v: &mut [u8], len: usize, page: usize) -> &mut [u8] {
     let skip = (page - v.as_ptr() as usize % page) % page;
     &mut v[skip..skip + len]

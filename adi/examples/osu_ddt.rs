@@ -11,7 +11,7 @@
 //!
 //! Sizes are packed bytes, 8 B .. 1 MiB (powers of two); each figure is the
 //! median of 5 timed rounds after one warm-up round, with the iteration
-//! counts `osu` had until session 27 (latency 10 000 / 1 000 / 100 round
+//! counts `osu` had before it took OSU's (latency 10 000 / 1 000 / 100 round
 //! trips up to 8 KiB / 64 KiB / larger, bandwidth 100 / 20 / 4 windows;
 //! `osu` now has OSU's, without the third tier, which here would make
 //! MPICH's side of a run of `cargo xtask bench adi` several minutes

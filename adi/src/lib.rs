@@ -1,7 +1,7 @@
 //! # adi: the thin ADI of tmx
 //!
-//! The device layer after MPICH's second-generation ADI
-//! (`../shared/seeds/mpich-second-generation-adi.txt`): contiguous fast paths,
+//! The device layer after MPICH's second-generation ADI (Gropp and Lusk's
+//! ADI-2 paper): contiguous fast paths,
 //! datatype paths built on them, requests owned by the upper layer.
 //!
 //! **What it does.** [`init`] bootstraps through the launcher's PMI client
@@ -75,7 +75,7 @@
 #![warn(missing_docs)]
 // `option.ok_or(Error::…)` builds the error before it knows it is needed,
 // and on the success path calls `Error`'s drop glue out of line to get rid
-// of it: 7.8% of a small datatype send's samples in `perf` (session 14).
+// of it: 7.8% of a small datatype send's samples in `perf`.
 // The crate writes `ok_or_else(|| Error::…)`, which clippy calls unneeded.
 #![allow(clippy::unnecessary_lazy_evaluations)]
 

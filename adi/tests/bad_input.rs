@@ -1,5 +1,5 @@
 //! Bad input gives typed errors with the exact MPI error class, never a
-//! panic, a hang or memory written past a buffer (issue #6, part 9).
+//! panic, a hang or memory written past a buffer.
 //!
 //! `singleton_bad_input` runs in the test process itself as a singleton
 //! (`adi::init()` without a launcher: rank 0 of 1), so it is the only test
@@ -794,10 +794,7 @@ fn run(role: &str, env: &[(&str, &str)]) {
 fn two_ranks_truncation_guard_bytes() {
     run(
         "truncation",
-        &[
-            ("TMX_SHMEM_PREPOST_MIN", "1K"),
-            ("TMX_SHMEM_CMA_THRESHOLD", "64K"),
-        ],
+        &[("TMX_SHMEM_TUNE", "prepost_min=1K,cma_threshold=64K")],
     );
 }
 

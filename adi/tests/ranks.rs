@@ -1304,7 +1304,7 @@ fn role_funneled_other_thread(w: &Comm) {
 /// between, then `waitall`. MPI's order rules make receive `i` get message
 /// `i` whatever the timing, and a probe see the first message no posted
 /// receive claims (or nothing yet). This is the pattern where receives
-/// are deferred (`TMX_SHMEM_DEFER_RECV`): posted before their messages
+/// are deferred (`TMX_SHMEM_TUNE=defer_recv`): posted before their messages
 /// exist while the peer sends into the ring concurrently.
 fn role_deferred_windows(w: &Comm) {
     let (me, peer) = (w.rank(), 1 - w.rank());
@@ -1652,7 +1652,7 @@ fn main() -> ExitCode {
             "deferred_windows_not_deferred".into(),
             "deferred_windows",
             2,
-            &[("TMX_SHMEM_DEFER_RECV", "off")],
+            &[("TMX_SHMEM_TUNE", "defer_recv=off")],
             0,
         ),
         ("requests_into".into(), "requests_into", 2, &[], 0),

@@ -1,5 +1,5 @@
 //! "Nothing lost": a seeded random stress test of point-to-point on 4 real
-//! ranks (issue #6, part 8).
+//! ranks.
 //!
 //! Every rank sends its share of the messages (10⁵ in total by default) to
 //! random destinations (itself included), on two communicators (world and a
@@ -48,8 +48,9 @@
 //! against delivery, and (ignored until fixed) finalize with staged sends.
 //!
 //! Seed: `TMX_STRESS_SEED` (decimal; random and printed otherwise).
-//! `TMX_SHMEM_*` variables set by the caller override the test's transport
-//! settings (the size edges stay those of the defaults here).
+//! `TMX_SHMEM_*` variables set by the caller (`TMX_SHMEM_TUNE` as a whole)
+//! override the test's transport settings (the size edges stay those of
+//! the defaults here).
 //! Total messages: `TMX_STRESS_MESSAGES` (default 100 000).
 //! Run: `cargo test -p adi --test stress` (add `-- --nocapture` for the
 //! per-run numbers).
@@ -1211,25 +1212,40 @@ fn seed() -> u64 {
     }
 }
 
-/// The test's transport settings, with `overrides` replacing or adding
-/// some; variables set in the caller's environment win over both (to
-/// explore other sizes by hand).
+/// The test's transport settings, with `overrides` (variables, or
+/// lower-case `TMX_SHMEM_TUNE` keys) replacing or adding some; variables
+/// set in the caller's environment win over both (to explore other sizes
+/// by hand; a caller's `TMX_SHMEM_TUNE` replaces the test's whole string).
 fn transport_env(overrides: &[(&str, &str)]) -> Vec<(String, String)> {
     let eager = EAGER_BYTES.to_string();
     let cma = CMA_THRESHOLD.to_string();
     let prepost = PREPOST_MIN.to_string();
     let split = CMA_SPLIT.to_string();
+    let mut tune: Vec<(&str, &str)> = vec![
+        ("cma_threshold", &cma),
+        ("cma_split", &split),
+        ("prepost_min", &prepost),
+    ];
     let mut env: Vec<(&str, &str)> = vec![
         ("TMX_SHMEM_RING_SLOTS", "4"),
         ("TMX_SHMEM_EAGER_BYTES", &eager),
-        ("TMX_SHMEM_CMA_THRESHOLD", &cma),
-        ("TMX_SHMEM_CMA_SPLIT", &split),
-        ("TMX_SHMEM_PREPOST_MIN", &prepost),
     ];
     for (k, v) in overrides {
-        env.retain(|(e, _)| e != k);
-        env.push((k, v));
+        // Lower-case names are keys of `TMX_SHMEM_TUNE`.
+        let list = if k.starts_with("TMX_") {
+            &mut env
+        } else {
+            &mut tune
+        };
+        list.retain(|(e, _)| e != k);
+        list.push((k, v));
     }
+    let tune = tune
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    env.push(("TMX_SHMEM_TUNE", &tune));
     env.into_iter()
         .filter(|(k, _)| std::env::var_os(k).is_none())
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -1258,7 +1274,7 @@ fn stress_4_ranks_cma() {
 }
 
 /// The same with replies and both-ways traffic by CMA from 129 bytes
-/// (`TMX_SHMEM_CMA_REPLY`, `TMX_SHMEM_CMA_DUPLEX`, 6 KiB by default): many
+/// (`TMX_SHMEM_TUNE` keys `cma_reply`, `cma_duplex`, 6 KiB by default): many
 /// messages of eager sizes go by CMA, blocking sends of up to 1 KiB among
 /// them, which must complete before they are matched (unexpected ones are
 /// read aside once the receiver idles). Without that the job hangs.
@@ -1266,10 +1282,7 @@ fn stress_4_ranks_cma() {
 fn stress_4_ranks_cma_replies() {
     run_stress(
         "stress_4_ranks_cma_replies",
-        &[
-            ("TMX_SHMEM_CMA_REPLY", "128"),
-            ("TMX_SHMEM_CMA_DUPLEX", "128"),
-        ],
+        &[("cma_reply", "128"), ("cma_duplex", "128")],
         DEFAULT_MESSAGES,
     );
 }
@@ -1318,7 +1331,7 @@ fn stress_4_ranks_one_slot_rings_prepost() {
         &[
             ("TMX_SHMEM_RING_SLOTS", "1"),
             ("TMX_SHMEM_EAGER_BYTES", "4096"),
-            ("TMX_SHMEM_PREPOST_MIN", "1024"),
+            ("prepost_min", "1024"),
         ],
         20_000,
     );

@@ -3,8 +3,8 @@
 //! Same approach as `tests/ranks.rs`: the test binary launches itself as the
 //! ranks through `launcher::run::run_job`, with the scenario in
 //! `TMX_ADI_TEST_ROLE`; a failed assertion makes a rank exit non-zero and
-//! the test fail. Scenario numbers refer to
-//! `../shared/notes/rma-implementation-notes.md` section (c).
+//! the test fail. Scenario numbers are those of rma-epoch's
+//! `tests/scenarios.rs`.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use adi::attr::PROC_NULL;

@@ -45,3 +45,9 @@ pub mod wire;
 pub use client::{Bootstrap, InitOptions, Maxes, Pmi, PmiVersion};
 pub use error::{Error, Result};
 pub use mapping::NodeLayout;
+
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,8 +1,7 @@
 //! # rma-epoch: MPI-3 RMA epochs as sans-IO state machines
 //!
 //! The origin and target sides of MPI one-sided communication after MPICH's
-//! "New RMA Design", with the corrections its ch3 code makes
-//! (`../shared/notes/rma-implementation-notes.md`):
+//! "New RMA Design", with the corrections its ch3 code makes:
 //!
 //! - an **operation table**: a fixed slot array of target lists, target elements
 //!   with per-target lock state, and op elements that are pending or issued;
@@ -193,3 +192,9 @@ pub(crate) fn emit(out: &mut VecDeque<Action>, to: Rank, hdr: RmaHeader, payload
     bytes.extend_from_slice(payload);
     out.push_back(Action::Send { to, bytes });
 }
+
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

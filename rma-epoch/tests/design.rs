@@ -503,7 +503,7 @@ fn misuse_returns_typed_errors() {
             ..
         })
     ));
-    let env = |k: &str| (k == "TMX_RMA_OP_WIN_POOL_SIZE").then(|| "7".to_string());
+    let env = |k: &str| (k == "TMX_RMA_OP_WIN_POOL").then(|| "7".to_string());
     assert_eq!(
         WindowConfig::from_lookup(2, 0, 8, env).unwrap().op_win_pool,
         7
@@ -514,7 +514,7 @@ fn misuse_returns_typed_errors() {
             .unwrap()
             .delay_issuing
     );
-    let env = |k: &str| (k == "TMX_RMA_OP_GLOBAL_POOL_SIZE").then(|| "-1".to_string());
+    let env = |k: &str| (k == "TMX_RMA_OP_GLOBAL_POOL").then(|| "-1".to_string());
     assert!(GlobalConfig::from_lookup(env).is_err());
 }
 

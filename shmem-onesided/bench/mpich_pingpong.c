@@ -1,6 +1,6 @@
 /*
  * Two-rank MPI ping-pong, the MPICH baseline for shmem-onesided's
- * `benches/pingpong.rs` (issue #4 part 8). Same sizes, same output form:
+ * `benches/pingpong.rs`. Same sizes, same output form:
  *
  *   lat <bytes> <usec>     one-way latency = half a round trip (MPI_Send/MPI_Recv)
  *   bw  <bytes> <MB/s>     window of back-to-back MPI_Isend/MPI_Irecv, then a

@@ -11,7 +11,7 @@
 //!
 //! Each configuration runs in a fresh job, one per path: `eager` (CMA off:
 //! inline <= 40 B, copied through the eager area above, in pipelined chunks
-//! above `TMX_SHMEM_PIPELINE_MIN`), `cma` (CMA
+//! above the `pipeline_min` of `TMX_SHMEM_TUNE`), `cma` (CMA
 //! rendezvous for every message above 40 B, when permitted, prepost protocol
 //! off) and `prepost` (the prepost protocol for every message above 40 B: a
 //! CMA write into the receiver's advertised buffer; a send that finds no
@@ -290,8 +290,7 @@ fn main() {
             &[
                 (PATH, "cma"),
                 ("TMX_SHMEM_CMA", "auto"),
-                ("TMX_SHMEM_CMA_THRESHOLD", "40"),
-                ("TMX_SHMEM_PREPOST", "off"),
+                ("TMX_SHMEM_TUNE", "cma_threshold=40,prepost=off"),
             ][..],
         ),
         (
@@ -299,8 +298,7 @@ fn main() {
             &[
                 (PATH, "prepost"),
                 ("TMX_SHMEM_CMA", "auto"),
-                ("TMX_SHMEM_PREPOST", "on"),
-                ("TMX_SHMEM_PREPOST_MIN", "41"),
+                ("TMX_SHMEM_TUNE", "prepost=on,prepost_min=41"),
             ][..],
         ),
     ]

@@ -1,10 +1,10 @@
 //! Init-time choice of the CMA thresholds from a measurement between two
-//! local ranks (`TMX_SHMEM_CMA_CALIBRATE`).
+//! local ranks (`TMX_SHMEM_TUNE=cma_calibrate`).
 //!
 //! Whether one `process_vm_readv` beats two `memcpy`s through the eager
 //! area depends on the machine far more than on the message. On the Xeon
 //! VM the static defaults were measured on, a ping-pong was faster by CMA
-//! from ≈ 6.5 KiB; on an AMD EPYC VM (session 28), whose cores move cache
+//! from ≈ 6.5 KiB; on an AMD EPYC VM, whose cores move cache
 //! lines between them faster, the eager path won up to 64 KiB in its fast
 //! runs (latency 8 KiB 3.9 µs by CMA against 0.8 µs by eager blocks) and
 //! lost from 16 KiB in its slow ones. A system call costs ≈ 2 µs on both. A self

@@ -12,7 +12,7 @@
 //! than with `rep movsb` (crate README, "Copying into eager blocks").
 //!
 //! [`to_block`] takes `rep movsb` from a threshold
-//! (`TMX_SHMEM_MOVSB_MIN`, default 1K) on CPUs with ERMS and `memcpy`
+//! (`TMX_SHMEM_TUNE=movsb_min`, default 1K) on CPUs with ERMS and `memcpy`
 //! otherwise; under loom and on other targets always `memcpy`.
 
 /// Copies `n` bytes from `src` to `dst`, with `rep movsb` when `n >=
@@ -46,7 +46,7 @@ pub(crate) unsafe fn to_block(src: *const u8, dst: *mut u8, n: usize, movsb_min:
     unsafe { core::ptr::copy_nonoverlapping(src, dst, n) }
 }
 
-/// The threshold [`to_block`] is given for a configured `TMX_SHMEM_MOVSB_MIN`
+/// The threshold [`to_block`] is given for a configured `TMX_SHMEM_TUNE=movsb_min`
 /// of `configured` bytes (`u64::MAX`: off): `usize::MAX` (never) where the
 /// CPU lacks ERMS, under loom and on other targets.
 pub(crate) fn movsb_min(configured: u64) -> usize {

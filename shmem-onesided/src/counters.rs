@@ -23,7 +23,7 @@ pub struct Counters {
     /// Sends delivered by CMA single copy (receiver `process_vm_readv`).
     pub cma_sends: u64,
     /// CMA messages whose copy the sender shared (it wrote the second half
-    /// while we read the first; receiver side, `TMX_SHMEM_CMA_SPLIT`).
+    /// while we read the first; receiver side, `TMX_SHMEM_TUNE=cma_split`).
     pub cma_split_shared: u64,
     /// Split offers withdrawn because the sender had not claimed them when
     /// we finished our half (we read the rest; receiver side).
@@ -34,13 +34,13 @@ pub struct Counters {
     pub cma_batched: u64,
     /// Those calls.
     pub cma_batches: u64,
-    /// Unexpected CMA messages at or below `TMX_SHMEM_CMA_THRESHOLD` read
+    /// Unexpected CMA messages at or below `TMX_SHMEM_TUNE=cma_threshold` read
     /// into private memory on arrival, their FIN returned at once
     /// (receiver side): sends of eager sizes never wait for their receive.
     pub cma_pulled: u64,
     /// Sends larger than the eager area, cut into fragments (CMA unavailable).
     pub fragmented_sends: u64,
-    /// Sends above `TMX_SHMEM_PIPELINE_MIN` that fit the eager area, sent
+    /// Sends above `TMX_SHMEM_TUNE=pipeline_min` that fit the eager area, sent
     /// as pipelined chunks (each published as soon as it is copied).
     pub pipelined_sends: u64,
     /// Pipelined or fragmented messages whose chunks the receiver copied
@@ -60,7 +60,7 @@ pub struct Counters {
     /// receives matched at once (receiver side).
     pub posted_recvs: u64,
     /// Nonblocking receives deferred (kept out of the matcher while their
-    /// source's ring was empty, `TMX_SHMEM_DEFER_RECV`); those later
+    /// source's ring was empty, `TMX_SHMEM_TUNE=defer_recv`); those later
     /// posted are also in `posted_recvs`.
     pub deferred_recvs: u64,
     /// Headers that arrived before a matching receive (unexpected).

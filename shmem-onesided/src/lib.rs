@@ -44,6 +44,12 @@
 //! ```
 #![warn(missing_docs)]
 
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod sync;
 
 #[cfg(not(tmx_shmem_loom))]

@@ -1,5 +1,5 @@
 //! Init-time choice of the inline reply cap from a measurement between two
-//! local ranks (`TMX_SHMEM_INLINE_CALIBRATE`,
+//! local ranks (`TMX_SHMEM_TUNE=inline_calibrate`,
 //! [`Endpoint::calibrate_inline_reply`]).
 //!
 //! A reply of 129 B – 1 KiB goes inline in the header ring (its payload in
@@ -7,7 +7,7 @@
 //! crate README, "Replies inline"). Which of the two is faster depends on
 //! the machine: on the Xeon VM the default was measured on, inline won a
 //! ping-pong up to about 1.1 KiB (1 KiB 1.21× faster); on an AMD EPYC VM
-//! (session 30) the eager block won from 512 B (1 KiB 0.34 µs against 0.47
+//! the eager block won from 512 B (1 KiB 0.34 µs against 0.47
 //! inline, ten alternating runs of each). So local ranks 0 and 1 ping-pong
 //! messages of 256, 512, 768 and 1024 B through their real endpoints, the
 //! same sends and receives the ADI makes, with inline replies on and off

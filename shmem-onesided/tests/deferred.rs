@@ -1,4 +1,4 @@
-//! Deferred receives (`TMX_SHMEM_DEFER_RECV`) against MPI's matching rules.
+//! Deferred receives (`TMX_SHMEM_TUNE=defer_recv`) against MPI's matching rules.
 //!
 //! One thread drives two endpoints of one segment (rank 0 sends, rank 1
 //! receives), so every run is deterministic: a program of sends, nonblocking
@@ -349,7 +349,7 @@ fn run(ops: &[Op], defer: bool) -> u64 {
     let deferred = e1.counters().deferred_recvs;
     assert!(
         defer || deferred == 0,
-        "deferred with TMX_SHMEM_DEFER_RECV off"
+        "deferred with TMX_SHMEM_TUNE=defer_recv off"
     );
     e0.finalize().unwrap();
     e1.finalize().unwrap();

@@ -710,7 +710,7 @@ fn cma_calibration_between_processes() {
     } else {
         assert_eq!(field(&out[0], "raised="), "None");
     }
-    let mut job = Job::start("calib", 2, &[("TMX_SHMEM_CMA_REPLY", "6K")]);
+    let mut job = Job::start("calib", 2, &[("TMX_SHMEM_TUNE", "cma_reply=6K")]);
     let out = all_ok(&mut job, Duration::from_secs(60));
     for o in &out {
         assert_eq!(field(o, "raised="), "None", "an explicit threshold: {o}");
@@ -729,12 +729,10 @@ fn pingpong_all_paths() {
     let mut job = Job::start(
         "pingpong",
         2,
-        &[
-            ("TMX_SHMEM_CMA_THRESHOLD", "256K"),
-            ("TMX_SHMEM_CMA_REPLY", "off"),
-            ("TMX_SHMEM_CMA_DUPLEX", "off"),
-            ("TMX_SHMEM_PREPOST", "off"),
-        ],
+        &[(
+            "TMX_SHMEM_TUNE",
+            "cma_threshold=256K,cma_reply=off,cma_duplex=off,prepost=off",
+        )],
     );
     let out = all_ok(&mut job, Duration::from_secs(90));
     eprintln!("  rank 0: {}", out[0].trim());
@@ -757,10 +755,7 @@ fn pingpong_prepost() {
     let mut job = Job::start(
         "pingpong",
         2,
-        &[
-            ("TMX_SHMEM_CMA_THRESHOLD", "256K"),
-            ("TMX_SHMEM_PREPOST_MIN", "41"),
-        ],
+        &[("TMX_SHMEM_TUNE", "cma_threshold=256K,prepost_min=41")],
     );
     let out = all_ok(&mut job, Duration::from_secs(90));
     eprintln!("  rank 0: {}", out[0].trim());
@@ -784,7 +779,7 @@ fn pingpong_prepost() {
 }
 
 fn stream_with_preposts() {
-    let mut job = Job::start("stream", 2, &[("TMX_SHMEM_PREPOST_MIN", "41")]);
+    let mut job = Job::start("stream", 2, &[("TMX_SHMEM_TUNE", "prepost_min=41")]);
     let out = all_ok(&mut job, Duration::from_secs(90));
     eprintln!("  rank 0: {}", out[0].trim());
     eprintln!("  rank 1: {}", out[1].trim());
@@ -819,7 +814,7 @@ fn flood(cma: &str) {
         2,
         &[
             ("TMX_SHMEM_RING_SLOTS", "2"),
-            ("TMX_SHMEM_PUBLISH_BATCH", "2"),
+            ("TMX_SHMEM_TUNE", "publish_batch=2"),
             ("TMX_SHMEM_EAGER_BYTES", "16K"),
             ("TMX_SHMEM_CMA", cma),
         ],
@@ -881,8 +876,7 @@ fn sigkill_mid_pipelined_message_is_reported() {
             ("TMX_SHMEM_LIVENESS_MS", "10"),
             ("TMX_SHMEM_CMA", "off"),
             ("TMX_SHMEM_EAGER_BYTES", "64K"),
-            ("TMX_SHMEM_PIPELINE_MIN", "8K"),
-            ("TMX_SHMEM_PIPELINE_CHUNK", "4K"),
+            ("TMX_SHMEM_TUNE", "pipeline_min=8K,pipeline_chunk=4K"),
         ],
     );
     let so = job.children[0].stdout.take().unwrap();
@@ -949,8 +943,8 @@ fn ssend_completes_only_when_matched() {
 }
 
 fn truncation_probe_cancel() {
-    for prepost_min in ["8M", "41"] {
-        let mut job = Job::start("trunc", 2, &[("TMX_SHMEM_PREPOST_MIN", prepost_min)]);
+    for tune in ["prepost_min=8M", "prepost_min=41"] {
+        let mut job = Job::start("trunc", 2, &[("TMX_SHMEM_TUNE", tune)]);
         let out = all_ok(&mut job, Duration::from_secs(90));
         assert!(
             // Every size but the empty one is truncated.

@@ -191,7 +191,7 @@ fn eager_area_overflow_goes_by_cma_not_staging() {
     }
 }
 
-/// A window of owned pipelined `isend`s (above `TMX_SHMEM_PIPELINE_MIN`)
+/// A window of owned pipelined `isend`s (above `TMX_SHMEM_TUNE=pipeline_min`)
 /// that overflows the eager area: with CMA available none goes by CMA (the
 /// pipeline is faster than the receiver's `process_vm_readv`); what does
 /// not fit waits in its request and is published by progress, in order,
@@ -1019,7 +1019,7 @@ fn cma_matched_by_irecv_is_read_by_the_next_progress_pass() {
     });
 }
 
-/// Split CMA copies (`TMX_SHMEM_CMA_SPLIT`): a sender waiting for its
+/// Split CMA copies (`TMX_SHMEM_TUNE=cma_split`): a sender waiting for its
 /// FIN writes the second half of the receive buffer while the receiver
 /// reads the first; a sender that stopped progressing after saying it
 /// could help has its offer withdrawn, and the receiver reads the rest;

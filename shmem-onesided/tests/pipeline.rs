@@ -1,6 +1,6 @@
 //! In-process tests of pipelined large messages (local ranks are threads,
 //! each with its own mapping of the real segment): messages above
-//! `TMX_SHMEM_PIPELINE_MIN` go as chunks through the eager area, held in
+//! `TMX_SHMEM_TUNE=pipeline_min` go as chunks through the eager area, held in
 //! the sender's area until a receive is known, copied straight into a
 //! blocked `recv`'s buffer when they are bound to match it. Small eager
 //! areas, chunks and rings force backpressure in the middle of messages.

@@ -67,3 +67,9 @@ pub use offload::{
     Action, CancelOutcome, Completion, EngineEvent, Offload, OffloadConfig, PostOutcome,
 };
 pub use tm_proto::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
+
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

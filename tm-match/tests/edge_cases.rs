@@ -1,6 +1,6 @@
-//! Named unit tests for the semantic edge cases of
-//! `../shared/notes/matching-engines.md` §(e). The number in each name is the
-//! item there; items that belong to the offload model (17, 28, 29) are in
+//! Named unit tests for the semantic edge cases of MPI matching, numbered
+//! as in the checklist they were written from (its items are summarized in
+//! each test's name); items that belong to the offload model (17, 28, 29) are in
 //! `tests/offload.rs`, and items outside a pure matcher (9/10 transport
 //! reordering, 14 `MPI_PROC_NULL`, which never reaches the engine) are noted at
 //! the end of this file.

@@ -1,5 +1,5 @@
 //! The offload model against a simulated engine (a TM-SRQ as
-//! `../shared/notes/tm-srq-spec.md` §4–§8 describes it: an ordered list of
+//! rdma-core's tag-matching documentation describes it: an ordered list of
 //! entries, 16-bit `H`/`S` phase counters, pending entries until the counts
 //! agree, one completion queue in engine order) that executes actions late and
 //! interleaved at random with wire arrivals, with random capacity.

@@ -47,3 +47,9 @@ pub use envelope::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
 pub use error::{Error, Field};
 pub use header::{Opcode, Rvh, Tmh};
 pub use message::{Limits, Message, FIN_LEN};
+
+// The README's examples are compiled (and run, unless marked `no_run`) as
+// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

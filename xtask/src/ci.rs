@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::state::{self, State};
 
+mod ab;
+
 /// System packages that tests or benchmarks need: (program looked for on PATH,
 /// or an absolute file path; Debian package that provides it; what needs it).
 pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
@@ -376,6 +378,7 @@ fn step_loom(tests: &mut Option<Counts>) -> Result<String, String> {
 }
 
 pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
+    env_count("TMX_PROPTEST_CASES", 2000, 1, 10_000_000)?;
     let selected: Vec<&'static str> = if args.is_empty() {
         STEPS.to_vec()
     } else {
@@ -441,6 +444,11 @@ pub(crate) fn run_ci(args: &[String]) -> Result<(), String> {
 }
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
+    if let Some((first, rest)) = args.split_first() {
+        if first == "ab" {
+            return ab::run_ab(rest);
+        }
+    }
     let root = workspace_root();
     let mut crates: Vec<String> = Vec::new();
     if args.is_empty() {
@@ -493,8 +501,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
 /// The MPICH ping-pong kept next to shmem-onesided's benchmark.
 const MPICH_PINGPONG: &str = "shmem-onesided/bench/mpich_pingpong.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench` run; each
-/// side's figure is its best over the rounds (the machine is noisy, see
-/// `shared/notes/peer-baselines.md`).
+/// side's figure is its best over the rounds (the machine is noisy).
 const SHMEM_BENCH_ROUNDS: usize = 5;
 
 /// shmem-onesided: builds the MPICH C ping-pong, runs it and our benchmark
@@ -661,13 +668,13 @@ fn build_osu(root: &Path) -> Result<PathBuf, String> {
 
 /// Short paired runs of `adi-pairs` per (test, size): `TMX_BENCH_PAIRS`.
 const ADI_PAIRS: usize = 6;
-/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX`.
+/// Largest size of `adi-pairs`: `TMX_BENCH_PAIR_MAX_BYTES`.
 const ADI_PAIR_MAX: u64 = 64 << 10;
 
 /// `cargo xtask bench adi-pairs`: the comparison with MPICH that the
 /// machine's changes of speed do not decide. For each test (latency,
-/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN`
-/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX`
+/// bandwidth, bi-bandwidth) and each size from `TMX_BENCH_PAIR_MIN_BYTES`
+/// (default 1 B, rounded up to a power of two) to `TMX_BENCH_PAIR_MAX_BYTES`
 /// (default 64 KiB), `TMX_BENCH_PAIRS` (default 6) times: MPICH, tmx, tmx,
 /// MPICH, each a run of that one size of that one test (`osu` and
 /// `mpich_osu` with `--tests`, `--min-size`, `--max-size`; a fraction of a
@@ -683,9 +690,22 @@ fn run_adi_pairs() -> Result<(), String> {
         return Err("adi-pairs needs Debian's mpich (mpicc.mpich, mpiexec.hydra)".into());
     };
     let rel = build_osu(&root)?;
+    for (old, new) in [
+        ("TMX_BENCH_PAIR_MAX", "TMX_BENCH_PAIR_MAX_BYTES"),
+        ("TMX_BENCH_PAIR_MIN", "TMX_BENCH_PAIR_MIN_BYTES"),
+    ] {
+        if std::env::var_os(old).is_some() {
+            return Err(format!("{old} is no longer read: it was renamed {new}"));
+        }
+    }
     let pairs = env_count("TMX_BENCH_PAIRS", ADI_PAIRS, 1, 1000)?;
-    let max = env_count("TMX_BENCH_PAIR_MAX", ADI_PAIR_MAX as usize, 1, 4 << 20)? as u64;
-    let min = env_count("TMX_BENCH_PAIR_MIN", 1, 1, 4 << 20)? as u64;
+    let max = env_count(
+        "TMX_BENCH_PAIR_MAX_BYTES",
+        ADI_PAIR_MAX as usize,
+        1,
+        4 << 20,
+    )? as u64;
+    let min = env_count("TMX_BENCH_PAIR_MIN_BYTES", 1, 1, 4 << 20)? as u64;
     let one = |tmx: bool, test: &str, b: u64| -> Result<f64, String> {
         let size = b.to_string();
         let mut cmd = if tmx {

@@ -34,6 +34,9 @@ commands:
                     table of paired per-round ratios: median, lowest, highest);
                     `bench adi-pairs`: one size at a time, many short alternating
                     runs of adi's osu and MPICH, median ratio per size;
+                    `bench ab REV`: adi's osu, osu_rma and osu_ddt of this
+                    tree against the same programs built from git revision
+                    REV, interleaved; paired per-round ratios new / base;
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
@@ -45,8 +48,8 @@ environment:
   LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
   TMX_BENCH_ROUNDS     rounds of `bench adi` (point-to-point and RMA), 1 to 100 (default 5)
   TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
-  TMX_BENCH_PAIR_MAX   largest size of `bench adi-pairs`, bytes (default 65536)
-  TMX_BENCH_PAIR_MIN   smallest size of `bench adi-pairs`, bytes (default 1)
+  TMX_BENCH_PAIR_MAX_BYTES  largest size of `bench adi-pairs` (default 65536)
+  TMX_BENCH_PAIR_MIN_BYTES  smallest size of `bench adi-pairs` (default 1)
 ";
 
 fn main() -> ExitCode {

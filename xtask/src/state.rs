@@ -1,9 +1,9 @@
 //! Which state the machine is in while a benchmark round runs: the round
 //! trip of one cache line between two threads.
 //!
-//! On the 2-vCPU AMD EPYC VMs of sessions 28–31 every benchmark run fell
-//! into one of two kinds, for MPICH and tmx alike, and the kind changed
-//! between runs seconds apart. Session 31 found what tells them apart: a
+//! On 2-vCPU AMD EPYC VMs every benchmark run fell into one of two kinds,
+//! for MPICH and tmx alike, and the kind changed between runs seconds
+//! apart. What tells them apart: a
 //! cache line written by one CPU and read by the other makes a round trip
 //! in about 100–180 ns in one state and 410–540 ns in the other (a C
 //! ping-pong of one line between two pinned processes, measured before
@@ -30,8 +30,8 @@ const TRIPS: u64 = 20_000;
 const WARM: u64 = 2_000;
 /// A probe that has not finished by then reports nothing.
 const GIVE_UP: Duration = Duration::from_secs(2);
-/// A round trip at or above this many ns is the slow state. Seen in
-/// session 31: 104–176 ns and 415–540 ns between two processes (C), and
+/// A round trip at or above this many ns is the slow state. Measured:
+/// 104–176 ns and 415–540 ns between two processes (C), and
 /// 313–415 ns in the slow state between this probe's two threads.
 pub(crate) const SLOW_NS: f64 = 250.0;
 

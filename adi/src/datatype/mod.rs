@@ -45,8 +45,8 @@
 //! - **Packing walks runs.** [`pack_part`](Datatype::pack_part) and
 //!   [`unpack_part`](Datatype::unpack_part) find their start offset with one
 //!   division and then copy run by run; blocks of 1, 2, 4, 8 or 16 bytes
-//!   move as fixed-size copies (no call per block). Before this (session
-//!   12), each block cost a division, a binary-search check and a `memcpy`
+//!   move as fixed-size copies (no call per block). Before this, each
+//!   block cost a division, a binary-search check and a `memcpy`
 //!   call: a 4 KiB vector of doubles (stride 2) took 14 µs per ping-pong
 //!   leg against MPICH's 1.4; after it, ≈ 1.0 (a scratch run), and 0.54 against
 //!   MPICH's 0.73 once the ADI pooled its packing buffers (the adi README,
