@@ -277,10 +277,7 @@ macro_rules! attr_fns {
             fn $get / $pget(obj: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
                 run(stringify!($get), $on(obj), || {
                     $check(obj)?;
-                    let v = match crate::win::predefined_attr(obj, keyval) {
-                        Some(v) if $kind == Kind::Win => Some(v),
-                        _ => get($kind, obj, keyval)?,
-                    };
+                    let v = get($kind, obj, keyval)?;
                     // SAFETY: MPI: `value` points to a `void *`, `flag` to an int.
                     unsafe { put_value(value, flag, v) }
                 })
@@ -310,15 +307,6 @@ attr_fns!(
     MPI_Type_get_attr / PMPI_Type_get_attr,
     MPI_Type_delete_attr / PMPI_Type_delete_attr
 );
-attr_fns!(
-    Kind::Win,
-    crate::win::check_win,
-    On::Win,
-    MPI_Win_set_attr / PMPI_Win_set_attr,
-    MPI_Win_get_attr / PMPI_Win_get_attr,
-    MPI_Win_delete_attr / PMPI_Win_delete_attr
-);
-
 /// Forgets every keyval and attribute (finalize).
 pub(crate) fn finalize() {
     KEYVALS.clear();

@@ -57,8 +57,6 @@ pub(crate) fn check(ok: bool, code: c_int, msg: &str) -> R<()> {
 pub(crate) enum On {
     /// A communicator (an invalid one raises on `MPI_COMM_WORLD`).
     Comm(MPI_Comm),
-    /// A window.
-    Win(MPI_Win),
     /// No object: `MPI_COMM_WORLD`.
     World,
 }
@@ -128,10 +126,6 @@ fn raise(func: &str, on: On, e: MpiErr) -> c_int {
             Some(h) => (c, h),
             None => (MPI_COMM_WORLD, world_handler()),
         },
-        On::Win(w) => match crate::win::errhandler_of(w) {
-            Some(h) => (w, h),
-            None => (MPI_COMM_WORLD, world_handler()),
-        },
         On::World => (MPI_COMM_WORLD, world_handler()),
     };
     match h {
@@ -157,8 +151,9 @@ fn world_handler() -> Handler {
     crate::comm::errhandler_of(MPI_COMM_WORLD).unwrap_or(Handler::Fatal)
 }
 
-/// `MPI_ERRORS_ARE_FATAL`: prints the error and aborts the job (the
-/// launcher exits with status 1... as MPICH's does for a fatal error).
+/// `MPI_ERRORS_ARE_FATAL`: prints the error and aborts the job with the
+/// error's class as the exit status (as MPICH's `MPI_Abort` of the error
+/// code does: the launcher's status is the code's low byte, the class).
 fn fatal(func: &str, e: &MpiErr) -> ! {
     let what = format!(
         "Fatal error in {func}: {} ({}), error stack: {}",
@@ -167,7 +162,7 @@ fn fatal(func: &str, e: &MpiErr) -> ! {
         e.msg
     );
     eprintln!("tmx: {what}");
-    adi::abort(1, &what)
+    adi::abort(class_of(e.code).unwrap_or(MPI_ERR_UNKNOWN), &what)
 }
 
 thread_local! {

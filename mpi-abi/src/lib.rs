@@ -54,4 +54,3 @@ mod p2p;
 mod req;
 mod topo;
 mod types;
-mod win;
