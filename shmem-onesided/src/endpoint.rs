@@ -171,8 +171,17 @@ pub const KIND_ACK: u8 = 6;
 /// [`crate::ring::Producer::try_push_ext`]). Up to `TMX_SHMEM_INLINE_EXT`
 /// bytes, never synchronous.
 pub const KIND_INLINE_EXT: u8 = 7;
+/// Header kind: the sender asks to withdraw its unmatched send `word`
+/// (`MPI_Cancel`); the receiver answers [`KIND_CANCELLED`].
+pub const KIND_CANCEL: u8 = 8;
+/// Header kind: the answer to [`KIND_CANCEL`] for send `word`:
+/// [`FLAG_WITHDRAWN`] if the message was removed before any receive
+/// matched it (it will never be received), none if it was matched.
+pub const KIND_CANCELLED: u8 = 9;
 /// Header flag: the first fragment of a fragmented message.
 pub const FLAG_FIRST: u8 = 1;
+/// [`KIND_CANCELLED`] flag: the message was withdrawn.
+pub const FLAG_WITHDRAWN: u8 = 1;
 /// Header flag: a synchronous-mode message; the receiver acknowledges its
 /// match ([`KIND_ACK`]) quoting the send id in `ext[8..16]`.
 pub const FLAG_SYNC: u8 = 4;
@@ -809,6 +818,8 @@ pub struct Endpoint {
     eager: EagerArea,
     /// Unexpected eager messages still in their sender's eager area.
     uncopied: usize,
+    /// Answers to our [`KIND_CANCEL`]s: `(send id, withdrawn)`.
+    cancel_answers: Vec<(u64, bool)>,
     /// Consecutive `try_recv` quick looks that found nothing.
     idle_polls: u32,
     /// Deferred receives (`TMX_SHMEM_DEFER_RECV`, see
@@ -1410,6 +1421,7 @@ impl Endpoint {
             reply_max: reply_max(node_cfg_inline_reply, node_cfg_ring_slots),
             eager,
             uncopied: 0,
+            cancel_answers: Vec::new(),
             idle_polls: 0,
             deferred: VecDeque::new(),
             consumers: VecDeque::new(),
@@ -2938,6 +2950,10 @@ impl Endpoint {
             self.peers[h.source as usize].ctl_in += 1;
             self.on_ack(h.word);
             return Ok(());
+        }
+        if h.kind == KIND_CANCEL || h.kind == KIND_CANCELLED {
+            self.peers[h.source as usize].ctl_in += 1;
+            return self.on_cancel_header(&h);
         }
         if let Some(spec) = *want {
             if spec.matches(&envelope(&h)) {
@@ -5301,14 +5317,151 @@ impl Endpoint {
         self.send_blocking(dest, tag, context, data, SendMode::Synchronous)
     }
 
-    /// `MPI_Cancel` of a send: always `Ok(false)` (not cancelled; MPI
-    /// allows an implementation to refuse), the request completes normally.
+    /// `MPI_Cancel` of a send: `Ok(true)` if the message was withdrawn
+    /// before any receive matched it (it will never be received, and the
+    /// request is complete), `Ok(false)` if it was matched, or is a kind
+    /// that cannot be withdrawn (an inline or plain eager message, complete
+    /// already; a fragmented one): it then completes normally.
+    ///
+    /// A message still held here (waiting for eager space) is withdrawn at
+    /// once. One published to a peer is withdrawn by the peer, which
+    /// answers a [`KIND_CANCEL`] header during its progress (any MPI call
+    /// it makes): this call progresses until the answer comes, so it
+    /// returns as soon as the peer is inside any call, also one blocked on
+    /// this very process.
     pub fn cancel_send(&mut self, req: &SendRequest) -> Result<bool> {
-        if self.sends.contains_key(&req.0) {
-            Ok(false)
-        } else {
-            Err(Error::InvalidArgument("unknown send request"))
+        let id = req.0;
+        let Some(r) = self.sends.get(&id) else {
+            return Err(Error::InvalidArgument("unknown send request"));
+        };
+        if r.done() || r.frags {
+            return Ok(false);
         }
+        let dest = r.dest;
+        if dest == self.rank() {
+            let ok = self.withdraw_stored(dest, id)?;
+            if ok {
+                self.finish_cancelled(id);
+            }
+            return Ok(ok);
+        }
+        if self.withdraw_staged(dest, id) {
+            self.finish_cancelled(id);
+            return Ok(true);
+        }
+        let ask = Header {
+            kind: KIND_CANCEL,
+            source: self.rank(),
+            word: id,
+            ..Header::default()
+        };
+        tracing::debug!(dest, id, "send cancel requested");
+        self.enqueue_ctl(dest, ask);
+        let mut idle = 0u32;
+        loop {
+            if let Some(i) = self.cancel_answers.iter().position(|a| a.0 == id) {
+                let (_, ok) = self.cancel_answers.swap_remove(i);
+                if ok {
+                    self.finish_cancelled(id);
+                }
+                tracing::debug!(dest, id, ok, "send cancel answered");
+                return Ok(ok);
+            }
+            if self.progress()? == 0 {
+                idle = idle.wrapping_add(1);
+                if idle % 4096 == 0 {
+                    self.check_alive(Some(dest))?;
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// A [`KIND_CANCEL`] from a sender (withdraw its message if it is still
+    /// unmatched here, and answer), or a [`KIND_CANCELLED`] answer to ours.
+    fn on_cancel_header(&mut self, h: &Header) -> Result<()> {
+        if h.kind == KIND_CANCELLED {
+            self.cancel_answers
+                .push((h.word, h.flags & FLAG_WITHDRAWN != 0));
+            return Ok(());
+        }
+        let ok = self.withdraw_stored(h.source, h.word)?;
+        tracing::debug!(source = h.source, id = h.word, ok, "send cancel asked");
+        let answer = Header {
+            kind: KIND_CANCELLED,
+            flags: if ok { FLAG_WITHDRAWN } else { 0 },
+            source: self.rank(),
+            word: h.word,
+            ..Header::default()
+        };
+        self.enqueue_ctl(h.source, answer);
+        Ok(())
+    }
+
+    /// Removes send `id` of `source` from the unexpected messages, if it
+    /// is still there (no receive or matched probe has taken it): the
+    /// matcher forgets it and its payload is released (a block of the
+    /// sender's eager area is given back; a CMA buffer is simply not read).
+    fn withdraw_stored(&mut self, source: u32, id: u64) -> Result<bool> {
+        let store = &self.store;
+        let found = self.off.unexpected().iter().find_map(|p| match p.msg {
+            Msg::Stored(key) => store
+                .get(key)
+                .filter(|u| {
+                    u.hdr.source == source
+                        && matches!(u.hdr.kind, KIND_EAGER | KIND_CMA)
+                        && sync_id(&u.hdr) == id
+                })
+                .map(|_| (p.id, *key)),
+            Msg::Direct(_) => None,
+        });
+        let Some((mid, key)) = found else {
+            return Ok(false);
+        };
+        if self.off.cancel_message(mid).is_none() {
+            return Ok(false);
+        }
+        let u = self.take_stored(key)?;
+        if u.hdr.kind == KIND_EAGER && u.data.is_none() && source != self.rank() {
+            let seg = self.node.segment();
+            get_eager(seg, self.node.config().eager_bytes, &u.hdr, &mut [])?;
+        }
+        self.counters.cancelled_sends += 1;
+        Ok(true)
+    }
+
+    /// Removes send `id` from `dest`'s local queue if it is still there
+    /// (waiting for eager space or behind staged data): the peer never saw
+    /// it.
+    fn withdraw_staged(&mut self, dest: u32, id: u64) -> bool {
+        let staged = &mut self.peers[dest as usize].staged;
+        let at = staged.iter().position(|st| match st {
+            Staged::Data { hdr, .. } | Staged::Ready(hdr) => {
+                matches!(hdr.kind, KIND_EAGER | KIND_CMA) && sync_id(hdr) == id
+            }
+            Staged::Frag { .. } => false,
+        });
+        match at {
+            Some(i) => {
+                staged.remove(i);
+                self.counters.cancelled_sends += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Send `id` was withdrawn: nothing more will come for it (no FIN, no
+    /// acknowledgement); it completes now.
+    fn finish_cancelled(&mut self, id: u64) {
+        if !self.splits.is_empty() {
+            self.settle_split(id);
+        }
+        if let Some(r) = self.sends.get_mut(&id) {
+            r.fin = false;
+            r.ack = false;
+        }
+        self.check_send_done(id);
     }
 
     /// Appends to `out` the ids of the send and receive requests (from
