@@ -291,7 +291,7 @@ impl Comm {
         self.inner.dev.world_rank
     }
 
-    fn new_comm(&self, k: usize, rank: i32, map: RankMap) -> Comm {
+    pub(crate) fn new_comm(&self, k: usize, rank: i32, map: RankMap) -> Comm {
         Comm {
             inner: Arc::new(CommInner {
                 dev: Arc::clone(&self.inner.dev),

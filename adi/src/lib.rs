@@ -89,6 +89,7 @@ pub mod device;
 pub mod error;
 pub mod group;
 mod init;
+pub mod inter;
 mod p2p;
 pub mod request;
 mod sync;
@@ -107,6 +108,7 @@ pub use attr::UNDEFINED;
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
 pub use group::{Comparison, Group};
+pub use inter::InterComm;
 pub use request::{
     request, testall, testany, testsome, waitall, waitany, waitsome, AnyOutcome, Completer,
     Progress, Request, Status, YieldProgress,

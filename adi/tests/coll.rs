@@ -394,6 +394,45 @@ fn role_errors(w: &Comm) {
     assert_eq!(i32::from_ne_bytes(sum), w.size());
 }
 
+/// Intercommunicators: two halves, point-to-point across, dup, merge.
+fn role_intercomm(w: &Comm) {
+    let color = w.rank() % 2;
+    let half = w.split(color, w.rank()).unwrap().unwrap();
+    let ic = adi::InterComm::create(&half, 0, w, 1 - color, 5).unwrap();
+    assert_eq!(ic.local_size(), half.size());
+    assert_eq!(ic.local_size() + ic.remote_size(), w.size());
+    let remote: Vec<u32> = (0..w.size() as u32)
+        .filter(|r| *r % 2 != color as u32)
+        .collect();
+    assert_eq!(ic.remote_group().world_ranks(), &remote[..]);
+    // Local rank i of each half sends its world rank to remote rank i
+    // (when there is one) and receives from it.
+    let me = ic.rank();
+    if me < ic.remote_size() {
+        let mut got = [0u8; 4];
+        let st = ic
+            .comm()
+            .sendrecv(&w.rank().to_ne_bytes(), me, 1, &mut got, me, 1)
+            .unwrap();
+        assert_eq!(st.source, me, "sources are remote ranks");
+        assert_eq!(i32::from_ne_bytes(got) as u32, remote[me as usize]);
+    }
+    let d = ic.dup().unwrap();
+    let merged = d.merge(color == 1).unwrap();
+    assert_eq!(merged.size(), w.size());
+    // Evens (high = false) first, in order, then odds.
+    let order: Vec<u32> = (0..w.size() as u32)
+        .filter(|r| r % 2 == 0)
+        .chain((0..w.size() as u32).filter(|r| r % 2 == 1))
+        .collect();
+    assert_eq!(merged.group().world_ranks(), &order[..]);
+    let mut sum = [0i64];
+    merged
+        .allreduce(&[w.rank() as i64], &mut sum, adi::ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(sum[0], (0..w.size() as i64).sum::<i64>());
+}
+
 #[test]
 fn rank_entry_point() {
     let Some(role) = common::role() else { return };
@@ -401,6 +440,7 @@ fn rank_entry_point() {
     match role.as_str() {
         "random" => role_random(&w),
         "errors" => role_errors(&w),
+        "intercomm" => role_intercomm(&w),
         other => panic!("unknown role {other}"),
     }
     adi::finalize().unwrap();
@@ -429,6 +469,16 @@ fn random_collectives_3_ranks() {
 #[test]
 fn random_collectives_4_ranks() {
     run("random", 4);
+}
+
+#[test]
+fn intercommunicators_3_ranks() {
+    run("intercomm", 3);
+}
+
+#[test]
+fn intercommunicators_4_ranks() {
+    run("intercomm", 4);
 }
 
 #[test]

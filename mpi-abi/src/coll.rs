@@ -148,8 +148,8 @@ fn not_aliased(send: *const c_void, recv: *const c_void, bytes: usize) -> R<()> 
     )
 }
 
-fn intra(o: &CommObj) -> &adi::Comm {
-    &o.comm
+fn intra(o: &CommObj) -> R<&adi::Comm> {
+    o.intra()
 }
 
 // -------------------------------------------------------------- barrier
@@ -158,7 +158,7 @@ fn intra(o: &CommObj) -> &adi::Comm {
 /// `nb` as in [`go`].
 unsafe fn barrier(c: MPI_Comm, nb: Option<*mut MPI_Request>) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     // SAFETY: the caller's contract.
     unsafe {
         go(
@@ -187,7 +187,7 @@ unsafe fn bcast(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     let b = Buf::new(buf, count, datatype)?;
     check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
     let me = w.rank();
@@ -287,7 +287,7 @@ unsafe fn reduce(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     ffi::count(count)?;
     let t = dtype(datatype)?;
     let aop = op_for(op, &t, datatype)?;
@@ -336,7 +336,7 @@ unsafe fn allreduce(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     ffi::count(count)?;
     let t = dtype(datatype)?;
     let aop = op_for(op, &t, datatype)?;
@@ -374,7 +374,7 @@ unsafe fn scan(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     ffi::count(count)?;
     let t = dtype(datatype)?;
     let aop = op_for(op, &t, datatype)?;
@@ -424,7 +424,7 @@ unsafe fn reduce_scatter(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     let t = dtype(datatype)?;
     let aop = op_for(op, &t, datatype)?;
     let counts: Vec<usize> = rcounts.iter().map(|&n| ffi::count(n)).collect::<R<_>>()?;
@@ -472,7 +472,7 @@ unsafe fn gatherv(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
     let me = w.rank();
     let at_root = me == root;
@@ -560,7 +560,7 @@ unsafe fn scatterv(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
     let me = w.rank();
     let at_root = me == root;
@@ -631,7 +631,7 @@ unsafe fn allgatherv(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     let me = w.rank() as usize;
     let rb = Buf::new(recvbuf, 0, rtype)?;
     let size = rb.t.dt.size();
@@ -809,7 +809,7 @@ unsafe fn alltoall_sides(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
-    let w = intra(&o);
+    let w = intra(&o)?;
     let sblocks = send.blocks()?;
     let rblocks = recv.blocks()?;
     // SAFETY: the caller's contract.

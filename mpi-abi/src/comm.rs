@@ -23,7 +23,11 @@ pub(crate) struct Meta {
 /// A communicator object.
 #[derive(Debug)]
 pub(crate) struct CommObj {
+    /// The communicator (of an intercommunicator: its point-to-point side,
+    /// whose ranks are the remote group's).
     pub(crate) comm: adi::Comm,
+    /// An intercommunicator's two sides.
+    pub(crate) inter: Option<adi::InterComm>,
     meta: Mutex<Meta>,
 }
 
@@ -31,8 +35,44 @@ impl CommObj {
     pub(crate) fn new(comm: adi::Comm, meta: Meta) -> CommObj {
         CommObj {
             comm,
+            inter: None,
             meta: Mutex::new(meta),
         }
+    }
+
+    fn new_inter(ic: adi::InterComm, meta: Meta) -> CommObj {
+        CommObj {
+            comm: ic.comm().clone(),
+            inter: Some(ic),
+            meta: Mutex::new(meta),
+        }
+    }
+
+    /// The communicator, which must be an intracommunicator
+    /// (`MPI_ERR_COMM` for an intercommunicator: collectives and
+    /// communicator constructors over both groups are not provided).
+    pub(crate) fn intra(&self) -> R<&adi::Comm> {
+        match self.inter {
+            None => Ok(&self.comm),
+            Some(_) => Err(err(
+                MPI_ERR_COMM,
+                "not supported on an intercommunicator (merge it with MPI_Intercomm_merge)",
+            )),
+        }
+    }
+
+    /// `MPI_Comm_size`: the local group's size.
+    pub(crate) fn size(&self) -> c_int {
+        self.inter
+            .as_ref()
+            .map_or(self.comm.size(), adi::InterComm::local_size)
+    }
+
+    /// `MPI_Comm_group`: the local group.
+    pub(crate) fn group(&self) -> adi::Group {
+        self.inter
+            .as_ref()
+            .map_or_else(|| self.comm.group(), adi::InterComm::local_group)
     }
 
     pub(crate) fn meta(&self) -> MutexGuard<'_, Meta> {
@@ -148,7 +188,7 @@ mpi_fn! {
         run("MPI_Comm_size", On::Comm(c), || {
             let o = comm(c)?;
             // SAFETY: MPI: `size` points to an int.
-            unsafe { ffi::put(size, o.comm.size()) }
+            unsafe { ffi::put(size, o.size()) }
         })
     }
 }
@@ -172,12 +212,15 @@ mpi_fn! {
 /// `newcomm` points to a handle.
 unsafe fn dup(c: MPI_Comm, info: Option<crate::info::Info>, newcomm: *mut MPI_Comm) -> R<()> {
     let o = comm(c)?;
-    let d = o.comm.dup()?;
     let mut meta = o.child_meta();
     meta.info = info.unwrap_or_else(|| o.meta().info.clone());
     meta.topo = o.meta().topo.clone();
+    let obj = match &o.inter {
+        Some(ic) => CommObj::new_inter(ic.dup()?, meta),
+        None => CommObj::new(o.comm.dup()?, meta),
+    };
     let h = COMMS
-        .insert(CommObj::new(d, meta))
+        .insert(obj)
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many communicators"))?;
     if let Err(e) = crate::attr::copy_all(crate::attr::Kind::Comm, c, h) {
         let _ = crate::attr::delete_all(crate::attr::Kind::Comm, h);
@@ -232,9 +275,10 @@ mpi_fn! {
     fn MPI_Comm_split_type / PMPI_Comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, _info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
         run("MPI_Comm_split_type", On::Comm(c), || {
             let o = comm(c)?;
+            let w = o.intra()?;
             let nc = match split_type {
-                MPI_COMM_TYPE_SHARED => Some(o.comm.split_shared(key)?),
-                MPI_UNDEFINED => o.comm.split(MPI_UNDEFINED, key)?,
+                MPI_COMM_TYPE_SHARED => Some(w.split_shared(key)?),
+                MPI_UNDEFINED => w.split(MPI_UNDEFINED, key)?,
                 _ => return Err(err(MPI_ERR_ARG, "unsupported split type")),
             };
             // SAFETY: MPI: `newcomm` points to a handle.
@@ -273,7 +317,7 @@ mpi_fn! {
     fn MPI_Comm_split / PMPI_Comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
         run("MPI_Comm_split", On::Comm(c), || {
             let o = comm(c)?;
-            let s = o.comm.split(color, key)?;
+            let s = o.intra()?.split(color, key)?;
             // SAFETY: MPI: `newcomm` points to a handle.
             unsafe { put_new(newcomm, s, &o) }
         })
@@ -317,12 +361,73 @@ mpi_fn! {
 }
 
 mpi_fn! {
-    /// `MPI_Comm_test_inter`: false (no intercommunicators yet).
+    /// `MPI_Comm_test_inter`.
     fn MPI_Comm_test_inter / PMPI_Comm_test_inter(c: MPI_Comm, flag: *mut c_int) -> c_int {
         run("MPI_Comm_test_inter", On::Comm(c), || {
-            comm(c)?;
+            let o = comm(c)?;
             // SAFETY: MPI: `flag` points to an int.
-            unsafe { ffi::put(flag, 0) }
+            unsafe { ffi::put(flag, ffi::flag(o.inter.is_some())) }
+        })
+    }
+}
+
+fn inter_of(o: &CommObj) -> R<&adi::InterComm> {
+    o.inter
+        .as_ref()
+        .ok_or_else(|| err(MPI_ERR_COMM, "not an intercommunicator"))
+}
+
+mpi_fn! {
+    /// `MPI_Comm_remote_size`.
+    fn MPI_Comm_remote_size / PMPI_Comm_remote_size(c: MPI_Comm, size: *mut c_int) -> c_int {
+        run("MPI_Comm_remote_size", On::Comm(c), || {
+            let o = comm(c)?;
+            let n = inter_of(&o)?.remote_size();
+            // SAFETY: MPI: `size` points to an int.
+            unsafe { ffi::put(size, n) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Comm_remote_group`.
+    fn MPI_Comm_remote_group / PMPI_Comm_remote_group(c: MPI_Comm, g: *mut MPI_Group) -> c_int {
+        run("MPI_Comm_remote_group", On::Comm(c), || {
+            let o = comm(c)?;
+            let h = crate::group::new_group(inter_of(&o)?.remote_group())?;
+            // SAFETY: MPI: `g` points to a handle.
+            unsafe { ffi::put(g, h) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Intercomm_create`.
+    fn MPI_Intercomm_create / PMPI_Intercomm_create(local: MPI_Comm, local_leader: c_int, peer: MPI_Comm, remote_leader: c_int, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
+        run("MPI_Intercomm_create", On::Comm(local), || {
+            let o = comm(local)?;
+            let lw = o.intra()?;
+            // The peer communicator matters at the local leader only.
+            let p = if lw.rank() == local_leader { Some(comm(peer)?) } else { None };
+            let pc = p.as_ref().map_or(lw, |p| &p.comm);
+            let ic = adi::InterComm::create(lw, local_leader, pc, remote_leader, tag)?;
+            let h = COMMS
+                .insert(CommObj::new_inter(ic, o.child_meta()))
+                .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many communicators"))?;
+            // SAFETY: MPI: `newcomm` points to a handle.
+            unsafe { ffi::put(newcomm, h) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Intercomm_merge`.
+    fn MPI_Intercomm_merge / PMPI_Intercomm_merge(c: MPI_Comm, high: c_int, newcomm: *mut MPI_Comm) -> c_int {
+        run("MPI_Intercomm_merge", On::Comm(c), || {
+            let o = comm(c)?;
+            let m = inter_of(&o)?.merge(high != 0)?;
+            // SAFETY: MPI: `newcomm` points to a handle.
+            unsafe { put_new(newcomm, Some(m), &o) }
         })
     }
 }

@@ -69,7 +69,7 @@ mpi_fn! {
         run("MPI_Comm_group", On::Comm(c), || {
             let o = comm(c)?;
             // SAFETY: MPI: `g` points to a handle.
-            unsafe { put_group(g, o.comm.group()) }
+            unsafe { put_group(g, o.group()) }
         })
     }
 }
@@ -221,7 +221,7 @@ mpi_fn! {
         run("MPI_Comm_create", On::Comm(c), || {
             let o = comm(c)?;
             let g = group(g)?;
-            let nc = o.comm.create(&g)?;
+            let nc = o.intra()?.create(&g)?;
             // SAFETY: MPI: `newcomm` points to a handle.
             unsafe { put_new(newcomm, nc, &o) }
         })
@@ -234,6 +234,7 @@ mpi_fn! {
         run("MPI_Comm_create_group", On::Comm(c), || {
             let o = comm(c)?;
             let g = group(g)?;
+            o.intra()?;
             let me = o.comm.world_rank();
             if g.rank_of_world(me).is_none() {
                 // MPI: a process outside the group gets MPI_COMM_NULL.

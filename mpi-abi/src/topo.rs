@@ -101,7 +101,7 @@ mpi_fn! {
             // SAFETY: MPI: both arrays hold `ndims` ints.
             let (d, p) = unsafe { (ints(dims, ndims)?, ints(periods, ndims)?) };
             let p: Vec<bool> = p.iter().map(|&v| v != 0).collect();
-            let h = match o.comm.cart_create(d, &p)? {
+            let h = match o.intra()?.cart_create(d, &p)? {
                 Some((nc, t)) => new_with_topo(nc, &o, t)?,
                 None => MPI_COMM_NULL,
             };
@@ -228,7 +228,7 @@ mpi_fn! {
             let ne = idx.last().copied().unwrap_or(0);
             // SAFETY: MPI: `edges` holds `index[nnodes-1]` ints.
             let e = unsafe { ints(edges, ne) }?;
-            let h = match o.comm.graph_create(idx, e)? {
+            let h = match o.intra()?.graph_create(idx, e)? {
                 Some((nc, t)) => new_with_topo(nc, &o, t)?,
                 None => MPI_COMM_NULL,
             };
@@ -357,7 +357,7 @@ mpi_fn! {
             let (s, sw, d, dw) = unsafe {
                 (ints(sources, indegree)?, weights(sourceweights, indegree)?, ints(destinations, outdegree)?, weights(destweights, outdegree)?)
             };
-            let (nc, t) = o.comm.dist_graph_create_adjacent(s, sw.as_deref(), d, dw.as_deref())?;
+            let (nc, t) = o.intra()?.dist_graph_create_adjacent(s, sw.as_deref(), d, dw.as_deref())?;
             let h = new_with_topo(nc, &o, t)?;
             // SAFETY: MPI: `newcomm` points to a handle.
             unsafe { ffi::put(newcomm, h) }
@@ -384,7 +384,7 @@ mpi_fn! {
                     k += 1;
                 }
             }
-            let (nc, t) = o.comm.dist_graph_create(&edges, wt.is_some())?;
+            let (nc, t) = o.intra()?.dist_graph_create(&edges, wt.is_some())?;
             let h = new_with_topo(nc, &o, t)?;
             // SAFETY: MPI: `newcomm` points to a handle.
             unsafe { ffi::put(newcomm, h) }
