@@ -37,6 +37,9 @@ commands:
                     `bench ab REV`: adi's osu, osu_rma and osu_ddt of this
                     tree against the same programs built from git revision
                     REV, interleaved; paired per-round ratios new / base;
+                    `bench abi [--quick]`: mpi-abi/bench/abi_bench.c, built
+                    once with mpicc.mpich, on MPICH's libmpich.so.12 and on
+                    tmx's (and Open MPI's build), interleaved; ratios per round;
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
   cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
@@ -47,6 +50,7 @@ environment:
   TMX_PROPTEST_CASES   cases per property in the heavy proptest step (default 2000)
   LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
   TMX_BENCH_ROUNDS     rounds of `bench adi` (point-to-point and RMA), 1 to 100 (default 5)
+  TMX_BENCH_RANKS      rank counts of `bench abi`, e.g. 2,4 (default 2; 2,4 with 4 cores)
   TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
   TMX_BENCH_PAIR_MAX_BYTES  largest size of `bench adi-pairs` (default 65536)
   TMX_BENCH_PAIR_MIN_BYTES  smallest size of `bench adi-pairs` (default 1)
