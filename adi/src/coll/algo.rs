@@ -1,19 +1,29 @@
 //! The collective algorithms, as schedules ([`super::task`]) on packed
 //! bytes. Each takes its call's [`Coll`] and owned buffers and returns
-//! the bytes its caller gets back.
+//! the bytes its caller gets back. The functions here pick an algorithm
+//! by size, process count and operation ([`tuned`] has the thresholds and
+//! the long-message algorithms, and `TMX_COLL_ALGORITHMS` to force
+//! either kind):
 //!
-//! | collective | algorithm |
-//! |---|---|
-//! | barrier | dissemination: ⌈log₂ p⌉ rounds of empty messages |
-//! | bcast | binomial tree from the root |
-//! | reduce | binomial tree toward rank 0 in rank order (correct for non-commutative operations: a lower rank's data is always the left operand), then to the root |
-//! | allreduce | reduce to rank 0, bcast |
-//! | gather(v), scatter(v) | linear at the root (all receives or sends posted at once) |
-//! | allgather(v) | ring: p − 1 steps, each passing one block to the right |
-//! | alltoall(v/w) | every receive and send posted at once |
-//! | reduce_scatter(_block) | reduce to rank 0, scatterv |
-//! | scan, exscan | chain in rank order |
-//! | neighbour collectives | every receive and send posted at once |
+//! | collective | short messages | long messages |
+//! |---|---|---|
+//! | barrier | dissemination: ⌈log₂ p⌉ rounds of empty messages | – |
+//! | bcast | binomial tree from the root | scatter + ring allgather (≥ 12 KiB and ≥ 8 ranks) |
+//! | reduce | binomial tree toward rank 0 in rank order (right for non-commutative operations: a lower rank's data is always the left operand), then to the root | commutative, ≥ 2 KiB: Rabenseifner (reduce-scatter by recursive halving, blocks to the root) |
+//! | allreduce | recursive doubling, in rank order (any operation) | commutative, ≥ 2 KiB: Rabenseifner (recursive halving, then recursive doubling allgather) |
+//! | gather(v), scatter(v) | linear at the root (all receives or sends posted at once) | – |
+//! | allgather(v) | Bruck: ⌈log₂ p⌉ rounds, any p | ring (≥ 80 KiB in all) |
+//! | alltoall(v/w) | every receive and send posted at once | pairwise exchange (a block ≥ 32 KiB) |
+//! | reduce_scatter(_block) | reduce, then scatterv | commutative, ≥ 512 KiB: pairwise exchange |
+//! | scan, exscan | recursive doubling, in rank order | – |
+//! | neighbour collectives | every receive and send posted at once | – |
+//!
+//! Non-power-of-two process counts fold onto a power of two as MPICH
+//! does (see [`tuned`]).
+
+mod tuned;
+
+pub(crate) use tuned::ENV_COLL_ALGORITHMS;
 
 use super::op::{reduce_local, Op};
 use super::task::{all, done, Coll};
@@ -55,7 +65,17 @@ pub(crate) async fn barrier(c: &Coll) -> Result<Vec<u8>, Error> {
 }
 
 /// `MPI_Bcast` of `buf` (the root's data; every rank's length).
-pub(crate) async fn bcast(
+pub(crate) async fn bcast(c: &Coll, buf: Vec<u8>, root: i32, sub: i32) -> Result<Vec<u8>, Error> {
+    let by_size = buf.len() >= tuned::BCAST_LONG && c.n >= tuned::BCAST_MIN_RANKS;
+    if tuned::long(by_size, c.n > 1)? {
+        tuned::bcast_scatter_ring(c, buf, root, sub).await
+    } else {
+        bcast_binomial(c, buf, root, sub).await
+    }
+}
+
+/// `MPI_Bcast` along a binomial tree from the root.
+async fn bcast_binomial(
     c: &Coll,
     mut buf: Vec<u8>,
     root: i32,
@@ -86,8 +106,32 @@ pub(crate) async fn bcast(
     Ok(buf)
 }
 
+/// Whether the long-message reduction (Rabenseifner) applies to `len`
+/// bytes of `ty` under `op` on `n` ranks, and whether the size asks for it.
+fn rabenseifner(len: usize, ty: &Datatype, op: &Op, n: i32) -> Result<bool, Error> {
+    let count = len / ty.size().max(1);
+    let allowed = n > 1 && op.is_commutative() && count >= tuned::pof2(n) as usize;
+    tuned::long(len >= tuned::REDUCE_SHORT, allowed)
+}
+
 /// `MPI_Reduce`: the reduction at `root` (empty elsewhere).
 pub(crate) async fn reduce(
+    c: &Coll,
+    data: Vec<u8>,
+    ty: &Datatype,
+    op: &Op,
+    root: i32,
+    sub: i32,
+) -> Result<Vec<u8>, Error> {
+    if rabenseifner(data.len(), ty, op, c.n)? {
+        tuned::reduce_rabenseifner(c, data, ty, op, root, sub).await
+    } else {
+        reduce_binomial(c, data, ty, op, root, sub).await
+    }
+}
+
+/// `MPI_Reduce` along a binomial tree toward rank 0, then to the root.
+async fn reduce_binomial(
     c: &Coll,
     data: Vec<u8>,
     ty: &Datatype,
@@ -125,17 +169,18 @@ pub(crate) async fn reduce(
     Ok(if me == root { acc } else { Vec::new() })
 }
 
-/// `MPI_Allreduce`: reduce to rank 0, then bcast.
+/// `MPI_Allreduce`.
 pub(crate) async fn allreduce(
     c: &Coll,
     data: Vec<u8>,
     ty: &Datatype,
     op: &Op,
 ) -> Result<Vec<u8>, Error> {
-    let len = data.len();
-    let mut r = reduce(c, data, ty, op, 0, 0).await?;
-    r.resize(len, 0);
-    bcast(c, r, 0, 2).await
+    if rabenseifner(data.len(), ty, op, c.n)? {
+        tuned::allreduce_rabenseifner(c, data, ty, op, 0).await
+    } else {
+        tuned::allreduce_doubling(c, data, ty, op, 0).await
+    }
 }
 
 /// `MPI_Gatherv`: at the root, `recv` with each rank's block at
@@ -200,13 +245,30 @@ pub(crate) async fn scatterv(
     Ok(mine)
 }
 
-/// `MPI_Allgatherv`: a ring; `recv` holds `send` at `blocks[me]` and
-/// every other rank's block at its place.
+/// `MPI_Allgatherv`: `recv` holds `send` at `blocks[me]` and every other
+/// rank's block at its place.
 pub(crate) async fn allgatherv(
+    c: &Coll,
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    blocks: &[(usize, usize)],
+) -> Result<Vec<u8>, Error> {
+    let total: usize = blocks.iter().map(|b| b.1).sum();
+    if tuned::long(total >= tuned::ALLGATHER_SHORT, true)? {
+        ring_allgatherv(c, send, recv, blocks, 0).await
+    } else {
+        tuned::allgatherv_bruck(c, send, recv, blocks, 0).await
+    }
+}
+
+/// `MPI_Allgatherv` along a ring: p − 1 steps, each passing one block to
+/// the right (sub-tag `sub`).
+async fn ring_allgatherv(
     c: &Coll,
     send: Vec<u8>,
     mut recv: Vec<u8>,
     blocks: &[(usize, usize)],
+    sub: i32,
 ) -> Result<Vec<u8>, Error> {
     let (me, n) = (c.me, c.n);
     let (off, len) = blocks[me as usize];
@@ -216,9 +278,9 @@ pub(crate) async fn allgatherv(
     for s in 0..n - 1 {
         let out = (me - s).rem_euclid(n) as usize;
         let inb = (me - s - 1).rem_euclid(n) as usize;
-        let r = c.recv(blocks[inb].1, left, 0)?;
+        let r = c.recv(blocks[inb].1, left, sub)?;
         let (o, l) = blocks[out];
-        let q = c.send(recv[o..o + l].to_vec(), right, 0)?;
+        let q = c.send(recv[o..o + l].to_vec(), right, sub)?;
         let (st, b) = done(r).await?;
         done(q).await?;
         let (o, l) = blocks[inb];
@@ -229,6 +291,22 @@ pub(crate) async fn allgatherv(
 
 /// `MPI_Alltoallv` (and `alltoall`, `alltoallw` on packed blocks).
 pub(crate) async fn alltoallv(
+    c: &Coll,
+    send: Vec<u8>,
+    sblocks: &[(usize, usize)],
+    recv: Vec<u8>,
+    rblocks: &[(usize, usize)],
+) -> Result<Vec<u8>, Error> {
+    let largest = sblocks.iter().map(|b| b.1).max().unwrap_or(0);
+    if tuned::long(largest >= tuned::ALLTOALL_LONG, c.n > 1)? {
+        tuned::alltoallv_pairwise(c, send, sblocks, recv, rblocks).await
+    } else {
+        alltoallv_all_at_once(c, send, sblocks, recv, rblocks).await
+    }
+}
+
+/// `MPI_Alltoallv` with every receive and send posted at once.
+async fn alltoallv_all_at_once(
     c: &Coll,
     send: Vec<u8>,
     sblocks: &[(usize, usize)],
@@ -269,6 +347,12 @@ pub(crate) async fn reduce_scatter(
     op: &Op,
 ) -> Result<Vec<u8>, Error> {
     let len = data.len();
+    if tuned::long(
+        len >= tuned::REDUCE_SCATTER_LONG,
+        c.n > 1 && op.is_commutative(),
+    )? {
+        return tuned::reduce_scatter_pairwise(c, data, blocks, ty, op, 0).await;
+    }
     let mut r = reduce(c, data, ty, op, 0, 0).await?;
     r.resize(len, 0);
     let mine = blocks[c.me as usize].1;
@@ -283,22 +367,7 @@ pub(crate) async fn scan(
     op: &Op,
     exclusive: bool,
 ) -> Result<Vec<u8>, Error> {
-    let (me, n) = (c.me, c.n);
-    let len = data.len();
-    if me == 0 {
-        if n > 1 {
-            done(c.send(data.clone(), 1, 0)?).await?;
-        }
-        return Ok(if exclusive { Vec::new() } else { data });
-    }
-    let mut prev = got(c, len, me - 1, 0).await?;
-    prev.resize(len, 0);
-    let mut acc = data;
-    reduce_local(op, ty, &prev, &mut acc)?;
-    if me < n - 1 {
-        done(c.send(acc.clone(), me + 1, 0)?).await?;
-    }
-    Ok(if exclusive { prev } else { acc })
+    tuned::scan_doubling(c, data, ty, op, exclusive, 0).await
 }
 
 /// One neighbour of a neighbourhood collective: its rank (or
