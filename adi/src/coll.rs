@@ -28,9 +28,26 @@
 //! binomial tree. Reduce: binomial tree toward the root (the operations
 //! offered are commutative). Allreduce: reduce to rank 0, then bcast.
 //! Gather: linear at the root.
+//!
+//! # Erroneous programs
+//!
+//! - A root outside the communicator is [`Error::InvalidRoot`] at once.
+//! - Members that pass **different roots** to `bcast` or `reduce`: the root
+//!   travels in the messages' tag (free: the tag is sent anyway), and a
+//!   member receives from its tree parent with any tag and compares. A
+//!   message of another root (or of another collective call) is never taken
+//!   as data: that member fails with [`Error::RootMismatch`]
+//!   (`MPI_ERR_ROOT`). Where no member receives such a message (two members
+//!   that both believe they are the root only send), the disagreement cannot
+//!   be seen without extra messages on every call: those members wait for
+//!   data that never comes, and the job ends at the launcher's time limit
+//!   (`tmrun --timeout`, `MPIEXEC_TIMEOUT`). `gather` with different roots
+//!   behaves the same way (a hang, left to the time limit).
+//! - Buffers sized by the arguments (a `gather`'s `size * len` bytes, a
+//!   reduction's temporaries) that cannot be had are [`Error::NoMem`].
 
 use crate::attr::UNDEFINED;
-use crate::comm::{Comm, CommInner};
+use crate::comm::{Comm, CommInner, Source, Tag};
 use crate::device::{Group, Mode};
 use crate::Error;
 use std::sync::{Arc, PoisonError};
@@ -43,9 +60,17 @@ pub(crate) mod task;
 pub use api::equal_blocks;
 
 const TAG_BARRIER: i32 = 1;
-const TAG_BCAST: i32 = 2;
-const TAG_REDUCE: i32 = 3;
 const TAG_GATHER: i32 = 4;
+/// Rooted collectives carry their root in the tag: `base + root mod 2^21`.
+const ROOT_BITS: i32 = 21;
+const TAG_BCAST_BASE: i32 = 1 << 22;
+const TAG_REDUCE_BASE: i32 = (1 << 22) | (1 << 21);
+const _: () = assert!(TAG_REDUCE_BASE + (1 << ROOT_BITS) - 1 <= crate::attr::TAG_UB);
+
+/// The tag of a rooted collective's messages (`base` of the collective).
+fn rooted_tag(base: i32, root: i32) -> i32 {
+    base | (root & ((1 << ROOT_BITS) - 1))
+}
 
 /// A reduction operation (`MPI_Op`, the predefined commutative ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,12 +177,17 @@ macro_rules! float_reducible {
 }
 float_reducible!(f32, f64);
 
-fn to_bytes<T: Reducible>(v: &[T]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() * T::SIZE);
+fn to_bytes<T: Reducible>(v: &[T]) -> Result<Vec<u8>, Error> {
+    let len = crate::mem::bytes(v.len(), T::SIZE, "a reduction's send buffer")?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| Error::NoMem {
+        bytes: len,
+        what: "a reduction's send buffer",
+    })?;
     for x in v {
         x.put(&mut out);
     }
-    out
+    Ok(out)
 }
 
 fn combine_into<T: Reducible>(acc: &mut [T], other: &[u8], op: ReduceOp) -> Result<(), Error> {
@@ -208,17 +238,55 @@ impl Comm {
         Ok(())
     }
 
+    /// Receives a rooted collective's message from `from` with any tag and
+    /// checks that it is of this collective (`base`) and `root`; a message
+    /// of another root or collective is [`Error::RootMismatch`].
+    fn recv_rooted(
+        &self,
+        op: &'static str,
+        buf: &mut [u8],
+        from: i32,
+        base: i32,
+        root: i32,
+    ) -> Result<crate::Status, Error> {
+        let Some(spec) = self.spec_on(self.coll(), Source::Rank(from), Tag::Any)? else {
+            return Err(Error::InvalidRank {
+                rank: from,
+                size: self.size(),
+            });
+        };
+        let r = self.dev().recv_into(spec, buf, &self.inner.group);
+        let tag = match &r {
+            Ok(st) => st.tag,
+            Err(Error::RecvTruncated { status, .. }) => status.tag,
+            Err(_) => return r,
+        };
+        if tag != rooted_tag(base, root) {
+            let theirs =
+                (tag & !((1 << ROOT_BITS) - 1) == base).then_some(tag & ((1 << ROOT_BITS) - 1));
+            return Err(Error::RootMismatch {
+                op,
+                ours: root,
+                peer: from,
+                theirs,
+            });
+        }
+        r
+    }
+
     /// `MPI_Bcast` of `buf` from `root` (every member passes a buffer of
-    /// the same length).
+    /// the same length). Members passing different roots: see the module
+    /// docs ("Erroneous programs").
     pub fn bcast(&self, buf: &mut [u8], root: i32) -> Result<(), Error> {
         self.check_root(root)?;
         let (me, n) = (self.rank(), self.size());
+        let tag = rooted_tag(TAG_BCAST_BASE, root);
         let vr = (me - root).rem_euclid(n);
         let mut mask = 1;
         while mask < n {
             if vr & mask != 0 {
                 let from = (vr - mask + root).rem_euclid(n);
-                let st = self.recv_on(self.coll(), buf, from, TAG_BCAST)?;
+                let st = self.recv_rooted("bcast", buf, from, TAG_BCAST_BASE, root)?;
                 if st.count != buf.len() {
                     return Err(Error::Truncated {
                         need: buf.len(),
@@ -233,7 +301,7 @@ impl Comm {
         while mask > 0 {
             if vr + mask < n {
                 let to = (vr + mask + root).rem_euclid(n);
-                self.send_on(self.coll(), buf, to, TAG_BCAST, Mode::Standard)?;
+                self.send_on(self.coll(), buf, to, tag, Mode::Standard)?;
             }
             mask >>= 1;
         }
@@ -264,21 +332,31 @@ impl Comm {
             })?;
         }
         let (me, n) = (self.rank(), self.size());
+        let tag = rooted_tag(TAG_REDUCE_BASE, root);
         let vr = (me - root).rem_euclid(n);
-        let mut acc = send.to_vec();
-        let mut tmp = vec![0u8; send.len() * T::SIZE];
+        let mut acc = Vec::new();
+        acc.try_reserve_exact(send.len())
+            .map_err(|_| Error::NoMem {
+                bytes: send.len().saturating_mul(T::SIZE),
+                what: "a reduction's accumulator",
+            })?;
+        acc.extend_from_slice(send);
+        let mut tmp = crate::mem::zeroed(
+            crate::mem::bytes(send.len(), T::SIZE, "a reduction's receive buffer")?,
+            "a reduction's receive buffer",
+        )?;
         let mut mask = 1;
         while mask < n {
             if vr & mask == 0 {
                 let src = vr | mask;
                 if src < n {
                     let from = (src + root).rem_euclid(n);
-                    self.recv_on(self.coll(), &mut tmp, from, TAG_REDUCE)?;
+                    self.recv_rooted("reduce", &mut tmp, from, TAG_REDUCE_BASE, root)?;
                     combine_into(&mut acc, &tmp, op)?;
                 }
             } else {
                 let to = ((vr & !mask) + root).rem_euclid(n);
-                self.send_on(self.coll(), &to_bytes(&acc), to, TAG_REDUCE, Mode::Standard)?;
+                self.send_on(self.coll(), &to_bytes(&acc)?, to, tag, Mode::Standard)?;
                 break;
             }
             mask <<= 1;
@@ -302,7 +380,7 @@ impl Comm {
             });
         }
         self.reduce(send, recv, op, 0)?;
-        let mut bytes = to_bytes(recv);
+        let mut bytes = to_bytes(recv)?;
         self.bcast(&mut bytes, 0)?;
         for (i, r) in recv.iter_mut().enumerate() {
             *r = T::get(&bytes[i * T::SIZE..]);
@@ -320,7 +398,7 @@ impl Comm {
             return self.send_on(self.coll(), send, root, TAG_GATHER, Mode::Standard);
         }
         let len = send.len();
-        if recv.len() != len * n as usize {
+        if Some(recv.len()) != len.checked_mul(n as usize) {
             return Err(Error::InvalidArgument {
                 what: "gather: recv must hold size * send.len() bytes at the root",
             });
@@ -343,7 +421,10 @@ impl Comm {
     }
 
     pub(crate) fn allgather(&self, send: &[u8]) -> Result<Vec<u8>, Error> {
-        let mut all = vec![0u8; send.len() * self.size() as usize];
+        let mut all = crate::mem::zeroed(
+            crate::mem::bytes(send.len(), self.size() as usize, "an allgather's result")?,
+            "an allgather's result",
+        )?;
         self.gather(send, &mut all, 0)?;
         self.bcast(&mut all, 0)?;
         Ok(all)
@@ -454,19 +535,31 @@ mod tests {
     #[test]
     fn reductions_combine_and_refuse_bitwise_floats() {
         let mut acc = vec![1i32, 5, -3];
-        combine_into(&mut acc, &to_bytes(&[2i32, 4, 7]), ReduceOp::Sum).unwrap();
+        combine_into(&mut acc, &to_bytes(&[2i32, 4, 7]).unwrap(), ReduceOp::Sum).unwrap();
         assert_eq!(acc, vec![3, 9, 4]);
-        combine_into(&mut acc, &to_bytes(&[1i32, 10, 0]), ReduceOp::Max).unwrap();
+        combine_into(&mut acc, &to_bytes(&[1i32, 10, 0]).unwrap(), ReduceOp::Max).unwrap();
         assert_eq!(acc, vec![3, 10, 4]);
         let mut w = vec![0b1100u64];
-        combine_into(&mut w, &to_bytes(&[0b1010u64]), ReduceOp::BitAnd).unwrap();
+        combine_into(&mut w, &to_bytes(&[0b1010u64]).unwrap(), ReduceOp::BitAnd).unwrap();
         assert_eq!(w, vec![0b1000]);
         let mut f = vec![1.5f64];
-        let e = combine_into(&mut f, &to_bytes(&[2.0f64]), ReduceOp::BitOr).unwrap_err();
+        let e = combine_into(&mut f, &to_bytes(&[2.0f64]).unwrap(), ReduceOp::BitOr).unwrap_err();
         assert_eq!(e.class(), crate::ErrorClass::Op);
-        combine_into(&mut f, &to_bytes(&[2.0f64]), ReduceOp::Prod).unwrap();
+        combine_into(&mut f, &to_bytes(&[2.0f64]).unwrap(), ReduceOp::Prod).unwrap();
         assert_eq!(f, vec![3.0]);
         let short = combine_into(&mut acc, &[0u8; 5], ReduceOp::Sum).unwrap_err();
         assert_eq!(short.class(), crate::ErrorClass::Truncate);
+    }
+
+    #[test]
+    fn rooted_tags_carry_the_root_and_stay_below_tag_ub() {
+        for root in [0, 1, 7, (1 << ROOT_BITS) - 1] {
+            let b = rooted_tag(TAG_BCAST_BASE, root);
+            let r = rooted_tag(TAG_REDUCE_BASE, root);
+            assert_ne!(b, r);
+            assert_eq!(b & ((1 << ROOT_BITS) - 1), root);
+            assert!(b <= crate::attr::TAG_UB && r <= crate::attr::TAG_UB);
+            assert!(b > TAG_GATHER && r > TAG_GATHER);
+        }
     }
 }

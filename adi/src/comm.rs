@@ -545,13 +545,13 @@ impl Comm {
                 let start = usize::try_from(start).map_err(|_| bad())?;
                 let end = start.checked_add(len).ok_or_else(bad)?;
                 let from = buf.get(start..end).ok_or_else(bad)?;
-                let mut out = self.dev().staging(len);
+                let mut out = self.dev().staging(len)?;
                 out.copy_from_slice(from);
                 Ok(out)
             }
             SendPlan::Envelope { len } | SendPlan::Packed { len } => {
                 self.dev().note_packed();
-                let mut out = self.dev().staging(len);
+                let mut out = self.dev().staging(len)?;
                 let mut pos = 0;
                 match datatype.pack(buf, count, &mut out, &mut pos) {
                     Ok(()) => Ok(out),
@@ -563,7 +563,7 @@ impl Comm {
             }
             SendPlan::Pipelined { len, .. } => {
                 self.dev().note_packed();
-                let mut out = vec![0u8; len];
+                let mut out = crate::mem::zeroed(len, "a packed message")?;
                 for part in plan.parts() {
                     let n = datatype.pack_part(
                         buf,
@@ -791,7 +791,10 @@ impl Comm {
             }
         }
         let mut small = [0u8; UNPACK_ON_STACK];
-        let mut staged = (packed > UNPACK_ON_STACK).then(|| self.dev().staging(packed));
+        let mut staged = match packed > UNPACK_ON_STACK {
+            true => Some(self.dev().staging(packed)?),
+            false => None,
+        };
         let stage: &mut [u8] = match &mut staged {
             Some(v) => v,
             None => &mut small[..packed],
@@ -868,7 +871,7 @@ impl Comm {
         } else {
             (buf, None)
         };
-        let stage = self.dev().staging(packed);
+        let stage = self.dev().staging(packed)?;
         self.dev().start_recv(
             spec,
             stage,
@@ -997,7 +1000,7 @@ impl Comm {
 
     /// `MPI_Mrecv`: receives the matched message into `buf`.
     pub fn mrecv(&self, msg: Message, buf: &mut [u8]) -> Result<Status, Error> {
-        let mut req = self.imrecv(msg, self.dev().staging(buf.len()))?;
+        let mut req = self.imrecv(msg, self.dev().staging(buf.len())?)?;
         let r = self.dev().wait(&mut req);
         if let Some(stage) = req.take_buffer() {
             let n = match &r {

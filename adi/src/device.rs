@@ -1339,8 +1339,9 @@ impl Device {
 
     // --------------------------------------------------------- receives
 
-    /// Takes a staging buffer of exactly `len` bytes (reused when possible).
-    pub(crate) fn staging(&self, len: usize) -> Vec<u8> {
+    /// Takes a staging buffer of exactly `len` bytes (reused when possible);
+    /// [`Error::NoMem`] if `len` bytes cannot be had.
+    pub(crate) fn staging(&self, len: usize) -> Result<Vec<u8>, Error> {
         let mut pool = lock(&self.staging);
         // A kept buffer large enough, else the warmest one grown: a pool
         // full of small buffers from earlier traffic must not turn every
@@ -1352,13 +1353,15 @@ impl Device {
             pool.bytes -= v.capacity();
             if v.len() >= len {
                 v.truncate(len);
-            } else {
-                v.resize(len, 0);
+            } else if let Err(e) = crate::mem::grow(&mut v, len, "a staging buffer") {
+                pool.bytes += v.capacity();
+                pool.bufs.push(v);
+                return Err(e);
             }
-            return v;
+            return Ok(v);
         }
         drop(pool);
-        vec![0u8; len]
+        crate::mem::zeroed(len, "a staging buffer")
     }
 
     /// Makes the owned buffer of pending send `req` (a packed message the

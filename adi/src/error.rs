@@ -614,6 +614,33 @@ pub enum Error {
         /// What was asked for.
         what: &'static str,
     },
+    /// Memory for a buffer sized by the caller's arguments (a count times
+    /// an extent, a packed message, a collective's temporary) could not be
+    /// had: more than the address space, or more than the system gives.
+    /// Nothing was sent or received.
+    #[error("cannot allocate {bytes} bytes for {what}")]
+    NoMem {
+        /// The size asked for (saturated at `usize::MAX`).
+        bytes: usize,
+        /// What the memory was for.
+        what: &'static str,
+    },
+    /// The members of a rooted collective disagree: a message came from a
+    /// member that passed another root, or from another collective call
+    /// (the members did not call the collectives in the same order). The
+    /// message was consumed; the call failed on this rank only.
+    #[error("{op}: rank {peer} of the communicator sent with root {theirs:?}, this rank passed root {ours} (every member must pass the same root, and call collectives in the same order)")]
+    RootMismatch {
+        /// The collective.
+        op: &'static str,
+        /// This rank's root.
+        ours: i32,
+        /// The sender (communicator rank).
+        peer: i32,
+        /// The sender's root (modulo 2^21), if its message was of this
+        /// collective at all.
+        theirs: Option<i32>,
+    },
     /// A `TMX_ADI_*` environment variable is malformed.
     #[error("environment variable {var}={value:?} is invalid: {reason}")]
     Config {
@@ -627,7 +654,12 @@ pub enum Error {
 }
 
 impl From<shmem_onesided::Error> for Error {
+    /// A dead peer ([`shmem_onesided::Error::PeerDied`]) ends this process
+    /// here unless [`crate::OnPeerDeath::Return`] was chosen.
     fn from(e: shmem_onesided::Error) -> Self {
+        if let shmem_onesided::Error::PeerDied { rank, pid } = &e {
+            crate::init::peer_died(*rank, *pid);
+        }
         Error::Transport {
             class: shmem_class(&e),
             detail: e.to_string(),
@@ -742,6 +774,8 @@ impl Error {
             Error::InvalidKeyval { .. } => ErrorClass::Keyval,
             Error::InvalidInfo { class, .. } => *class,
             Error::Unsupported { .. } => ErrorClass::UnsupportedOperation,
+            Error::NoMem { .. } => ErrorClass::NoMem,
+            Error::RootMismatch { .. } => ErrorClass::Root,
         }
     }
 }

@@ -9,12 +9,17 @@
 //!    local copy, same node → `shmem-onesided`, another node → an error for
 //!    now ([`Error::NoInterNodeTransport`]), before any shared memory is
 //!    touched.
-//! 3. Address exchange: every rank publishes `adi-<rank>` = `<host>,<pid>`
-//!    in the PMI key-value space, and after a PMI barrier checks that every
-//!    peer the layout puts on its node reports the same host name (a wrong
-//!    `PMI_process_mapping` would otherwise attach ranks of different hosts
-//!    to "the same" segment and hang).
-//! 4. `shmem_onesided::Node::init(job_id, local_rank, local_size,
+//! 3. Address exchange: every rank publishes `adi-<rank>` =
+//!    `<host>,<pid>,<segment>` in the PMI key-value space, and after a PMI
+//!    barrier checks that every peer the layout puts on its node reports
+//!    the same host name (a wrong `PMI_process_mapping` would otherwise
+//!    attach ranks of different hosts to "the same" segment and hang).
+//!    `<segment>` is set by each node's local rank 0, which creates the
+//!    node segment's object before the barrier
+//!    ([`shmem_onesided::Segment::reserve`]: `O_EXCL`, mode 0600, a fresh
+//!    random name if the job's own is taken); the other local ranks open
+//!    that name and check its owner and mode before mapping it.
+//! 4. `shmem_onesided::Node::init_at(place, local_rank, local_size,
 //!    Config::from_env()?)` and an `Endpoint` over it (the node segment's
 //!    attach is the intra-node address exchange: ring and heap offsets are
 //!    symmetric).
@@ -30,11 +35,64 @@ use crate::comm::{Comm, CommInner};
 use crate::device::{routes, Device, Group};
 use crate::{Error, ThreadLevel};
 use launcher::Pmi;
-use shmem_onesided::{Config, Endpoint, Node};
+use shmem_onesided::{Config, Endpoint, Node, Place, Segment};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 static DEVICE: Mutex<Option<Arc<Device>>> = Mutex::new(None);
 static INITIALIZED: Mutex<bool> = Mutex::new(false);
+/// [`OnPeerDeath`] as a number (0: exit, 1: return).
+static ON_PEER_DEATH: AtomicU8 = AtomicU8::new(0);
+
+/// What this process does when the device finds a peer process dead (it
+/// was killed, or exited without finalizing) while an operation needed it.
+///
+/// `MPI_COMM_WORLD`'s default error handler in MPI is
+/// `MPI_ERRORS_ARE_FATAL`; a job whose rank died cannot complete, and its
+/// launcher tears it down anyway. So by default ([`OnPeerDeath::Exit`])
+/// the rank prints one line on stderr naming the dead peer and exits with
+/// [`launcher::run::EXIT_PEER_DIED`] (250): a status that says "not my
+/// fault", which `tmrun` uses to name the rank that really failed, and
+/// which tells the ranks apart under `srun` or Hydra too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnPeerDeath {
+    /// Print the dead peer on stderr and exit with status 250 (the default).
+    #[default]
+    Exit,
+    /// Return the error (class `MPI_ERR_OTHER`, detail "local rank N (pid P)
+    /// is gone") from the call, as `MPI_ERRORS_RETURN` would.
+    Return,
+}
+
+/// Chooses what happens when a peer process is found dead
+/// ([`OnPeerDeath`]); may be called at any time, from any thread.
+pub fn on_peer_death(policy: OnPeerDeath) {
+    let v = match policy {
+        OnPeerDeath::Exit => 0,
+        OnPeerDeath::Return => 1,
+    };
+    ON_PEER_DEATH.store(v, Ordering::Relaxed);
+}
+
+/// Called where a transport error becomes an `adi` error: a dead peer ends
+/// this process under [`OnPeerDeath::Exit`].
+pub(crate) fn peer_died(local: u32, pid: u32) {
+    if ON_PEER_DEATH.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    // `try_lock`: this may run on any path, never wait here.
+    let me = DEVICE
+        .try_lock()
+        .ok()
+        .and_then(|g| g.as_ref().map(|d| format!("rank {}", d.world_rank)))
+        .unwrap_or_else(|| "this rank".to_string());
+    eprintln!(
+        "tmx: {me}: local rank {local} (pid {pid}) died before finalize; exiting with status {} \
+         (a peer died)",
+        launcher::run::EXIT_PEER_DIED
+    );
+    std::process::exit(launcher::run::EXIT_PEER_DIED)
+}
 
 fn host_name() -> String {
     nix::unistd::gethostname()
@@ -98,18 +156,31 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         }
     };
     let host = host_name();
+    let local_ranks = layout.local_ranks();
+    let local_rank = layout.local_rank() as u32;
+    let local_size = local_ranks.len() as u32;
+    let job_id = pmi.job_id().to_string();
+    // Local rank 0 creates the node segment's object now, under a name
+    // nobody else holds, and publishes that name with its card.
+    let reserved = if local_rank == 0 {
+        Some(Segment::reserve(&job_id)?)
+    } else {
+        None
+    };
+    let seg_name = reserved.as_ref().map(|r| r.name()).unwrap_or("");
     pmi.put(
         &format!("adi-{rank}"),
-        &format!("{host},{}", std::process::id()),
+        &format!("{host},{},{seg_name}", std::process::id()),
     )?;
     pmi.barrier()?;
-    let local_ranks = layout.local_ranks();
+    let mut place = reserved.map(Place::Create);
     for &peer in &local_ranks {
         if peer == rank {
             continue;
         }
         let card = pmi.get(&format!("adi-{peer}"))?;
-        let peer_host = card.split(',').next().unwrap_or("");
+        let mut fields = card.split(',');
+        let peer_host = fields.next().unwrap_or("");
         if peer_host != host {
             return Err(Error::Launcher {
                 detail: format!(
@@ -118,10 +189,22 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
                 ),
             });
         }
+        if Some(&peer) == local_ranks.first() {
+            match fields.nth(1) {
+                Some(name) if !name.is_empty() => place = Some(Place::Open(name.to_string())),
+                _ => {
+                    return Err(Error::Launcher {
+                        detail: format!(
+                            "local rank 0 (rank {peer}) published no shared-memory segment name"
+                        ),
+                    })
+                }
+            }
+        }
     }
-    let local_rank = layout.local_rank() as u32;
-    let local_size = local_ranks.len() as u32;
-    let job_id = pmi.job_id().to_string();
+    let place = place.ok_or(Error::Launcher {
+        detail: "no shared-memory segment to attach (empty node layout)".into(),
+    })?;
     tracing::info!(
         rank,
         size,
@@ -130,7 +213,7 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         job_id = %job_id,
         "adi init: every peer on this node (shmem-onesided)"
     );
-    let node = Node::init(&job_id, local_rank, local_size, Config::from_env()?)?;
+    let node = Node::init_at(place, local_rank, local_size, Config::from_env()?)?;
     let mut ep = Endpoint::new(node);
     // Collective over the node: every local rank is here, before any
     // traffic (`TMX_SHMEM_INLINE_CALIBRATE`).

@@ -90,6 +90,7 @@ pub mod error;
 pub mod group;
 mod init;
 pub mod inter;
+mod mem;
 mod p2p;
 pub mod request;
 mod sync;
@@ -102,7 +103,9 @@ pub use coll::{equal_blocks, ReduceOp, Reducible};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
-pub use init::{abort, finalize, init, init_thread, is_initialized, query_thread};
+pub use init::{
+    abort, finalize, init, init_thread, is_initialized, on_peer_death, query_thread, OnPeerDeath,
+};
 
 pub use attr::UNDEFINED;
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};

@@ -8,7 +8,12 @@
 //! 2. Otherwise `PMI_PORT=<host>:<port>`: a TCP connection; with `PMI_ID=<id>`
 //!    the `initack` handshake supplies rank and size (Hydra's `-pmi-port`).
 //! 3. Otherwise a singleton: rank 0 of 1 with a process-local KVS that keeps the
-//!    same put → barrier → get visibility rule.
+//!    same put → barrier → get visibility rule, and a random job id. Unless
+//!    the environment says a launcher started this process as one rank of
+//!    several without PMI-1/PMI-2 (Open MPI's `mpiexec`, `srun --mpi=pmix` or
+//!    `--mpi=none`, a PMIx launcher, Hydra without `PMI_FD`): then init fails
+//!    with [`Error::ForeignLauncher`], which names the launcher and what to
+//!    use instead, rather than run N unrelated "rank 0 of 1" jobs.
 //!
 //! The wire version is PMI-1 unless `TMX_LAUNCHER_PMI_VERSION=2` (or
 //! [`InitOptions::version`]) asks for PMI-2 (`cmd=fullinit`, length-prefixed).
@@ -322,6 +327,9 @@ impl Pmi {
                 get(ENV_JOB_ID),
             );
         }
+        if let Some(e) = foreign_launcher(&get) {
+            return Err(e);
+        }
         Ok(Self::singleton(version, get(ENV_JOB_ID)))
     }
 
@@ -346,7 +354,9 @@ impl Pmi {
     fn singleton(version: PmiVersion, job_id: Option<String>) -> Pmi {
         let job_id = job_id
             .map(|j| sanitize_job_id(&j))
-            .unwrap_or_else(|| format!("s{:x}", std::process::id()));
+            // Random, so that nobody can take the job's shared-memory names
+            // ahead of it (a pid is easy to guess).
+            .unwrap_or_else(|| format!("s{}", crate::job::new_job_id()));
         info!(target: "launcher::pmi", job_id, "no PMI_FD or PMI_PORT: singleton (rank 0 of 1)");
         Pmi {
             conn: None,
@@ -784,6 +794,61 @@ impl Pmi {
     }
 }
 
+/// The launcher that, by the environment, started this process as one of
+/// several ranks without giving it a PMI-1/PMI-2 connection (no `PMI_FD`,
+/// no `PMI_PORT`): a rank above 0 or a size above 1 in the variables of
+/// Open MPI, Slurm's `srun`, PMIx or Hydra. `None`: a singleton is right.
+fn foreign_launcher(get: &dyn Fn(&str) -> Option<String>) -> Option<Error> {
+    let num = |var: &str| -> Option<u64> { get(var).and_then(|v| v.trim().parse().ok()) };
+    let many = |rank: Option<u64>, size: Option<u64>| {
+        rank.is_some_and(|r| r > 0) || size.is_some_and(|s| s > 1)
+    };
+    let shown = |vars: &[&str]| -> String {
+        vars.iter()
+            .filter_map(|v| get(v).map(|x| format!("{v}={x}")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let pmix = get("PMIX_RANK").is_some() || get("PMIX_NAMESPACE").is_some();
+    let in_step = get("SLURM_STEP_ID").is_some() || get("SLURM_STEPID").is_some();
+    if in_step && many(num("SLURM_PROCID"), num("SLURM_STEP_NUM_TASKS")) {
+        let how = if pmix {
+            "with PMIx (`srun --mpi=pmix`)"
+        } else {
+            "without PMI (`srun --mpi=none`, or another MPI plugin)"
+        };
+        return Some(Error::ForeignLauncher {
+            launcher: format!("Slurm's srun {how}"),
+            evidence: shown(&["SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "PMIX_RANK"]),
+            instead: "`srun --mpi=pmi2` (or MpiDefault=pmi2 in slurm.conf)".into(),
+        });
+    }
+    if many(num("OMPI_COMM_WORLD_RANK"), num("OMPI_COMM_WORLD_SIZE")) {
+        return Some(Error::ForeignLauncher {
+            launcher: "Open MPI's mpiexec/mpirun (PMIx)".into(),
+            evidence: shown(&["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"]),
+            instead: "MPICH's `mpiexec.hydra` or `tmrun`".into(),
+        });
+    }
+    if many(num("PMIX_RANK"), None) {
+        return Some(Error::ForeignLauncher {
+            launcher: "a PMIx launcher".into(),
+            evidence: shown(&["PMIX_RANK", "PMIX_NAMESPACE"]),
+            instead: "`mpiexec.hydra`, `tmrun` or `srun --mpi=pmi2`".into(),
+        });
+    }
+    if many(num("PMI_RANK"), num("PMI_SIZE"))
+        || many(num("MPI_LOCALRANKID"), num("MPI_LOCALNRANKS"))
+    {
+        return Some(Error::ForeignLauncher {
+            launcher: "a PMI launcher (Hydra?) that gave no PMI_FD or PMI_PORT".into(),
+            evidence: shown(&["PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"]),
+            instead: "`mpiexec.hydra` or `tmrun`, and keep PMI_FD open in wrapper scripts".into(),
+        });
+    }
+    None
+}
+
 fn parse_num(msg: &Message, key: &str, v: &str) -> Result<usize> {
     v.trim().parse::<usize>().map_err(|_| Error::Malformed {
         reason: format!("{key}={v:?} is not a non-negative integer"),
@@ -888,6 +953,51 @@ mod tests {
         ));
         assert_eq!(p.layout().local_ranks(), vec![0]);
         p.finalize().unwrap();
+    }
+
+    #[test]
+    fn foreign_launchers_are_named() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let says = |pairs: &'static [(&'static str, &'static str)]| {
+            foreign_launcher(&env(pairs)).map(|e| e.to_string())
+        };
+        assert_eq!(says(&[]), None);
+        let slurm = says(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("PMIX_RANK", "0"),
+        ])
+        .unwrap();
+        assert!(slurm.contains("--mpi=pmix"), "{slurm}");
+        assert!(slurm.contains("srun --mpi=pmi2"), "{slurm}");
+        // A one-task step, or an allocation's shell: singleton.
+        assert_eq!(
+            says(&[
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_PROCID", "0"),
+                ("SLURM_STEP_NUM_TASKS", "1")
+            ]),
+            None
+        );
+        assert_eq!(says(&[("SLURM_JOB_ID", "3"), ("SLURM_NTASKS", "8")]), None);
+        let ompi = says(&[("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_RANK", "0")]).unwrap();
+        assert!(
+            ompi.contains("Open MPI") && ompi.contains("mpiexec.hydra"),
+            "{ompi}"
+        );
+        assert!(says(&[("PMIX_RANK", "2")]).unwrap().contains("PMIx"));
+        assert_eq!(says(&[("PMIX_RANK", "0")]), None);
+        assert!(says(&[("PMI_SIZE", "4")]).is_some());
+        assert!(says(&[("MPI_LOCALNRANKS", "2"), ("MPI_LOCALRANKID", "0")]).is_some());
+        assert_eq!(says(&[("PMI_SIZE", "1"), ("PMI_RANK", "0")]), None);
     }
 
     #[test]

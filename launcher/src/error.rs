@@ -107,6 +107,22 @@ pub enum Error {
         /// The reply that was awaited.
         waiting_for: String,
     },
+    /// The environment says a launcher started this process as one rank of
+    /// several, but gave it no PMI-1/PMI-2 connection (`PMI_FD`/`PMI_PORT`):
+    /// running as a singleton would make N unrelated one-rank jobs.
+    #[error(
+        "this process was started as one rank of several by {launcher} ({evidence}), \
+         but that launcher does not speak PMI-1/PMI-2 to it; tmx does not run it as a \
+         singleton: launch with {instead}"
+    )]
+    ForeignLauncher {
+        /// The launcher, as far as the environment tells.
+        launcher: String,
+        /// The variables that say so.
+        evidence: String,
+        /// What to launch with instead.
+        instead: String,
+    },
     /// The PMI connection was already taken by an earlier `Pmi::init` in this process.
     #[error("PMI is already initialized in this process (PMI_FD can be owned once)")]
     AlreadyInitialized,

@@ -479,8 +479,8 @@ pub fn run_proxy(server: &str, host: usize, token: &str) -> Result<i32> {
             .env(ENV_JOB_ID, &desc.job_id)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            .stderr(Stdio::piped());
+        crate::run::own_session(&mut cmd);
         crate::run::child_hygiene(&mut cmd);
         match cmd.spawn() {
             Ok(child) => {

@@ -41,6 +41,10 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_LAUNCHER_ERROR: i32 = 255;
 /// Exit status when a rank that spoke PMI exited 0 (or closed PMI) without finalize.
 pub const EXIT_NO_FINALIZE: i32 = 1;
+/// Exit status of a rank that ends because a peer process died (`adi` exits
+/// with it when the transport finds a peer gone); `tmrun` then looks for
+/// the peer's own death before it names a cause.
+pub const EXIT_PEER_DIED: i32 = 250;
 
 /// Default time between SIGTERM and SIGKILL during a teardown.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(1000);
@@ -164,6 +168,9 @@ pub enum Cause {
     },
     /// A rank that spoke PMI exited 0 without finalize.
     NoFinalize,
+    /// A rank exited with status 0 without ever speaking PMI while other
+    /// ranks wait for it in a PMI barrier, which can then never complete.
+    ExitedBeforeInit,
     /// A rank that spoke PMI closed its PMI connection before finalize and kept running.
     Disconnected,
     /// A rank's PMI byte stream could not be framed.
@@ -208,13 +215,15 @@ fn signal_name(sig: i32) -> &'static str {
 impl Failure {
     /// The launcher's exit status for this failure (see the crate README):
     /// exit code as is, 128+N for signal N, the abort code (low 8 bits),
-    /// 124 for a timeout, 1 for a missing finalize, 255 for a protocol breach.
+    /// 124 for a timeout, 1 for a missing finalize (or a rank that exited 0
+    /// before PMI init while others wait for it), 255 for a protocol breach
+    /// (including a client that does not read its replies).
     pub fn exit_code(&self) -> i32 {
         match &self.cause {
             Cause::Exited { code } => *code & 0xff,
             Cause::Signaled { signal } | Cause::Interrupted { signal } => 128 + signal,
             Cause::Aborted { code, .. } => *code & 0xff,
-            Cause::NoFinalize | Cause::Disconnected => EXIT_NO_FINALIZE,
+            Cause::NoFinalize | Cause::Disconnected | Cause::ExitedBeforeInit => EXIT_NO_FINALIZE,
             Cause::Protocol { .. } | Cause::HostLost { .. } => EXIT_LAUNCHER_ERROR,
             Cause::Timeout { .. } => EXIT_TIMEOUT,
         }
@@ -231,6 +240,11 @@ impl fmt::Display for Failure {
             write!(f, " ")?;
         }
         match &self.cause {
+            Cause::Exited { code } if *code == EXIT_PEER_DIED => write!(
+                f,
+                "exited with status {code} before finalize because a peer died \
+                 (the peer's own failure was not seen)"
+            ),
             Cause::Exited { code } => write!(f, "exited with status {code} before finalize"),
             Cause::Signaled { signal } => write!(
                 f,
@@ -245,6 +259,11 @@ impl fmt::Display for Failure {
                 Ok(())
             }
             Cause::NoFinalize => write!(f, "exited with status 0 without calling PMI finalize"),
+            Cause::ExitedBeforeInit => write!(
+                f,
+                "exited with status 0 without initializing PMI while other ranks wait \
+                 for it in a PMI barrier (the job cannot go on)"
+            ),
             Cause::Disconnected => write!(f, "closed its PMI connection before finalize"),
             Cause::Protocol { reason } => write!(f, "broke the PMI protocol: {reason}"),
             Cause::Timeout { after } => write!(
@@ -480,6 +499,18 @@ const SETTLE_AFTER_EXIT: Duration = Duration::from_millis(200);
 const SETTLE_AFTER_EOF: Duration = Duration::from_millis(500);
 /// How long output pumps may keep draining after the last rank was reaped.
 const DRAIN_LIMIT: Duration = Duration::from_millis(1000);
+/// How long a PMI reply may wait for room in a rank's socket. A client
+/// sends one request and reads its reply, so only a client that sends
+/// requests without reading replies fills the socket; it ends the job.
+pub const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a rank's failure by exit status is held before it is named the
+/// job's cause: a rank killed by a signal and reaped within this window is
+/// the cause instead (a survivor that noticed the dead peer may be reaped
+/// first).
+pub const BLAME_WINDOW: Duration = Duration::from_millis(300);
+/// The same window for a rank that exited with [`EXIT_PEER_DIED`]: it says
+/// outright that another rank failed first.
+pub const PEER_DIED_WINDOW: Duration = Duration::from_millis(1500);
 
 /// A host's proxy, as the server sees it.
 #[derive(Debug)]
@@ -498,12 +529,22 @@ struct Job<'a> {
     server: Server,
     ranks: Vec<RankProc>,
     failure: Option<Failure>,
+    /// A failure by exit status held for [`BLAME_WINDOW`] (see [`Job::fail`]).
+    pending: Option<(Failure, Instant)>,
+    /// A rank that exited 0 without speaking PMI (see [`Cause::ExitedBeforeInit`]).
+    silent_exit: Option<usize>,
     failed_at: Option<Instant>,
     kill_at: Option<Instant>,
     post_finalize: Option<i32>,
 }
 
 impl Job<'_> {
+    /// Records a rank's failure. The first failure by cause ends the job:
+    /// a failure by exit status (exited non-zero, no finalize, PMI closed)
+    /// is held for [`BLAME_WINDOW`] first ([`PEER_DIED_WINDOW`] for
+    /// [`EXIT_PEER_DIED`]), and a rank reaped dead of a signal in the
+    /// meantime is named instead; so is another rank's exit in place of a
+    /// "peer died" exit. Any other cause ends the job at once.
     fn fail(&mut self, rank: Option<usize>, cause: Cause) {
         if self.failure.is_some() {
             return;
@@ -513,6 +554,50 @@ impl Job<'_> {
             pid: rank.and_then(|r| self.ranks.get(r)).and_then(|r| r.pid),
             cause,
         };
+        let peer_died =
+            |f: &Failure| matches!(f.cause, Cause::Exited { code } if code == EXIT_PEER_DIED);
+        let deferrable = f.rank.is_some()
+            && matches!(
+                f.cause,
+                Cause::Exited { .. }
+                    | Cause::NoFinalize
+                    | Cause::Disconnected
+                    | Cause::ExitedBeforeInit
+            );
+        let now = Instant::now();
+        match self.pending.take() {
+            None if deferrable => {
+                let window = if peer_died(&f) {
+                    PEER_DIED_WINDOW
+                } else {
+                    BLAME_WINDOW
+                };
+                debug!(failure = %f, "holding a failure by exit status");
+                self.pending = Some((f, now + window));
+            }
+            None => self.commit(f),
+            Some((held, until)) => {
+                if matches!(f.cause, Cause::Signaled { .. }) {
+                    self.commit(f);
+                } else if deferrable {
+                    if peer_died(&held) && !peer_died(&f) {
+                        self.pending = Some((f, until.min(now + BLAME_WINDOW)));
+                    } else {
+                        self.pending = Some((held, until));
+                    }
+                } else {
+                    self.commit(held);
+                }
+            }
+        }
+    }
+
+    /// Names `f` the job's failure and starts the teardown.
+    fn commit(&mut self, f: Failure) {
+        if self.failure.is_some() {
+            return;
+        }
+        self.pending = None;
         eprintln!("tmrun: {f}; terminating job {}", self.job_id);
         info!(job_id = %self.job_id, failure = %f, "tearing the job down");
         self.failure = Some(f);
@@ -593,6 +678,9 @@ impl Job<'_> {
                 if code == 0 {
                     if active && !finalized {
                         self.fail(Some(rank), Cause::NoFinalize);
+                    } else if !active && self.silent_exit.is_none() {
+                        self.silent_exit = Some(rank);
+                        self.check_silent_exit();
                     }
                 } else if finalized {
                     self.post_finalize.get_or_insert(code & 0xff);
@@ -601,6 +689,16 @@ impl Job<'_> {
                 } else {
                     self.fail(Some(rank), Cause::Exited { code });
                 }
+            }
+        }
+    }
+
+    /// A rank that exited without speaking PMI, while another waits in a
+    /// barrier (which needs every rank), ends the job.
+    fn check_silent_exit(&mut self) {
+        if let Some(rank) = self.silent_exit {
+            if self.server.waiting_in_barrier() > 0 {
+                self.fail(Some(rank), Cause::ExitedBeforeInit);
             }
         }
     }
@@ -614,10 +712,33 @@ impl Job<'_> {
                         continue;
                     };
                     if let Err(e) = w.write_all(&bytes) {
-                        debug!(rank = to, error = %e, "cannot write a PMI reply");
                         self.ranks[to].writer = None;
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) {
+                            // The socket stayed full for the whole write
+                            // timeout: the rank sends requests without
+                            // reading the replies. It cannot be served, and
+                            // waiting would leave the job hanging.
+                            self.fail(
+                                Some(to),
+                                Cause::Protocol {
+                                    reason: format!(
+                                        "it does not read its PMI replies (a reply could not \
+                                         be written for {} s: requests sent without reading \
+                                         the replies)",
+                                        REPLY_WRITE_TIMEOUT.as_secs()
+                                    ),
+                                },
+                            );
+                        } else {
+                            // The rank closed its end: its EOF or exit tells the rest.
+                            debug!(rank = to, error = %e, "cannot write a PMI reply");
+                        }
                     }
                 }
+                self.check_silent_exit();
                 for ev in step.events {
                     match ev {
                         ServerEvent::Abort {
@@ -674,7 +795,7 @@ impl Job<'_> {
             Ev::PmiConnected(rank, stream) => {
                 if let Some(r) = self.ranks.get_mut(rank) {
                     debug!(rank, "remote PMI connection");
-                    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+                    let _ = stream.set_write_timeout(Some(REPLY_WRITE_TIMEOUT));
                     let _ = stream.set_nodelay(true);
                     r.writer = Some(Box::new(stream));
                     r.pmi_closed = false;
@@ -758,6 +879,15 @@ impl Job<'_> {
     }
 
     fn on_tick(&mut self, now: Instant, timeout_at: Option<Instant>) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|(_, until)| now >= *until)
+        {
+            if let Some((f, _)) = self.pending.take() {
+                self.commit(f);
+            }
+        }
         if let Some(t) = timeout_at {
             if now >= t && self.failure.is_none() {
                 let after = self.spec.timeout.unwrap_or_default();
@@ -782,6 +912,7 @@ impl Job<'_> {
     fn next_deadline(&self, timeout_at: Option<Instant>) -> Option<Instant> {
         let mut all: Vec<Instant> = self.ranks.iter().filter_map(|r| r.settle_at).collect();
         all.extend(self.kill_at);
+        all.extend(self.pending.as_ref().map(|(_, until)| *until));
         if self.failure.is_none() {
             all.extend(timeout_at);
         }
@@ -821,10 +952,8 @@ fn spawn_rank(spec: &JobSpec, job_id: &str, rank: usize) -> Result<(Child, UnixS
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Each rank leads its own process group, so a teardown reaches the
-        // rank's children too (a shell's `sleep`, an MPI progress helper...).
-        .process_group(0);
+        .stderr(Stdio::piped());
+    own_session(&mut cmd);
     child_hygiene(&mut cmd);
     if spec.bind == Bind::Core {
         let set = core_for(rank)?;
@@ -845,6 +974,29 @@ fn spawn_rank(spec: &JobSpec, job_id: &str, rank: usize) -> Result<(Child, UnixS
     })?;
     drop(child_end);
     Ok((child, parent))
+}
+
+/// Makes a rank the leader of its own session (`setsid`), as Hydra starts
+/// ranks: with the scheduler's autogroups (`sched_autogroup`, on by default
+/// in Debian) each session is one task group, so ranks in the caller's
+/// session would share one CPU share between them. The session's process
+/// group is the rank's own, so a teardown (`killpg`) still reaches the
+/// rank's children too (a shell's `sleep`, an MPI progress helper...);
+/// `PR_SET_PDEATHSIG` ([`child_hygiene`]) still ties the rank to the
+/// launcher; and a terminal's Ctrl-C reaches only the launcher, which turns
+/// it into a teardown.
+pub(crate) fn own_session(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls setsid (a plain system call, async-signal-safe); the child is
+    // not a process-group leader (no `process_group` is set), so setsid
+    // cannot fail with EPERM, and on any error the spawn fails cleanly.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+        });
+    }
 }
 
 /// Prepares a child of the launcher (a rank, a proxy, a remote-start command):
@@ -950,7 +1102,7 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
             debug!(rank, pid, "rank started");
             let writer = parent.try_clone().ok();
             if let Some(w) = &writer {
-                let _ = w.set_write_timeout(Some(Duration::from_secs(2)));
+                let _ = w.set_write_timeout(Some(REPLY_WRITE_TIMEOUT));
             }
             {
                 let tx = tx.clone();
@@ -1132,6 +1284,8 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         }),
         ranks,
         failure: None,
+        pending: None,
+        silent_exit: None,
         failed_at: None,
         kill_at: None,
         post_finalize: None,
@@ -1150,6 +1304,10 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
             Err(RecvTimeoutError::Disconnected) => break,
         }
         job.on_tick(Instant::now(), timeout_at);
+    }
+    // Every rank is gone before a held failure's window ended.
+    if let Some((f, _)) = job.pending.take() {
+        job.commit(f);
     }
     let teardown = job.failed_at.map(|t| t.elapsed());
 

@@ -117,6 +117,11 @@ impl Server {
         self.ranks.get(rank).is_some_and(|r| r.finalized)
     }
 
+    /// How many ranks wait in the current barrier.
+    pub fn waiting_in_barrier(&self) -> usize {
+        self.in_barrier
+    }
+
     /// How many barriers have completed.
     pub fn barriers_completed(&self) -> u64 {
         self.barriers

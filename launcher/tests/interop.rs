@@ -151,3 +151,25 @@ fn mpich_abort_under_tmrun() {
     let job = o.job_id().unwrap();
     assert_no_shm(&job);
 }
+
+/// Open MPI's `mpiexec` starts ranks with PMIx, which tmx does not speak:
+/// every rank must fail at init and say what to use instead, never run as
+/// a "rank 0 of 1" singleton.
+#[test]
+fn our_client_refuses_to_be_a_singleton_under_open_mpi() {
+    if !require(&[("mpiexec.openmpi", "openmpi-bin")]) {
+        return;
+    }
+    let mut c = Command::new("mpiexec.openmpi");
+    c.args(["--allow-run-as-root", "--oversubscribe", "-n", "2", PROBE])
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .env_remove("PMI_RANK")
+        .env_remove("PMI_SIZE");
+    let o = run(c);
+    assert_ne!(o.code, Some(0), "{o:#?}");
+    assert!(!o.stdout.contains("rank 0 of 1 ok"), "{o:#?}");
+    assert!(o.stderr.contains("Open MPI"), "{o:#?}");
+    assert!(o.stderr.contains("mpiexec.hydra"), "{o:#?}");
+}

@@ -35,6 +35,7 @@
 #![allow(clippy::unwrap_used)] // a benchmark driver, like a test
 
 use shmem_onesided::{CmaStatus, Endpoint, Node};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 use tm_proto::{MatchSpec, Source, Tag};
@@ -315,6 +316,22 @@ fn main() {
                     .stdout(Stdio::piped());
                 for (k, v) in env {
                     c.env(k, v);
+                }
+                // Each rank in its own session, as tmrun and Hydra start
+                // ranks (the MPICH side of `cargo xtask bench` runs under
+                // mpiexec.hydra): with sched_autogroup both sides then get
+                // the same CPU shares.
+                // SAFETY: runs in the child between fork and exec and only
+                // calls setsid, an async-signal-safe system call; the child
+                // is not a process-group leader, so it cannot fail with
+                // EPERM, and any error fails the spawn.
+                unsafe {
+                    c.pre_exec(|| {
+                        if libc::setsid() < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
                 }
                 c.spawn().unwrap()
             })

@@ -44,6 +44,23 @@ pub enum Error {
         /// The object name.
         name: String,
     },
+    /// The object under the segment's name is not one local rank 0 of this
+    /// user made (another owner, a mode other than 0600, not a regular
+    /// file): it is not mapped, and not removed.
+    #[error(
+        "shared-memory object {name} is not ours (owner uid {uid}, mode {mode:o}; \
+         expected uid {expected_uid}, mode 600): refusing to map it"
+    )]
+    SegmentNotOurs {
+        /// The object name.
+        name: String,
+        /// Its owner.
+        uid: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// Our effective uid.
+        expected_uid: u32,
+    },
     /// Not every local rank attached within the attach timeout.
     #[error("attach to {name} timed out after {waited_ms} ms: {attached} of {expected} local ranks attached")]
     AttachTimeout {

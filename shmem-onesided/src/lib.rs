@@ -91,8 +91,8 @@ pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]
 pub use idmap::{IdTable, Vacant};
 #[cfg(not(tmx_shmem_loom))]
-pub use node::{CmaStatus, Node, NodeView, SymAddr};
+pub use node::{CmaStatus, Node, NodeView, Ptracer, SymAddr};
 #[cfg(not(tmx_shmem_loom))]
 pub use reply_calibrate::{decide_reply, ReplyCalibration, ReplyPoint, REPLY_SIZES};
 #[cfg(not(tmx_shmem_loom))]
-pub use segment::{segment_name, ArrivalWatch, Layout, Segment};
+pub use segment::{segment_name, ArrivalWatch, Layout, Place, Reservation, Segment};

@@ -19,12 +19,30 @@
 //!   system calls with the same meaning; they copy to/from arbitrary memory of
 //!   a local process, addressed by its virtual address, and need ptrace-level
 //!   permission over it (checked once at init: [`Node::cma_status`]).
+//!
+//! # CMA and Yama's ptrace scope
+//!
+//! `process_vm_readv/writev` need the same permission as `ptrace` attach.
+//! Under Yama's `kernel.yama.ptrace_scope = 1` (restricted ptrace, the
+//! default of many distributions) a process may only attach to its own
+//! descendants, or to a process that named it (or one of its ancestors)
+//! its tracer with `prctl(PR_SET_PTRACER)`. The local ranks are siblings,
+//! children of one launcher process (`tmrun`, Hydra's proxy, slurmstepd),
+//! so each rank names **its parent** the tracer: exactly the launcher's
+//! descendants (the job's ranks on this node, and whatever else that
+//! launcher started) may then read and write its memory, rather than every
+//! process of the user (`PR_SET_PTRACER_ANY`, which weakens Yama for the
+//! whole job's lifetime). A rank alone on its node, or with CMA off
+//! (`TMX_SHMEM_CMA=off`: large messages then take the two-copy eager path),
+//! names no tracer at all. Without Yama the call fails harmlessly; the
+//! probe at init decides either way ([`Node::ptracer`] tells what was
+//! declared).
 
 use crate::calibrate::{self, Calibration};
 use crate::config::{CmaMode, Config};
 use crate::error::{Error, Result};
 use crate::heap::SymHeap;
-use crate::segment::Segment;
+use crate::segment::{Place, Segment};
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 use memmap2::MmapRaw;
 use nix::errno::Errno;
@@ -64,6 +82,8 @@ pub struct Node {
     view: NodeView,
     /// The CMA calibration's outcome, if it ran.
     calibration: Option<Calibration>,
+    /// Who may trace this process (for CMA), as declared at init.
+    ptracer: Ptracer,
     /// Kept alive (and at a fixed address) for peers' CMA probes.
     _probe: Box<u64>,
 }
@@ -75,15 +95,29 @@ impl Node {
     /// eager against CMA between local ranks 0 and 1 ([`Calibration`]). All local ranks must call this with the same job id,
     /// size and configuration; they may be started independently.
     pub fn init(job_id: &str, local_rank: u32, local_size: u32, cfg: Config) -> Result<Self> {
+        Self::init_at(
+            Place::of_job(job_id, local_rank)?,
+            local_rank,
+            local_size,
+            cfg,
+        )
+    }
+
+    /// [`Node::init`] with the segment at an explicit [`Place`]: on local
+    /// rank 0 the object [`Segment::reserve`] made (under a fresh name if
+    /// the job's own was taken), elsewhere the name rank 0 published.
+    pub fn init_at(place: Place, local_rank: u32, local_size: u32, cfg: Config) -> Result<Self> {
         // The sizes left to the node's size are chosen now, so that
         // `config()` reports what the segment uses.
         let mut cfg = cfg.resolved(local_size);
         let probe = Box::new(0x746d_785f_7072_6f62u64 ^ u64::from(std::process::id()));
-        if cfg.cma != CmaMode::Off {
-            allow_ptrace_by_peers();
-        }
+        let ptracer = if cfg.cma != CmaMode::Off && local_size > 1 {
+            allow_ptrace_by_launcher()
+        } else {
+            Ptracer::None
+        };
         let seg = Segment::attach_with_probe(
-            job_id,
+            place,
             local_rank,
             local_size,
             &cfg,
@@ -111,6 +145,7 @@ impl Node {
         let view = NodeView::new(&seg, &cfg, &cma);
         Ok(Node {
             calibration,
+            ptracer,
             heap: SymHeap::new(cfg.heap_bytes),
             seg,
             cfg,
@@ -152,6 +187,12 @@ impl Node {
     /// local rank, more local ranks than CPUs, or it timed out).
     pub fn calibration(&self) -> Option<&Calibration> {
         self.calibration.as_ref()
+    }
+
+    /// Who may `ptrace` (and so use CMA on) this process, as declared at
+    /// init (see the module docs).
+    pub fn ptracer(&self) -> &Ptracer {
+        &self.ptracer
     }
 
     /// The segment (rings, prepost rings, layout, liveness).
@@ -535,14 +576,46 @@ fn cma_error(pe: u32, pid: Pid, call: &'static str, e: Errno) -> Error {
     }
 }
 
-/// Lets local peers use `process_vm_readv/writev` on this process under
-/// Yama `ptrace_scope = 1` (as Open MPI's smsc/cma does).
-fn allow_ptrace_by_peers() {
-    // SAFETY: prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) takes integer
-    // arguments only and touches no memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-    if rc != 0 {
-        tracing::debug!("prctl(PR_SET_PTRACER_ANY) failed (no Yama?); CMA probe decides");
+/// What a rank declared with `prctl(PR_SET_PTRACER)` at init ([`Node::ptracer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ptracer {
+    /// Nothing declared: CMA is off, or the rank is alone on its node.
+    None,
+    /// The launcher process (this rank's parent) and its descendants, the
+    /// job's local ranks among them, may trace this process.
+    Launcher {
+        /// The launcher's pid.
+        pid: u32,
+    },
+    /// The declaration failed (no Yama in the kernel: nothing to declare);
+    /// the CMA probe decides.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Lets the local peers use `process_vm_readv/writev` on this process under
+/// Yama `ptrace_scope = 1`: names the launcher (our parent) the tracer, so
+/// that its descendants, the job's ranks on this node, may attach (see the
+/// module docs), not every process of the user.
+fn allow_ptrace_by_launcher() -> Ptracer {
+    let parent = nix::unistd::getppid().as_raw();
+    let Ok(pid) = u32::try_from(parent) else {
+        return Ptracer::Failed {
+            reason: format!("parent pid {parent}"),
+        };
+    };
+    // SAFETY: prctl(PR_SET_PTRACER, pid) takes integer arguments only and
+    // touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::c_ulong::from(pid), 0, 0, 0) };
+    if rc == 0 {
+        tracing::debug!(launcher = pid, "ptracer: the launcher's descendants");
+        Ptracer::Launcher { pid }
+    } else {
+        let reason = std::io::Error::last_os_error().to_string();
+        tracing::debug!(%reason, "prctl(PR_SET_PTRACER) failed (no Yama?); CMA probe decides");
+        Ptracer::Failed { reason }
     }
 }
 

@@ -3,9 +3,17 @@
 //! # Naming, lifetime and cleanup
 //!
 //! The object is `/dev/shm/tmx-<jobid>-shmem` (POSIX name
-//! `/tmx-<jobid>-shmem`), mode 0600. Local rank 0 creates it (`O_EXCL`),
-//! sizes it and writes the header, storing the magic word last (Release).
-//! Every other local rank opens it, waits for the magic word, checks that its
+//! `/tmx-<jobid>-shmem`), mode 0600. Local rank 0 creates it (`O_EXCL`, then
+//! `fchmod` 0600 whatever the umask), sizes it and writes the header,
+//! storing the magic word last (Release). With [`Segment::reserve`] (what
+//! `adi` does, publishing the name through PMI) a name that is taken
+//! already, by a stale job or by another user who guessed it, is not an
+//! error: rank 0 retries under `/tmx-<jobid>-shmem-<16 random hex digits>`.
+//! Every other local rank opens the name it is given ([`Place::Open`]) with
+//! `O_NOFOLLOW`, and before it maps anything checks that the object is a
+//! regular file owned by its own effective uid with mode 0600
+//! ([`Error::SegmentNotOurs`] otherwise: an object planted by someone else is
+//! never mapped). It then waits for the magic word, checks that its
 //! parameters match the creator's, registers its pid and increments the
 //! attach counter. The rank whose increment completes the count **unlinks the
 //! name** at once and raises the `unlinked` flag; init returns on every rank
@@ -42,6 +50,8 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::Mode;
 use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -237,6 +247,127 @@ pub fn segment_name(job_id: &str) -> Result<String> {
     Ok(format!("/tmx-{job_id}-shmem"))
 }
 
+/// How many fresh names [`Segment::reserve`] tries after the job's own.
+const RESERVE_TRIES: usize = 8;
+
+/// The node segment's object, created by local rank 0 before the other
+/// local ranks know its name ([`Segment::reserve`]). Unlinked on drop
+/// unless it was attached ([`Place::Create`]).
+#[derive(Debug)]
+pub struct Reservation {
+    name: String,
+    fd: Option<OwnedFd>,
+}
+
+impl Reservation {
+    /// The `shm_open` name the other local ranks must open.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.fd.take().is_some() {
+            unlink_quietly(&self.name);
+        }
+    }
+}
+
+/// Where a local rank finds the node segment.
+#[derive(Debug)]
+pub enum Place {
+    /// Local rank 0: the object it reserved.
+    Create(Reservation),
+    /// Every other local rank: the name local rank 0 published.
+    Open(String),
+}
+
+impl Place {
+    /// The `shm_open` name.
+    pub fn name(&self) -> &str {
+        match self {
+            Place::Create(r) => r.name(),
+            Place::Open(n) => n,
+        }
+    }
+
+    /// The job's own name for `local_rank`: rank 0 creates it (failing
+    /// with [`Error::SegmentExists`] if it is taken), the others open it.
+    pub fn of_job(job_id: &str, local_rank: u32) -> Result<Place> {
+        let name = segment_name(job_id)?;
+        if local_rank == 0 {
+            create_exclusive(&name)?
+                .map(|fd| {
+                    Place::Create(Reservation {
+                        name: name.clone(),
+                        fd: Some(fd),
+                    })
+                })
+                .ok_or(Error::SegmentExists { name })
+        } else {
+            Ok(Place::Open(name))
+        }
+    }
+}
+
+/// `shm_open(O_CREAT | O_EXCL)` with mode 0600 (set again with `fchmod`,
+/// whatever the umask); `None` if the name is taken.
+fn create_exclusive(name: &str) -> Result<Option<OwnedFd>> {
+    let fd = match shm_open(
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
+        Mode::S_IRUSR | Mode::S_IWUSR,
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::EEXIST) => return Ok(None),
+        Err(e) => return Err(Error::os("shm_open(O_CREAT|O_EXCL)", e)),
+    };
+    if let Err(e) = nix::sys::stat::fchmod(&fd, Mode::S_IRUSR | Mode::S_IWUSR) {
+        unlink_quietly(name);
+        return Err(Error::os("fchmod(0600)", e));
+    }
+    Ok(Some(fd))
+}
+
+/// 16 random hex digits from the kernel (`getrandom`).
+fn random_suffix() -> Result<String> {
+    let mut b = [0u8; 8];
+    let mut done = 0;
+    while done < b.len() {
+        let rest = &mut b[done..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`,
+        // a live, exclusively borrowed buffer.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n > 0 {
+            done += n as usize;
+        } else if Errno::last() != Errno::EINTR {
+            return Err(Error::os("getrandom", Errno::last()));
+        }
+    }
+    Ok(format!("{:016x}", u64::from_ne_bytes(b)))
+}
+
+/// Checks, before anything is mapped, that `file` (opened by name) is the
+/// segment a local rank 0 of this user made: a regular file owned by our
+/// effective uid, mode 0600.
+fn check_ours(name: &str, file: &File) -> Result<()> {
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::os("fstat", Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    if meta.file_type().is_file() && meta.uid() == me && mode == 0o600 {
+        return Ok(());
+    }
+    Err(Error::SegmentNotOurs {
+        name: name.to_owned(),
+        uid: meta.uid(),
+        mode,
+        expected_uid: me,
+    })
+}
+
 /// An attached node segment.
 #[derive(Debug)]
 pub struct Segment {
@@ -257,16 +388,48 @@ fn unlink_quietly(name: &str) {
 }
 
 impl Segment {
+    /// Local rank 0's first step: creates the job's node-segment object
+    /// (`O_EXCL`, mode 0600) under `/tmx-<jobid>-shmem`, or, if that name is
+    /// taken, under `/tmx-<jobid>-shmem-<16 random hex digits>` (up to
+    /// 8 tries). The caller publishes [`Reservation::name`] to the other
+    /// local ranks (`adi` does it through PMI), which attach with
+    /// [`Place::Open`]; rank 0 attaches with [`Place::Create`].
+    pub fn reserve(job_id: &str) -> Result<Reservation> {
+        let base = segment_name(job_id)?;
+        let mut name = base.clone();
+        for _ in 0..=RESERVE_TRIES {
+            if let Some(fd) = create_exclusive(&name)? {
+                if name != base {
+                    tracing::warn!(taken = %base, name = %name, "shmem segment name taken; created a fresh one");
+                }
+                return Ok(Reservation { name, fd: Some(fd) });
+            }
+            name = format!("{base}-{}", random_suffix()?);
+        }
+        Err(Error::SegmentExists { name })
+    }
+
     /// Creates (local rank 0) or attaches (others) the job's node segment and
     /// waits until every local rank attached and the name is unlinked.
     pub fn attach(job_id: &str, local_rank: u32, local_size: u32, cfg: &Config) -> Result<Self> {
-        Self::attach_with_probe(job_id, local_rank, local_size, cfg, 0, 0)
+        Self::attach_at(
+            Place::of_job(job_id, local_rank)?,
+            local_rank,
+            local_size,
+            cfg,
+        )
     }
 
-    /// [`Segment::attach`], publishing a CMA probe word (its address in this
-    /// process and its value) before the attach barrier.
+    /// [`Segment::attach`] at an explicit [`Place`] (from
+    /// [`Segment::reserve`] on local rank 0, the published name elsewhere).
+    pub fn attach_at(place: Place, local_rank: u32, local_size: u32, cfg: &Config) -> Result<Self> {
+        Self::attach_with_probe(place, local_rank, local_size, cfg, 0, 0)
+    }
+
+    /// [`Segment::attach_at`], publishing a CMA probe word (its address in
+    /// this process and its value) before the attach barrier.
     pub(crate) fn attach_with_probe(
-        job_id: &str,
+        place: Place,
         local_rank: u32,
         local_size: u32,
         cfg: &Config,
@@ -276,11 +439,16 @@ impl Segment {
         if local_size == 0 || local_rank >= local_size {
             return Err(Error::InvalidArgument("need local_rank < local_size"));
         }
-        let name = segment_name(job_id)?;
+        if matches!(place, Place::Create(_)) != (local_rank == 0) {
+            return Err(Error::InvalidArgument(
+                "local rank 0 creates the segment, every other local rank opens it",
+            ));
+        }
+        let name = place.name().to_owned();
         let layout = Layout::new(local_size, cfg)?;
         let deadline = Instant::now() + cfg.attach_timeout;
         let res = Self::attach_inner(
-            &name,
+            place,
             local_rank,
             layout,
             cfg,
@@ -288,8 +456,9 @@ impl Segment {
             (probe_addr, probe_value),
         );
         match &res {
-            // Not ours: another job (or a stale one) owns that name.
-            Ok(_) | Err(Error::SegmentExists { .. }) => {}
+            // Not ours: another job (or a stale one, or another user) owns
+            // that name.
+            Ok(_) | Err(Error::SegmentExists { .. }) | Err(Error::SegmentNotOurs { .. }) => {}
             // Nothing must stay behind in /dev/shm when init fails.
             Err(_) => unlink_quietly(&name),
         }
@@ -297,36 +466,31 @@ impl Segment {
     }
 
     fn attach_inner(
-        name: &str,
+        place: Place,
         rank: u32,
         layout: Layout,
         cfg: &Config,
         deadline: Instant,
         probe: (u64, u64),
     ) -> Result<Self> {
-        let file = if rank == 0 {
-            let fd = match shm_open(
-                name,
-                OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
-                Mode::S_IRUSR | Mode::S_IWUSR,
-            ) {
-                Ok(fd) => fd,
-                Err(Errno::EEXIST) => {
-                    return Err(Error::SegmentExists {
-                        name: name.to_owned(),
-                    })
-                }
-                Err(e) => return Err(Error::os("shm_open(O_CREAT|O_EXCL)", e)),
-            };
+        let name = place.name().to_owned();
+        let name = name.as_str();
+        let file = if let Place::Create(mut res) = place {
+            let fd = res.fd.take().ok_or(Error::InvalidArgument(
+                "a segment reservation can be attached once",
+            ))?;
             // total <= isize::MAX, checked by Layout::new.
             nix::unistd::ftruncate(&fd, layout.total as libc::off_t)
                 .map_err(|e| Error::os("ftruncate", e))?;
             File::from(fd)
         } else {
             loop {
-                match shm_open(name, OFlag::O_RDWR, Mode::empty()) {
+                match shm_open(name, OFlag::O_RDWR | OFlag::O_NOFOLLOW, Mode::empty()) {
                     Ok(fd) => {
                         let f = File::from(fd);
+                        // Before anything is mapped: an object someone
+                        // else planted under this name is never used.
+                        check_ours(name, &f)?;
                         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
                         if len >= PAGE {
                             break f;

@@ -34,6 +34,11 @@ pub(crate) const SYSTEM_PACKAGES: &[(&str, &str, &str)] = &[
         "mpi.h for compiling the MPICH C test programs with mpicc.mpich",
     ),
     (
+        "mpiexec.openmpi",
+        "openmpi-bin",
+        "launcher interop test: no silent singletons under Open MPI's mpiexec (PMIx)",
+    ),
+    (
         "ip",
         "iproute2",
         "launcher multi-host tests over network namespaces (`ip netns`)",
@@ -55,7 +60,9 @@ pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
     ("adi", "tmx_adi_loom"),
 ];
 
-const STEPS: &[&str] = &["system", "fmt", "clippy", "test", "doc", "loom", "proptest"];
+const STEPS: &[&str] = &[
+    "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest",
+];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
@@ -81,13 +88,13 @@ struct Outcome {
     tests: Option<Counts>,
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     // xtask lives one level below the workspace root.
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     c
@@ -183,7 +190,7 @@ fn count_tests(output: &str) -> Counts {
     total
 }
 
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     if program.starts_with('/') {
         return Path::new(program).is_file();
     }
@@ -192,7 +199,7 @@ fn on_path(program: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -201,7 +208,13 @@ fn is_root() -> bool {
 }
 
 fn step_system() -> Result<String, String> {
-    let mut missing: Vec<&str> = SYSTEM_PACKAGES
+    // Slurm and munge serve the root-only `slurm` step: wanted only as root.
+    let root = is_root();
+    let wanted: Vec<&(&str, &str, &str)> = SYSTEM_PACKAGES
+        .iter()
+        .chain(crate::slurm::SLURM_PACKAGES.iter().filter(|_| root))
+        .collect();
+    let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _, _)| !on_path(bin))
         .map(|(_, pkg, _)| *pkg)
@@ -212,8 +225,8 @@ fn step_system() -> Result<String, String> {
         return Ok("all present".into());
     }
     let list = missing.join(" ");
-    if !(is_root() && on_path("apt-get")) {
-        let why: Vec<String> = SYSTEM_PACKAGES
+    if !(root && on_path("apt-get")) {
+        let why: Vec<String> = wanted
             .iter()
             .filter(|(_, p, _)| missing.contains(p))
             .map(|(b, p, w)| format!("  {b} (Debian package `{p}`): {w}"))
@@ -236,7 +249,7 @@ fn step_system() -> Result<String, String> {
     if !run_plain(install)? {
         return Err(format!("apt-get install {list} failed"));
     }
-    let still: Vec<&str> = SYSTEM_PACKAGES
+    let still: Vec<&str> = wanted
         .iter()
         .filter(|(bin, _, _)| !on_path(bin))
         .map(|(bin, _, _)| *bin)
@@ -306,6 +319,7 @@ fn run_step(name: &'static str) -> Outcome {
                     .ok_or_else(|| "rustdoc reported problems".to_string())
             })
         }
+        "slurm" => crate::slurm::step_slurm(),
         "loom" => step_loom(&mut tests),
         "proptest" => {
             // Heavy property tests are `#[ignore]`d in the normal test step and run
@@ -564,7 +578,7 @@ fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, St
 }
 
 /// `$CARGO_TARGET_DIR` (relative to the workspace) or `target`.
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map(|t| if t.is_relative() { root.join(t) } else { t })

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod ci;
+mod slurm;
 mod state;
 #[cfg(test)]
 mod tidy;

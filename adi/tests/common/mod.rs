@@ -26,6 +26,12 @@ pub const ROLE: &str = "TMX_ADI_TEST_ROLE";
 /// would only slow each other down (and make timeouts likelier).
 static JOBS: Mutex<()> = Mutex::new(());
 
+/// Holds the one-job-at-a-time lock that [`launch`] takes, for tests that
+/// call `run_job` themselves.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    JOBS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The scenario this process should run as a rank, if it is one.
 pub fn role() -> Option<String> {
     std::env::var(ROLE).ok()

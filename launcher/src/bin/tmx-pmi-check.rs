@@ -11,7 +11,9 @@
 //! `/dev/shm/tmx-<jobid>-check-<rank>` and leaves it; `--pid-dir DIR` writes
 //! `DIR/<rank>.pid`; `--raw TEXT [--raw-replies N] [--raw-fill N]` sends TEXT
 //! (with `\n` escapes, `@FILL@` replaced by N `B`s) on the inherited PMI socket
-//! and prints N reply lines, with no handshake.
+//! and prints N reply lines, with no handshake; `--raw-repeat K` sends TEXT K
+//! times back to back, and `--raw-hold SECS` then waits that long without
+//! reading (a client that pipelines requests and never reads the replies).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
@@ -30,11 +32,14 @@ struct Opts {
     raw: Option<String>,
     raw_replies: usize,
     raw_fill: usize,
+    raw_repeat: usize,
+    raw_hold: u64,
 }
 
 fn parse() -> Result<Opts, String> {
     let mut o = Opts {
         keys: 2,
+        raw_repeat: 1,
         ..Opts::default()
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -63,6 +68,10 @@ fn parse() -> Result<Opts, String> {
             "--pid-dir" => o.pid_dir = Some(val()?),
             "--raw" => o.raw = Some(val()?.replace("\\n", "\n")),
             "--raw-fill" => o.raw_fill = val()?.parse().map_err(|_| "--raw-fill: not a number")?,
+            "--raw-repeat" => {
+                o.raw_repeat = val()?.parse().map_err(|_| "--raw-repeat: not a number")?
+            }
+            "--raw-hold" => o.raw_hold = val()?.parse().map_err(|_| "--raw-hold: not a number")?,
             "--raw-replies" => {
                 o.raw_replies = val()?.parse().map_err(|_| "--raw-replies: not a number")?
             }
@@ -73,14 +82,21 @@ fn parse() -> Result<Opts, String> {
     Ok(o)
 }
 
-fn raw(text: &str, replies: usize) -> Result<(), Error> {
+fn raw(text: &str, replies: usize, repeat: usize, hold: u64) -> Result<(), Error> {
     let mut s = client::take_inherited_socket()?;
-    s.write_all(text.as_bytes())
+    let mut all = Vec::with_capacity(text.len().saturating_mul(repeat));
+    for _ in 0..repeat {
+        all.extend_from_slice(text.as_bytes());
+    }
+    s.write_all(&all)
         .map_err(|e| Error::Io {
             context: "raw send".into(),
             source: e,
         })
         .ok();
+    if hold > 0 {
+        std::thread::sleep(Duration::from_secs(hold));
+    }
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let mut r = BufReader::new(s);
     for _ in 0..replies {
@@ -205,7 +221,7 @@ fn main() -> ExitCode {
     };
     if let Some(text) = &o.raw {
         let text = text.replace("@FILL@", &"B".repeat(o.raw_fill));
-        return match raw(&text, o.raw_replies) {
+        return match raw(&text, o.raw_replies, o.raw_repeat, o.raw_hold) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("tmx-pmi-check: {e}");
