@@ -57,6 +57,7 @@ mod api;
 pub mod op;
 pub(crate) mod task;
 
+pub use algo::ENV_COLL_ALGORITHMS;
 pub use api::equal_blocks;
 
 const TAG_BARRIER: i32 = 1;

@@ -472,6 +472,43 @@ fn random_collectives_4_ranks() {
 }
 
 #[test]
+fn random_collectives_6_ranks() {
+    run("random", 6);
+}
+
+/// The long-message algorithms (Rabenseifner, scatter + ring, ring,
+/// pairwise), forced on the same small cases: power-of-two and folded
+/// process counts.
+fn run_long(n: usize) {
+    let env = [(adi::ENV_COLL_ALGORITHMS.to_string(), "long".to_string())];
+    let code = common::launch("random", n, &env, Duration::from_secs(120));
+    assert_eq!(
+        code, 0,
+        "job random -n {n} (long algorithms): exit status {code}"
+    );
+}
+
+#[test]
+fn long_algorithms_2_ranks() {
+    run_long(2);
+}
+
+#[test]
+fn long_algorithms_3_ranks() {
+    run_long(3);
+}
+
+#[test]
+fn long_algorithms_4_ranks() {
+    run_long(4);
+}
+
+#[test]
+fn long_algorithms_6_ranks() {
+    run_long(6);
+}
+
+#[test]
 fn intercommunicators_3_ranks() {
     run("intercomm", 3);
 }

@@ -23,7 +23,7 @@
 
 mod tuned;
 
-pub(crate) use tuned::ENV_COLL_ALGORITHMS;
+pub use tuned::ENV_COLL_ALGORITHMS;
 
 use super::op::{reduce_local, Op};
 use super::task::{all, done, Coll};
@@ -75,12 +75,7 @@ pub(crate) async fn bcast(c: &Coll, buf: Vec<u8>, root: i32, sub: i32) -> Result
 }
 
 /// `MPI_Bcast` along a binomial tree from the root.
-async fn bcast_binomial(
-    c: &Coll,
-    mut buf: Vec<u8>,
-    root: i32,
-    sub: i32,
-) -> Result<Vec<u8>, Error> {
+async fn bcast_binomial(c: &Coll, mut buf: Vec<u8>, root: i32, sub: i32) -> Result<Vec<u8>, Error> {
     let (me, n) = (c.me, c.n);
     let vr = (me - root).rem_euclid(n);
     let len = buf.len();
