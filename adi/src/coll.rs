@@ -54,11 +54,13 @@ use std::sync::{Arc, PoisonError};
 
 mod algo;
 mod api;
+mod inter;
 pub mod op;
 pub(crate) mod task;
 
 pub use algo::ENV_COLL_ALGORITHMS;
 pub use api::equal_blocks;
+pub use inter::InterRoot;
 
 const TAG_BARRIER: i32 = 1;
 const TAG_GATHER: i32 = 4;

@@ -8,9 +8,9 @@
 //! is a remote rank) and a private intracommunicator of the local group
 //! ([`InterComm::local`]). Its context id is agreed across both groups:
 //! each group ANDs its members' free context masks, the two leaders swap
-//! and AND theirs, and each leader passes the pair on. Collectives over
-//! the two groups are not provided (merge the intercommunicator to run
-//! them).
+//! and AND theirs, and each leader passes the pair on. The collectives
+//! over the two groups (`InterComm::bcast`, `allreduce_packed`, ... with
+//! [`InterRoot`](crate::InterRoot) roots) are in `coll/inter.rs`.
 
 use crate::comm::Comm;
 use crate::device::{Group as RankMap, Mode};

@@ -99,7 +99,7 @@ pub mod topo;
 pub mod win;
 
 pub use coll::op::{reduce_local, Op, UserFn};
-pub use coll::{equal_blocks, ReduceOp, Reducible, ENV_COLL_ALGORITHMS};
+pub use coll::{equal_blocks, InterRoot, ReduceOp, Reducible, ENV_COLL_ALGORITHMS};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};

@@ -431,6 +431,297 @@ fn role_intercomm(w: &Comm) {
         .allreduce(&[w.rank() as i64], &mut sum, adi::ReduceOp::Sum)
         .unwrap();
     assert_eq!(sum[0], (0..w.size() as i64).sum::<i64>());
+    inter_collectives(w, &ic, color as u32);
+}
+
+/// Waits for `r` on `w` and hands back its buffer.
+fn wait_buf(w: &Comm, mut r: Request) -> Vec<u8> {
+    w.wait(&mut r).unwrap();
+    r.take_buffer().unwrap_or_default()
+}
+
+/// Every intercommunicator collective, blocking and nonblocking, against
+/// the reference: evens are one group, odds the other (local rank `i` is
+/// world rank `2 i + color`).
+fn inter_collectives(w: &Comm, ic: &adi::InterComm, color: u32) {
+    use adi::InterRoot;
+    let int = Datatype::basic(BasicType::I64);
+    let pair = Datatype::contiguous(2, &int).unwrap();
+    pair.commit().unwrap();
+    let (me, n_local, n_remote) = (ic.rank(), ic.local_size(), ic.remote_size());
+    let world_of = |local: i32, group: u32| (2 * local) as u32 + group;
+    let other = 1 - color;
+    let remote_data = |case: u64, len: usize| -> Vec<Vec<i64>> {
+        (0..n_remote)
+            .map(|j| data_i64(case, world_of(j, other), len))
+            .collect()
+    };
+    let mine = |case: u64, len: usize| data_i64(case, w.rank() as u32, len);
+
+    ic.barrier().unwrap();
+    wait_buf(w, ic.ibarrier().unwrap());
+
+    // Bcast from group 0's rank 0, then (nonblocking) from group 1's last.
+    for (case, root_group, root_local, nb) in
+        [(1, 0, 0, false), (2, 1, n_local.min(n_remote) - 1, true)]
+    {
+        let root_local = if color == root_group {
+            root_local.min(n_local - 1)
+        } else {
+            root_local.min(n_remote - 1)
+        };
+        let root = if color == root_group {
+            if me == root_local {
+                InterRoot::Root
+            } else {
+                InterRoot::Null
+            }
+        } else {
+            InterRoot::Remote(root_local)
+        };
+        let want = bytes(&data_i64(case, world_of(root_local, root_group), 5));
+        let buf = if root == InterRoot::Root {
+            want.clone()
+        } else {
+            vec![0u8; want.len()]
+        };
+        let got = if nb {
+            wait_buf(w, ic.ibcast(buf, root).unwrap())
+        } else {
+            let mut b = buf;
+            ic.bcast(&mut b, root).unwrap();
+            b
+        };
+        if let InterRoot::Remote(_) = root {
+            assert_eq!(got, want, "inter bcast case {case}");
+        }
+    }
+
+    // Reduce (not commutative: rank order) to group 1's rank 0, then
+    // (nonblocking, sum) to group 0's last rank.
+    for (case, op_id, root_group, nb) in [(3u64, 4u64, 1u32, false), (4, 0, 0, true)] {
+        let root_local = if root_group == 0 {
+            (n_local.max(n_remote) - 1).min(if color == 0 { n_local } else { n_remote } - 1)
+        } else {
+            0
+        };
+        let root = if color == root_group {
+            if me == root_local {
+                InterRoot::Root
+            } else {
+                InterRoot::Null
+            }
+        } else {
+            InterRoot::Remote(root_local)
+        };
+        let (op, ty) = (op_of(op_id), if op_id == 4 { &pair } else { &int });
+        let send = bytes(&mine(case, 6));
+        let got = if nb {
+            wait_buf(w, ic.ireduce_packed(send, ty, &op, root).unwrap())
+        } else {
+            let mut out = vec![0u8; send.len()];
+            ic.reduce_packed(&send, &mut out, ty, &op, root).unwrap();
+            out
+        };
+        if root == InterRoot::Root {
+            assert_eq!(
+                ints(&got),
+                fold(op_id, &remote_data(case, 6)),
+                "inter reduce case {case}"
+            );
+        }
+    }
+
+    // Allreduce: each group gets the other's reduction.
+    for (case, op_id, nb) in [(5u64, 4u64, false), (6, 0, true)] {
+        let (op, ty) = (op_of(op_id), if op_id == 4 { &pair } else { &int });
+        let send = bytes(&mine(case, 8));
+        let got = if nb {
+            wait_buf(w, ic.iallreduce_packed(send, ty, &op).unwrap())
+        } else {
+            let mut out = vec![0u8; send.len()];
+            ic.allreduce_packed(&send, &mut out, ty, &op).unwrap();
+            out
+        };
+        assert_eq!(
+            ints(&got),
+            fold(op_id, &remote_data(case, 8)),
+            "inter allreduce case {case}"
+        );
+    }
+
+    // Gatherv to group 0's rank 0, scatterv from group 1's rank 0:
+    // remote rank j's block holds j + 1 elements.
+    let vblocks = |n: i32| {
+        let mut off = 0;
+        (0..n)
+            .map(|j| {
+                let b = (off, (j as usize + 1) * 8);
+                off += b.1;
+                b
+            })
+            .collect::<Vec<_>>()
+    };
+    for nb in [false, true] {
+        let case = 7 + nb as u64;
+        let root = if color == 0 {
+            if me == 0 {
+                InterRoot::Root
+            } else {
+                InterRoot::Null
+            }
+        } else {
+            InterRoot::Remote(0)
+        };
+        let blocks = vblocks(n_remote);
+        let total = blocks.iter().map(|b| b.1).sum::<usize>();
+        let send = bytes(&mine(case, me as usize + 1));
+        let got = if nb {
+            wait_buf(
+                w,
+                ic.igatherv(send, vec![0u8; total], blocks.clone(), root)
+                    .unwrap(),
+            )
+        } else {
+            let mut out = vec![0u8; total];
+            ic.gatherv(&send, &mut out, &blocks, root).unwrap();
+            out
+        };
+        if root == InterRoot::Root {
+            let want: Vec<i64> = (0..n_remote)
+                .flat_map(|j| data_i64(case, world_of(j, other), j as usize + 1))
+                .collect();
+            assert_eq!(ints(&got), want, "inter gatherv");
+        }
+        // Scatterv from group 1's rank 0: remote rank j gets j + 1 elements.
+        let root = if color == 1 {
+            if me == 0 {
+                InterRoot::Root
+            } else {
+                InterRoot::Null
+            }
+        } else {
+            InterRoot::Remote(0)
+        };
+        let src = data_i64(case + 10, world_of(0, 1), 64);
+        let (send, blocks) = if root == InterRoot::Root {
+            let blocks = vblocks(n_remote);
+            let total = blocks.iter().map(|b| b.1).sum::<usize>();
+            (bytes(&src[..total / 8]), blocks)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let rlen = (me as usize + 1) * 8;
+        let got = if nb {
+            wait_buf(w, ic.iscatterv(send, blocks, rlen, root).unwrap())
+        } else {
+            let mut out = vec![0u8; rlen];
+            let k = ic.scatterv(&send, &blocks, &mut out, root).unwrap();
+            out.truncate(k);
+            out
+        };
+        if let InterRoot::Remote(_) = root {
+            let off = (0..me as usize).map(|j| j + 1).sum::<usize>();
+            assert_eq!(
+                ints(&got),
+                src[off..off + me as usize + 1].to_vec(),
+                "inter scatterv"
+            );
+        }
+    }
+
+    // Allgatherv: every remote member's j + 1 elements.
+    for nb in [false, true] {
+        let case = 20 + nb as u64;
+        let blocks = vblocks(n_remote);
+        let total = blocks.iter().map(|b| b.1).sum::<usize>();
+        let send = bytes(&mine(case, me as usize + 1));
+        let got = if nb {
+            wait_buf(w, ic.iallgatherv(send, vec![0u8; total], blocks).unwrap())
+        } else {
+            let mut out = vec![0u8; total];
+            ic.allgatherv(&send, &mut out, &blocks).unwrap();
+            out
+        };
+        let want: Vec<i64> = (0..n_remote)
+            .flat_map(|j| data_i64(case, world_of(j, other), j as usize + 1))
+            .collect();
+        assert_eq!(ints(&got), want, "inter allgatherv");
+    }
+
+    // Alltoallv: (sender, receiver) local ranks give the block's size.
+    let size = |s: i32, r: i32| ((s + 2 * r) % 3) as usize;
+    for nb in [false, true] {
+        let case = 30 + nb as u64;
+        let block = |from_world: u32, s: i32, r: i32| {
+            data_i64(case * 100 + r as u64, from_world, size(s, r))
+        };
+        let mut send = Vec::new();
+        let mut sblocks = Vec::new();
+        for j in 0..n_remote {
+            let b = bytes(&block(w.rank() as u32, me, j));
+            sblocks.push((send.len(), b.len()));
+            send.extend_from_slice(&b);
+        }
+        let mut want = Vec::new();
+        let mut rblocks = Vec::new();
+        for j in 0..n_remote {
+            let b = block(world_of(j, other), j, me);
+            rblocks.push((want.len() * 8, b.len() * 8));
+            want.extend(b);
+        }
+        let total = want.len() * 8;
+        let got = if nb {
+            wait_buf(
+                w,
+                ic.ialltoallv(send, sblocks, vec![0u8; total], rblocks)
+                    .unwrap(),
+            )
+        } else {
+            let mut out = vec![0u8; total];
+            ic.alltoallv(&send, &sblocks, &mut out, &rblocks).unwrap();
+            out
+        };
+        assert_eq!(ints(&got), want, "inter alltoallv");
+    }
+
+    // Reduce-scatter: 12 elements in all, local rank i's block i + 1
+    // elements (the last takes the rest).
+    for nb in [false, true] {
+        let case = 40 + nb as u64;
+        let mut blocks = Vec::new();
+        let mut off = 0;
+        for i in 0..n_local {
+            let l = if i == n_local - 1 {
+                12 - off
+            } else {
+                (i as usize + 1).min(12 - off)
+            };
+            blocks.push((off * 8, l * 8));
+            off += l;
+        }
+        let send = bytes(&mine(case, 12));
+        let got = if nb {
+            wait_buf(
+                w,
+                ic.ireduce_scatter_packed(send, blocks.clone(), &int, &Op::Sum)
+                    .unwrap(),
+            )
+        } else {
+            let mut out = vec![0u8; blocks[me as usize].1];
+            ic.reduce_scatter_packed(&send, &mut out, &blocks, &int, &Op::Sum)
+                .unwrap();
+            out
+        };
+        let all = fold(0, &remote_data(case, 12));
+        let (o, l) = blocks[me as usize];
+        assert_eq!(
+            ints(&got),
+            all[o / 8..(o + l) / 8].to_vec(),
+            "inter reduce_scatter"
+        );
+    }
+    ic.barrier().unwrap();
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! bits 30–31 say builtin (`01`), direct (`10`) or indirect (`11`), bits
 //! 26–29 the object kind. Predefined objects keep MPICH's values; objects
 //! this library creates get the indirect prefix of their kind with a table
-//! index below (see [`crate::handles`]), so they never collide with a
+//! index below (see `handles.rs`), so they never collide with a
 //! predefined value or a null handle.
 
 #![allow(non_camel_case_types)]

@@ -20,7 +20,7 @@
 //! - **Errors.** Arguments are checked; an error is raised on the error
 //!   handler of the communicator (or window) of the call:
 //!   `MPI_ERRORS_ARE_FATAL` by default, `MPI_ERRORS_RETURN` and user
-//!   handlers honoured ([`err`]).
+//!   handlers honoured (`err.rs`).
 //! - **Threads.** `MPI_Init_thread` provides the level required;
 //!   `MPI_THREAD_SINGLE`/`FUNNELED` run `adi` without locks on its fast
 //!   paths, `SERIALIZED`/`MULTIPLE` with them.
@@ -30,7 +30,7 @@
 //! processes, the tools interface (`MPI_T_*`), Fortran bindings.
 //!
 //! `unsafe` code is the FFI boundary only: turning the C caller's pointers
-//! into slices and values ([`ffi`]) and calling the program's callbacks;
+//! into slices and values (`ffi.rs`) and calling the program's callbacks;
 //! each block says why it is sound.
 
 #![warn(missing_debug_implementations)]

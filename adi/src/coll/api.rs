@@ -54,7 +54,7 @@ impl Comm {
         }
     }
 
-    fn reduction_ok(op: &Op, ty: &Datatype, len: usize) -> Result<(), Error> {
+    pub(crate) fn reduction_ok(op: &Op, ty: &Datatype, len: usize) -> Result<(), Error> {
         op.for_collectives()?;
         op.check(ty)?;
         let unit = ty.size().max(1);

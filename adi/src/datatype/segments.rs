@@ -4,7 +4,7 @@
 use super::Flat;
 
 /// Iterator over the user-buffer regions of a packed sub-range; see
-/// [`Datatype::segments`].
+/// [`Datatype::segments`](super::Datatype::segments).
 #[derive(Debug, Clone)]
 pub struct Segments<'a> {
     flat: &'a Flat,

@@ -191,13 +191,13 @@ async fn fold_in(
 
 /// The folding's last step: the odd ranks below `2 rem` hand the result
 /// back to the even ones.
-async fn fold_out(c: &Coll, f: &Fold, acc: &mut Vec<u8>, sub: i32) -> Result<(), Error> {
+async fn fold_out(c: &Coll, f: &Fold, acc: &mut [u8], sub: i32) -> Result<(), Error> {
     let me = c.me;
     if me >= 2 * f.rem {
         return Ok(());
     }
     if f.newrank.is_some() {
-        done(c.send(acc.clone(), me - 1, sub)?).await?;
+        done(c.send(acc.to_vec(), me - 1, sub)?).await?;
     } else {
         let b = got(c, acc.len(), me + 1, sub).await?;
         let len = acc.len();
