@@ -16,6 +16,8 @@ use crate::types::{dtype, TypeObj};
 use core::ffi::{c_int, c_void};
 use std::sync::Arc;
 
+mod inter;
+
 /// A buffer argument of the program: address, element count, datatype.
 #[derive(Debug, Clone)]
 struct Buf {
@@ -158,6 +160,10 @@ fn intra(o: &CommObj) -> R<&adi::Comm> {
 /// `nb` as in [`go`].
 unsafe fn barrier(c: MPI_Comm, nb: Option<*mut MPI_Request>) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::barrier(ic, c, nb) };
+    }
     let w = intra(&o)?;
     // SAFETY: the caller's contract.
     unsafe {
@@ -187,6 +193,10 @@ unsafe fn bcast(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::bcast(ic, buf, count, datatype, root, c, nb) };
+    }
     let w = intra(&o)?;
     let b = Buf::new(buf, count, datatype)?;
     check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
@@ -287,6 +297,10 @@ unsafe fn reduce(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::reduce(ic, sendbuf, recvbuf, count, datatype, op, root, c, nb) };
+    }
     let w = intra(&o)?;
     ffi::count(count)?;
     let t = dtype(datatype)?;
@@ -336,6 +350,10 @@ unsafe fn allreduce(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::allreduce(ic, sendbuf, recvbuf, count, datatype, op, c, nb) };
+    }
     let w = intra(&o)?;
     ffi::count(count)?;
     let t = dtype(datatype)?;
@@ -424,6 +442,12 @@ unsafe fn reduce_scatter(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            inter::reduce_scatter(ic, sendbuf, recvbuf, rcounts, datatype, op, c, nb)
+        };
+    }
     let w = intra(&o)?;
     let t = dtype(datatype)?;
     let aop = op_for(op, &t, datatype)?;
@@ -472,6 +496,14 @@ unsafe fn gatherv(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            inter::gatherv(
+                ic, sendbuf, scount, stype, recvbuf, rcounts, displs, rtype, root, c, nb,
+            )
+        };
+    }
     let w = intra(&o)?;
     check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
     let me = w.rank();
@@ -560,6 +592,14 @@ unsafe fn scatterv(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            inter::scatterv(
+                ic, sendbuf, scounts, displs, stype, recvbuf, rcount, rtype, root, c, nb,
+            )
+        };
+    }
     let w = intra(&o)?;
     check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
     let me = w.rank();
@@ -631,6 +671,14 @@ unsafe fn allgatherv(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            inter::allgatherv(
+                ic, sendbuf, scount, stype, recvbuf, rcounts, displs, rtype, c, nb,
+            )
+        };
+    }
     let w = intra(&o)?;
     let me = w.rank() as usize;
     let rb = Buf::new(recvbuf, 0, rtype)?;
@@ -809,6 +857,10 @@ unsafe fn alltoall_sides(
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = comm(c)?;
+    if let Some(ic) = &o.inter {
+        // SAFETY: the caller's contract.
+        return unsafe { inter::alltoall_sides(ic, send, recv, c, nb) };
+    }
     let w = intra(&o)?;
     let sblocks = send.blocks()?;
     let rblocks = recv.blocks()?;
@@ -956,7 +1008,7 @@ both!(
     MPI_Ireduce_scatter / PMPI_Ireduce_scatter,
     c, (sendbuf: *const c_void, recvbuf: *mut c_void, rcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, c: MPI_Comm),
     |nb| {
-        let n = size_of(c)?;
+        let n = local_size_of(c)?;
         reduce_scatter(sendbuf, recvbuf, ints(rcounts, n)?, datatype, op, c, nb)
     }
 );
@@ -968,7 +1020,7 @@ both!(
     MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block,
     c, (sendbuf: *const c_void, recvbuf: *mut c_void, rcount: c_int, datatype: MPI_Datatype, op: MPI_Op, c: MPI_Comm),
     |nb| {
-        let n = size_of(c)?;
+        let n = local_size_of(c)?;
         ffi::count(rcount)?;
         reduce_scatter(sendbuf, recvbuf, &vec![rcount; n as usize], datatype, op, c, nb)
     }
@@ -977,7 +1029,29 @@ both!(
 /// Whether this rank is the root of communicator `c` (root-only
 /// arguments are read only there).
 fn is_root(c: MPI_Comm, root: c_int) -> R<bool> {
-    Ok(comm(c)?.comm.rank() == root)
+    let o = comm(c)?;
+    Ok(match o.inter {
+        Some(_) => root == MPI_ROOT,
+        None => o.comm.rank() == root,
+    })
+}
+
+/// The local group's size (`MPI_Comm_size`; the per-rank arrays of
+/// reduce-scatter describe it, on an intercommunicator too).
+fn local_size_of(c: MPI_Comm) -> R<i32> {
+    Ok(comm(c)?.size())
+}
+
+/// `MPI_ERR_BUFFER` for `MPI_IN_PLACE` on an intercommunicator (where the
+/// all-to-all forms' arrays describe the remote group).
+fn in_place_here(c: MPI_Comm, sendbuf: *const c_void) -> R<bool> {
+    let p = ffi::in_place(sendbuf);
+    check(
+        !(p && comm(c)?.inter.is_some()),
+        MPI_ERR_BUFFER,
+        "MPI_IN_PLACE is not defined on an intercommunicator",
+    )?;
+    Ok(p)
 }
 
 both!(
@@ -1074,7 +1148,7 @@ both!(
         ffi::count(rcount)?;
         let (rc, rd) = equal(n, rcount);
         let recv = side_v(recvbuf, &rc, &rd, rtype)?;
-        let send = if ffi::in_place(sendbuf) {
+        let send = if in_place_here(c, sendbuf)? {
             side_v(recvbuf, &rc, &rd, rtype)?
         } else {
             ffi::count(scount)?;
@@ -1096,7 +1170,7 @@ both!(
     |nb| {
         let n = size_of(c)?;
         let recv = side_v(recvbuf, ints(rcounts, n)?, ints(rdispls, n)?, rtype)?;
-        let send = if ffi::in_place(sendbuf) {
+        let send = if in_place_here(c, sendbuf)? {
             side_v(recvbuf, ints(rcounts, n)?, ints(rdispls, n)?, rtype)?
         } else {
             side_v(sendbuf, ints(scounts, n)?, ints(sdispls, n)?, stype)?
@@ -1115,7 +1189,7 @@ both!(
         let n = size_of(c)?;
         let rts = ffi::array(rtypes, n as usize)?;
         let recv = side_w(recvbuf, ints(rcounts, n)?, bytes(ints(rdispls, n)?), rts)?;
-        let send = if ffi::in_place(sendbuf) {
+        let send = if in_place_here(c, sendbuf)? {
             side_w(recvbuf, ints(rcounts, n)?, bytes(ints(rdispls, n)?), rts)?
         } else {
             let sts = ffi::array(stypes, n as usize)?;
