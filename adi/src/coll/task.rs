@@ -30,6 +30,7 @@ use crate::Error;
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 
@@ -172,6 +173,9 @@ struct Task {
 }
 
 static TASKS: Mutex<Vec<Arc<Mutex<Task>>>> = Mutex::new(Vec::new());
+/// How many schedules [`TASKS`] holds: [`progress`], called on every
+/// progress pass, returns at once (one relaxed load) when there are none.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// Set while this thread polls the background schedules (a schedule's
@@ -218,10 +222,9 @@ pub(crate) fn spawn(sched: Sched) -> Request {
         f
     });
     if !finished {
-        TASKS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::new(Mutex::new(t)));
+        let mut tasks = TASKS.lock().unwrap_or_else(PoisonError::into_inner);
+        tasks.push(Arc::new(Mutex::new(t)));
+        PENDING.store(tasks.len(), Ordering::Relaxed);
     }
     req
 }
@@ -229,6 +232,9 @@ pub(crate) fn spawn(sched: Sched) -> Request {
 /// Advances every background schedule once; returns how many completed.
 /// Called from the device's progress passes.
 pub(crate) fn progress() -> usize {
+    if PENDING.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
     if POLLING.with(|p| p.replace(true)) {
         return 0;
     }
@@ -250,6 +256,7 @@ pub(crate) fn progress() -> usize {
     if !finished.is_empty() {
         let mut all = TASKS.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|t| !finished.contains(&Arc::as_ptr(t)));
+        PENDING.store(all.len(), Ordering::Relaxed);
     }
     POLLING.with(|p| p.set(false));
     finished.len()
