@@ -45,7 +45,7 @@ use crate::{Datatype, Error, PlanLimits};
 use launcher::{NodeLayout, Pmi};
 use shmem_onesided::{
     Endpoint, IdTable, InPlace, Message as EpMessage, RecvFinished, RecvRequest, SendMode,
-    SendRequest, Status as EpStatus,
+    SendRequest, Started, Status as EpStatus,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -983,14 +983,14 @@ impl Device {
             return Err(Error::NotInitialized { what: "finalized" });
         };
         let req = match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
-            Ok(Err(buf)) => {
+            Ok(Started::Done(buf)) => {
                 self.count_route(dest);
                 drop(g);
                 let status = Status::new(ANY_SOURCE, ANY_TAG, len);
                 self.sent(dest, tag, context, len, mode, true);
                 return Ok(Request::ready_with_buffer(status, buf));
             }
-            Ok(Ok(sreq)) => {
+            Ok(Started::Pending(sreq)) => {
                 self.count_route(dest);
                 record_send(core, sreq, len, bsend)
             }
@@ -1042,14 +1042,14 @@ impl Device {
             return Ok(());
         }
         match core.ep.isend_or_done(local, tag, context, v, ep_mode) {
-            Ok(Err(buf)) => {
+            Ok(Started::Done(buf)) => {
                 self.count_route(dest);
                 drop(g);
                 self.sent(dest, tag, context, len, mode, true);
                 out.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf);
                 return Ok(());
             }
-            Ok(Ok(sreq)) => {
+            Ok(Started::Pending(sreq)) => {
                 self.count_route(dest);
                 record_send_into(core, sreq, len, None, out);
             }
@@ -1223,11 +1223,11 @@ impl Device {
         };
         let pending = match core.ep.send_or_start(local, tag, context, data, ep_mode) {
             Err(e) => return Err(e.into()),
-            Ok(None) => {
+            Ok(Started::Done(())) => {
                 self.count_route(dest);
                 None
             }
-            Ok(Some(sreq)) => {
+            Ok(Started::Pending(sreq)) => {
                 self.count_route(dest);
                 Some(record_send(core, sreq, len, None))
             }
@@ -1436,8 +1436,8 @@ impl Device {
         };
         match started {
             Err(e) => Err(e.into()),
-            Ok(Ok(rreq)) => Ok(record_recv(core, rreq, into, group)),
-            Ok(Err(done)) => {
+            Ok(Started::Pending(rreq)) => Ok(record_recv(core, rreq, into, group)),
+            Ok(Started::Done(done)) => {
                 drop(g);
                 Ok(self.recv_done_at_once(done, into, group))
             }
@@ -1473,14 +1473,14 @@ impl Device {
         }
         let mut started = core.ep.irecv_or_done(spec, buf);
         match started {
-            Ok(Err((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
+            Ok(Started::Done((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
                 drop(g);
                 let group = (!group.identity).then_some(&**group);
                 let status = self.status_of(st, group);
                 Ok(Request::ready_with_buffer(status, mem::take(buf)))
             }
-            Ok(Ok(rreq)) => Ok(record_recv(core, rreq, RecvInto::Owned, group)),
-            Ok(Err(done)) => {
+            Ok(Started::Pending(rreq)) => Ok(record_recv(core, rreq, RecvInto::Owned, group)),
+            Ok(Started::Done(done)) => {
                 drop(g);
                 Ok(self.recv_done_at_once(done, RecvInto::Owned, group))
             }
@@ -1519,14 +1519,14 @@ impl Device {
         }
         let mut started = core.ep.irecv_or_done(spec, buf);
         match started {
-            Ok(Err((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
+            Ok(Started::Done((Ok(ref st), ref mut buf))) if !st.cancelled && !st.truncated() => {
                 drop(g);
                 let group = (!group.identity).then_some(&**group);
                 let status = self.status_of(st, group);
                 out.set_ready_with_buffer(status, mem::take(buf));
             }
-            Ok(Ok(rreq)) => record_recv_into(core, rreq, RecvInto::Owned, group, out),
-            Ok(Err(done)) => {
+            Ok(Started::Pending(rreq)) => record_recv_into(core, rreq, RecvInto::Owned, group, out),
+            Ok(Started::Done(done)) => {
                 drop(g);
                 *out = self.recv_done_at_once(done, RecvInto::Owned, group);
             }

@@ -496,35 +496,56 @@ fn role_typed_in_place(w: &Comm) {
             }
         }
     };
+    // Whether both ranks are done: each says whether it is, both learn
+    // the pair's answer (rank 0 sends first).
+    let both_done = |done: bool| -> bool {
+        let mut theirs = [0u8; 1];
+        if me == 0 {
+            w.send(&[done as u8], peer, 9).unwrap();
+            w.recv(&mut theirs, peer, 9).unwrap();
+        } else {
+            w.recv(&mut theirs, peer, 9).unwrap();
+            w.send(&[done as u8], peer, 9).unwrap();
+        }
+        done && theirs[0] == 1
+    };
+    // Which path a receive takes depends on whether it waits at the ring
+    // before its message comes, which the scheduler decides: on a loaded
+    // machine a batch may have none in place, so batches repeat (up to a
+    // bound) until each rank saw one.
     let before = w.counters().unpacked_in_place;
-    for n in [64usize, 512, 1024] {
-        let t = Datatype::vector(n as i64, 1, 2, &f64t).unwrap();
-        t.commit().unwrap();
-        let span = 16 * n - 8;
-        for round in 0..60 {
-            let mine = pattern(round * 2 + me as usize, span);
-            let theirs = pattern(round * 2 + peer as usize, span);
-            let mut got = vec![0xAAu8; span];
-            if me == 0 {
-                w.send_typed(&mine, 1, &t, peer, 1).unwrap();
-                let st = w.recv_typed(&mut got, 1, &t, peer, 1).unwrap();
-                assert_eq!((st.source, st.tag, st.count), (peer, 1, 8 * n));
-            } else if round % 2 == 0 {
-                let st = w.recv_typed(&mut got, 1, &t, peer, 1).unwrap();
-                assert_eq!((st.source, st.tag, st.count), (peer, 1, 8 * n));
-                w.send_typed(&mine, 1, &t, peer, 1).unwrap();
-            } else {
-                let mut r = w.irecv_typed(got, 1, &t, peer, 1).unwrap();
-                let st = w.wait(&mut r).unwrap();
-                assert_eq!((st.source, st.tag, st.count), (peer, 1, 8 * n));
-                got = r.take_buffer().unwrap();
-                w.send_typed(&mine, 1, &t, peer, 1).unwrap();
+    let mut batch = 0;
+    while batch == 0 || !both_done(w.counters().unpacked_in_place > before || batch >= 10) {
+        batch += 1;
+        for n in [64usize, 512, 1024] {
+            let t = Datatype::vector(n as i64, 1, 2, &f64t).unwrap();
+            t.commit().unwrap();
+            let span = 16 * n - 8;
+            for round in 0..60 {
+                let mine = pattern(round * 2 + me as usize, span);
+                let theirs = pattern(round * 2 + peer as usize, span);
+                let mut got = vec![0xAAu8; span];
+                if me == 0 {
+                    w.send_typed(&mine, 1, &t, peer, 1).unwrap();
+                    let st = w.recv_typed(&mut got, 1, &t, peer, 1).unwrap();
+                    assert_eq!((st.source, st.tag, st.count), (peer, 1, 8 * n));
+                } else if round % 2 == 0 {
+                    let st = w.recv_typed(&mut got, 1, &t, peer, 1).unwrap();
+                    assert_eq!((st.source, st.tag, st.count), (peer, 1, 8 * n));
+                    w.send_typed(&mine, 1, &t, peer, 1).unwrap();
+                } else {
+                    let mut r = w.irecv_typed(got, 1, &t, peer, 1).unwrap();
+                    let st = w.wait(&mut r).unwrap();
+                    assert_eq!((st.source, st.tag, st.count), (peer, 1, 8 * n));
+                    got = r.take_buffer().unwrap();
+                    w.send_typed(&mine, 1, &t, peer, 1).unwrap();
+                }
+                check(&got, &theirs, &format!("{n} doubles, round {round}"));
             }
-            check(&got, &theirs, &format!("{n} doubles, round {round}"));
         }
     }
     // A blocking receive in a ping-pong waits for its message at the ring
-    // (up to ~50 µs a time): over 180 of them, some came in place.
+    // (up to ~50 µs a time): some came in place.
     assert!(
         w.counters().unpacked_in_place > before,
         "no datatype receive was unpacked in place"
@@ -536,22 +557,28 @@ fn role_typed_in_place(w: &Comm) {
     t.commit().unwrap();
     let span = 16 * 512 - 8;
     let before = w.counters().unpacked_in_place;
-    for round in 0..20 {
-        if me == 0 {
-            w.recv(&mut [0u8; 1], peer, 6).unwrap();
-            w.send_typed(&pattern(100 + round, span), 1, &t, peer, 5)
-                .unwrap();
-        } else {
-            let mut r = w.irecv_typed(vec![0xAAu8; span], 1, &t, peer, 5).unwrap();
-            w.send(b"g", peer, 6).unwrap();
-            let st = w.wait(&mut r).unwrap();
-            assert_eq!((st.source, st.tag, st.count), (peer, 5, 4096));
-            let got = r.take_buffer().unwrap();
-            check(
-                &got,
-                &pattern(100 + round, span),
-                &format!("deferred, round {round}"),
-            );
+    let mut batch = 0;
+    while batch == 0
+        || !both_done(me == 0 || w.counters().unpacked_in_place > before || batch >= 10)
+    {
+        batch += 1;
+        for round in 0..20 {
+            if me == 0 {
+                w.recv(&mut [0u8; 1], peer, 6).unwrap();
+                w.send_typed(&pattern(100 + round, span), 1, &t, peer, 5)
+                    .unwrap();
+            } else {
+                let mut r = w.irecv_typed(vec![0xAAu8; span], 1, &t, peer, 5).unwrap();
+                w.send(b"g", peer, 6).unwrap();
+                let st = w.wait(&mut r).unwrap();
+                assert_eq!((st.source, st.tag, st.count), (peer, 5, 4096));
+                let got = r.take_buffer().unwrap();
+                check(
+                    &got,
+                    &pattern(100 + round, span),
+                    &format!("deferred, round {round}"),
+                );
+            }
         }
     }
     if me == 1 {

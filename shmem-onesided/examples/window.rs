@@ -16,7 +16,7 @@
 //!
 //! `LEN` (bytes per message, default 8) and `REPS` (windows, default
 //! 20000). Run it with both CPUs idle; pin it with `taskset -c 0,1`.
-use shmem_onesided::{CmaMode, Config, Endpoint, Node, SendMode};
+use shmem_onesided::{CmaMode, Config, Endpoint, Node, SendMode, Started};
 use std::sync::{Arc, Barrier};
 use tm_proto::{MatchSpec, Source, Tag};
 
@@ -55,8 +55,8 @@ fn rank(job: &str, r: u32, len: usize, reps: usize, barrier: &Barrier) -> Res<f6
         for _ in 0..WINDOW {
             let b = rpool.pop().ok_or("receive pool empty")?;
             match ep.irecv_or_done(spec, b)? {
-                Ok(_) => pending += 1,
-                Err((status, b)) => {
+                Started::Pending(_) => pending += 1,
+                Started::Done((status, b)) => {
                     status?;
                     rpool.push(b);
                 }
@@ -65,8 +65,8 @@ fn rank(job: &str, r: u32, len: usize, reps: usize, barrier: &Barrier) -> Res<f6
         for _ in 0..WINDOW {
             let b = spool.pop().ok_or("send pool empty")?;
             match ep.isend_or_done(peer, 2, 0, b, SendMode::Standard)? {
-                Ok(_) => return Err("a small send stayed pending".into()),
-                Err(b) => spool.push(b),
+                Started::Pending(_) => return Err("a small send stayed pending".into()),
+                Started::Done(b) => spool.push(b),
             }
         }
         while pending > 0 {

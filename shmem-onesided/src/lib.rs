@@ -83,9 +83,8 @@ pub use config::{CmaMode, Config};
 pub use counters::Counters;
 #[cfg(not(tmx_shmem_loom))]
 pub use endpoint::{
-    Endpoint, InPlace, Message, RecvFinished, RecvRequest, SendMode, SendRequest, Status,
-    FLAG_COUNTED, FLAG_MATCHED, FLAG_SYNC, FLAG_WITHDRAWN, KIND_ACK, KIND_CANCEL, KIND_CANCELLED,
-    KIND_CMA, KIND_EAGER, KIND_FIN, KIND_INLINE,
+    Endpoint, Flags, InPlace, Kind, Message, RecvDone, RecvFinished, RecvRequest, SendMode,
+    SendRequest, Started, Status,
 };
 pub use error::{Error, Result};
 #[cfg(not(tmx_shmem_loom))]

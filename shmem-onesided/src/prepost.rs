@@ -443,7 +443,8 @@ impl Claimer {
     }
 }
 
-#[cfg(all(test, not(tmx_shmem_loom)))]
+#[cfg(test)]
+#[cfg(not(tmx_shmem_loom))]
 mod tests {
     use super::*;
 

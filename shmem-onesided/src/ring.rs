@@ -1477,7 +1477,8 @@ impl Outbox {
     }
 }
 
-#[cfg(all(test, not(tmx_shmem_loom)))]
+#[cfg(test)]
+#[cfg(not(tmx_shmem_loom))]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -26,7 +26,7 @@
 mod common;
 
 use proptest::prelude::*;
-use shmem_onesided::{CmaMode, Config, Endpoint, Node, RecvRequest, SendMode};
+use shmem_onesided::{CmaMode, Config, Endpoint, Node, RecvRequest, SendMode, Started};
 use tm_proto::{MatchSpec, Source, Tag};
 
 #[derive(Debug, Clone)]
@@ -202,8 +202,8 @@ fn run(ops: &[Op], defer: bool) -> u64 {
             record(&mut rv, &st, &buf, msgs);
         } else {
             match e1.irecv_or_done(spec(tag), buf).unwrap() {
-                Ok(r) => rv.req = Some(r),
-                Err((st, buf)) => record(&mut rv, &st.unwrap(), &buf, msgs),
+                Started::Pending(r) => rv.req = Some(r),
+                Started::Done((st, buf)) => record(&mut rv, &st.unwrap(), &buf, msgs),
             }
         }
         recvs.push(rv);
@@ -216,7 +216,7 @@ fn run(ops: &[Op], defer: bool) -> u64 {
                 if e0
                     .isend_or_done(1, tag, 3, payload(i, len), SendMode::Standard)
                     .unwrap()
-                    .is_ok()
+                    .is_pending()
                 {
                     pending_sends += 1;
                 }

@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use shmem_onesided::{
-    CmaMode, CmaStatus, Config, Counters, Endpoint, Error, Node, RecvRequest, SendMode, SendRequest,
+    CmaMode, CmaStatus, Config, Counters, Endpoint, Error, Node, RecvRequest, SendMode,
+    SendRequest, Started,
 };
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -983,8 +984,8 @@ fn cma_matched_by_irecv_is_read_by_the_next_progress_pass() {
                         .irecv_or_done(spec(Some(1), Some(first)), vec![0u8; LEN])
                         .unwrap()
                     {
-                        Ok(r) => r,
-                        Err(_) => panic!("a CMA message was read inside irecv_or_done"),
+                        Started::Pending(r) => r,
+                        Started::Done(_) => panic!("a CMA message was read inside irecv_or_done"),
                     }
                 } else {
                     ep.irecv(spec(Some(1), Some(first)), vec![0u8; LEN])

@@ -61,7 +61,7 @@ pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
 ];
 
 const STEPS: &[&str] = &[
-    "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest",
+    "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest", "ibverbs",
 ];
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -321,6 +321,7 @@ fn run_step(name: &'static str) -> Outcome {
         }
         "slurm" => crate::slurm::step_slurm(),
         "loom" => step_loom(&mut tests),
+        "ibverbs" => step_ibverbs(&mut tests),
         "proptest" => {
             // Heavy property tests are `#[ignore]`d in the normal test step and run
             // here, optimised, with a bounded case count.
@@ -389,6 +390,47 @@ fn step_loom(tests: &mut Option<Counts>) -> Result<String, String> {
         Ok("no crate has loom tests yet".into())
     } else {
         Ok(format!("{} models in {}", total.passed, ran.join(", ")))
+    }
+}
+
+/// verbs-tm's `ibverbs` feature (the C shim over the system libibverbs):
+/// lint it, and run the shim against its C test double of the verbs
+/// context (no NIC needed).
+fn step_ibverbs(tests: &mut Option<Counts>) -> Result<String, String> {
+    let mut c = cargo();
+    c.args([
+        "clippy",
+        "-p",
+        "verbs-tm",
+        "--features",
+        "ibverbs",
+        "--all-targets",
+    ])
+    .args(["--", "-D", "warnings"]);
+    if !run_plain(c)? {
+        return Err("clippy reported problems with --features ibverbs".into());
+    }
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "verbs-tm",
+        "--features",
+        "ibverbs",
+        "--test",
+        "ibverbs_shim",
+    ])
+    .env("TMX_REQUIRE_SYSTEM_PACKAGES", "1");
+    let (ok, out) = run_tee(c)?;
+    let n = count_tests(&out);
+    *tests = Some(n);
+    if ok && n.failed == 0 && n.passed > 0 {
+        Ok("clippy clean; shim test double passed".into())
+    } else {
+        Err(format!(
+            "shim test: {} passed, {} failed",
+            n.passed, n.failed
+        ))
     }
 }
 

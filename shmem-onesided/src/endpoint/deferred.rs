@@ -1,0 +1,311 @@
+//! Deferred receives: nonblocking receives kept outside the matcher while
+//! their messages come in order, and the in-place consumers.
+
+use super::*;
+
+/// A deferred receive's key and its [`InPlace`] consumer.
+pub(super) struct PayloadConsumer(pub(super) u64, pub(super) InPlace);
+
+impl core::fmt::Debug for PayloadConsumer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("PayloadConsumer")
+            .field(&self.0)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// [`Endpoint::irecv_or_done`] with a consumer for the payload: if the
+    /// receive is deferred (see [`Endpoint::irecv_or_done`]) and its
+    /// message then comes as an eager block at the front of its source's
+    /// ring, the drain of deferred receives calls `consumer` once with the
+    /// payload where it lies (as [`Endpoint::recv_arrived_with`] does) and
+    /// completes the receive with `buf` untouched. In every other case
+    /// (not deferred, posted later, another kind of message) the consumer
+    /// is dropped uncalled and the message is copied into `buf` as
+    /// [`Endpoint::irecv_or_done`] copies it. The caller tells the two
+    /// apart by what its consumer recorded.
+    pub fn irecv_or_done_in_place(
+        &mut self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+        consumer: InPlace,
+    ) -> Result<Started<RecvRequest, RecvDone>> {
+        let r = self.irecv_or_done(spec, buf)?;
+        if let Started::Pending(req) = &r {
+            if self.deferred.back() == Some(&req.0) {
+                if self.deferred.len() == 1 {
+                    // Nothing older is deferred: whatever is kept is stale.
+                    self.in_place_consumers.clear();
+                }
+                self.in_place_consumers
+                    .push_back(PayloadConsumer(req.0, consumer));
+            }
+        }
+        Ok(r)
+    }
+
+    /// Completes the oldest deferred receive, `key`, whose payload its
+    /// consumer read in place: `buf` back untouched, status `st` (what
+    /// [`Endpoint::take_deferred`] does for a copied message).
+    #[inline(never)]
+    pub(super) fn finish_deferred_in_place(&mut self, key: u64, st: Status, buf: Vec<u8>) {
+        self.deferred.pop_front();
+        if self.feed.is_empty() {
+            self.requests.remove(key);
+            self.finished.push(RecvFinished {
+                id: key,
+                result: Ok(st),
+                buf,
+            });
+        } else {
+            self.finish_recv_with(key, Ok(st), Some(buf));
+        }
+    }
+
+    /// The drain's in-place take for deferred receive `key` (the oldest),
+    /// whose message is at the front of the ring: if it has a consumer and
+    /// that message is an eager one it may take (of at most `cap` bytes),
+    /// the consumer reads it where it lies and the status is returned.
+    /// The consumer is dropped either way (the caller copies the message
+    /// or posts the receive), and so are stale ones (of receives no longer
+    /// deferred).
+    #[inline(never)]
+    pub(super) fn take_in_place(
+        &mut self,
+        key: u64,
+        spec: MatchSpec,
+        cap: usize,
+    ) -> Result<Option<Status>> {
+        while self.in_place_consumers.front().is_some_and(|c| c.0 < key) {
+            self.in_place_consumers.pop_front();
+        }
+        if self.in_place_consumers.front().is_none_or(|c| c.0 != key) {
+            return Ok(None);
+        }
+        // Taken here or not, the consumer's turn is now: a front message
+        // it cannot read goes the copying way or posts the receive.
+        let Some(PayloadConsumer(_, mut consumer)) = self.in_place_consumers.pop_front() else {
+            return Ok(None);
+        };
+        let Some((s, h)) = self.eager_front(spec, cap)? else {
+            return Ok(None);
+        };
+        self.consume_front(s, &h, &mut *consumer).map(Some)
+    }
+
+    /// Whether a nonblocking receive for `spec` into `capacity` bytes may
+    /// be deferred now: deferral is on, an exact other source, never
+    /// advertised to its sender, and the model empty (nothing posted,
+    /// queued or parked: the receive would be queued at the end of an
+    /// empty posted list, which a deferred receive stands for).
+    #[inline]
+    pub(super) fn may_defer(&self, spec: MatchSpec, capacity: usize) -> bool {
+        let Source::Rank(s) = spec.source else {
+            return false;
+        };
+        self.defer_enabled
+            && s != self.rank()
+            && self.matcher_empty()
+            && !self.advertisable(spec, capacity)
+    }
+
+    /// Records a deferred receive: a request, no model entry.
+    #[inline]
+    pub(super) fn defer(&mut self, spec: MatchSpec, buf: Vec<u8>) -> RecvRequest {
+        let key = self.next_id;
+        self.next_id += 1;
+        let req = Req {
+            spec,
+            buf: ReqBuf::Owned(buf),
+            done: None,
+            id: None,
+            user: true,
+            fed: Fed::No,
+        };
+        match self.requests.reqs.vacant(key) {
+            Some(slot) => slot.fill(req),
+            None => self.requests.reqs.insert(key, req),
+        }
+        self.deferred.push_back(key);
+        self.counters.deferred_recvs += 1;
+        RecvRequest(key)
+    }
+
+    /// Completes deferred receives, oldest first, with the messages at the
+    /// front of their source's ring, as a receive posted then would have
+    /// been ([`Endpoint::take_now`]: nothing posted or queued could claim
+    /// them first). Stops at an empty ring (the rest stay deferred: no
+    /// message they could match exists yet); posts them all
+    /// ([`Endpoint::post_deferred`]) as soon as the front message is not
+    /// the oldest one's, or the model holds anything. Returns how many
+    /// completed.
+    /// Whether [`Endpoint::take_deferred`] would do nothing now: the
+    /// matcher empty, the deferred receives' source not under eager
+    /// pressure, and its ring empty (its own first test, inline).
+    #[inline(always)]
+    pub(super) fn deferred_quiet(&mut self) -> bool {
+        let s = self.deferred_source;
+        self.matcher_empty() && !self.node.segment().eager_pressure(s) && self.ring_empty(s)
+    }
+
+    pub(super) fn take_deferred(&mut self) -> Result<usize> {
+        let mut done = 0;
+        while let Some(&key) = self.deferred.front() {
+            let s = self.deferred_source;
+            if !self.matcher_empty() || self.node.segment().eager_pressure(s) {
+                self.post_deferred()?;
+                return Ok(done);
+            }
+            if self.ring_empty(s) {
+                // No message yet: they stay deferred (the common case of
+                // a window of receives posted before the peer sends).
+                return Ok(done);
+            }
+            let Some(req) = self.requests.get_mut(key) else {
+                // Removed meanwhile (cannot happen: deferred requests are
+                // only removed through this list).
+                self.deferred.pop_front();
+                continue;
+            };
+            let spec = req.spec;
+            let mut buf = match &mut req.buf {
+                ReqBuf::Owned(v) => core::mem::take(v),
+                ReqBuf::Caller => Vec::new(),
+            };
+            // An eager message for a receive with a consumer, read where
+            // it lies (out of line: the copying path below stays as lean
+            // as it was; sharing it cost `bibw` 64–128 B 5%).
+            if !self.in_place_consumers.is_empty() {
+                match self.take_in_place(key, spec, buf.len()) {
+                    Ok(Some(st)) => {
+                        self.finish_deferred_in_place(key, st, buf);
+                        done += 1;
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        if let Some(req) = self.requests.get_mut(key) {
+                            req.buf = ReqBuf::Owned(buf);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            // An inline, inline-ext or eager message that fits by the
+            // short path (`take_front`, small result), the rest (a
+            // truncated one, CMA, fragments) as `take_now` takes it.
+            let taken = match self.take_front(spec, &mut buf) {
+                Ok(Some(st)) => Ok(Some(Ok(st))),
+                Ok(None) => self.take_now(spec, &mut buf),
+                Err(e) => Err(e),
+            };
+            match taken {
+                Ok(Some(result)) => {
+                    self.deferred.pop_front();
+                    if self.feed.is_empty() {
+                        // Straight to the finished list (see `finished`).
+                        self.requests.remove(key);
+                        self.finished.push(RecvFinished {
+                            id: key,
+                            result: boxed(result),
+                            buf,
+                        });
+                    } else {
+                        self.finish_recv_with(key, result, Some(buf));
+                    }
+                    done += 1;
+                }
+                taken => {
+                    // The front message is not the oldest deferred
+                    // receive's (or not one it may take directly), or the
+                    // look failed: the buffer goes back first.
+                    if let Some(req) = self.requests.get_mut(key) {
+                        req.buf = ReqBuf::Owned(buf);
+                    }
+                    taken?;
+                    self.post_deferred()?;
+                    return Ok(done);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Posts every deferred receive to the model, oldest first, as
+    /// `irecv_or_done` would have posted them when they were made: from
+    /// then on they match like any posted receive. A receive whose post
+    /// fails completes with the error (the first error is returned).
+    #[inline(never)]
+    pub(super) fn post_deferred(&mut self) -> Result<()> {
+        // Posted receives take their messages the copying way.
+        self.in_place_consumers.clear();
+        let mut first_err = None;
+        while let Some(key) = self.deferred.pop_front() {
+            let Some(spec) = self.requests.get(key).map(|r| r.spec) else {
+                continue;
+            };
+            if let Err(e) = self.post_existing(key, spec) {
+                self.finish_recv_with(
+                    key,
+                    Err(Error::InvalidArgument(
+                        "deferred receive could not be posted",
+                    )),
+                    None,
+                );
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Puts the receives of [`Endpoint::finished`] back into the request
+    /// table as completed requests queued in the feed, ahead of what the
+    /// feed holds (they completed first): for the calls that look a
+    /// receive up by id.
+    #[inline]
+    pub(super) fn unready(&mut self) {
+        if !self.finished.is_empty() {
+            self.unready_all();
+        }
+    }
+
+    #[cold]
+    pub(super) fn unready_all(&mut self) {
+        let mut feed = Vec::with_capacity(self.finished.len() + self.feed.len());
+        for f in self.finished.drain(..) {
+            let req = Req {
+                // Not used again: the request is complete.
+                spec: MatchSpec {
+                    context_id: 0,
+                    source: Source::Any,
+                    tag: tm_proto::Tag::Any,
+                },
+                buf: ReqBuf::Owned(f.buf),
+                done: Some(f.result),
+                id: None,
+                user: true,
+                fed: Fed::Queued,
+            };
+            self.requests.reqs.insert(f.id, req);
+            feed.push((f.id, false));
+            self.feed_queued += 1;
+        }
+        feed.append(&mut self.feed);
+        self.feed = feed;
+    }
+
+    /// Posts the deferred receives, if any, before an operation that
+    /// matches against the model (a probe, a blocking or plain receive, a
+    /// cancel, a wait) or ends the endpoint.
+    #[inline]
+    pub(super) fn undefer(&mut self) -> Result<()> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        self.post_deferred()
+    }
+}

@@ -1,0 +1,534 @@
+//! The receive API: blocking, nonblocking and arrived receives, and their
+//! waits.
+
+use super::*;
+
+/// A spinning `try_recv` that finds its source's ring empty runs a full
+/// progress pass only every this many times (unless it has local work).
+pub(super) const IDLE_FULL_PASS: u32 = 8;
+
+/// [`Endpoint::recv_arrived_with`] asks for every line of a payload of
+/// up to this many bytes before its consumer reads it, and of a larger one
+/// only when no other header follows it in the ring (a lone message, as in
+/// a ping-pong). In a stream of larger messages the consumer's reads
+/// stream well enough by themselves and the hints only wait: `osu_ddt`'s
+/// window of 8 KiB messages was 1.05–1.07× faster without them, while
+/// from 512 B to 4 KiB they made it 1.06–1.20× faster.
+pub(super) const IN_PLACE_PREFETCH_STREAM: usize = 4096;
+
+impl Endpoint {
+    /// For a waiter outside this endpoint's lock: a handle on `source`'s
+    /// header ring into this rank and the index of the next header this
+    /// endpoint will take from it. While [`ArrivalWatch::published`] says
+    /// `false` for that index, no new header has come from `source`, so a
+    /// blocked receive from it can spin on the watch instead of taking its
+    /// lock for a progress pass. `None` for this rank itself (self-sends use
+    /// no ring) or a rank out of range.
+    pub fn arrival_watch(&self, source: u32) -> Option<(ArrivalWatch, u64)> {
+        let seg = self.node.segment();
+        if source == seg.rank() || source >= seg.size() {
+            return None;
+        }
+        let next = self.peers[source as usize].inbox.consumed();
+        Some((seg.arrival_watch(source, seg.rank()), next))
+    }
+
+    /// Receives the oldest message matching `spec` into `buf` if one has
+    /// arrived; never blocks (but does run one progress pass). Never
+    /// preposted.
+    pub fn try_recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        self.check_source(spec)?;
+        self.undefer()?;
+        // A receive posted now can match at once only a queued unexpected
+        // message (`Offload::post` looks nowhere else). With none queued
+        // (and none parked behind a delete), the pass runs first with
+        // nothing posted: what arrives either matches an earlier-posted
+        // receive (which MPI's order prefers anyway) or is queued, and only
+        // then is this receive posted, against the queue. An idle poll (a
+        // blocking receive's spin) then costs one pass, not a post, a pass
+        // and a cancel in the matcher. Not while a sender it may receive
+        // from is under eager pressure: the pass would copy an eager
+        // arrival out of that sender's area before the receive takes it.
+        let seg = self.node.segment();
+        let pressured = match spec.source {
+            Source::Rank(pe) => seg.eager_pressure(pe),
+            Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
+        };
+        let mut pass = true;
+        if !pressured && self.matcher_empty() {
+            // The quick look first: the next header of the source's ring.
+            if let Some(r) = self.take_now(spec, buf)? {
+                self.idle_looks = 0;
+                return r.map(Some);
+            }
+            match self.poll_direct(spec, buf)? {
+                Quick::Taken(r) => {
+                    self.idle_looks = 0;
+                    return r.map(Some);
+                }
+                Quick::Other => self.idle_looks = 0,
+                Quick::Empty => {
+                    // A spinning receive runs the full pass (other rings,
+                    // FINs, reclaim) every IDLE_FULL_PASS-th empty look,
+                    // or at once when it has sends or copies of its own.
+                    self.idle_looks = self.idle_looks.wrapping_add(1);
+                    if self.idle_looks % IDLE_FULL_PASS != 0 && !self.local_work() {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        if !pressured && self.matching.unexpected_len() == 0 && self.matching.parked_len() == 0 {
+            // Nothing queued can match: the first matching arrival of this
+            // pass is taken directly when nothing is posted either.
+            let (_, got) = self.progress_want(Some(spec), buf)?;
+            if let Some(r) = got {
+                return r.map(Some);
+            }
+            if self.matching.unexpected_len() == 0 {
+                return Ok(None);
+            }
+            pass = false;
+        }
+        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, (false, false), buf)?;
+        let r = match id {
+            Some(_) if pass => self.progress_for(buf).map(|_| ()),
+            _ => Ok(()),
+        };
+        if let Some(done) = self.take_done(key) {
+            return done.map(Some);
+        }
+        // Not matched: a software-only receive is cancelled at once.
+        if let Some(id) = id {
+            let _ = self.matching.cancel(id);
+        }
+        self.requests.remove(key);
+        r?;
+        Ok(None)
+    }
+
+    /// Receives the oldest message matching `spec` (MPI rules; wildcards
+    /// allowed) into `buf`, blocking until one arrives. Fails with
+    /// [`Error::PeerDied`] if the peer it waits for (any peer, for
+    /// `ANY_SOURCE`) dies first. A message longer than `buf` is not an
+    /// error: exactly `buf.len()` bytes are written, the message is
+    /// consumed, and the status says `msg_len > len` ([`Status::truncated`]).
+    /// `spec.source` may be this rank (self-sends).
+    ///
+    /// With the prepost protocol on, an exact-source receive that finds no
+    /// message is advertised to its sender, which may write the message
+    /// straight into `buf`.
+    pub fn recv(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Status> {
+        let watch = self.check_source(spec)?;
+        self.undefer()?;
+        if !self.advertisable(spec, buf.len())
+            && buf.len() as u64 <= self.node.config().pipeline_min
+        {
+            // Never preposted, and too small for a pipelined message to be
+            // copied into it chunk by chunk: poll as `try_recv` does (its
+            // quick look at the source's ring, no post and cancel per pass).
+            return self.block(watch, |ep| Ok((ep.try_recv(spec, buf)?, 0)));
+        }
+        let addr = buf.as_mut_ptr() as u64;
+        let (key, id) = self.post(spec, ReqBuf::Caller, addr, true, (false, false), buf)?;
+        if let Some(done) = self.take_done(key) {
+            return done;
+        }
+        let Some(id) = id else {
+            return Err(Error::InvalidArgument("receive neither queued nor matched"));
+        };
+        self.counters.posted_recvs += 1;
+        // A pipelined message bound to match this receive is copied
+        // straight into `buf` (see `take_fragment`).
+        self.blocked_recv = Some(key);
+        let r = self.block(watch, |ep| {
+            let ev = ep.progress_for(buf)?;
+            // A receive completes only through an event of this pass.
+            if ev == 0 {
+                return Ok((None, 0));
+            }
+            Ok((ep.take_done(key), ev))
+        });
+        self.blocked_recv = None;
+        match r {
+            Ok(done) => done,
+            Err(e) => {
+                self.abandon(key, id, buf);
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts a nonblocking receive into `buf` (the endpoint owns it until
+    /// [`Endpoint::wait`] hands it back). With the prepost protocol on, an
+    /// exact-source receive is advertised to its sender when the matching
+    /// rules allow (see the crate README).
+    pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
+        self.check_source(spec)?;
+        self.undefer()?;
+        let addr = buf.as_mut_ptr() as u64;
+        self.defer_cma_at_post = true;
+        let posted = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, true), &mut []);
+        self.defer_cma_at_post = false;
+        let (key, id) = posted?;
+        if id.is_some() {
+            self.counters.posted_recvs += 1;
+        }
+        Ok(RecvRequest(key))
+    }
+
+    /// [`Endpoint::irecv`] for a caller that wants a receive that matches at
+    /// once back at once: [`Started::Done`] with `(result, buf)` when it
+    /// matched a message that had already arrived (the result
+    /// [`Endpoint::wait`] would give, and the buffer; nothing is recorded and
+    /// nothing will be reported); [`Started::Pending`] holds a pending
+    /// request exactly as [`Endpoint::irecv`]
+    /// returns it.
+    ///
+    /// **Deferred receives** (`TMX_SHMEM_DEFER_RECV`, on by default): an
+    /// exact-source receive that is never advertised and finds its source's
+    /// ring empty and the matcher empty (nothing posted, queued or parked)
+    /// is not posted: it waits in a list, oldest first, with the later ones
+    /// of the same kind. Progress, and the next `irecv_or_done`, complete
+    /// them from the front of the ring as a receive that found its message
+    /// would be (no matcher entry, no match against a posted list); the
+    /// moment the front message is not the oldest deferred receive's, or the
+    /// matcher holds anything, all of them are posted in order, and every
+    /// call that matches against the matcher's queues (a probe, `recv`,
+    /// `try_recv`, `irecv`, a cancel, `wait`, `finalize`) posts them first.
+    /// A message leaves the ring only into a deferred receive or the
+    /// matcher, and the matcher matches nothing while any is deferred, so
+    /// the result is a schedule in which they were posted when made, as MPI
+    /// orders it. `tests/deferred.rs` checks MPI's order rules on random
+    /// programs with deferral on and off.
+    pub fn irecv_or_done(
+        &mut self,
+        spec: MatchSpec,
+        mut buf: Vec<u8>,
+    ) -> Result<Started<RecvRequest, RecvDone>> {
+        self.check_source(spec)?;
+        if !self.deferred.is_empty() {
+            // Older deferred receives first: their messages, then (if any
+            // is left) either this one joins them or they are posted. The
+            // common case, nothing arrived and nothing to post, is the
+            // first test `take_deferred` would make, answered here without
+            // the call (a window of receives made before its messages).
+            if !self.deferred_quiet() {
+                self.take_deferred()?;
+            }
+            if !self.deferred.is_empty() {
+                if self.may_defer(spec, buf.len())
+                    && spec.source == Source::Rank(self.deferred_source)
+                {
+                    return Ok(Started::Pending(self.defer(spec, buf)));
+                }
+                self.post_deferred()?;
+            }
+        }
+        // What has arrived from the source goes to the model first, so that
+        // a receive whose message is already here completes in this call
+        // (taken straight into `buf` when nothing posted or queued could
+        // claim it first).
+        self.defer_cma_of_posted = true;
+        let drained = self.drain_source(spec, &mut buf);
+        self.defer_cma_of_posted = false;
+        if let Some(result) = drained? {
+            return Ok(Started::Done((result, buf)));
+        }
+        if self.may_defer(spec, buf.len()) {
+            if let Source::Rank(s) = spec.source {
+                if self.ring_empty(s) {
+                    self.deferred_source = s;
+                    return Ok(Started::Pending(self.defer(spec, buf)));
+                }
+            }
+        }
+        if !self.advertisable(spec, buf.len()) {
+            // Never offered to the sender (`post` would find it not
+            // eligible): queued in software at once when no queued message
+            // could match it, exactly as `post` would queue it, without its
+            // general outcome handling.
+            let key = self.next_id;
+            if let Ok(id) = self.matching.post_software(spec, key)? {
+                self.next_id += 1;
+                let req = Req {
+                    spec,
+                    buf: ReqBuf::Owned(buf),
+                    done: None,
+                    id: Some(id),
+                    user: true,
+                    fed: Fed::No,
+                };
+                match self.requests.reqs.vacant(key) {
+                    Some(slot) => slot.fill(req),
+                    None => self.requests.reqs.insert(key, req),
+                }
+                if self.matching.has_output() {
+                    self.poll_matching(&mut [])?;
+                }
+                self.counters.posted_recvs += 1;
+                return Ok(Started::Pending(RecvRequest(key)));
+            }
+        }
+        let addr = buf.as_mut_ptr() as u64;
+        self.defer_cma_at_post = true;
+        let posted = self.post(spec, ReqBuf::Owned(buf), addr, true, (true, false), &mut []);
+        self.defer_cma_at_post = false;
+        let (key, id) = posted?;
+        if id.is_some() {
+            self.counters.posted_recvs += 1;
+            return Ok(Started::Pending(RecvRequest(key)));
+        }
+        if self.late_cma.back().is_some_and(|&(k, _)| k == key) {
+            return Ok(Started::Pending(RecvRequest(key)));
+        }
+        match self.requests.remove_if_done(key) {
+            Some(req) => {
+                let buf = match req.buf {
+                    ReqBuf::Owned(v) => v,
+                    ReqBuf::Caller => Vec::new(),
+                };
+                let result = match req.done {
+                    Some(d) => unbox(d),
+                    None => Err(Error::InvalidArgument("receive request not complete")),
+                };
+                Ok(Started::Done((result, buf)))
+            }
+            None => Err(Error::InvalidArgument("receive neither queued nor matched")),
+        }
+    }
+
+    /// The receive half of [`Endpoint::irecv_or_done`] that completes at
+    /// once, into the caller's `buf`: if a message that a receive for `spec`
+    /// posted now would match has already arrived, it is received into
+    /// `buf` (as [`Endpoint::recv`] does: a longer message fills `buf` and
+    /// says so in the status) and its status returned; otherwise
+    /// `Ok(None)`, and nothing was received or posted (arrivals may have
+    /// moved from the rings to the matcher's queues). A caller that then
+    /// wants the receive to wait calls [`Endpoint::irecv_or_done`] with a
+    /// buffer of its own.
+    ///
+    /// For an upper layer that unpacks a small message (a datatype receive)
+    /// from a buffer on its stack instead of a staging buffer it must keep
+    /// with the request. Unlike [`Endpoint::try_recv`] it neither posts the
+    /// deferred receives nor runs a progress pass: a miss costs one look at
+    /// the source's ring (and, with messages queued, one post and cancel
+    /// in the matcher), and deferral stays as it was. While an older
+    /// deferred receive is still waiting, nothing is taken (the matcher
+    /// matches nothing while any is deferred).
+    // Inlined: its result, returned through memory, was copied on in
+    // overlapping pieces that stalled store forwarding in the caller.
+    #[inline]
+    pub fn recv_now(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        if let Some(st) = self.recv_arrived(spec, buf)? {
+            return Ok(Some(st));
+        }
+        self.check_source(spec)?;
+        if !self.deferred.is_empty() {
+            self.take_deferred()?;
+            if !self.deferred.is_empty() {
+                return Ok(None);
+            }
+        }
+        if let Some(r) = self.drain_source(spec, buf)? {
+            return r.map(Some);
+        }
+        if self.matching.unexpected_len() == 0 && self.matching.parked_len() == 0 {
+            // Nothing queued could match (and what was in the ring that
+            // could went to the queue or was taken above).
+            return Ok(None);
+        }
+        // A queued message may match: the receive is posted against the
+        // queue (no pass), and withdrawn if it did not match at once.
+        let (key, id) = self.post(spec, ReqBuf::Caller, 0, false, (false, false), buf)?;
+        if let Some(done) = self.take_done(key) {
+            return done.map(Some);
+        }
+        if let Some(id) = id {
+            let _ = self.matching.cancel(id);
+        }
+        self.requests.remove(key);
+        Ok(None)
+    }
+
+    /// The arrived fast path of [`Endpoint::irecv_or_done`] (and of
+    /// [`Endpoint::recv_now`]): a receive whose message is already the next
+    /// header of its source's ring, in the one case where nothing can come
+    /// between them. If
+    /// - `spec` names one other rank, no deferred receive is waiting, the
+    ///   matcher holds nothing (posted, queued or parked) and the source is
+    ///   not under eager pressure, and
+    /// - the next header of that rank's ring is an inline, inline-ext or
+    ///   eager message (well formed, not synchronous) that `spec` matches,
+    ///   that fits `buf` whole, and that the model lets a receive take
+    ///   directly (the private `take_direct` check),
+    ///
+    /// the message is received into `buf[..len]` and its status returned.
+    /// This is what `irecv_or_done` would do in that case (its
+    /// `take_now`): same counters, same model accounting, same status.
+    /// Otherwise `Ok(None)` and nothing was taken; the caller goes on to
+    /// `irecv_or_done`, which decides every other case.
+    ///
+    /// It exists for its cost: no request, no staging, a small result, and
+    /// no large `Result` moved through memory (the general call costs about
+    /// twice its instructions for the same message; see the adi README).
+    #[inline(always)]
+    pub fn recv_arrived(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        if !self.deferred.is_empty() {
+            return Ok(None);
+        }
+        self.take_front(spec, buf)
+    }
+
+    /// [`Endpoint::recv_arrived`] for a consumer that reads the payload
+    /// where it lies instead of having it copied into a buffer: a datatype
+    /// receive that unpacks straight from the sender's eager block (one
+    /// copy less than receiving into a staging buffer and unpacking from
+    /// there).
+    ///
+    /// The same conditions as [`Endpoint::recv_arrived`], with `cap` for
+    /// the buffer's length, and one more: the message is an eager one (in
+    /// a block; inline messages are left to the copying calls). Then
+    /// `f` is called once with the whole payload (the message's `len`
+    /// bytes, at most `cap`), the block is released after it returns, and
+    /// the status is returned. Otherwise `Ok(None)`: nothing was taken and
+    /// `f` was not called.
+    ///
+    /// `f` reads memory the sender wrote and will reuse once the block is
+    /// released; it runs before that, and must not keep the slice.
+    pub fn recv_arrived_with(
+        &mut self,
+        spec: MatchSpec,
+        cap: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<Option<Status>> {
+        if !self.deferred.is_empty() {
+            return Ok(None);
+        }
+        let Some((s, h)) = self.eager_front(spec, cap)? else {
+            return Ok(None);
+        };
+        self.consume_front(s, &h, f).map(Some)
+    }
+
+    /// Takes eager message `h` from the front of `s`'s ring (checked and
+    /// counted by [`Endpoint::eager_front`]): `f` reads its payload where
+    /// it lies, then the block is released. Returns its status.
+    pub(super) fn consume_front(
+        &mut self,
+        s: u32,
+        h: &Header,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<Status> {
+        let seg = self.node.segment();
+        let me = seg.rank();
+        self.peers[s as usize].inbox.skip(seg.ring(s, me));
+        let len = h.nbytes as usize;
+        // Cannot fail: `eager_front` checked the block.
+        let src = eager_src(self.node.config().eager_bytes, h)? as usize;
+        // SAFETY: [src, src + len) is inside the sender's eager area
+        // (`eager_src` checked src + len <= area); the sender wrote it
+        // before publishing the header we acquired, and does not write it
+        // again before we raise the release flag below, after `f` has
+        // returned (the slice does not outlive this call).
+        let payload = unsafe { core::slice::from_raw_parts(seg.eager_ptr(s).add(src), len) };
+        if len <= IN_PLACE_PREFETCH_STREAM
+            || self.peers[s as usize].inbox.peek(seg.ring(s, me)).is_none()
+        {
+            prefetch::read_range(payload.as_ptr(), len);
+        }
+        f(payload);
+        eager_flag(seg, s, h.word).store(1, Ordering::Release);
+        self.counters.received += 1;
+        Ok(Status {
+            source: s,
+            tag: h.tag,
+            context: h.context,
+            len,
+            msg_len: len,
+            cancelled: false,
+        })
+    }
+
+    /// Whether a receive for `spec` could be taken at the front of its
+    /// source's ring when its message comes ([`Endpoint::recv_arrived`]'s
+    /// conditions that do not depend on the message): an exact source
+    /// other than this rank, no deferred receive waiting, the matcher
+    /// holding nothing, and the source not under eager pressure. While it
+    /// is `false`, waiting for [`Endpoint::recv_arrived_with`] to succeed
+    /// is pointless: take the general path.
+    pub fn front_open(&self, spec: MatchSpec) -> bool {
+        let Source::Rank(s) = spec.source else {
+            return false;
+        };
+        let seg = self.node.segment();
+        s != seg.rank()
+            && s < seg.size()
+            && self.deferred.is_empty()
+            && self.matcher_empty()
+            && !seg.eager_pressure(s)
+    }
+
+    /// Whether `req` has completed (runs one progress pass).
+    pub fn test(&mut self, req: &RecvRequest) -> Result<bool> {
+        self.unready();
+        if !self.is_done(req.0) {
+            self.progress_for(&mut [])?;
+        }
+        Ok(self.is_done(req.0))
+    }
+
+    /// Blocks until `req` completes; returns its status and buffer (a
+    /// truncated message fills it and says so in the status; a cancelled
+    /// receive returns it untouched with `status.cancelled`). On an error
+    /// (a dead peer) the buffer is dropped.
+    pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
+        let key = req.0;
+        self.unready();
+        self.undefer()?;
+        // Already complete (the common case when an upper layer collects
+        // what `take_completed` reported): one lookup, no progress.
+        if let Some(req) = self.requests.remove_if_done(key) {
+            return self.finish_wait(req);
+        }
+        let spec = match self.requests.get(key) {
+            Some(r) => r.spec,
+            None => return Err(Error::InvalidArgument("unknown receive request")),
+        };
+        let watch = self.check_source(spec)?;
+        let r = self.block(watch, |ep| {
+            if ep.is_done(key) {
+                return Ok((Some(()), 1));
+            }
+            let ev = ep.progress_for(&mut [])?;
+            if ev == 0 {
+                return Ok((None, 0));
+            }
+            Ok((ep.is_done(key).then_some(()), ev))
+        });
+        if let Err(e) = r {
+            if let Some(id) = self.recv_id(key) {
+                self.abandon(key, id, &mut []);
+            }
+            return Err(e);
+        }
+        let Some(req) = self.requests.remove(key) else {
+            return Err(Error::InvalidArgument("unknown receive request"));
+        };
+        self.finish_wait(req)
+    }
+
+    /// The result of a completed receive request removed by its waiter.
+    pub(super) fn finish_wait(&mut self, req: Req) -> Result<(Status, Vec<u8>)> {
+        self.unfeed(req.fed);
+        let buf = match req.buf {
+            ReqBuf::Owned(v) => v,
+            ReqBuf::Caller => Vec::new(),
+        };
+        match req.done {
+            Some(Ok(st)) => Ok((st, buf)),
+            Some(Err(e)) => Err(*e),
+            None => Err(Error::InvalidArgument("receive request not complete")),
+        }
+    }
+}

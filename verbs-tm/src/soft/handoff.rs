@@ -1,0 +1,120 @@
+//! Who runs the software device of [`super::Live`]: its owner or the
+//! helper thread.
+//!
+//! The owner runs the device in every `poll_cq` (that is where latency is
+//! made). When the owner stops polling (the application computes), frames
+//! still arrive: a peer's READ must be served and its FIN sent, or a
+//! rendezvous would wait for the computation to end. The helper thread
+//! does that, and only then:
+//!
+//! 1. it notes the owner's poll count ([`Handoff::epoch`]), then waits on its
+//!    wake-up descriptor for the idle time (`TMX_VERBS_HELPER_IDLE_US`);
+//! 2. if the owner polled meanwhile ([`Handoff::owner_active_since`]), it goes
+//!    back to 1: the owner runs the device;
+//! 3. otherwise it blocks in poll(2) on the sockets until one is ready (a
+//!    level-triggered readiness: a frame the owner did not take is seen
+//!    again), runs the device once under the device lock, and goes back
+//!    to 1.
+//!
+//! It never spins: step 1 sleeps for the idle time, step 3 blocks. Frames
+//! are never lost: readiness is level-triggered, so a frame that arrived
+//! after the owner's last poll keeps its socket ready until someone runs
+//! the device, and the helper does once the owner has been idle for one
+//! idle time. [`Handoff::stop`] ends the helper (finalize, drop).
+//!
+//! `tests/loom.rs` checks this protocol ([`helper_loop`] with a model of the
+//! sockets) and a variant that loses the wake-up (`helper_loop_edge`).
+
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+
+/// The owner/helper hand-off state. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct Handoff {
+    epoch: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// What the helper loop needs from its surroundings: the real sockets
+/// (`Live`) or a model (loom).
+pub trait HelperWorld {
+    /// Waits up to the idle time for a wake-up (or the stop).
+    fn wait_idle(&mut self);
+    /// Blocks until a socket is ready or a wake-up comes; `true` if a
+    /// socket is ready.
+    fn wait_ready(&mut self) -> bool;
+    /// Runs the device once, under its lock.
+    fn step(&mut self);
+}
+
+impl Handoff {
+    /// A fresh hand-off: no poll yet, not stopped.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The owner is about to run the device.
+    pub fn owner_enter(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// The owner's poll count, for [`Handoff::owner_active_since`].
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Whether the owner polled since the helper read `seen`.
+    pub fn owner_active_since(&self, seen: u64) -> bool {
+        self.epoch() != seen
+    }
+
+    /// Tells the helper to end.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Handoff::stop`] was called.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// The helper thread's loop (see the [module docs](self)); returns when
+/// stopped.
+pub fn helper_loop<W: HelperWorld>(h: &Handoff, w: &mut W) {
+    while !h.stopped() {
+        let seen = h.epoch();
+        w.wait_idle();
+        if h.stopped() {
+            break;
+        }
+        if h.owner_active_since(seen) {
+            continue;
+        }
+        if w.wait_ready() && !h.stopped() {
+            w.step();
+        }
+    }
+}
+
+/// A broken variant, for the loom negative control only: once it has seen
+/// the owner active it waits for a wake-up (that nobody sends) instead of
+/// looking at the sockets again, so a frame that arrives after the owner's
+/// last poll is never served.
+#[doc(hidden)]
+pub fn helper_loop_edge<W: HelperWorld>(h: &Handoff, w: &mut W) {
+    let mut deferred = false;
+    while !h.stopped() {
+        let seen = h.epoch();
+        w.wait_idle();
+        if h.stopped() {
+            break;
+        }
+        if deferred || h.owner_active_since(seen) {
+            deferred = true;
+            continue;
+        }
+        if w.wait_ready() && !h.stopped() {
+            w.step();
+        }
+    }
+}

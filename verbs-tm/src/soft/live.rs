@@ -1,0 +1,984 @@
+//! [`Live`]: the software device over TCP.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use tracing::{debug, info, warn};
+
+use super::handoff::{helper_loop, Handoff, HelperWorld};
+use super::nic::{Frame, Nic, NicStats};
+use super::wire::{self, Wire};
+use super::SoftConfig;
+use crate::config::var_size;
+use crate::verbs::{
+    errno, CqId, CqInitAttr, DeviceCaps, OpsWr, QpId, QpInitAttr, QpState, RecvWr, SendWr, SrqId,
+    SrqInitAttr, Wc,
+};
+use crate::{Error, Mr, Provider, Result};
+
+/// Settings of a [`Live`] device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveConfig {
+    /// The device's caps and activation rule.
+    pub soft: SoftConfig,
+    /// The job: connections from another job are refused.
+    pub job_id: u64,
+    /// This process's rank (in handshakes and messages).
+    pub rank: u32,
+    /// The address the listener binds (`TMX_VERBS_LISTEN`).
+    pub listen: SocketAddr,
+    /// How long the owner may go without polling before the helper thread
+    /// runs the device (`TMX_VERBS_HELPER_IDLE_US`).
+    pub helper_idle: Duration,
+    /// How long a QP may stay connecting (`TMX_VERBS_CONNECT_TIMEOUT_MS`).
+    pub connect_timeout: Duration,
+    /// Whether to start the helper thread (on by default).
+    pub helper: bool,
+}
+
+impl LiveConfig {
+    /// The defaults: [`SoftConfig::large`], listening on every address on
+    /// a free port, 1 ms idle time, 30 s connect timeout, with the helper.
+    pub const fn new(job_id: u64, rank: u32) -> Self {
+        LiveConfig {
+            soft: SoftConfig::large(),
+            job_id,
+            rank,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            helper_idle: Duration::from_micros(1000),
+            connect_timeout: Duration::from_secs(30),
+            helper: true,
+        }
+    }
+
+    /// [`LiveConfig::new`] with the `TMX_VERBS_*` environment variables.
+    pub fn from_env(job_id: u64, rank: u32) -> Result<Self> {
+        Self::from_lookup(job_id, rank, |k| std::env::var(k).ok())
+    }
+
+    /// [`LiveConfig::from_env`] with another source of variables.
+    pub fn from_lookup(
+        job_id: u64,
+        rank: u32,
+        look: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let mut c = Self::new(job_id, rank);
+        c.soft = SoftConfig::from_lookup(c.soft, &look)?;
+        if let Some(v) = look("TMX_VERBS_LISTEN") {
+            c.listen = v.trim().parse().map_err(|_| Error::Config {
+                var: "TMX_VERBS_LISTEN",
+                value: v,
+                reason: "expected IP:PORT",
+            })?;
+        }
+        if let Some(us) = var_size(&look, "TMX_VERBS_HELPER_IDLE_US", 1, 60_000_000)? {
+            c.helper_idle = Duration::from_micros(us);
+        }
+        if let Some(ms) = var_size(&look, "TMX_VERBS_CONNECT_TIMEOUT_MS", 1, 3_600_000)? {
+            c.connect_timeout = Duration::from_millis(ms);
+        }
+        Ok(c)
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Waiting for the peer's HELLO (acceptor) or HELLO_ACK (initiator).
+    Handshake {
+        deadline: Instant,
+    },
+    Bound,
+}
+
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    /// Received bytes are `rbuf[rpos..rend]`; `rbuf` stays allocated (and
+    /// zeroed once) so that a read needs no initialisation.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rend: usize,
+    out: VecDeque<Vec<u8>>,
+    out_off: usize,
+    qp: Option<QpId>,
+    phase: Phase,
+    /// An acceptor's parsed HELLO, waiting for `connect` of its QP.
+    hello: Option<(u32, u32, u32)>,
+    saw_close: bool,
+    dead: bool,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, deadline: Instant) -> Self {
+        Conn {
+            stream,
+            rbuf: Vec::new(),
+            rpos: 0,
+            rend: 0,
+            out: VecDeque::new(),
+            out_off: 0,
+            qp: None,
+            phase: Phase::Handshake { deadline },
+            hello: None,
+            saw_close: false,
+            dead: false,
+        }
+    }
+
+    fn push(&mut self, w: Wire) {
+        let (h, p) = wire::encode(w);
+        self.out.push_back(h);
+        if !p.is_empty() {
+            self.out.push_back(p);
+        }
+    }
+
+    /// Writes as much of the outbox as the socket takes.
+    fn flush(&mut self) -> std::io::Result<()> {
+        while let Some(front) = self.out.front() {
+            match (&self.stream).write(&front[self.out_off..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.out_off += n;
+                    if self.out_off == front.len() {
+                        self.out.pop_front();
+                        self.out_off = 0;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A QP that waits for its peer to connect.
+#[derive(Debug)]
+struct Expect {
+    qp: QpId,
+    remote_qpn: u32,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct Core {
+    nic: Nic,
+    cfg: LiveConfig,
+    listener: TcpListener,
+    addr: SocketAddr,
+    conns: Vec<Conn>,
+    /// Connections closed by us, kept (half closed, drained) until drop so
+    /// that the peer reads our CLOSE before any reset.
+    lingering: Vec<TcpStream>,
+    qp_conn: HashMap<u32, usize>,
+    pre_out: HashMap<u32, Vec<Wire>>,
+    expect: HashMap<u32, Expect>,
+    hold: HashMap<u32, VecDeque<Frame>>,
+    /// Bumped whenever the set of sockets changes.
+    gen: u64,
+}
+
+fn set_keepalive(s: &TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = setsockopt(s, sockopt::KeepAlive, &true);
+    let _ = setsockopt(s, sockopt::TcpKeepIdle, &1);
+    let _ = setsockopt(s, sockopt::TcpKeepInterval, &1);
+    let _ = setsockopt(s, sockopt::TcpKeepCount, &3);
+}
+
+fn prepare(s: &TcpStream) -> Result<()> {
+    s.set_nodelay(true)
+        .and_then(|()| s.set_nonblocking(true))
+        .map_err(|e| Error::io("socket setup", e))?;
+    set_keepalive(s);
+    Ok(())
+}
+
+/// The address this host is reached at when the listener binds every
+/// address: the source address of a route to a documentation address (no
+/// packet is sent), or loopback.
+fn outbound_ip() -> IpAddr {
+    UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_unspecified())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+const ADDR_MAGIC: &[u8; 4] = b"TMXL";
+
+fn encode_addr(addr: SocketAddr, job: u64, rank: u32, qpn: u32) -> Vec<u8> {
+    let mut a = ADDR_MAGIC.to_vec();
+    a.extend_from_slice(&job.to_le_bytes());
+    a.extend_from_slice(&rank.to_le_bytes());
+    a.extend_from_slice(&qpn.to_le_bytes());
+    a.extend_from_slice(addr.to_string().as_bytes());
+    a
+}
+
+fn decode_addr(b: &[u8]) -> Result<(SocketAddr, u64, u32, u32)> {
+    let bad = |why: &str| Error::BadAddress(format!("soft-live QP address: {why}"));
+    if b.len() < 20 || &b[..4] != ADDR_MAGIC {
+        return Err(bad("not a soft-live address"));
+    }
+    let mut j = [0u8; 8];
+    j.copy_from_slice(&b[4..12]);
+    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let addr = std::str::from_utf8(&b[20..])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("bad socket address"))?;
+    Ok((addr, u64::from_le_bytes(j), u32_at(12), u32_at(16)))
+}
+
+impl Core {
+    fn bump(&mut self) {
+        self.gen = self.gen.wrapping_add(1);
+    }
+
+    fn fail_conn(&mut self, c: usize, reason: String) {
+        let conn = &mut self.conns[c];
+        if conn.dead {
+            return;
+        }
+        conn.dead = true;
+        let closed = conn.saw_close;
+        if let Some(qp) = conn.qp {
+            if closed {
+                debug!(qp = qp.0, "verbs-tm soft-live: peer closed its QP");
+                self.nic.set_qp_state(qp, QpState::Closed);
+            } else {
+                warn!(qp = qp.0, %reason, "verbs-tm soft-live: connection lost");
+                self.nic.set_qp_state(qp, QpState::Error(reason));
+            }
+        }
+        self.bump();
+    }
+
+    /// Binds an accepted connection whose HELLO names a QP we expect.
+    fn try_bind(&mut self, c: usize) {
+        let Some((rank, src, dst)) = self.conns[c].hello else {
+            return;
+        };
+        let Some(e) = self.expect.get(&dst) else {
+            return;
+        };
+        if e.remote_qpn != src {
+            return;
+        }
+        let Some(e) = self.expect.remove(&dst) else {
+            return;
+        };
+        let (job, me) = (self.cfg.job_id, self.cfg.rank);
+        let conn = &mut self.conns[c];
+        conn.hello = None;
+        conn.qp = Some(e.qp);
+        conn.phase = Phase::Bound;
+        conn.push(Wire::HelloAck {
+            refused: 0,
+            job,
+            rank: me,
+            qpn: dst,
+        });
+        for w in self.pre_out.remove(&e.qp.0).unwrap_or_default() {
+            self.conns[c].push(w);
+        }
+        self.qp_conn.insert(e.qp.0, c);
+        self.nic.set_qp_state(e.qp, QpState::Ready);
+        debug!(
+            qp = e.qp.0,
+            peer = rank,
+            "verbs-tm soft-live: QP connected (accepted)"
+        );
+        self.bump();
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((s, from)) => {
+                    if prepare(&s).is_err() {
+                        continue;
+                    }
+                    debug!(%from, "verbs-tm soft-live: connection accepted");
+                    let deadline = Instant::now() + self.cfg.connect_timeout;
+                    self.conns.push(Conn::new(s, deadline));
+                    self.bump();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!(error = %e, "verbs-tm soft-live: accept failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Reads what a connection has and parses its frames.
+    fn read_conn(&mut self, c: usize) {
+        const CHUNK: usize = 256 << 10;
+        let mut eof = None;
+        loop {
+            let conn = &mut self.conns[c];
+            if conn.dead {
+                return;
+            }
+            if conn.rbuf.len() - conn.rend < CHUNK / 4 {
+                let want = conn.rend + CHUNK;
+                conn.rbuf.resize(want, 0);
+            }
+            let r = (&conn.stream).read(&mut conn.rbuf[conn.rend..]);
+            match r {
+                Ok(0) => {
+                    eof = Some(
+                        "connection closed by the peer without CLOSE (its process died?)"
+                            .to_string(),
+                    );
+                    break;
+                }
+                Ok(n) => {
+                    conn.rend += n;
+                    self.parse(c);
+                }
+                Err(e) => match e.kind() {
+                    ErrorKind::WouldBlock => break,
+                    ErrorKind::Interrupted => {}
+                    _ => {
+                        eof = Some(format!("connection failed: {e}"));
+                        break;
+                    }
+                },
+            }
+        }
+        self.parse(c);
+        if let Some(reason) = eof {
+            self.fail_conn(c, reason);
+        }
+    }
+
+    fn parse(&mut self, c: usize) {
+        loop {
+            let conn = &mut self.conns[c];
+            if conn.dead || conn.hello.is_some() {
+                break;
+            }
+            let avail = conn.rend - conn.rpos;
+            if avail < wire::HDR {
+                break;
+            }
+            let start = conn.rpos;
+            let plen = wire::payload_len(&conn.rbuf[start..]);
+            if plen > wire::MAX_PAYLOAD {
+                self.fail_conn(c, "protocol error: frame too large".into());
+                return;
+            }
+            if avail < wire::HDR + plen {
+                // Make room for the whole frame at once.
+                let need = wire::HDR + plen;
+                if conn.rbuf.len() - start < need {
+                    conn.rbuf.copy_within(start..conn.rend, 0);
+                    conn.rend -= start;
+                    conn.rpos = 0;
+                    if conn.rbuf.len() < need {
+                        conn.rbuf.resize(need, 0);
+                    }
+                }
+                break;
+            }
+            let w = wire::decode(&conn.rbuf[start..start + wire::HDR + plen]);
+            conn.rpos += wire::HDR + plen;
+            match w {
+                Ok(w) => self.on_wire(c, w),
+                Err(why) => {
+                    self.fail_conn(c, format!("protocol error: {why}"));
+                    return;
+                }
+            }
+        }
+        let conn = &mut self.conns[c];
+        if conn.rpos == conn.rend {
+            conn.rpos = 0;
+            conn.rend = 0;
+        }
+    }
+
+    fn on_wire(&mut self, c: usize, w: Wire) {
+        let (job, me) = (self.cfg.job_id, self.cfg.rank);
+        match (w, self.conns[c].qp) {
+            (Wire::Dev(f), Some(qp)) => self.hold.entry(qp.0).or_default().push_back(f),
+            (
+                Wire::Hello {
+                    job: j,
+                    rank,
+                    src_qpn,
+                    dst_qpn,
+                    version,
+                },
+                None,
+            ) => {
+                if j != job || version != wire::VERSION {
+                    let conn = &mut self.conns[c];
+                    conn.push(Wire::HelloAck {
+                        refused: 1,
+                        job,
+                        rank: me,
+                        qpn: dst_qpn,
+                    });
+                    let _ = conn.flush();
+                    self.fail_conn(
+                        c,
+                        format!("handshake from job {j:#x} version {version} refused"),
+                    );
+                    return;
+                }
+                self.conns[c].hello = Some((rank, src_qpn, dst_qpn));
+                self.try_bind(c);
+            }
+            (Wire::HelloAck { refused, qpn, .. }, Some(qp)) => {
+                if refused != 0 {
+                    self.fail_conn(
+                        c,
+                        format!("the peer refused the connection to its QP {qpn}"),
+                    );
+                } else {
+                    self.conns[c].phase = Phase::Bound;
+                    self.nic.set_qp_state(qp, QpState::Ready);
+                    debug!(qp = qp.0, "verbs-tm soft-live: QP connected");
+                }
+            }
+            (Wire::Close, _) => self.conns[c].saw_close = true,
+            (other, _) => {
+                let what = format!("protocol error: unexpected {other:?}");
+                self.fail_conn(c, what);
+            }
+        }
+    }
+
+    /// Moves the device's frames to their connections and writes.
+    fn route_and_flush(&mut self) {
+        while let Some((qp, f)) = self.nic.take_out() {
+            match self.qp_conn.get(&qp.0) {
+                Some(&c) if !self.conns[c].dead => self.conns[c].push(Wire::Dev(f)),
+                Some(_) => {}
+                None => self.pre_out.entry(qp.0).or_default().push(Wire::Dev(f)),
+            }
+        }
+        for c in 0..self.conns.len() {
+            if self.conns[c].dead || self.conns[c].out.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.conns[c].flush() {
+                self.fail_conn(c, format!("send failed: {e}"));
+            }
+        }
+    }
+
+    /// Runs the device once: accept, read, deliver, execute list
+    /// operations, complete data, send.
+    fn step(&mut self) {
+        self.accept();
+        for c in 0..self.conns.len() {
+            self.read_conn(c);
+        }
+        let mut qps: Vec<u32> = self
+            .hold
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        qps.sort_unstable();
+        for qp in qps {
+            while let Some(f) = self.hold.get_mut(&qp).and_then(VecDeque::pop_front) {
+                if let Err(back) = self.nic.receive(QpId(qp), f) {
+                    if let Some(q) = self.hold.get_mut(&qp) {
+                        q.push_front(back);
+                    }
+                    break;
+                }
+            }
+        }
+        for srq in self.nic.srqs_with_ops() {
+            self.nic.exec_ops(srq, usize::MAX);
+        }
+        self.nic.complete_data(usize::MAX);
+        self.route_and_flush();
+        for s in &self.lingering {
+            let mut sink = [0u8; 4096];
+            while matches!((&*s).read(&mut sink), Ok(n) if n > 0) {}
+        }
+        let now = Instant::now();
+        let late: Vec<u32> = self
+            .expect
+            .iter()
+            .filter(|(_, e)| e.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in late {
+            if let Some(e) = self.expect.remove(&k) {
+                self.nic.set_qp_state(
+                    e.qp,
+                    QpState::Error("connect timeout: the peer never connected".into()),
+                );
+            }
+        }
+        for c in 0..self.conns.len() {
+            if let Phase::Handshake { deadline } = self.conns[c].phase {
+                if deadline <= now && !self.conns[c].dead && self.conns[c].qp.is_some() {
+                    self.fail_conn(c, "connect timeout: no handshake answer".into());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    core: Mutex<Core>,
+    handoff: Handoff,
+    wake: UnixStream,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic under the lock (a bug) leaves a device in a consistent
+        // state between two steps: keep using it.
+        self.core
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn wake(&self) {
+        let _ = (&self.wake).write(&[1]);
+    }
+}
+
+/// The helper thread's view of the device.
+struct LiveWorld {
+    shared: Arc<Shared>,
+    wake: UnixStream,
+    idle: Duration,
+    gen: Option<u64>,
+    socks: Vec<(TcpStream, usize)>,
+    listener: Option<TcpListener>,
+}
+
+fn timeout(d: Option<Duration>) -> PollTimeout {
+    match d {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            PollTimeout::try_from(d.max(Duration::from_millis(1))).unwrap_or(PollTimeout::MAX)
+        }
+    }
+}
+
+impl LiveWorld {
+    fn drain_wake(&self) {
+        let mut b = [0u8; 64];
+        while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
+    }
+
+    fn refresh(&mut self) -> Vec<bool> {
+        let core = self.shared.lock();
+        if self.gen != Some(core.gen) {
+            self.gen = Some(core.gen);
+            self.listener = core.listener.try_clone().ok();
+            self.socks = core
+                .conns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !c.dead)
+                .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
+                .collect();
+        }
+        self.socks
+            .iter()
+            .map(|(_, i)| core.conns.get(*i).is_some_and(|c| !c.out.is_empty()))
+            .collect()
+    }
+}
+
+impl HelperWorld for LiveWorld {
+    fn wait_idle(&mut self) {
+        let mut fds = [PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        if let Ok(n) = poll(&mut fds, timeout(Some(self.idle))) {
+            if n > 0 {
+                self.drain_wake();
+            }
+        }
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let want_out = self.refresh();
+        let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        if let Some(l) = &self.listener {
+            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
+        }
+        for ((s, _), out) in self.socks.iter().zip(&want_out) {
+            let mut ev = PollFlags::POLLIN;
+            if *out {
+                ev |= PollFlags::POLLOUT;
+            }
+            fds.push(PollFd::new(s.as_fd(), ev));
+        }
+        // Wake once a second anyway: connect timeouts.
+        match poll(&mut fds, timeout(Some(Duration::from_secs(1)))) {
+            Ok(0) => true,
+            Ok(_) => {
+                let woken = fds[0].revents().is_some_and(|r| !r.is_empty());
+                if woken {
+                    self.drain_wake();
+                }
+                fds[1..]
+                    .iter()
+                    .any(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn step(&mut self) {
+        let mut core = self.shared.lock();
+        core.step();
+    }
+}
+
+/// The software device over TCP.
+///
+/// Each RC QP is one TCP connection carrying the frames of
+/// the wire (a 24-byte header, then a payload): SEND / SEND_IMM, READ_REQ / READ_RESP, and a handshake
+/// (`HELLO` with the job id, the rank and both QP numbers; `HELLO_ACK`)
+/// and an orderly `CLOSE`. Of the two ends of a QP pair, the one with the
+/// smaller `(address, QPN)` connects; the other accepts on its listener.
+/// Everything is nonblocking: sends that do not fit the socket wait in the
+/// connection's outbox.
+///
+/// The device runs in the owner's [`Provider::poll_cq`] (which never blocks:
+/// if the helper thread holds the device it returns no completion), and in
+/// the helper thread when the owner has been idle for
+/// `TMX_VERBS_HELPER_IDLE_US` (see [`super::Handoff`]).
+///
+/// While the owner computes, the helper thread serves READs and sends FINs;
+/// messages that arrive for the owner (FINs of its rendezvous sends,
+/// unexpected messages) wait in its untagged buffers (`TMX_VERBS_SRQ_WQES`)
+/// until it polls. Once they are all used, later frames on that connection
+/// wait for the owner as well (the RC rule: nothing overtakes a SEND the
+/// receiver has no buffer for).
+///
+/// A connection that ends without `CLOSE` (the peer's process died: its
+/// kernel closed the socket) or fails puts its QP in the error state at
+/// once; a host that goes silent is detected by TCP keepalive (probes after
+/// 1 s idle, 1 s apart, 3 of them).
+#[derive(Debug)]
+pub struct Live {
+    shared: Arc<Shared>,
+    helper: Option<JoinHandle<()>>,
+}
+
+impl Live {
+    /// Opens a device: binds the listener and starts the helper thread.
+    pub fn new(cfg: LiveConfig) -> Result<Self> {
+        let listener = TcpListener::bind(cfg.listen).map_err(|e| Error::io("listen", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("listen", e))?;
+        let local = listener.local_addr().map_err(|e| Error::io("listen", e))?;
+        let ip = if local.ip().is_unspecified() {
+            outbound_ip()
+        } else {
+            local.ip()
+        };
+        let addr = SocketAddr::new(ip, local.port());
+        let (wake_w, wake_r) = UnixStream::pair().map_err(|e| Error::io("wake-up pipe", e))?;
+        for s in [&wake_w, &wake_r] {
+            s.set_nonblocking(true)
+                .map_err(|e| Error::io("wake-up pipe", e))?;
+        }
+        let core = Core {
+            nic: Nic::new(cfg.soft),
+            cfg,
+            listener,
+            addr,
+            conns: Vec::new(),
+            lingering: Vec::new(),
+            qp_conn: HashMap::new(),
+            pre_out: HashMap::new(),
+            expect: HashMap::new(),
+            hold: HashMap::new(),
+            gen: 0,
+        };
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            handoff: Handoff::new(),
+            wake: wake_w,
+        });
+        let helper = if cfg.helper {
+            let mut world = LiveWorld {
+                shared: Arc::clone(&shared),
+                wake: wake_r,
+                idle: cfg.helper_idle,
+                gen: None,
+                socks: Vec::new(),
+                listener: None,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("tmx-verbs-helper-{}", cfg.rank))
+                .spawn(move || {
+                    let s = Arc::clone(&world.shared);
+                    helper_loop(&s.handoff, &mut world);
+                })
+                .map_err(|e| Error::io("helper thread", e))?;
+            Some(h)
+        } else {
+            None
+        };
+        info!(%addr, rank = cfg.rank, "verbs-tm soft-live: device open");
+        Ok(Live { shared, helper })
+    }
+
+    /// The address peers connect to.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.shared.lock().addr
+    }
+
+    /// Misuse recorded since the last call.
+    pub fn misuse(&self) -> Vec<String> {
+        self.shared.lock().nic.take_misuse()
+    }
+
+    /// Device counters.
+    pub fn stats(&self) -> NicStats {
+        self.shared.lock().nic.stats()
+    }
+
+    /// Bytes and frames written to the connections' outboxes and not yet
+    /// taken by the sockets.
+    pub fn unsent(&self) -> usize {
+        let core = self.shared.lock();
+        core.conns.iter().map(|c| c.out.len()).sum::<usize>()
+            + core.pre_out.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Runs the device once, as the owner (what `poll_cq` does first).
+    pub fn step(&self) {
+        self.shared.handoff.owner_enter();
+        self.shared.lock().step();
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Nic) -> T) -> T {
+        let mut core = self.shared.lock();
+        let r = f(&mut core.nic);
+        core.route_and_flush();
+        r
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.shared.handoff.stop();
+        self.shared.wake();
+        if let Some(h) = self.helper.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Provider for Live {
+    fn name(&self) -> &str {
+        "soft-live"
+    }
+
+    fn query_device(&self) -> Result<DeviceCaps> {
+        Ok(self.shared.lock().nic.caps())
+    }
+
+    fn create_cq(&mut self, attr: &CqInitAttr) -> Result<CqId> {
+        self.with(|n| n.create_cq(attr))
+    }
+
+    fn destroy_cq(&mut self, cq: CqId) -> Result<()> {
+        self.with(|n| n.destroy_cq(cq))
+    }
+
+    fn create_srq(&mut self, attr: &mut SrqInitAttr) -> Result<SrqId> {
+        self.with(|n| n.create_srq(attr))
+    }
+
+    fn destroy_srq(&mut self, srq: SrqId) -> Result<()> {
+        self.with(|n| n.destroy_srq(srq))
+    }
+
+    fn post_srq_ops(&mut self, srq: SrqId, wrs: &mut [OpsWr<'_>]) -> Result<()> {
+        self.with(|n| n.post_srq_ops(srq, wrs))
+    }
+
+    fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
+        self.with(|n| n.post_srq_recv(srq, wr))
+    }
+
+    fn create_qp(&mut self, attr: &QpInitAttr) -> Result<QpId> {
+        self.with(|n| n.create_qp(attr))
+    }
+
+    fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
+        let mut core = self.shared.lock();
+        if let Some(c) = core.qp_conn.remove(&qp.0) {
+            let conn = &mut core.conns[c];
+            if !conn.dead {
+                conn.push(Wire::Close);
+                // Best effort, bounded: the CLOSE should reach the peer.
+                let until = Instant::now() + Duration::from_secs(2);
+                while !conn.out.is_empty() && Instant::now() < until {
+                    if conn.flush().is_err() {
+                        break;
+                    }
+                    if !conn.out.is_empty() {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                conn.dead = true;
+                let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+                if let Ok(s) = conn.stream.try_clone() {
+                    core.lingering.push(s);
+                }
+            }
+            core.bump();
+        }
+        core.expect.retain(|_, e| e.qp != qp);
+        core.pre_out.remove(&qp.0);
+        core.hold.remove(&qp.0);
+        let r = core.nic.destroy_qp(qp);
+        drop(core);
+        self.shared.wake();
+        r
+    }
+
+    fn qp_num(&self, qp: QpId) -> Result<u32> {
+        self.shared.lock().nic.qp_num(qp)
+    }
+
+    fn local_address(&self, qp: QpId) -> Result<Vec<u8>> {
+        let core = self.shared.lock();
+        let qpn = core.nic.qp_num(qp)?;
+        Ok(encode_addr(core.addr, core.cfg.job_id, core.cfg.rank, qpn))
+    }
+
+    fn connect(&mut self, qp: QpId, remote: &[u8]) -> Result<()> {
+        let (raddr, job, rrank, rqpn) = decode_addr(remote)?;
+        let mut core = self.shared.lock();
+        if job != core.cfg.job_id {
+            return Err(Error::BadAddress(format!(
+                "address of job {job:#x}, this is job {:#x}",
+                core.cfg.job_id
+            )));
+        }
+        if core.nic.qp_state(qp) != QpState::Reset {
+            return Err(Error::verbs("ibv_modify_qp", errno::EINVAL));
+        }
+        let qpn = core.nic.qp_num(qp)?;
+        core.nic.set_qp_state(qp, QpState::Connecting);
+        let deadline = Instant::now() + core.cfg.connect_timeout;
+        let initiator = (core.addr.to_string(), qpn) < (raddr.to_string(), rqpn);
+        if initiator {
+            let t = core.cfg.connect_timeout.min(Duration::from_secs(10));
+            let s = match TcpStream::connect_timeout(&raddr, t) {
+                Ok(s) => s,
+                Err(e) => {
+                    let why = format!("cannot connect to {raddr}: {e}");
+                    core.nic.set_qp_state(qp, QpState::Error(why.clone()));
+                    return Err(Error::Io {
+                        what: "connect",
+                        message: why,
+                    });
+                }
+            };
+            prepare(&s)?;
+            let mut conn = Conn::new(s, deadline);
+            conn.qp = Some(qp);
+            conn.push(Wire::Hello {
+                job,
+                rank: core.cfg.rank,
+                src_qpn: qpn,
+                dst_qpn: rqpn,
+                version: wire::VERSION,
+            });
+            for w in core.pre_out.remove(&qp.0).unwrap_or_default() {
+                conn.push(w);
+            }
+            core.conns.push(conn);
+            let c = core.conns.len() - 1;
+            core.qp_conn.insert(qp.0, c);
+            core.bump();
+            debug!(qp = qp.0, peer = rrank, %raddr, "verbs-tm soft-live: connecting");
+        } else {
+            core.expect.insert(
+                qpn,
+                Expect {
+                    qp,
+                    remote_qpn: rqpn,
+                    deadline,
+                },
+            );
+            // The peer may have connected already.
+            for c in 0..core.conns.len() {
+                if core.conns[c].hello.is_some() {
+                    core.try_bind(c);
+                    core.parse(c);
+                }
+            }
+        }
+        core.route_and_flush();
+        drop(core);
+        self.shared.wake();
+        Ok(())
+    }
+
+    fn qp_state(&self, qp: QpId) -> QpState {
+        self.shared.lock().nic.qp_state(qp)
+    }
+
+    fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
+        self.with(|n| n.post_send(qp, wr))
+    }
+
+    fn reg_mr(&mut self, buf: Vec<u8>, access: u32) -> core::result::Result<Mr, (Error, Vec<u8>)> {
+        self.shared.lock().nic.reg_mr(buf, access)
+    }
+
+    fn dereg_mr(&mut self, mr: Mr) -> Result<Vec<u8>> {
+        self.shared.lock().nic.dereg_mr(mr)
+    }
+
+    fn mr_read(&self, mr: &Mr, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.shared.lock().nic.mr_read(mr, offset, dst)
+    }
+
+    fn mr_write(&mut self, mr: &Mr, offset: usize, src: &[u8]) -> Result<()> {
+        self.shared.lock().nic.mr_write(mr, offset, src)
+    }
+
+    fn poll_cq(&mut self, cq: CqId, out: &mut Vec<Wc>, max: usize) -> Result<usize> {
+        self.shared.handoff.owner_enter();
+        let mut core = match self.shared.core.try_lock() {
+            Ok(g) => g,
+            // The helper runs the device right now: nothing to report yet.
+            Err(TryLockError::WouldBlock) => return Ok(0),
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        core.step();
+        core.nic.poll_cq(cq, out, max)
+    }
+}

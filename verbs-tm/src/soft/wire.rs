@@ -1,0 +1,239 @@
+//! The framing of [`super::Live`]'s TCP connections.
+//!
+//! Every frame is a 24-byte header and a payload:
+//!
+//! ```text
+//!  0      1        4       8               16      20       24
+//!  +------+--------+-------+---------------+-------+--------+---------
+//!  | kind | zero   |   a   |       b       |   c   |  len   | payload
+//!  |  u8  | 3 bytes| u32   |      u64      |  u32  |  u32   | len bytes
+//!  +------+--------+-------+---------------+-------+--------+---------
+//! ```
+//!
+//! little-endian, with `a`, `b`, `c` by kind:
+//!
+//! | kind | a | b | c | payload |
+//! |---|---|---|---|---|
+//! | 1 `SEND` | 0 | 0 | 0 | the message |
+//! | 2 `SEND_IMM` | immediate | 0 | 0 | the message |
+//! | 3 `READ_REQ` | rkey | request id | length | address (8 bytes) |
+//! | 4 `READ_RESP` | `ibv_wc_status` | request id | 0 | the data |
+//! | 5 `HELLO` | magic `TMXV` | job id | rank | version, source QPN, destination QPN (3 × u32) |
+//! | 6 `HELLO_ACK` | 0 accepted, else refused | job id | rank | the acceptor's QPN (u32) |
+//! | 7 `CLOSE` | 0 | 0 | 0 | empty: an orderly close |
+
+use super::nic::Frame;
+use crate::verbs::WcStatus;
+
+pub(crate) const HDR: usize = 24;
+/// Largest payload accepted (a rendezvous READ is at most 4 GiB - 1 by the
+/// RVH; larger frames are refused as a protocol error).
+pub(crate) const MAX_PAYLOAD: usize = u32::MAX as usize;
+pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"TMXV");
+pub(crate) const VERSION: u32 = 1;
+
+const SEND: u8 = 1;
+const SEND_IMM: u8 = 2;
+const READ_REQ: u8 = 3;
+const READ_RESP: u8 = 4;
+const HELLO: u8 = 5;
+const HELLO_ACK: u8 = 6;
+const CLOSE: u8 = 7;
+
+/// A frame on a connection: a device frame or connection control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wire {
+    Dev(Frame),
+    Hello {
+        job: u64,
+        rank: u32,
+        src_qpn: u32,
+        dst_qpn: u32,
+        version: u32,
+    },
+    HelloAck {
+        refused: u32,
+        job: u64,
+        rank: u32,
+        qpn: u32,
+    },
+    Close,
+}
+
+fn header(kind: u8, a: u32, b: u64, c: u32, len: usize) -> [u8; HDR] {
+    let mut h = [0u8; HDR];
+    h[0] = kind;
+    h[4..8].copy_from_slice(&a.to_le_bytes());
+    h[8..16].copy_from_slice(&b.to_le_bytes());
+    h[16..20].copy_from_slice(&c.to_le_bytes());
+    h[20..24].copy_from_slice(&(len as u32).to_le_bytes());
+    h
+}
+
+/// Encodes a frame as a header and a payload (kept apart, so that a large
+/// payload is not copied again).
+pub(crate) fn encode(w: Wire) -> (Vec<u8>, Vec<u8>) {
+    let (h, p) = match w {
+        Wire::Dev(Frame::Send { imm, data }) => match imm {
+            Some(i) => (header(SEND_IMM, i, 0, 0, data.len()), data),
+            None => (header(SEND, 0, 0, 0, data.len()), data),
+        },
+        Wire::Dev(Frame::ReadReq { id, va, rkey, len }) => (
+            header(READ_REQ, rkey, id, len, 8),
+            va.to_le_bytes().to_vec(),
+        ),
+        Wire::Dev(Frame::ReadResp { id, status, data }) => {
+            (header(READ_RESP, status.0, id, 0, data.len()), data)
+        }
+        Wire::Hello {
+            job,
+            rank,
+            src_qpn,
+            dst_qpn,
+            version,
+        } => {
+            let mut p = version.to_le_bytes().to_vec();
+            p.extend_from_slice(&src_qpn.to_le_bytes());
+            p.extend_from_slice(&dst_qpn.to_le_bytes());
+            (header(HELLO, MAGIC, job, rank, p.len()), p)
+        }
+        Wire::HelloAck {
+            refused,
+            job,
+            rank,
+            qpn,
+        } => (
+            header(HELLO_ACK, refused, job, rank, 4),
+            qpn.to_le_bytes().to_vec(),
+        ),
+        Wire::Close => (header(CLOSE, 0, 0, 0, 0), Vec::new()),
+    };
+    (h.to_vec(), p)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// The payload length announced by a complete header.
+pub(crate) fn payload_len(hdr: &[u8]) -> usize {
+    u32_at(hdr, 20) as usize
+}
+
+/// Decodes one frame from `buf` (which holds at least the header and the
+/// payload it announces). `Err` names a protocol error.
+pub(crate) fn decode(buf: &[u8]) -> Result<Wire, &'static str> {
+    let (h, p) = buf.split_at(HDR);
+    let (a, b, c) = (u32_at(h, 4), u64_at(h, 8), u32_at(h, 16));
+    let p = &p[..payload_len(h)];
+    Ok(match h[0] {
+        SEND => Wire::Dev(Frame::Send {
+            imm: None,
+            data: p.to_vec(),
+        }),
+        SEND_IMM => Wire::Dev(Frame::Send {
+            imm: Some(a),
+            data: p.to_vec(),
+        }),
+        READ_REQ => {
+            if p.len() != 8 {
+                return Err("READ request of the wrong size");
+            }
+            Wire::Dev(Frame::ReadReq {
+                id: b,
+                va: u64_at(p, 0),
+                rkey: a,
+                len: c,
+            })
+        }
+        READ_RESP => Wire::Dev(Frame::ReadResp {
+            id: b,
+            status: WcStatus(a),
+            data: p.to_vec(),
+        }),
+        HELLO => {
+            if a != MAGIC || p.len() != 12 {
+                return Err("not a verbs-tm handshake");
+            }
+            Wire::Hello {
+                job: b,
+                rank: c,
+                version: u32_at(p, 0),
+                src_qpn: u32_at(p, 4),
+                dst_qpn: u32_at(p, 8),
+            }
+        }
+        HELLO_ACK => {
+            if p.len() != 4 {
+                return Err("handshake answer of the wrong size");
+            }
+            Wire::HelloAck {
+                refused: a,
+                job: b,
+                rank: c,
+                qpn: u32_at(p, 0),
+            }
+        }
+        CLOSE => Wire::Close,
+        _ => return Err("unknown frame kind"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let frames = [
+            Wire::Dev(Frame::Send {
+                imm: None,
+                data: vec![1, 2, 3],
+            }),
+            Wire::Dev(Frame::Send {
+                imm: Some(7),
+                data: vec![],
+            }),
+            Wire::Dev(Frame::ReadReq {
+                id: 9,
+                va: 1 << 40,
+                rkey: 3,
+                len: 100,
+            }),
+            Wire::Dev(Frame::ReadResp {
+                id: 9,
+                status: WcStatus::REM_ACCESS_ERR,
+                data: vec![5; 10],
+            }),
+            Wire::Hello {
+                job: 42,
+                rank: 3,
+                src_qpn: 1,
+                dst_qpn: 2,
+                version: VERSION,
+            },
+            Wire::HelloAck {
+                refused: 0,
+                job: 42,
+                rank: 1,
+                qpn: 5,
+            },
+            Wire::Close,
+        ];
+        for f in frames {
+            let (mut h, p) = encode(f.clone());
+            assert_eq!(payload_len(&h), p.len());
+            h.extend_from_slice(&p);
+            assert_eq!(decode(&h), Ok(f));
+        }
+        let mut bad = encode(Wire::Close).0;
+        bad[0] = 99;
+        assert!(decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,389 @@
+//! `soft::Live` over loopback: endpoints in one process, and between two
+//! processes (the binary is its own child, `TMX_VERBS_TEST_ROLE`): eager
+//! traffic, an 8 MiB rendezvous that completes while the sender computes
+//! without calling in (the helper thread serves the READ), and a peer
+//! killed with SIGKILL, reported as a typed error within a second.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use tm_proto::{MatchSpec, Source, Tag};
+use verbs_tm::soft::{Live, LiveConfig};
+use verbs_tm::{Endpoint, EndpointConfig, Error, Finished, RecvStart, SendMode, SendStart};
+
+const ROLE: &str = "TMX_VERBS_TEST_ROLE";
+const EIGHT_MIB: usize = 8 << 20;
+
+fn cfg() -> EndpointConfig {
+    EndpointConfig {
+        eager_max: 4096,
+        ..EndpointConfig::default()
+    }
+}
+
+fn live(job: u64, rank: u32) -> Endpoint<Live> {
+    let mut lc = LiveConfig::new(job, rank);
+    lc.listen = "127.0.0.1:0".parse().unwrap();
+    Endpoint::new(Live::new(lc).unwrap(), cfg(), rank, 2).unwrap()
+}
+
+fn spec(source: u32, tag: u32) -> MatchSpec {
+    MatchSpec {
+        context_id: 0,
+        source: Source::Rank(source),
+        tag: Tag::Value(tag),
+    }
+}
+
+fn data(seed: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as u8)
+        .collect()
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Progresses until request `id` finishes (at most `limit`).
+fn wait(ep: &mut Endpoint<Live>, id: u64, limit: Duration) -> Finished {
+    let until = Instant::now() + limit;
+    let mut done = Vec::new();
+    loop {
+        ep.progress().unwrap();
+        ep.take_completions(&mut done);
+        if let Some(i) = done.iter().position(|f| f.id == id) {
+            return done.swap_remove(i);
+        }
+        assert!(Instant::now() < until, "request {id} did not finish");
+        std::thread::yield_now();
+    }
+}
+
+fn recv(ep: &mut Endpoint<Live>, s: MatchSpec, cap: usize) -> Finished {
+    match ep.irecv(s, vec![0; cap]).unwrap() {
+        RecvStart::Done(result, buf) => Finished {
+            id: 0,
+            send: false,
+            result,
+            buf,
+        },
+        RecvStart::Pending(id) => wait(ep, id, Duration::from_secs(60)),
+    }
+}
+
+fn send(ep: &mut Endpoint<Live>, dest: u32, tag: u32, d: Vec<u8>, mode: SendMode) {
+    if let SendStart::Pending(id) = ep.isend(dest, tag, 0, d, mode).unwrap() {
+        let f = wait(ep, id, Duration::from_secs(60));
+        f.result.unwrap();
+    }
+}
+
+fn connect_pair(a: &mut Endpoint<Live>, b: &mut Endpoint<Live>) {
+    let ba = a.address([1]).unwrap();
+    let bb = b.address([0]).unwrap();
+    a.connect(1, &bb).unwrap();
+    b.connect(0, &ba).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !(a.is_connected(1) && b.is_connected(0)) {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(Instant::now() < until, "handshake did not finish");
+    }
+}
+
+// ------------------------------------------------------------ in process
+
+fn in_process_pair() {
+    let job = u64::from(std::process::id()) << 8;
+    let mut a = live(job, 0);
+    let mut b = live(job, 1);
+    connect_pair(&mut a, &mut b);
+    let thread = std::thread::spawn(move || {
+        for (i, len) in [0usize, 5, 4096, 4097, 300_000].into_iter().enumerate() {
+            let f = recv(&mut b, spec(0, i as u32), len);
+            let st = f.result.unwrap();
+            assert_eq!(st.len, len);
+            assert_eq!(f.buf, data(i as u32, len));
+        }
+        let f = recv(&mut b, spec(0, 99), 16);
+        assert_eq!(f.result.unwrap().len, 0);
+        b.finalize().unwrap()
+    });
+    for (i, len) in [0usize, 5, 4096, 4097, 300_000].into_iter().enumerate() {
+        send(&mut a, 1, i as u32, data(i as u32, len), SendMode::Standard);
+    }
+    send(&mut a, 1, 99, Vec::new(), SendMode::Synchronous);
+    let cb = thread.join().unwrap();
+    assert!(cb.device_receives + cb.sw_reads + cb.offload.sw_matches >= 6);
+    let ca = a.finalize().unwrap();
+    assert_eq!(ca.rndv_sends, 3, "4097 B, 300 KB and the synchronous send");
+}
+
+// ------------------------------------------------------------ two processes
+
+struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: std::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Peer {
+    fn start(role: &str, job: u64) -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(ROLE, role)
+            .env("TMX_TEST_JOB", job.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Peer {
+            child,
+            stdin: Some(stdin),
+            lines,
+        }
+    }
+
+    fn line(&mut self) -> String {
+        self.lines.next().expect("the child ended").unwrap()
+    }
+
+    fn say(&mut self, s: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{s}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Exchanges endpoint addresses with the child and connects.
+    fn connect(&mut self, ep: &mut Endpoint<Live>) {
+        let mine = ep.address([1]).unwrap();
+        let theirs = self.line();
+        let theirs = hex_decode(theirs.strip_prefix("ADDR ").unwrap());
+        self.say(&format!("ADDR {}", hex(&mine)));
+        ep.connect(1, &theirs).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while !ep.is_connected(1) {
+            ep.progress().unwrap();
+            assert!(Instant::now() < until, "no handshake with the child");
+        }
+    }
+
+    fn finish(mut self) {
+        self.stdin = None;
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "child: {status}");
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn job_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    (u64::from(std::process::id()) << 16) | N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn eager_between_processes() {
+    let job = job_id();
+    let mut peer = Peer::start("echo", job);
+    let mut ep = live(job, 0);
+    peer.connect(&mut ep);
+    for i in 0..200u32 {
+        let len = (i as usize * 37) % 4000;
+        send(&mut ep, 1, i, data(i, len), SendMode::Standard);
+        let f = recv(&mut ep, spec(1, i), 4096);
+        assert_eq!(f.buf[..f.result.unwrap().len], data(i, len)[..], "echo {i}");
+    }
+    assert_eq!(peer.line(), "DONE");
+    ep.finalize().unwrap();
+    peer.finish();
+}
+
+fn rendezvous_while_the_sender_computes() {
+    let job = job_id();
+    let mut peer = Peer::start("rndv_recv", job);
+    let mut ep = live(job, 0);
+    peer.connect(&mut ep);
+    let payload = data(8, EIGHT_MIB);
+    let sum = checksum(&payload);
+    let SendStart::Pending(id) = ep.isend(1, 8, 0, payload, SendMode::Standard).unwrap() else {
+        panic!("8 MiB goes by rendezvous");
+    };
+    // The sender computes: it never calls into the endpoint until the
+    // receiver says it has every byte. The helper thread serves the READ.
+    peer.say("GO");
+    let got = peer.line();
+    assert_eq!(got, format!("GOT {sum:016x}"), "the receiver's checksum");
+    // Now the FIN completes the send.
+    let f = wait(&mut ep, id, Duration::from_secs(10));
+    assert_eq!(f.buf.len(), EIGHT_MIB);
+    f.result.unwrap();
+    ep.finalize().unwrap();
+    peer.finish();
+}
+
+fn killed_peer_is_reported() {
+    let job = job_id();
+    let mut peer = Peer::start("sleep", job);
+    let mut ep = live(job, 0);
+    peer.connect(&mut ep);
+    // A rendezvous the child will never read, then the child dies.
+    let SendStart::Pending(id) = ep
+        .isend(1, 1, 0, data(1, 100_000), SendMode::Standard)
+        .unwrap()
+    else {
+        panic!("rendezvous");
+    };
+    assert_eq!(peer.line(), "READY");
+    ep.progress().unwrap();
+    assert!(ep.check_alive(Some(1)).is_ok());
+    peer.child.kill().unwrap();
+    peer.child.wait().unwrap();
+    let t = Instant::now();
+    let err = loop {
+        ep.progress().unwrap();
+        if let Err(e) = ep.check_alive(Some(1)) {
+            break e;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "death not seen within a second"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(matches!(err, Error::PeerDied { peer: 1, .. }), "{err:?}");
+    let mut done = Vec::new();
+    ep.take_completions(&mut done);
+    let f = done
+        .iter()
+        .find(|f| f.id == id)
+        .expect("the pending send is failed");
+    assert!(matches!(f.result, Err(Error::PeerDied { .. })));
+    assert_eq!(f.buf.len(), 100_000, "the data comes back");
+    assert!(matches!(
+        ep.isend(1, 2, 0, vec![1], SendMode::Standard),
+        Err(Error::PeerDied { .. })
+    ));
+}
+
+// ------------------------------------------------------------ child roles
+
+fn child(role: &str) {
+    let job: u64 = std::env::var("TMX_TEST_JOB").unwrap().parse().unwrap();
+    let mut ep = live(job, 1);
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mine = ep.address([0]).unwrap();
+    println!("ADDR {}", hex(&mine));
+    let theirs = lines.next().unwrap().unwrap();
+    ep.connect(0, &hex_decode(theirs.strip_prefix("ADDR ").unwrap()))
+        .unwrap();
+    while !ep.is_connected(0) {
+        ep.progress().unwrap();
+    }
+    match role {
+        "echo" => {
+            for i in 0..200u32 {
+                let f = recv(&mut ep, spec(0, i), 4096);
+                let n = f.result.unwrap().len;
+                send(&mut ep, 0, i, f.buf[..n].to_vec(), SendMode::Standard);
+            }
+            println!("DONE");
+        }
+        "rndv_recv" => {
+            let r = match ep.irecv(spec(0, 8), vec![0; EIGHT_MIB]).unwrap() {
+                RecvStart::Pending(id) => id,
+                RecvStart::Done(..) => panic!("not here yet"),
+            };
+            assert_eq!(lines.next().unwrap().unwrap(), "GO");
+            let f = wait(&mut ep, r, Duration::from_secs(60));
+            assert_eq!(f.result.unwrap().len, EIGHT_MIB);
+            println!("GOT {:016x}", checksum(&f.buf));
+        }
+        "sleep" => {
+            ep.progress().unwrap();
+            println!("READY");
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        other => panic!("unknown role {other}"),
+    }
+    let _ = std::io::stdout().flush();
+    // Stay until the parent is done with us (it closes stdin).
+    for _ in lines {}
+    ep.finalize().unwrap();
+}
+
+fn main() -> ExitCode {
+    if let Ok(role) = std::env::var(ROLE) {
+        child(&role);
+        return ExitCode::SUCCESS;
+    }
+    let tests: &[(&str, fn())] = &[
+        ("in_process_pair", in_process_pair),
+        ("eager_between_processes", eager_between_processes),
+        (
+            "rendezvous_while_the_sender_computes",
+            rendezvous_while_the_sender_computes,
+        ),
+        ("killed_peer_is_reported", killed_peer_is_reported),
+    ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // libtest semantics: `--ignored` runs only ignored tests (none here).
+    let only_ignored = args.iter().any(|a| a == "--ignored");
+    let filter: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
+    println!("\nrunning {} tests", tests.len());
+    let (mut passed, mut failed, mut filtered) = (0, 0, 0);
+    for (name, f) in tests {
+        if only_ignored || (!filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())))
+        {
+            filtered += 1;
+            continue;
+        }
+        let t = Instant::now();
+        let ok = std::panic::catch_unwind(f).is_ok();
+        println!(
+            "test {name} ... {} ({:.1?})",
+            if ok { "ok" } else { "FAILED" },
+            t.elapsed()
+        );
+        if ok {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out\n",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

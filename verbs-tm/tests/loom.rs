@@ -1,0 +1,155 @@
+#![cfg(tmx_verbs_loom)]
+//! Loom models of `soft::Live`'s owner / helper-thread hand-off
+//! (`verbs_tm::soft::handoff`): the real `Handoff` and `helper_loop`, with
+//! the sockets modelled as a queue of frames (level-triggered: a frame not
+//! taken keeps its socket ready) and the device as a mutex the owner only
+//! `try_lock`s, as `Live::poll_cq` does.
+//!
+//! Run: `RUSTFLAGS="--cfg tmx_verbs_loom" LOOM_MAX_PREEMPTIONS=2 \
+//!       cargo test -p verbs-tm --test loom --release`
+//!
+//! - `frames_are_served_once_after_the_owner_stops`: a peer sends two frames
+//!   while the owner polls once and then computes (never calls in again);
+//!   every frame is run through the device exactly once, in order, by the
+//!   owner or the helper, and the helper stops when told.
+//! - `owner_polling_throughout_also_serves_everything`: the same with an
+//!   owner that keeps polling until it has seen both frames.
+//! - Negative control `edge_triggered_helper_is_rejected`: a helper that,
+//!   once it has seen the owner active, waits for a wake-up nobody sends
+//!   (`helper_loop_edge`) leaves a frame that arrives after the owner's last
+//!   poll unserved; loom must find that execution (the owner waits for a
+//!   frame nobody will run while the helper loops idle: loom reports a
+//!   run that never ends, "exceeded maximum number of branches", which
+//!   the two models above, with the same threads and waits, never hit).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::VecDeque;
+
+use loom::sync::{Arc, Condvar, Mutex};
+use loom::thread;
+use verbs_tm::soft::handoff::{helper_loop, helper_loop_edge, Handoff, HelperWorld};
+
+struct Model {
+    /// Frames the kernel holds for us; `ready` is poll(2)'s readiness.
+    wire: Mutex<VecDeque<u32>>,
+    ready: Condvar,
+    /// The device: the frames it has run, in order; `ran` wakes the owner
+    /// waiting for its results.
+    device: Mutex<Vec<u32>>,
+    ran: Condvar,
+    handoff: Handoff,
+}
+
+impl Model {
+    fn new() -> Arc<Self> {
+        Arc::new(Model {
+            wire: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            device: Mutex::new(Vec::new()),
+            ran: Condvar::new(),
+            handoff: Handoff::new(),
+        })
+    }
+
+    /// One run of the device, with its lock held: takes what the sockets have.
+    fn run(&self, device: &mut Vec<u32>) {
+        let mut w = self.wire.lock().unwrap();
+        device.extend(w.drain(..));
+        self.ran.notify_all();
+    }
+
+    /// `Live::poll_cq`: note the poll, then run the device unless the helper
+    /// has it.
+    fn owner_poll(&self) {
+        self.handoff.owner_enter();
+        if let Ok(mut d) = self.device.try_lock() {
+            self.run(&mut d);
+        }
+    }
+
+    /// `Drop for Live`: stop, and the wake-up byte.
+    fn stop(&self) {
+        self.handoff.stop();
+        let _w = self.wire.lock().unwrap();
+        self.ready.notify_all();
+    }
+}
+
+struct World(Arc<Model>);
+
+impl HelperWorld for World {
+    /// The idle wait: its time passes.
+    fn wait_idle(&mut self) {
+        thread::yield_now();
+    }
+
+    /// poll(2) on the sockets and the wake-up descriptor.
+    fn wait_ready(&mut self) -> bool {
+        let mut w = self.0.wire.lock().unwrap();
+        while w.is_empty() && !self.0.handoff.stopped() {
+            w = self.0.ready.wait(w).unwrap();
+        }
+        !w.is_empty()
+    }
+
+    fn step(&mut self) {
+        let mut d = self.0.device.lock().unwrap();
+        self.0.run(&mut d);
+    }
+}
+
+fn scenario(edge: bool, owner_polls: usize) {
+    let m = Model::new();
+    let peer = {
+        let m = Arc::clone(&m);
+        thread::spawn(move || {
+            for f in [1, 2] {
+                m.wire.lock().unwrap().push_back(f);
+                m.ready.notify_all();
+            }
+        })
+    };
+    let helper = {
+        let m = Arc::clone(&m);
+        thread::spawn(move || {
+            let mut w = World(Arc::clone(&m));
+            if edge {
+                helper_loop_edge(&m.handoff, &mut w);
+            } else {
+                helper_loop(&m.handoff, &mut w);
+            }
+        })
+    };
+    // The owner polls a few times, then computes: it only waits for the
+    // device's results (as a user waits on a request it does not progress).
+    for _ in 0..owner_polls {
+        m.owner_poll();
+    }
+    {
+        let mut d = m.device.lock().unwrap();
+        while d.len() < 2 {
+            d = m.ran.wait(d).unwrap();
+        }
+        assert_eq!(*d, vec![1, 2], "each frame once, in order");
+    }
+    peer.join().unwrap();
+    m.stop();
+    helper.join().unwrap();
+}
+
+#[test]
+fn frames_are_served_once_after_the_owner_stops() {
+    loom::model(|| scenario(false, 1));
+}
+
+#[test]
+fn owner_polling_throughout_also_serves_everything() {
+    loom::model(|| scenario(false, 3));
+}
+
+#[test]
+#[should_panic(expected = "maximum number of branches")]
+fn edge_triggered_helper_is_rejected() {
+    loom::model(|| scenario(true, 1));
+}
