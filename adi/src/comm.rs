@@ -78,7 +78,7 @@ impl From<i32> for Tag {
 #[derive(Debug)]
 #[must_use = "a matched message must be received with mrecv/imrecv"]
 pub struct Message {
-    inner: Option<shmem_onesided::Message>,
+    inner: Option<crate::transport::Matched>,
     status: Status,
     /// The group of the communicator it was probed on: `MPI_Mrecv` takes no
     /// communicator, so the status's source is translated with this one
@@ -135,17 +135,17 @@ pub struct Comm {
 
 /// Largest packed size that [`Comm::send_packed_now`] packs straight into
 /// the transport; larger data is packed into a staging buffer first, which
-/// the transport then copies (or, above `TMX_SHMEM_CMA_THRESHOLD`, the
-/// receiver reads by CMA).
+/// the transport then copies (or, above the CMA threshold,
+/// `TMX_SHMEM_TUNE=cma_threshold`, the receiver reads by CMA).
 ///
-/// 1 KiB until session 23: packing writes an eager block's lines 8 bytes
-/// at a time, and each line, last read by the receiver's core, is fetched
-/// back before it is written, where the copy of a packed buffer writes
-/// whole lines. Since the endpoint asks for a lone block's lines before
-/// the pack (`send_now_with`), packing straight into blocks of up to
-/// 8 KiB (the default CMA threshold, above which the endpoint refuses)
-/// measured 1.04–1.15× the bandwidth and 1.04–1.10× the latency of the
-/// staging copy from 2 to 8 KiB. See the README's "Speed".
+/// Packing writes an eager block's lines 8 bytes at a time, and each
+/// line, last read by the receiver's core, is fetched back before it is
+/// written, where the copy of a packed buffer writes whole lines; the
+/// endpoint asks for a lone block's lines before the pack
+/// (`send_now_with`), and packing straight into blocks of up to 8 KiB
+/// (the default CMA threshold, above which the endpoint refuses) measured
+/// 1.04–1.15× the bandwidth and 1.04–1.10× the latency of the staging
+/// copy from 2 to 8 KiB.
 const PACK_DIRECT_MAX: usize = 8192;
 
 /// Largest packed size that a datatype receive takes into a buffer on the
@@ -271,7 +271,7 @@ impl Comm {
                     rank: r,
                     size: self.size(),
                 })?;
-                tm_proto::Source::Rank(self.dev().local_of(world)?)
+                tm_proto::Source::Rank(world)
             }
         };
         Ok(Some(tm_proto::MatchSpec {
@@ -331,10 +331,7 @@ impl Comm {
         let dev = self.dev();
         // A small standard send completes inline at once (see
         // `isend_into`, and the README's "Stores per message").
-        if mode == Mode::Standard
-            && buf.len() <= dev.inline_send_max
-            && dev.send_inline_now(world, tag, ctx, &buf)
-        {
+        if mode == Mode::Standard && dev.send_small_now(world, tag, ctx, &buf) {
             let status = Status::new(ANY_SOURCE, ANY_TAG, buf.len());
             return Ok(Request::ready_with_buffer(status, buf));
         }
@@ -422,8 +419,7 @@ impl Comm {
         // more stores (saved registers, spills), each a store-buffer entry
         // waiting behind the previous message's ring slot (README, "Stores
         // per message").
-        if buf.len() <= dev.inline_send_max && dev.send_inline_now(world, tag, self.inner.ctx, &buf)
-        {
+        if dev.send_small_now(world, tag, self.inner.ctx, &buf) {
             let len = buf.len();
             req.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf);
             return Ok(());

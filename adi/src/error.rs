@@ -45,7 +45,9 @@
 //! (`MPI_ERR_BUFFER`), [`Error::BsendBufferFull`] (`MPI_ERR_BUFFER`),
 //! [`Error::InvalidRequest`] (`MPI_ERR_REQUEST`); a truncated receive is
 //! [`Error::RecvTruncated`] (`MPI_ERR_TRUNCATE`). A call the thread level
-//! refuses is [`Error::ThreadLevel`] (`MPI_ERR_OTHER`).
+//! refuses is [`Error::ThreadLevel`] (`MPI_ERR_OTHER`). A peer of the remote
+//! transport that died is [`Error::PeerDied`] (`MPI_ERR_OTHER`, as the
+//! node-local transport's `PeerDied`).
 
 use crate::request::Status;
 
@@ -502,8 +504,10 @@ pub enum Error {
         /// `"not initialized"` or `"finalized"`.
         what: &'static str,
     },
-    /// A peer is on another node and no inter-node transport exists yet
-    /// (`verbs-tm` comes in a later release).
+    /// A peer is on another node and no remote transport is configured
+    /// (the inter-node transport, `verbs-tm`, comes in a later release; the
+    /// socket test double stands in for it on one host when
+    /// `TMX_ADI_TEST_NODES` is set).
     #[error("rank {rank} is on node {node} but this rank is on node {my_node}: no inter-node transport is available yet (verbs-tm); run every rank on one host")]
     NoInterNodeTransport {
         /// The remote rank (in `MPI_COMM_WORLD`).
@@ -512,6 +516,16 @@ pub enum Error {
         node: usize,
         /// This rank's node.
         my_node: usize,
+    },
+    /// A peer reached through the remote transport died (its connection
+    /// closed without a goodbye, or failed): the operations that wait for
+    /// it fail with this instead of hanging.
+    #[error("rank {rank} died: {detail}")]
+    PeerDied {
+        /// The dead rank (in `MPI_COMM_WORLD`).
+        rank: u32,
+        /// What the transport saw.
+        detail: String,
     },
     /// The intra-node transport failed; `class` is chosen by
     /// [`shmem_class`], `detail` is its message.
@@ -760,6 +774,7 @@ impl Error {
             Error::NotInitialized { .. }
             | Error::ThreadLevel { .. }
             | Error::NoInterNodeTransport { .. }
+            | Error::PeerDied { .. }
             | Error::Launcher { .. }
             | Error::ContextExhausted { .. }
             | Error::Config { .. } => ErrorClass::Other,
@@ -864,6 +879,16 @@ mod tests {
         assert_eq!(decode_err.class(), ErrorClass::Other);
         let layout_err: Error = TagLayout::new(1, 1, 1).unwrap_err().into();
         assert_eq!(layout_err.class(), ErrorClass::Intern);
+    }
+
+    #[test]
+    fn a_dead_remote_peer_is_other() {
+        let e = Error::PeerDied {
+            rank: 3,
+            detail: "connection closed".into(),
+        };
+        assert_eq!(e.class(), ErrorClass::Other);
+        assert_eq!(e.to_string(), "rank 3 died: connection closed");
     }
 
     #[test]

@@ -451,7 +451,7 @@ impl Comm {
         // The node's lowest world rank among the members names it.
         let color = (0..self.size())
             .filter_map(|r| self.world_rank_of(r))
-            .filter(|w| dev.local_of(*w).is_ok())
+            .filter(|w| dev.node_index_of(*w).is_ok())
             .min()
             .unwrap_or(self.world_rank());
         self.split(color as i32, key)?

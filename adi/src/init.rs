@@ -6,9 +6,12 @@
 //!    Hydra (`PMI_FD`, `PMI_PORT`) or Slurm; a singleton (rank 0 of 1)
 //!    without any PMI environment.
 //! 2. Transport choice per peer ([`crate::device::routes`]): this rank →
-//!    local copy, same node → `shmem-onesided`, another node → an error for
-//!    now ([`Error::NoInterNodeTransport`]), before any shared memory is
-//!    touched.
+//!    local copy, same node → `shmem-onesided`, another node → the remote
+//!    transport if one is configured (the socket test double with
+//!    `TMX_ADI_TEST_NODES`, which also splits the job into fake nodes; see
+//!    [`crate::ENV_TEST_NODES`]), otherwise an error
+//!    ([`Error::NoInterNodeTransport`]), before any shared memory is
+//!    touched. The remote transport starts listening.
 //! 3. Address exchange: every rank publishes `adi-<rank>` =
 //!    `<host>,<pid>,<segment>` in the PMI key-value space, and after a PMI
 //!    barrier checks that every peer the layout puts on its node reports
@@ -19,10 +22,11 @@
 //!    ([`shmem_onesided::Segment::reserve`]: `O_EXCL`, mode 0600, a fresh
 //!    random name if the job's own is taken); the other local ranks open
 //!    that name and check its owner and mode before mapping it.
-//! 4. `shmem_onesided::Node::init_at(place, local_rank, local_size,
-//!    Config::from_env()?)` and an `Endpoint` over it (the node segment's
-//!    attach is the intra-node address exchange: ring and heap offsets are
-//!    symmetric).
+//! 4. The node-local transport: `shmem_onesided::Node::init_at(place,
+//!    local_rank, local_size, Config::from_env()?)` and an `Endpoint` over
+//!    it (the node segment's attach is the intra-node address exchange:
+//!    ring and heap offsets are symmetric); then the remote transport
+//!    connects to the other nodes' ranks.
 //!
 //! [`finalize`] completes every outstanding send (including freed requests
 //! and buffered sends), cancels receives still posted (an erroneous program,
@@ -32,10 +36,11 @@
 //! says goodbye to the PMI server.
 
 use crate::comm::{Comm, CommInner};
-use crate::device::{routes, Device, Group};
+use crate::device::{fake_nodes, internal_context, route::routes_with, Device, Group};
+use crate::transport::{double, DoubleTransport, Remote, ShmemTransport};
 use crate::{Error, ThreadLevel};
 use launcher::Pmi;
-use shmem_onesided::{Config, Endpoint, Node, Place, Segment};
+use shmem_onesided::{Config, Place, Segment};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -94,6 +99,25 @@ pub(crate) fn peer_died(local: u32, pid: u32) {
     std::process::exit(launcher::run::EXIT_PEER_DIED)
 }
 
+/// [`peer_died`] for a peer of the remote transport (world rank `rank`;
+/// `detail`: what the transport saw).
+pub(crate) fn remote_peer_died(rank: u32, detail: &str) {
+    if ON_PEER_DEATH.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let me = DEVICE
+        .try_lock()
+        .ok()
+        .and_then(|g| g.as_ref().map(|d| format!("rank {}", d.world_rank)))
+        .unwrap_or_else(|| "this rank".to_string());
+    eprintln!(
+        "tmx: {me}: rank {rank} died before finalize ({detail}); exiting with status {} \
+         (a peer died)",
+        launcher::run::EXIT_PEER_DIED
+    );
+    std::process::exit(launcher::run::EXIT_PEER_DIED)
+}
+
 fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
@@ -146,8 +170,14 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
     let mut pmi = Pmi::init()?;
     let rank = pmi.rank();
     let size = pmi.size();
-    let layout = pmi.layout().clone();
-    let routes = match routes(&layout, size) {
+    // The test double's fake nodes (`TMX_ADI_TEST_NODES`) replace the
+    // launcher's layout.
+    let test_nodes = double::test_nodes_from_env()?;
+    let layout = match test_nodes {
+        Some(n) => fake_nodes(rank, size, n)?,
+        None => pmi.layout().clone(),
+    };
+    let routes = match routes_with(&layout, size, test_nodes.is_some()) {
         Ok(r) => r,
         Err(e) => {
             tracing::info!(error = %e, "no transport for some peer");
@@ -160,10 +190,28 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
     let local_rank = layout.local_rank() as u32;
     let local_size = local_ranks.len() as u32;
     let job_id = pmi.job_id().to_string();
+    let remote_ranks: Vec<u32> = (0..size)
+        .filter(|&r| !layout.is_local(r) && r != rank)
+        .map(|r| r as u32)
+        .collect();
+    // The remote transport listens before the barrier below, which tells
+    // every rank that the others do.
+    let listening = match (test_nodes, remote_ranks.is_empty()) {
+        (Some(_), false) => Some(DoubleTransport::listen(&job_id, rank as u32)?),
+        _ => None,
+    };
+    // One segment per node; with several nodes on one host (fake nodes)
+    // each has its own name, under the job's prefix (the launcher's
+    // cleanup removes them).
+    let segment_job = if layout.num_nodes() > 1 {
+        format!("{job_id}-n{}", layout.my_node())
+    } else {
+        job_id.clone()
+    };
     // Local rank 0 creates the node segment's object now, under a name
     // nobody else holds, and publishes that name with its card.
     let reserved = if local_rank == 0 {
-        Some(Segment::reserve(&job_id)?)
+        Some(Segment::reserve(&segment_job)?)
     } else {
         None
     };
@@ -210,20 +258,34 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         size,
         local_rank,
         local_size,
+        nodes = layout.num_nodes(),
         job_id = %job_id,
-        "adi init: every peer on this node (shmem-onesided)"
+        "adi init: this node's peers through shmem-onesided, the others through the remote transport"
     );
-    let node = Node::init_at(place, local_rank, local_size, Config::from_env()?)?;
-    let mut ep = Endpoint::new(node);
-    // Collective over the node: every local rank is here, before any
-    // traffic (`TMX_SHMEM_INLINE_CALIBRATE`).
-    ep.calibrate_inline_reply(crate::device::internal_context())?;
     let local_to_world = local_ranks.iter().map(|r| *r as u32).collect();
+    // Collective over the node: every local rank is here, before any
+    // traffic (the inline reply calibration, `TMX_SHMEM_TUNE=inline_calibrate`).
+    let local = ShmemTransport::init(
+        place,
+        local_rank,
+        local_to_world,
+        Config::from_env()?,
+        internal_context(),
+    )?;
+    let remote = match listening {
+        Some(l) => Some(Remote::Double(DoubleTransport::connect(
+            l,
+            &remote_ranks,
+            size,
+        )?)),
+        None => None,
+    };
     let dev = Arc::new(Device::new(
         pmi,
-        ep,
+        local,
+        remote,
         routes,
-        local_to_world,
+        local_size as usize,
         host,
         required,
     )?);

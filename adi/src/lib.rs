@@ -7,9 +7,11 @@
 //! **What it does.** [`init`] bootstraps through the launcher's PMI client
 //! (`tmrun`, Hydra, Slurm, or a singleton) and returns `MPI_COMM_WORLD` as a
 //! [`Comm`]; the [`device`] chooses a transport per peer (self → local copy,
-//! same node → `shmem-onesided`, other node → an error until verbs-tm
-//! exists) and progresses requests; matching and protocols are the
-//! transport endpoint's. On top: blocking, nonblocking, synchronous, ready
+//! same node → `shmem-onesided`, other node → the remote transport: an
+//! error until verbs-tm exists, or the socket test double that
+//! [`ENV_TEST_NODES`] turns on) and progresses requests through one
+//! internal transport seam; matching and protocols are the transports'. On top:
+//! blocking, nonblocking, synchronous, ready
 //! and buffered sends, probes and matched probes, cancel, persistent
 //! requests, datatype sends, communicators ([`Comm::dup`], [`Comm::split`])
 //! and minimal collectives.
@@ -96,6 +98,7 @@ pub mod request;
 mod sync;
 mod time;
 pub mod topo;
+mod transport;
 pub mod win;
 
 pub use coll::op::{reduce_local, Op, UserFn};
@@ -106,6 +109,7 @@ pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, EN
 pub use init::{
     abort, finalize, init, init_thread, is_initialized, on_peer_death, query_thread, OnPeerDeath,
 };
+pub use transport::double::ENV_TEST_NODES;
 
 pub use attr::UNDEFINED;
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};

@@ -529,7 +529,7 @@ fn step_barrier(dev: &Device, st: &mut RmaState, win: WinId) -> Result<bool, Err
                 let world_from = slot.group.world.get(from as usize).copied().unwrap_or(0);
                 let spec = tm_proto::MatchSpec {
                     context_id: slot.coll,
-                    source: tm_proto::Source::Rank(dev.local_of(world_from)?),
+                    source: tm_proto::Source::Rank(world_from),
                     tag: tm_proto::Tag::Value(tag),
                 };
                 let r =
@@ -715,7 +715,7 @@ impl Win {
                     rank: me as i32,
                     size: n as i32,
                 })?;
-            let pe = dev.local_of(world)?;
+            let pe = dev.node_index_of(world)?;
             prep = dev.with_node(|node| {
                 cma = *node.cma_status() == shmem_onesided::CmaStatus::Available;
                 let cbn = direct::cb_bytes(n);

@@ -1622,7 +1622,11 @@ fn main() -> ExitCode {
     // (test name, role, ranks, env, expected launcher exit status)
     let no_cma: &[(&str, &str)] = &[("TMX_SHMEM_CMA", "off")];
     let funneled: &[(&str, &str)] = &[("TMX_ADI_TEST_THREADS", "funneled")];
-    let tests: Vec<Case> = vec![
+    // Two fake nodes, the other's ranks through the socket test double
+    // (`adi::ENV_TEST_NODES`): with 2 ranks every message crosses it,
+    // with 3 or 4 both transports carry traffic.
+    let across: &[(&str, &str)] = &[(adi::ENV_TEST_NODES, "2")];
+    let mut tests: Vec<Case> = vec![
         ("pingpong".into(), "pingpong", 2, &[], 0),
         ("pingpong_without_cma".into(), "pingpong", 2, no_cma, 0),
         (
@@ -1740,6 +1744,29 @@ fn main() -> ExitCode {
             7,
         ),
     ];
+    // The roles whose assertions hold on any transport, across nodes
+    // (`typed_in_place` checks the shared-memory path that unpacks in
+    // place; `deferred_windows` the deferred receives of shared memory).
+    for (role, n) in [
+        ("pingpong", 2),
+        ("self_and_proc_null", 2),
+        ("truncation", 2),
+        ("nonblocking", 2),
+        ("windowed_in_place", 2),
+        ("send_modes", 2),
+        ("probe_cancel", 2),
+        ("datatypes", 2),
+        ("persistent", 2),
+        ("bad_input", 2),
+        ("comms", 4),
+        ("requests_into", 2),
+        ("wait_mixes", 2),
+        ("lifecycle", 2),
+        ("many_to_one", 4),
+        ("finalize_with_pending_recv", 2),
+    ] {
+        tests.push((format!("{role}_{n}_ranks_across_nodes"), role, n, across, 0));
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     // libtest semantics: `--ignored` runs only ignored tests; none is.
     let only_ignored = args.iter().any(|a| a == "--ignored");

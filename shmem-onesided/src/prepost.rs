@@ -162,13 +162,14 @@ pub struct Prepost {
 }
 
 impl Prepost {
-    /// Whether a message with TM tag `msg_tag` matches this receive.
-    pub fn matches(&self, msg_tag: u64) -> bool {
+    /// The receive's tag and mask, as the engine side of tm-match's offload
+    /// model matches a message against them
+    /// ([`tm_match::offload::EngineScan`]).
+    pub fn entry(&self) -> tm_proto::TagMask {
         tm_proto::TagMask {
             tag: self.tag,
             mask: self.mask,
         }
-        .matches(msg_tag)
     }
 }
 
@@ -497,7 +498,8 @@ mod tests {
         let mem = PrepostMem::new(2);
         let (mut po, mut cl) = (Poster::new(), Claimer::new());
         let any = Prepost { mask: 0, ..pp(0) };
-        assert!(any.matches(12345) && pp(2).matches(2) && !pp(2).matches(3));
+        let takes = |p: &Prepost, t| tm_match::offload::EngineScan::new(t).offer(&p.entry());
+        assert!(takes(&any, 12345) && takes(&pp(2), 2) && !takes(&pp(2), 3));
         assert_eq!(po.post(mem.view(), &pp(1)), Ok(0));
         assert_eq!(po.post(mem.view(), &pp(2)), Ok(1));
         assert_eq!(po.post(mem.view(), &pp(3)), Err(PrepostFull));

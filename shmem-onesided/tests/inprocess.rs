@@ -402,7 +402,10 @@ fn prepost_direct_put_over_the_segment() {
                         tag: 42,
                     })
                     .unwrap();
-                if let Some(c) = cl.claim_first(ring, |p| p.count == 0 && p.matches(msg_tag)) {
+                // The engine's rule: the first entry that matches, if it is
+                // in phase.
+                let mut scan = tm_match::offload::EngineScan::new(msg_tag);
+                if let Some(c) = cl.claim_first(ring, |p| scan.offer(&p.entry()) && p.count == 0) {
                     break c;
                 }
                 std::thread::yield_now();

@@ -12,8 +12,10 @@
 //! - [`Offload`]: the software side of an engine that holds a bounded prefix of
 //!   the posted receives (a TM-SRQ, or a shared-memory prepost queue): which
 //!   receives it may hold, the 16-bit unexpected counter and phase sync, and
-//!   the race where software must withdraw an entry the engine holds. See
-//!   [`offload`].
+//!   the race where software must withdraw an entry the engine holds; the
+//!   engine's own rule ([`EngineScan`]); and the transport's fast paths,
+//!   decided by the model too (a receive that is not posted, deferred
+//!   receives). See [`offload`].
 //! - [`reference::ReferenceMatcher`]: the MPI rules written literally, for
 //!   differential tests.
 //!
@@ -64,7 +66,8 @@ pub use matcher::{
     Arrived, MatchedMessage, Matcher, MsgId, Peeked, Posted, PostedEntry, RecvId, Shape,
 };
 pub use offload::{
-    Action, CancelOutcome, Completion, EngineEvent, Offload, OffloadConfig, PostOutcome,
+    Action, CancelOutcome, Completion, EngineEvent, EngineScan, Offload, OffloadConfig, PeekedRecv,
+    PostOutcome, Unposted, UnpostedTurn,
 };
 pub use tm_proto::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
 

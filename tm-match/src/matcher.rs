@@ -645,6 +645,80 @@ impl<R, M> Matcher<R, M> {
         Ok(RecvId::node(idx, gen))
     }
 
+    /// Reserves the handle of a receive that [`Self::enqueue_reserved`]
+    /// queues later: it is younger than every receive queued or reserved
+    /// so far, and older than every later one.
+    #[inline(always)]
+    pub(crate) fn reserve_posted(&mut self) -> RecvId {
+        let seq = self.pseq;
+        self.pseq += 1;
+        RecvId::small(seq)
+    }
+
+    /// Queues a receive under a handle from [`Self::reserve_posted`],
+    /// without looking at the unexpected queue. The caller guarantees that
+    /// every receive queued now is older (queued or reserved before `id`)
+    /// and that `id` is queued at most once; the handle stays valid as any
+    /// other (it is a sequence number: found directly in the linear form,
+    /// through `migrated` once indexed).
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] if `u32::MAX - 1` receives are already queued;
+    /// the receive is handed back with it.
+    pub(crate) fn enqueue_reserved(
+        &mut self,
+        id: RecvId,
+        spec: MatchSpec,
+        recv: R,
+    ) -> Result<(), (Error, R)> {
+        debug_assert!(id.0 & NODE_ID == 0, "tm-match: not a reserved handle");
+        let seq = id.0;
+        let (ctx, src, tag, smask, tmask) = spec_fields(&spec);
+        if !self.p_indexed {
+            if self.psmall.len() < PSMALL {
+                self.psmall.push_back(PSmall {
+                    ctx,
+                    src,
+                    tag,
+                    smask,
+                    tmask,
+                    seq,
+                    recv,
+                });
+                return Ok(());
+            }
+            self.p_migrate();
+        }
+        let full = Error::QueueFull {
+            side: "posted",
+            max: MAX_SLOTS as u64,
+        };
+        // Below the limit an insert cannot fail (a free slot, or room to
+        // grow): the receive is handed back untouched otherwise.
+        if self.pnodes.len() >= MAX_SLOTS {
+            return Err((full, recv));
+        }
+        let shape = Shape::of(&spec) as u8;
+        let Some((idx, _)) = self.pnodes.insert(PNode {
+            recv,
+            ctx,
+            src,
+            tag,
+            shape,
+            small: true,
+            seq,
+            list: NIL,
+            prev: NIL,
+            next: NIL,
+        }) else {
+            unreachable!("tm-match: the slab refused an entry below its limit")
+        };
+        self.pshape[usize::from(shape)] += 1;
+        self.migrated.insert(seq, idx);
+        self.p_index(idx);
+        Ok(())
+    }
+
     /// A message arrives (in per-source send order): the earliest-posted
     /// matching receive takes it, or it is queued behind every earlier message.
     ///

@@ -15,6 +15,11 @@
 //!   takes it out of the queue;
 //! - a later receive (or message) may be matched first when the earlier ones
 //!   do not match.
+//!
+//! Receives an engine keeps outside its posted queue for speed (tm-match's
+//! deferred receives) are plain posts here, made when they were deferred;
+//! a receive that takes an arriving message without being posted is checked
+//! with [`ReferenceMatcher::unposted_takes`].
 
 use tm_proto::{Envelope, MatchSpec};
 
@@ -64,6 +69,18 @@ impl<R, M> ReferenceMatcher<R, M> {
         }
         self.unexpected.push((env, msg));
         None
+    }
+
+    /// A receive that has not been posted (a blocking receive looking at
+    /// arrivals before it posts) and a message arriving now with envelope
+    /// `env`: whether the receive, posted right after the message arrived,
+    /// would take exactly that message: it matches it, no posted receive
+    /// takes the message first, and no queued message that the receive
+    /// matches is older. Changes nothing.
+    pub fn unposted_takes(&self, spec: &MatchSpec, env: &Envelope) -> bool {
+        spec.matches(env)
+            && !self.posted.iter().any(|(s, _)| s.matches(env))
+            && !self.unexpected.iter().any(|(e, _)| spec.matches(e))
     }
 
     /// Probe: the message a receive with `spec` would take.

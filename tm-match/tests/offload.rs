@@ -16,7 +16,8 @@ use std::collections::{HashMap, VecDeque};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use tm_match::offload::{
-    Action, CancelOutcome, Completion, EngineEvent, Offload, OffloadConfig, PostOutcome,
+    Action, CancelOutcome, Completion, EngineEvent, EngineScan, Offload, OffloadConfig,
+    PostOutcome, Unposted,
 };
 use tm_match::reference::ReferenceMatcher;
 use tm_match::{Error, RecvId};
@@ -260,6 +261,129 @@ impl Harness {
         self.pump()
     }
 
+    /// A nonblocking receive the caller defers when the model lets it (its
+    /// source: the deferred receives' if any, else `spec`'s); posted as
+    /// usual (not eligible) otherwise. The reference posts it either way.
+    fn defer(&mut self, spec: MatchSpec) -> Result<(), TestCaseError> {
+        let spec = match (self.off.deferred_source(), spec.source) {
+            (Some(s), Source::Rank(_)) => MatchSpec {
+                source: Source::Rank(s),
+                ..spec
+            },
+            _ => spec,
+        };
+        let tok = self.next_recv;
+        match self.off.defer(spec, tok) {
+            Ok(id) => {
+                self.next_recv += 1;
+                self.log.push(format!("defer {spec:?} -> {id:?}"));
+                prop_assert!(matches!(spec.source, Source::Rank(_)));
+                prop_assert_eq!(
+                    self.reference.post(spec, tok),
+                    None,
+                    "deferred while the reference had a message for it"
+                );
+                prop_assert_eq!(self.off.deferred_back(), Some(&tok));
+                self.ids.insert(id, tok);
+                self.outstanding.push(id);
+                self.pump()
+            }
+            Err(back) => {
+                prop_assert_eq!(back, tok);
+                self.post(spec, false)
+            }
+        }
+    }
+
+    /// A message on a path that bypasses the engine, from the deferred
+    /// receives' source (nothing without deferred receives), offered first
+    /// to the oldest deferred receive (as a transport does with the next
+    /// message of that source), then handed to the model if that receive
+    /// does not take it.
+    fn take_deferred(&mut self, env: Envelope) -> Result<(), TestCaseError> {
+        let Some(source) = self.off.deferred_source() else {
+            return Ok(());
+        };
+        let env = Envelope { source, ..env };
+        let msg = self.next_msg;
+        self.next_msg += 1;
+        let front = self.off.deferred_front().copied();
+        match self.off.take_deferred(&env, false) {
+            Some((id, recv)) => {
+                self.log.push(format!("take_deferred {env:?} -> {recv}"));
+                prop_assert_eq!(Some(recv), front, "not the oldest deferred receive");
+                prop_assert_eq!(self.ids.get(&id), Some(&recv));
+                let want = self.reference.arrive(env, msg);
+                prop_assert_eq!(
+                    want.map(|(_, r)| r),
+                    Some(recv),
+                    "message {} ({:?}) taken by a deferred receive",
+                    msg,
+                    env
+                );
+                self.outstanding.retain(|x| *x != id);
+                Ok(())
+            }
+            None => {
+                self.off.arrive(env, msg).unwrap();
+                self.pump()
+            }
+        }
+    }
+
+    /// A message on a bypass path offered to a receive the caller has not
+    /// posted (a blocking receive looking at arrivals); handed to the model
+    /// if the receive does not take it.
+    fn unposted(&mut self, spec: MatchSpec, env: Envelope) -> Result<(), TestCaseError> {
+        let msg = self.next_msg;
+        self.next_msg += 1;
+        let would = self.reference.unposted_takes(&spec, &env);
+        if msg % 2 == 0 {
+            // The same through the receive's turn (the caller looks at the
+            // arrival only if the receive could take one).
+            if let Some(turn) = self.off.unposted_turn(spec) {
+                if turn.take(&env, false) {
+                    self.log
+                        .push(format!("unposted turn {spec:?} took {env:?}"));
+                    prop_assert!(
+                        would,
+                        "turn {:?} took {:?}; the reference says no",
+                        spec,
+                        env
+                    );
+                    return Ok(());
+                }
+                prop_assert!(!spec.matches(&env), "turn {:?} refused its {:?}", spec, env);
+            }
+            self.off.arrive(env, msg).unwrap();
+            return self.pump();
+        }
+        match self.off.offer_unposted(&spec, &env, false, true) {
+            Unposted::Taken => {
+                self.log.push(format!("unposted {spec:?} took {env:?}"));
+                prop_assert!(
+                    would,
+                    "unposted {:?} took {:?}; the reference says no",
+                    spec,
+                    env
+                );
+                Ok(())
+            }
+            other => {
+                prop_assert_eq!(
+                    other == Unposted::NotMine,
+                    !spec.matches(&env),
+                    "offer_unposted {:?} {:?}: {:?}",
+                    spec,
+                    env,
+                    other
+                );
+                self.off.arrive(env, msg).unwrap();
+                self.pump()
+            }
+        }
+    }
+
     fn cancel(&mut self, i: usize) -> Result<(), TestCaseError> {
         if self.outstanding.is_empty() {
             return Ok(());
@@ -298,6 +422,22 @@ impl Harness {
             let Some(ev) = self.sim.cq.pop_front() else {
                 break;
             };
+            // An engine-unexpected message is offered to the oldest
+            // deferred receive first (the transport's order).
+            if let EngineEvent::Unexpected { tag, msg, .. } = ev {
+                if self.off.deferred_len() > 0 {
+                    let env = LAYOUT.decode(tag);
+                    let front = self.off.deferred_front().copied();
+                    if let Some((id, recv)) = self.off.take_deferred(&env, true) {
+                        prop_assert_eq!(Some(recv), front);
+                        let want = self.reference.arrive(env, msg);
+                        prop_assert_eq!(want.map(|(_, r)| r), Some(recv));
+                        self.outstanding.retain(|x| *x != id);
+                        self.pump()?;
+                        continue;
+                    }
+                }
+            }
             self.off.handle_event(ev).unwrap();
             self.pump()?;
         }
@@ -354,6 +494,14 @@ enum Op {
     Deliver(usize),
     Poll(usize),
     Probe(MatchSpec, bool),
+    /// A receive deferred if the model lets it, posted otherwise.
+    Defer(MatchSpec),
+    /// A bypass-path message offered to the oldest deferred receive first.
+    TakeDeferred(Envelope),
+    /// A bypass-path message offered to a receive that is not posted.
+    Unposted(MatchSpec, Envelope),
+    /// The deferred receives moved into the posted queue.
+    PostDeferred,
     /// Execute every queued action and process every event (no new wire
     /// deliveries): the engine comes back in phase.
     Settle,
@@ -379,9 +527,9 @@ fn env(srcs: u32, tags: u32) -> impl Strategy<Value = Envelope> {
     })
 }
 
-fn op(sw_path: bool) -> impl Strategy<Value = Op> {
+fn op(sw_path: bool) -> BoxedStrategy<Op> {
     let sw_weight = if sw_path { 2 } else { 0 };
-    prop_oneof![
+    let base = prop_oneof![
         5 => (spec(3, 3), prop::bool::weighted(0.8)).prop_map(|(s, e)| Op::Post(s, e)),
         1 => any::<usize>().prop_map(Op::Cancel),
         5 => env(3, 3).prop_map(Op::Wire),
@@ -391,7 +539,20 @@ fn op(sw_path: bool) -> impl Strategy<Value = Op> {
         4 => (1..6usize).prop_map(Op::Poll),
         1 => (spec(3, 3), any::<bool>()).prop_map(|(s, t)| Op::Probe(s, t)),
         2 => Just(Op::Settle),
+    ];
+    if !sw_path {
+        return base.boxed();
+    }
+    // Plus deferred receives, their messages, and receives that take an
+    // arrival without being posted (all on the bypass path).
+    prop_oneof![
+        27 => base,
+        3 => spec(3, 3).prop_map(Op::Defer),
+        3 => env(3, 3).prop_map(Op::TakeDeferred),
+        2 => (spec(3, 3), env(3, 3)).prop_map(|(s, e)| Op::Unposted(s, e)),
+        1 => Just(Op::PostDeferred),
     ]
+    .boxed()
 }
 
 /// Post-heavy traffic: the posted queue (and the software-resident part of
@@ -399,6 +560,9 @@ fn op(sw_path: bool) -> impl Strategy<Value = Op> {
 /// prefix check runs on both forms of its index and across the switches.
 fn deep_op() -> impl Strategy<Value = Op> {
     prop_oneof![
+        6 => spec(4, 8).prop_map(Op::Defer),
+        3 => env(4, 8).prop_map(Op::TakeDeferred),
+        1 => (spec(4, 8), env(4, 8)).prop_map(|(s, e)| Op::Unposted(s, e)),
         14 => (spec(4, 8), prop::bool::weighted(0.5)).prop_map(|(s, e)| Op::Post(s, e)),
         1 => any::<usize>().prop_map(Op::Cancel),
         4 => env(4, 8).prop_map(Op::Wire),
@@ -407,6 +571,29 @@ fn deep_op() -> impl Strategy<Value = Op> {
         3 => (1..4usize).prop_map(Op::Deliver),
         3 => (1..6usize).prop_map(Op::Poll),
         1 => (spec(4, 8), any::<bool>()).prop_map(|(s, t)| Op::Probe(s, t)),
+        1 => Just(Op::Settle),
+    ]
+}
+
+/// Deferral-heavy traffic: windows of receives deferred before their
+/// messages, messages offered to the oldest deferred receive (taken, or
+/// handed to the model, which posts the deferred receives first), cancels
+/// of deferred receives, and enough posts, wire messages and probes in
+/// between to move them into the posted queue at every point.
+fn defer_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => spec(2, 3).prop_map(Op::Defer),
+        8 => env(2, 3).prop_map(Op::TakeDeferred),
+        2 => (spec(2, 3), env(2, 3)).prop_map(|(s, e)| Op::Unposted(s, e)),
+        1 => Just(Op::PostDeferred),
+        2 => any::<usize>().prop_map(Op::Cancel),
+        1 => (spec(2, 3), prop::bool::weighted(0.5)).prop_map(|(s, e)| Op::Post(s, e)),
+        1 => env(2, 3).prop_map(Op::Wire),
+        1 => env(2, 3).prop_map(Op::Sw),
+        1 => (1..4usize).prop_map(Op::Exec),
+        1 => (1..4usize).prop_map(Op::Deliver),
+        2 => (1..6usize).prop_map(Op::Poll),
+        1 => (spec(2, 3), any::<bool>()).prop_map(|(s, t)| Op::Probe(s, t)),
         1 => Just(Op::Settle),
     ]
 }
@@ -443,6 +630,13 @@ fn run(cfg: OffloadConfig, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Poll(n) => h.poll(*n)?,
             Op::Probe(s, take) => h.probe(*s, *take)?,
+            Op::Defer(s) => h.defer(*s)?,
+            Op::TakeDeferred(e) => h.take_deferred(*e)?,
+            Op::Unposted(s, e) => h.unposted(*s, *e)?,
+            Op::PostDeferred => {
+                h.off.post_deferred().unwrap();
+                h.pump()?;
+            }
             Op::Settle => loop {
                 let moved = h.sim.exec() | !h.sim.cq.is_empty();
                 h.poll(usize::MAX)?;
@@ -481,6 +675,13 @@ proptest! {
         run(cfg, &ops)?;
     }
 
+    /// Deferred receives against the reference (a deferred receive is a
+    /// plain post there), with an engine beside them.
+    #[test]
+    fn offload_deferred_receives_match_reference(cfg in cfg_strategy(), ops in prop::collection::vec(defer_op(), 1..300)) {
+        run(cfg, &ops)?;
+    }
+
     /// Deep queues: more than 16 software-resident receives (the prefix
     /// check's counter form), then drained (back to its list form).
     #[test]
@@ -491,6 +692,12 @@ proptest! {
 
 proptest! {
     #![proptest_config(config(None))]
+
+    #[test]
+    #[ignore = "heavy: run by cargo xtask ci proptest"]
+    fn heavy_offload_deferred_receives_match_reference(cfg in cfg_strategy(), ops in prop::collection::vec(defer_op(), 1..2000)) {
+        run(cfg, &ops)?;
+    }
 
     #[test]
     #[ignore = "heavy: run by cargo xtask ci proptest"]
@@ -938,4 +1145,175 @@ fn prefix_rule_holds_after_long_runs_without_eligible_posts() {
     // blocks; (3, 7) too. A fresh key does not.
     assert!(!queued(off.post(s(0, Some(1), Some(50)), 6, true).unwrap()).1);
     assert!(queued(off.post(s(0, Some(4), Some(4)), 7, true).unwrap()).1);
+}
+
+#[test]
+fn deferred_receives_keep_their_handles_across_the_move_into_the_posted_queue() {
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    // More than the posted queue's linear form holds (64): the move
+    // crosses into its indexed form.
+    let ids: Vec<RecvId> = (0..100u32)
+        .map(|i| off.defer(s(0, Some(3), Some(i % 5)), i).unwrap())
+        .collect();
+    assert_eq!(off.deferred_len(), 100);
+    assert_eq!(off.deferred_source(), Some(3));
+    assert_eq!(
+        (off.deferred_front(), off.deferred_back()),
+        (Some(&0), Some(&99))
+    );
+    // Another source, or an ANY_SOURCE receive, is not deferred.
+    assert_eq!(off.defer(s(0, Some(4), Some(0)), 500), Err(500));
+    assert_eq!(off.defer(s(0, None, Some(0)), 501), Err(501));
+    // The oldest takes the next message from its source if it matches.
+    assert_eq!(off.take_deferred(&e(0, 3, 0), false), Some((ids[0], 0)));
+    assert_eq!(
+        off.take_deferred(&e(0, 3, 4), false),
+        None,
+        "receive 1 wants tag 1"
+    );
+    assert_eq!(
+        off.take_deferred(&e(0, 2, 1), false),
+        None,
+        "another source"
+    );
+    assert_eq!(off.stats().sw_matches, 1);
+    // Cancel one in the middle.
+    assert_eq!(off.cancel(ids[50]), CancelOutcome::Cancelled(50));
+    assert_eq!(off.cancel(ids[50]), CancelOutcome::Failed);
+    // A message the oldest does not take: handed to the model, which moves
+    // the deferred receives in first and gives it to the oldest match
+    // (receive 4, tag 4).
+    off.arrive(e(0, 3, 4), 1000).unwrap();
+    assert_eq!(off.deferred_len(), 0);
+    assert_eq!(off.posted_len(), 97);
+    assert_eq!(off.stats().deferred_posted, 98);
+    assert_eq!(
+        completions(&mut off),
+        vec![Completion::Matched {
+            id: ids[4],
+            recv: 4,
+            env: e(0, 3, 4),
+            msg: 1000
+        }]
+    );
+    // Every handle still names its receive; the posted order is the
+    // deferral order.
+    let order: Vec<u32> = off.posted().iter().map(|p| *p.2).collect();
+    let want: Vec<u32> = (1..100).filter(|&i| i != 4 && i != 50).collect();
+    assert_eq!(order, want);
+    assert_eq!(off.cancel(ids[99]), CancelOutcome::Cancelled(99));
+    assert_eq!(off.cancel(ids[1]), CancelOutcome::Cancelled(1));
+    for (i, id) in ids.iter().enumerate().skip(2).take(40) {
+        if i == 4 {
+            continue;
+        }
+        assert!(!off.is_offloaded(*id));
+        off.arrive(e(0, 3, (i % 5) as u32), 2000 + i as u32)
+            .unwrap();
+        let c = completions(&mut off);
+        assert!(
+            matches!(&c[..], [Completion::Matched { id: got, recv, .. }] if got == id && *recv == i as u32),
+            "message for receive {i}: {c:?}"
+        );
+    }
+}
+
+#[test]
+fn offer_unposted_decides_with_the_queues_it_holds() {
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    let want = s(0, Some(1), Some(7));
+    // Not its message: nothing changes, it may take a later one.
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 8), false, true),
+        Unposted::NotMine
+    );
+    // Its message, but the caller cannot deliver it now.
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 7), false, false),
+        Unposted::Queue
+    );
+    // A queued message it matches is older: never taken past it.
+    off.arrive(e(0, 1, 7), 1).unwrap();
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 7), false, true),
+        Unposted::Queue
+    );
+    // A queued message it does not match is no obstacle.
+    assert!(off.improbe(&want).is_some());
+    off.arrive(e(0, 2, 7), 2).unwrap();
+    completions(&mut off);
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 7), true, true),
+        Unposted::Taken
+    );
+    assert_eq!(off.count(), 1, "an engine-path message is counted");
+    // A posted receive (or a deferred one) would take it first.
+    let _ = off.post(s(0, Some(1), Some(9)), 5, false).unwrap();
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 7), false, true),
+        Unposted::Queue
+    );
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    off.defer(s(0, Some(1), Some(9)), 6).unwrap();
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 7), false, true),
+        Unposted::Queue
+    );
+    assert!(!off.consume_arrival(&want, &e(0, 1, 7), false));
+    assert!(
+        off.unposted_turn(want).is_none(),
+        "no turn while a receive is deferred"
+    );
+    // A turn: refused for another message (nothing changes), taken for its
+    // own.
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    let turn = off.unposted_turn(want).unwrap();
+    assert!(!turn.take(&e(0, 2, 7), true));
+    assert_eq!((off.count(), off.stats().sw_matches), (0, 0));
+    assert!(off.unposted_turn(want).unwrap().take(&e(0, 1, 7), true));
+    assert_eq!((off.count(), off.stats().sw_matches), (1, 1));
+}
+
+#[test]
+fn peek_arrival_names_the_receive_an_arrival_would_take() {
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    assert!(off.peek_arrival(&e(0, 1, 7)).is_none());
+    let (held, offloaded) = queued(off.post(s(0, Some(1), Some(7)), 1, true).unwrap());
+    assert!(offloaded);
+    let (soft, _) = queued(off.post(s(0, Some(1), None), 2, false).unwrap());
+    let p = off.peek_arrival(&e(0, 1, 7)).unwrap();
+    assert_eq!(
+        (p.id, *p.recv, p.offloaded, p.deferred),
+        (held, 1, true, false)
+    );
+    let p = off.peek_arrival(&e(0, 1, 8)).unwrap();
+    assert_eq!(
+        (p.id, *p.recv, p.offloaded, p.deferred),
+        (soft, 2, false, false)
+    );
+    assert!(off.peek_arrival(&e(0, 2, 7)).is_none());
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    let a = off.defer(s(0, Some(1), Some(3)), 10).unwrap();
+    let b = off.defer(s(0, Some(1), None), 11).unwrap();
+    let p = off.peek_arrival(&e(0, 1, 3)).unwrap();
+    assert_eq!((p.id, *p.recv, p.deferred), (a, 10, true));
+    let p = off.peek_arrival(&e(0, 1, 4)).unwrap();
+    assert_eq!((p.id, *p.recv, p.deferred), (b, 11, true));
+    assert!(off.peek_arrival(&e(1, 1, 3)).is_none());
+}
+
+#[test]
+fn engine_scan_gives_the_message_to_the_first_matching_entry_only() {
+    let exact = |src, t| LAYOUT.match_bits(s(0, Some(src), Some(t))).unwrap();
+    let any_tag = LAYOUT.match_bits(s(0, Some(1), None)).unwrap();
+    let msg = tag(0, 1, 7);
+    let mut scan = EngineScan::new(msg);
+    let took: Vec<bool> = [exact(1, 6), exact(2, 7), any_tag, exact(1, 7)]
+        .iter()
+        .map(|entry| scan.offer(entry))
+        .collect();
+    assert_eq!(took, [false, false, true, false]);
+    assert!(scan.found());
+    let mut none = EngineScan::new(tag(0, 3, 7));
+    assert!(!none.offer(&any_tag) && !none.found());
 }

@@ -151,7 +151,7 @@ impl Endpoint {
     /// A request handed to [`Endpoint::wait`] / [`Endpoint::wait_send`]
     /// before it was reported is not reported. Ids accumulate until taken.
     pub fn take_completed(&mut self, out: &mut Vec<u64>) {
-        self.unready();
+        self.refile_finished();
         let (sends, requests) = (&mut self.sends, &mut self.requests);
         for (id, send) in self.feed.drain(..) {
             let fed = if send {

@@ -1,5 +1,7 @@
-//! Deferred receives: nonblocking receives kept outside the matcher while
-//! their messages come in order, and the in-place consumers.
+//! Deferred receives: nonblocking receives the matching model keeps out of
+//! its posted queue while their messages come in order (tm-match's
+//! [`Offload::defer`]), completed here from the front of their source's
+//! ring, and the in-place consumers of their payloads.
 
 use super::*;
 
@@ -33,8 +35,8 @@ impl Endpoint {
     ) -> Result<Started<RecvRequest, RecvDone>> {
         let r = self.irecv_or_done(spec, buf)?;
         if let Started::Pending(req) = &r {
-            if self.deferred.back() == Some(&req.0) {
-                if self.deferred.len() == 1 {
+            if self.matching.deferred_back() == Some(&req.0) {
+                if self.matching.deferred_len() == 1 {
                     // Nothing older is deferred: whatever is kept is stale.
                     self.in_place_consumers.clear();
                 }
@@ -45,12 +47,12 @@ impl Endpoint {
         Ok(r)
     }
 
-    /// Completes the oldest deferred receive, `key`, whose payload its
-    /// consumer read in place: `buf` back untouched, status `st` (what
-    /// [`Endpoint::take_deferred`] does for a copied message).
+    /// Completes deferred receive `key`, which the model let take its
+    /// message and whose payload its consumer read in place: `buf` back
+    /// untouched, status `st` (what [`Endpoint::take_deferred`] does for a
+    /// copied message).
     #[inline(never)]
     pub(super) fn finish_deferred_in_place(&mut self, key: u64, st: Status, buf: Vec<u8>) {
-        self.deferred.pop_front();
         if self.feed.is_empty() {
             self.requests.remove(key);
             self.finished.push(RecvFinished {
@@ -88,38 +90,45 @@ impl Endpoint {
         let Some(PayloadConsumer(_, mut consumer)) = self.in_place_consumers.pop_front() else {
             return Ok(None);
         };
-        let Some((s, h)) = self.eager_front(spec, cap)? else {
+        let Some((s, h)) = self.eager_front(Taker::Deferred(spec), cap)? else {
             return Ok(None);
         };
         self.consume_front(s, &h, &mut *consumer).map(Some)
     }
 
-    /// Whether a nonblocking receive for `spec` into `capacity` bytes may
-    /// be deferred now: deferral is on, an exact other source, never
-    /// advertised to its sender, and the model empty (nothing posted,
-    /// queued or parked: the receive would be queued at the end of an
-    /// empty posted list, which a deferred receive stands for).
+    /// Whether a nonblocking receive for `spec` into `capacity` bytes is
+    /// one this endpoint defers when the model lets it ([`Endpoint::defer`]):
+    /// deferral is on, an exact other source, never advertised to its
+    /// sender. (The model adds its own rule: nothing posted, queued or
+    /// parked, one source for all.)
     #[inline]
     pub(super) fn may_defer(&self, spec: MatchSpec, capacity: usize) -> bool {
         let Source::Rank(s) = spec.source else {
             return false;
         };
-        self.defer_enabled
-            && s != self.rank()
-            && self.matcher_empty()
-            && !self.advertisable(spec, capacity)
+        self.defer_enabled && s != self.rank() && !self.advertisable(spec, capacity)
     }
 
-    /// Records a deferred receive: a request, no model entry.
+    /// Defers a nonblocking receive if the model lets it
+    /// ([`Offload::defer`]: its source is the deferred receives' and
+    /// nothing is posted, queued or parked): a request, and a handle in the
+    /// model's deferred queue. Otherwise the buffer back, nothing changed.
     #[inline]
-    pub(super) fn defer(&mut self, spec: MatchSpec, buf: Vec<u8>) -> RecvRequest {
+    pub(super) fn defer(
+        &mut self,
+        spec: MatchSpec,
+        buf: Vec<u8>,
+    ) -> core::result::Result<RecvRequest, Vec<u8>> {
         let key = self.next_id;
+        let Ok(id) = self.matching.defer(spec, key) else {
+            return Err(buf);
+        };
         self.next_id += 1;
         let req = Req {
             spec,
             buf: ReqBuf::Owned(buf),
             done: None,
-            id: None,
+            id: Some(id),
             user: true,
             fed: Fed::No,
         };
@@ -127,33 +136,36 @@ impl Endpoint {
             Some(slot) => slot.fill(req),
             None => self.requests.reqs.insert(key, req),
         }
-        self.deferred.push_back(key);
-        self.counters.deferred_recvs += 1;
-        RecvRequest(key)
+        Ok(RecvRequest(key))
+    }
+
+    /// Whether [`Endpoint::take_deferred`] would do nothing now: the
+    /// deferred receives' source not under eager pressure and its ring
+    /// empty (its own first test, inline).
+    #[inline(always)]
+    pub(super) fn deferred_quiet(&mut self) -> bool {
+        let Some(s) = self.matching.deferred_source() else {
+            return true;
+        };
+        !self.node.segment().eager_pressure(s) && self.ring_empty(s)
     }
 
     /// Completes deferred receives, oldest first, with the messages at the
     /// front of their source's ring, as a receive posted then would have
-    /// been ([`Endpoint::take_now`]: nothing posted or queued could claim
-    /// them first). Stops at an empty ring (the rest stay deferred: no
-    /// message they could match exists yet); posts them all
-    /// ([`Endpoint::post_deferred`]) as soon as the front message is not
-    /// the oldest one's, or the model holds anything. Returns how many
-    /// completed.
-    /// Whether [`Endpoint::take_deferred`] would do nothing now: the
-    /// matcher empty, the deferred receives' source not under eager
-    /// pressure, and its ring empty (its own first test, inline).
-    #[inline(always)]
-    pub(super) fn deferred_quiet(&mut self) -> bool {
-        let s = self.deferred_source;
-        self.matcher_empty() && !self.node.segment().eager_pressure(s) && self.ring_empty(s)
-    }
-
+    /// been: the model lets the oldest deferred receive take the front
+    /// message when it matches it ([`Offload::take_deferred`]; nothing is
+    /// posted or queued while receives are deferred). Stops at an empty
+    /// ring (the rest stay deferred: no message they could match exists
+    /// yet); posts them all ([`Endpoint::post_deferred`]) as soon as the
+    /// front message is not one the oldest takes directly, or its sender is
+    /// under eager pressure. Returns how many completed.
     pub(super) fn take_deferred(&mut self) -> Result<usize> {
         let mut done = 0;
-        while let Some(&key) = self.deferred.front() {
-            let s = self.deferred_source;
-            if !self.matcher_empty() || self.node.segment().eager_pressure(s) {
+        while let Some(&key) = self.matching.deferred_front() {
+            let Some(s) = self.matching.deferred_source() else {
+                break;
+            };
+            if self.node.segment().eager_pressure(s) {
                 self.post_deferred()?;
                 return Ok(done);
             }
@@ -163,10 +175,11 @@ impl Endpoint {
                 return Ok(done);
             }
             let Some(req) = self.requests.get_mut(key) else {
-                // Removed meanwhile (cannot happen: deferred requests are
-                // only removed through this list).
-                self.deferred.pop_front();
-                continue;
+                // Removed meanwhile (cannot happen: a deferred request is
+                // removed only once the model has let it go): posted, it
+                // is an abandoned receive, which consumes its message.
+                self.post_deferred()?;
+                return Ok(done);
             };
             let spec = req.spec;
             let mut buf = match &mut req.buf {
@@ -195,14 +208,14 @@ impl Endpoint {
             // An inline, inline-ext or eager message that fits by the
             // short path (`take_front`, small result), the rest (a
             // truncated one, CMA, fragments) as `take_now` takes it.
-            let taken = match self.take_front(spec, &mut buf) {
+            let taker = Taker::Deferred(spec);
+            let taken = match self.take_front(taker, &mut buf) {
                 Ok(Some(st)) => Ok(Some(Ok(st))),
-                Ok(None) => self.take_now(spec, &mut buf),
+                Ok(None) => self.take_now(taker, &mut buf),
                 Err(e) => Err(e),
             };
             match taken {
                 Ok(Some(result)) => {
-                    self.deferred.pop_front();
                     if self.feed.is_empty() {
                         // Straight to the finished list (see `finished`).
                         self.requests.remove(key);
@@ -232,34 +245,17 @@ impl Endpoint {
         Ok(done)
     }
 
-    /// Posts every deferred receive to the model, oldest first, as
-    /// `irecv_or_done` would have posted them when they were made: from
-    /// then on they match like any posted receive. A receive whose post
-    /// fails completes with the error (the first error is returned).
+    /// Moves every deferred receive into the model's posted queue, oldest
+    /// first, as `irecv_or_done` would have posted them when they were made
+    /// ([`Offload::post_deferred`]; their handles stay): from then on they
+    /// match like any posted receive. (The model also does this by itself
+    /// before anything else enters its queues.)
     #[inline(never)]
     pub(super) fn post_deferred(&mut self) -> Result<()> {
         // Posted receives take their messages the copying way.
         self.in_place_consumers.clear();
-        let mut first_err = None;
-        while let Some(key) = self.deferred.pop_front() {
-            let Some(spec) = self.requests.get(key).map(|r| r.spec) else {
-                continue;
-            };
-            if let Err(e) = self.post_existing(key, spec) {
-                self.finish_recv_with(
-                    key,
-                    Err(Error::InvalidArgument(
-                        "deferred receive could not be posted",
-                    )),
-                    None,
-                );
-                first_err.get_or_insert(e);
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.matching.post_deferred()?;
+        Ok(())
     }
 
     /// Puts the receives of [`Endpoint::finished`] back into the request
@@ -267,14 +263,14 @@ impl Endpoint {
     /// feed holds (they completed first): for the calls that look a
     /// receive up by id.
     #[inline]
-    pub(super) fn unready(&mut self) {
+    pub(super) fn refile_finished(&mut self) {
         if !self.finished.is_empty() {
-            self.unready_all();
+            self.refile_all_finished();
         }
     }
 
     #[cold]
-    pub(super) fn unready_all(&mut self) {
+    pub(super) fn refile_all_finished(&mut self) {
         let mut feed = Vec::with_capacity(self.finished.len() + self.feed.len());
         for f in self.finished.drain(..) {
             let req = Req {
@@ -303,7 +299,7 @@ impl Endpoint {
     /// cancel, a wait) or ends the endpoint.
     #[inline]
     pub(super) fn undefer(&mut self) -> Result<()> {
-        if self.deferred.is_empty() {
+        if self.matching.deferred_len() == 0 {
             return Ok(());
         }
         self.post_deferred()

@@ -3,6 +3,83 @@
 
 use super::*;
 
+/// Takes the header at the front of `$s`'s ring for `$taker` into `$h`
+/// (returning `Ok(None)` from the enclosing function otherwise), looking
+/// with `Consumer::$look` (`peek`, which publishes the consumer index when
+/// the ring is empty, or `peek_ahead`). `$ok(&header, ring, eager_bytes)`
+/// says whether this path can deliver it (kind, length, bounds); a
+/// synchronous message, or one the model cannot count
+/// ([`Endpoint::countable`]), never is. The model decides whether the
+/// receive takes it: a receive posted nowhere through its turn
+/// ([`Offload::unposted_turn`], taken before the look, so that a receive
+/// that could take nothing does not touch the ring), the oldest deferred
+/// receive through [`Offload::take_deferred`]. Past it the message is
+/// accounted for (a sync it made due stored in our phase) and the caller
+/// must take it. A macro, not a function: the header stays a local of
+/// the fast path (returned through memory, it cost a store per field).
+macro_rules! front_take {
+    ($ep:ident, $taker:expr, $s:expr, $look:ident, $ok:expr => $h:ident) => {
+        let taker: Taker = $taker;
+        let s: u32 = $s;
+        let layout_max = $ep.layout_max;
+        let eager_bytes = $ep.node.config().eager_bytes;
+        let seg = $ep.node.segment();
+        let ring = seg.ring(s, seg.rank());
+        let turn = match taker {
+            Taker::Unposted(spec) => match $ep.matching.unposted_turn(spec) {
+                Some(turn) => Some(turn),
+                None => return Ok(None),
+            },
+            Taker::Deferred(_) => None,
+        };
+        let Some(mut $h) = $ep.peers[s as usize].inbox.$look(ring) else {
+            return Ok(None);
+        };
+        // The ring identifies the sender; never trust the field.
+        $h.source = s;
+        let ok = $ok;
+        if $h.has(Flags::SYNC) || !countable(layout_max, &$h) || !ok(&$h, ring, eager_bytes) {
+            return Ok(None);
+        }
+        let env = envelope(&$h);
+        let counted = $h.has(Flags::COUNTED);
+        let taken = match turn {
+            Some(turn) => turn.take(&env, counted),
+            None => $ep.matching.take_deferred(&env, counted).is_some(),
+        };
+        if !taken {
+            return Ok(None);
+        }
+        // A sync the count made due: store it in our phase now.
+        if $ep.matching.has_output() {
+            $ep.poll_actions()?;
+        }
+    };
+}
+
+/// The receive that takes a message from the front of its source's ring
+/// on a fast path; the matching model decides whether it may
+/// (`front_take!`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Taker {
+    /// A receive for this spec that is posted nowhere (a blocked receive's
+    /// quick look, an arrived receive): [`Offload::consume_arrival`].
+    Unposted(MatchSpec),
+    /// The oldest deferred receive (its spec):
+    /// [`Offload::take_deferred`].
+    Deferred(MatchSpec),
+}
+
+impl Taker {
+    /// The receive's spec.
+    #[inline(always)]
+    pub(super) fn spec(self) -> MatchSpec {
+        match self {
+            Taker::Unposted(spec) | Taker::Deferred(spec) => spec,
+        }
+    }
+}
+
 /// What [`Endpoint::poll_direct`] found.
 pub(super) enum Quick {
     /// The receive's message, delivered.
@@ -82,22 +159,22 @@ impl Endpoint {
 
     /// The quick look's fast path for an exact-source receive: if the next
     /// header of the source's ring is an inline, inline-ext or eager
-    /// message (not synchronous, well formed) that `spec` matches and the
-    /// model lets the receive take it ([`Endpoint::take_direct`]), it is
-    /// taken and copied into `buf` here, as [`Endpoint::poll_one`] and
-    /// [`Endpoint::deliver`] would (same counters, status and release of
-    /// the eager block). Otherwise the header stays in the ring (`None`)
-    /// for the general path. The caller checked that nothing is posted,
-    /// queued or parked and the source is not under eager pressure.
+    /// message (not synchronous, well formed) and the model lets `taker`
+    /// take it (`front_take!`), it is taken and copied into
+    /// `buf` here, as [`Endpoint::poll_one`] and [`Endpoint::deliver`]
+    /// would (same counters, status and release of the eager block).
+    /// Otherwise the header stays in the ring (`None`) for the general
+    /// path. The caller checked that the source is not under eager
+    /// pressure.
     // Always inlined: its large result, returned through memory, cost a
     // store-forwarding stall per receive in the caller.
     #[inline(always)]
     pub(super) fn take_now(
         &mut self,
-        spec: MatchSpec,
+        taker: Taker,
         buf: &mut [u8],
     ) -> Result<Option<Result<Status>>> {
-        let Source::Rank(s) = spec.source else {
+        let Source::Rank(s) = taker.spec().source else {
             return Ok(None);
         };
         let seg = self.node.segment();
@@ -105,25 +182,16 @@ impl Endpoint {
         if s == me || s >= seg.size() {
             return Ok(None);
         }
-        let Some(mut h) = self.peers[s as usize].inbox.peek(seg.ring(s, me)) else {
-            return Ok(None);
-        };
-        // The ring identifies the sender; never trust the field.
-        h.source = s;
+        front_take!(self, taker, s, peek, |h: &Header, _ring, eager_bytes| {
+            let len = h.nbytes as usize;
+            match Kind::of(h.kind) {
+                Some(Kind::Inline) => usize::from(h.aux) == len && len <= INLINE_MAX,
+                Some(Kind::InlineExt) => true,
+                Some(Kind::Eager) => eager_src(eager_bytes, h).is_ok(),
+                _ => false,
+            }
+        } => h);
         let msg_len = h.nbytes as usize;
-        let well_formed = match Kind::of(h.kind) {
-            Some(Kind::Inline) => usize::from(h.aux) == msg_len && msg_len <= INLINE_MAX,
-            Some(Kind::InlineExt) => true,
-            Some(Kind::Eager) => eager_src(self.node.config().eager_bytes, &h).is_ok(),
-            _ => false,
-        };
-        if !well_formed
-            || h.has(Flags::SYNC)
-            || !spec.matches(&envelope(&h))
-            || !self.take_direct(&h)?
-        {
-            return Ok(None);
-        }
         let seg = self.node.segment();
         self.peers[s as usize].inbox.skip(seg.ring(s, me));
         if h.kind == Kind::Eager && msg_len as u64 <= PREFETCH_MAX {
@@ -196,24 +264,13 @@ impl Endpoint {
         want: &mut Option<MatchSpec>,
         buf: &mut [u8],
     ) -> Result<Quick> {
-        let me = self.rank();
         h.source = s;
         let data = if h.kind == Kind::InlineExt {
-            if let Some(spec) = *want {
-                if spec.matches(&envelope(&h)) {
-                    // Taken here, or the normal way: nothing later may
-                    // overtake it.
-                    *want = None;
-                    if self.take_direct(&h)? {
-                        return Ok(Quick::Taken(self.deliver_ext(s, h, buf)));
-                    }
-                }
+            match self.take_ext(s, &h, want, buf)? {
+                ExtTaken::Unposted(r) => return Ok(Quick::Taken(r)),
+                ExtTaken::Posted => return Ok(Quick::Other),
+                ExtTaken::Data(data) => data,
             }
-            if self.handle_ext_arrival_posted(s, &h, buf)? {
-                return Ok(Quick::Other);
-            }
-            let seg = self.node.segment();
-            take_ext_vec(&mut self.peers[s as usize].inbox, seg.ring(s, me), &h)
         } else {
             None
         };
@@ -255,7 +312,7 @@ impl Endpoint {
         };
         if self.matching.unexpected_len() == 0 && self.matching.posted_len() == 0 {
             // Nothing queued or posted: the fast path may take the front.
-            if let Some(r) = self.take_now(spec, buf)? {
+            if let Some(r) = self.take_now(Taker::Unposted(spec), buf)? {
                 return Ok(Some(r));
             }
         }
@@ -293,11 +350,11 @@ impl Endpoint {
         Ok(None)
     }
 
-    /// The eager message at the front of `spec`'s source's ring, if a
-    /// receive of `cap` bytes may take it there ([`Endpoint::recv_arrived`]'s
-    /// conditions but the first), with its source. Past a `Some` the model
-    /// has counted the message as taken (`take_direct`): the caller must
-    /// take it.
+    /// The eager message at the front of `taker`'s source's ring, if it may
+    /// take it there into a buffer of `cap` bytes
+    /// ([`Endpoint::recv_arrived`]'s conditions but the first), with its
+    /// source. Past a `Some` the model has counted the message as taken
+    /// (`front_take!`): the caller must take it.
     ///
     /// [`Endpoint::take_front`] keeps its own copy of these tests: built on
     /// this function (a `Header` returned through memory), the deferred
@@ -306,71 +363,50 @@ impl Endpoint {
     #[inline(always)]
     pub(super) fn eager_front(
         &mut self,
-        spec: MatchSpec,
+        taker: Taker,
         cap: usize,
     ) -> Result<Option<(u32, Header)>> {
-        let Source::Rank(s) = spec.source else {
+        let Source::Rank(s) = taker.spec().source else {
             return Ok(None);
         };
         let seg = self.node.segment();
-        let me = seg.rank();
-        if s == me || s >= seg.size() || !self.matcher_empty() || seg.eager_pressure(s) {
+        if s == seg.rank() || s >= seg.size() || seg.eager_pressure(s) {
             return Ok(None);
         }
-        let ring = seg.ring(s, me);
-        let Some(mut h) = self.peers[s as usize].inbox.peek_ahead(ring) else {
-            return Ok(None);
-        };
-        // The ring identifies the sender; never trust the field.
-        h.source = s;
-        if h.kind != Kind::Eager
-            || eager_src(self.node.config().eager_bytes, &h).is_err()
-            || h.nbytes as usize > cap
-            || h.has(Flags::SYNC)
-            || !spec.matches(&envelope(&h))
-            || !self.take_direct(&h)?
-        {
-            return Ok(None);
-        }
+        front_take!(self, taker, s, peek_ahead, |h: &Header, _ring, eager_bytes| {
+            h.kind == Kind::Eager && eager_src(eager_bytes, h).is_ok() && h.nbytes as usize <= cap
+        } => h);
         Ok(Some((s, h)))
     }
 
     /// [`Endpoint::recv_arrived`] without its first condition (no deferred
-    /// receive): for the oldest deferred receive itself
-    /// ([`Endpoint::take_deferred`]), which nothing else may come before.
+    /// receive), for `taker`: a receive posted nowhere, or the oldest
+    /// deferred receive itself ([`Endpoint::take_deferred`]), which nothing
+    /// else may come before.
     #[inline(always)]
-    pub(super) fn take_front(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
-        let Source::Rank(s) = spec.source else {
+    pub(super) fn take_front(&mut self, taker: Taker, buf: &mut [u8]) -> Result<Option<Status>> {
+        let Source::Rank(s) = taker.spec().source else {
             return Ok(None);
         };
         let seg = self.node.segment();
         let me = seg.rank();
-        if s == me || s >= seg.size() || !self.matcher_empty() || seg.eager_pressure(s) {
+        if s == me || s >= seg.size() || seg.eager_pressure(s) {
             return Ok(None);
         }
-        let ring = seg.ring(s, me);
-        let Some(mut h) = self.peers[s as usize].inbox.peek_ahead(ring) else {
-            return Ok(None);
-        };
-        // The ring identifies the sender; never trust the field.
-        h.source = s;
+        let cap = buf.len();
+        front_take!(self, taker, s, peek_ahead, |h: &Header, ring: RingRef<'_>, eager_bytes| {
+            let len = h.nbytes as usize;
+            len <= cap
+                && match Kind::of(h.kind) {
+                    Some(Kind::Inline) => usize::from(h.aux) == len && len <= INLINE_MAX,
+                    Some(Kind::InlineExt) => {
+                        len > INLINE_MAX && ext_slots(len - INLINE_MAX) < ring.capacity()
+                    }
+                    Some(Kind::Eager) => eager_src(eager_bytes, h).is_ok(),
+                    _ => false,
+                }
+        } => h);
         let len = h.nbytes as usize;
-        let whole = match Kind::of(h.kind) {
-            Some(Kind::Inline) => usize::from(h.aux) == len && len <= INLINE_MAX,
-            Some(Kind::InlineExt) => {
-                len > INLINE_MAX && ext_slots(len - INLINE_MAX) < ring.capacity()
-            }
-            Some(Kind::Eager) => eager_src(self.node.config().eager_bytes, &h).is_ok(),
-            _ => false,
-        };
-        if !whole
-            || len > buf.len()
-            || h.has(Flags::SYNC)
-            || !spec.matches(&envelope(&h))
-            || !self.take_direct(&h)?
-        {
-            return Ok(None);
-        }
         let seg = self.node.segment();
         let ring = seg.ring(s, me);
         let inb = &mut self.peers[s as usize].inbox;
@@ -401,15 +437,6 @@ impl Endpoint {
             msg_len: len,
             cancelled: false,
         }))
-    }
-
-    /// Whether the matcher holds nothing: no receive posted, no message
-    /// queued, nothing parked (what [`Endpoint::take_now`] requires).
-    #[inline]
-    pub(super) fn matcher_empty(&self) -> bool {
-        self.matching.posted_len() == 0
-            && self.matching.unexpected_len() == 0
-            && self.matching.parked_len() == 0
     }
 
     /// Whether `s`'s header ring into this rank holds no header now.

@@ -282,8 +282,11 @@ impl Endpoint {
 
     /// The receive a fragmented message with first header `h` is bound to
     /// match when it arrives, as an [`AsmTarget::Bound`], if its buffer can
-    /// take the fragments now: the oldest posted receive that matches the
-    /// message, provided it names the sender (no other source's message can
+    /// take the fragments now: the receive the model would give the message
+    /// to if it arrived now ([`Offload::peek_arrival`]: the oldest posted
+    /// receive that matches it), provided it is not deferred (deferred
+    /// receives take whole messages from the front of the ring), it names
+    /// the sender (no other source's message can
     /// take it first; nothing else from that sender comes before this
     /// message's last fragment, whose counted first fragment keeps the
     /// sender from trusting a prepost until then), is not advertised as a
@@ -294,18 +297,18 @@ impl Endpoint {
     /// bound receive). `try_recv`'s receive is never bound (it returns at
     /// once).
     pub(super) fn bind_target(&self, h: &Header, buf: &[u8]) -> Option<AsmTarget> {
-        let env = envelope(h);
-        let pending = |r: &Req| r.done.is_none() && r.id.is_some() && r.spec.matches(&env);
-        let (key, r) = self
-            .requests
-            .reqs
-            .iter()
-            .chain(self.requests.caller.iter().map(|(k, r)| (*k, r)))
-            .filter(|(_, r)| pending(r))
-            .min_by_key(|(k, _)| *k)?;
-        let offloaded =
-            r.id.is_some_and(|id| self.requests.engine.contains_key(&id));
-        if offloaded || r.spec.source != Source::Rank(h.source) {
+        if self.matching.deferred_len() != 0 {
+            return None;
+        }
+        let p = self.matching.peek_arrival(&envelope(h))?;
+        if p.offloaded || p.deferred {
+            return None;
+        }
+        let key = *p.recv;
+        let r = self.requests.get(key)?;
+        // The receive matches the message: it names its sender unless it
+        // is an `ANY_SOURCE` one.
+        if r.done.is_some() || r.spec.source == Source::Any {
             return None;
         }
         match &r.buf {

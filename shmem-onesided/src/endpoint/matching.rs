@@ -13,6 +13,24 @@ pub(super) enum Msg {
     Direct(u64),
 }
 
+/// [`Endpoint::countable`] with the layout's largest context id, rank and
+/// tag.
+#[inline(always)]
+pub(super) fn countable((max_context, max_rank, max_tag): (u32, u32, u32), h: &Header) -> bool {
+    !h.has(Flags::COUNTED) || (h.context <= max_context && h.source <= max_rank && h.tag <= max_tag)
+}
+
+/// Where the payload of an inline-ext message went ([`Endpoint::take_ext`]).
+pub(super) enum ExtTaken {
+    /// Into the blocked receive that is not posted (its result).
+    Unposted(Result<Status>),
+    /// Into a posted receive (completed).
+    Posted,
+    /// Copied out for the general path (`None`: a length the ring cannot
+    /// carry; the receive reports it).
+    Data(Option<Vec<u8>>),
+}
+
 /// A header that arrived before its receive. An eager payload stays in the
 /// sender's eager area (the receive copies it once, straight to the user
 /// buffer) unless the sender raises its eager-pressure flag: then progress
@@ -25,49 +43,70 @@ pub(super) struct Unexpected {
 }
 
 impl Endpoint {
-    /// Whether the model lets a blocked, unposted receive take arrival `h`
-    /// directly ([`Offload::consume_arrival`]); if so, `h` is accounted
-    /// for (counted in the phase if its sender counted it). A counted
-    /// message the tag layout cannot carry takes the normal path.
-    // Always inlined: every fast path runs it per message; the sync it may
-    // make due (once per `sync_interval` messages at most) is out of line.
+    /// Whether the model can count arrival `h`: a message its sender
+    /// counted in our phase must fit the tag layout (three comparisons:
+    /// what `TagLayout::encode` would check), or it takes the normal path,
+    /// where [`Endpoint::handle_arrival_queued`] reports it.
     #[inline(always)]
-    pub(super) fn take_direct(&mut self, h: &Header) -> Result<bool> {
-        let counted = h.has(Flags::COUNTED);
-        // `TagLayout::encode` would accept the envelope (three comparisons).
-        let (max_context, max_rank, max_tag) = self.layout_max;
-        let fits = h.context <= max_context && h.source <= max_rank && h.tag <= max_tag;
-        if (counted && !fits) || !self.matching.consume_arrival(counted) {
-            return Ok(false);
-        }
-        // A sync the count made due: store it in our phase now.
-        if self.matching.has_output() {
-            self.poll_actions()?;
-        }
-        Ok(true)
+    pub(super) fn countable(&self, h: &Header) -> bool {
+        countable(self.layout_max, h)
     }
 
-    /// The progress pass's handling of the continuation of inline-ext
-    /// message `h`, just taken from `s`'s ring: `None` if a posted receive
-    /// waiting for it took it straight from the slots
-    /// ([`Endpoint::handle_ext_arrival_posted`]; not the blocked call's own
-    /// message, `want`), otherwise its payload copied out for the general
-    /// path (out of line: the inline messages' loop stays lean).
+    /// Offers arrival `h` (its source set from its ring) to a blocked
+    /// receive for `spec` that is not posted; the model decides
+    /// ([`Offload::offer_unposted`]). `deliverable`: this endpoint could
+    /// deliver it into that receive's buffer now. On [`Unposted::Taken`]
+    /// the message is accounted for and the caller must deliver it.
+    #[inline(always)]
+    pub(super) fn offer_unposted(
+        &mut self,
+        spec: &MatchSpec,
+        h: &Header,
+        deliverable: bool,
+    ) -> Result<Unposted> {
+        let deliverable = deliverable && self.countable(h);
+        let taken =
+            self.matching
+                .offer_unposted(spec, &envelope(h), h.has(Flags::COUNTED), deliverable);
+        // A sync the count made due: store it in our phase now.
+        if taken == Unposted::Taken && self.matching.has_output() {
+            self.poll_actions()?;
+        }
+        Ok(taken)
+    }
+
+    /// The continuation of inline-ext message `h`, just taken from `s`'s
+    /// ring, before its header is handled (out of line: the inline
+    /// messages' loop stays lean). The blocked receive that is not posted
+    /// (`want`) takes it straight from the slots when the model lets it
+    /// ([`Endpoint::offer_unposted`]; `want` is cleared once the message
+    /// is its own, taken or not: nothing later may overtake it). Otherwise
+    /// a posted receive waiting for it takes it from the slots
+    /// ([`Endpoint::handle_ext_arrival_posted`]). Otherwise its payload is
+    /// copied out for the general path.
     #[inline(never)]
-    pub(super) fn take_ext_for(
+    pub(super) fn take_ext(
         &mut self,
         s: u32,
         h: &Header,
-        want: Option<MatchSpec>,
+        want: &mut Option<MatchSpec>,
         buf: &mut [u8],
-    ) -> Result<Option<Option<Vec<u8>>>> {
-        if want.is_none_or(|spec| !spec.matches(&envelope(h)))
-            && self.handle_ext_arrival_posted(s, h, buf)?
-        {
-            return Ok(None);
+    ) -> Result<ExtTaken> {
+        if let Some(spec) = *want {
+            match self.offer_unposted(&spec, h, true)? {
+                Unposted::Taken => {
+                    *want = None;
+                    return Ok(ExtTaken::Unposted(self.deliver_ext(s, *h, buf)));
+                }
+                Unposted::Queue => *want = None,
+                Unposted::NotMine => {}
+            }
+        }
+        if self.handle_ext_arrival_posted(s, h, buf)? {
+            return Ok(ExtTaken::Posted);
         }
         let seg = self.node.segment();
-        Ok(Some(take_ext_vec(
+        Ok(ExtTaken::Data(take_ext_vec(
             &mut self.peers[s as usize].inbox,
             seg.ring(s, seg.rank()),
             h,
@@ -552,21 +591,6 @@ impl Endpoint {
             self.uncopied_eager -= 1;
         }
         Ok(u)
-    }
-
-    /// Posts recorded receive `key` (a deferred one: its request exists,
-    /// never advertised) to the model.
-    pub(super) fn post_existing(&mut self, key: u64, spec: MatchSpec) -> Result<()> {
-        match self.matching.post(spec, key, false)? {
-            PostOutcome::Queued { id, .. } => {
-                self.counters.posted_recvs += 1;
-                if let Some(req) = self.requests.get_mut(key) {
-                    req.id = Some(id);
-                }
-                self.poll_matching(&mut [])
-            }
-            PostOutcome::Matched { msg, env, .. } => self.complete_at_post(key, msg, env, &mut []),
-        }
     }
 
     /// Completes receive `key`, which matched queued message `msg` when it

@@ -124,19 +124,23 @@
 //!   order, so MPI's rules hold exactly (`ANY_SOURCE`/`ANY_TAG`,
 //!   non-overtaking per source and context) at O(1) expected cost per
 //!   operation whatever the queue depth.
-//! - **Receive fast paths**, each equivalent to that rule: a blocking
-//!   receive that can never be preposted ([`Endpoint::try_recv`], and
+//! - **Receive fast paths**, each equivalent to that rule and each decided
+//!   by the model (no match decision is made here): a blocking receive
+//!   that can never be preposted ([`Endpoint::try_recv`], and
 //!   [`Endpoint::recv`] below `TMX_SHMEM_PREPOST_MIN` into a buffer of at
-//!   most `TMX_SHMEM_PIPELINE_MIN`) is not posted while
-//!   it polls; when nothing is posted, queued or parked it looks at the
-//!   next header of its source's ring (round-robin for `ANY_SOURCE`) and
-//!   takes an inline or eager message that matches straight into its
-//!   buffer ([`Offload::consume_arrival`]); anything else in the ring, or a
+//!   most `TMX_SHMEM_PIPELINE_MIN`) is not posted while it polls; it looks
+//!   at the next header of its source's ring (round-robin for
+//!   `ANY_SOURCE`) and offers it to the model, which lets it take an
+//!   inline or eager message straight into its buffer when nothing posted,
+//!   deferred, queued or parked comes first ([`Offload::offer_unposted`],
+//!   [`Offload::consume_arrival`]); anything else in the ring, or a
 //!   matching message of another kind (which then blocks later ones for
 //!   that call), goes through the model as usual. An idle look runs the
 //!   full progress pass every 8th time (at once if this rank holds sends or
 //!   owes copies). An arrival that completes a posted software receive goes
-//!   straight into it ([`Offload::take_matching_posted`]).
+//!   straight into it ([`Offload::take_matching_posted`]); deferred
+//!   receives take their messages from the front of the ring
+//!   ([`Offload::take_deferred`], see [`Endpoint::irecv_or_done`]).
 //!
 //! # The prepost protocol
 //!
@@ -152,7 +156,9 @@
 //!   `irecv`; never `try_recv`). `Action::Add { entry, count }` posts
 //!   `(tag, mask, count, buffer address, capacity)` in the ring.
 //! - **The sender** (more than 40 bytes, nothing queued locally for that
-//!   peer) scans the ring in posting order for a matching entry large
+//!   peer) is the engine of the receiver's model: it scans the ring in
+//!   posting order for the first entry whose tag and mask match its
+//!   message (tm-match's [`EngineScan`]), uses it only if it is large
 //!   enough, and claims it only if the receiver's phase says `s == h` (see
 //!   [`crate::prepost::Phase`]); then it CMA-writes the data and stores
 //!   DONE with `length | tag << 32`. A matching entry that is not trusted is
@@ -232,7 +238,9 @@ use crate::segment::{ArrivalWatch, Segment};
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::VecDeque;
 use std::time::Instant;
-use tm_match::{Completion, EngineEvent, Offload, OffloadConfig, PostOutcome, RecvId};
+use tm_match::{
+    Completion, EngineEvent, EngineScan, Offload, OffloadConfig, PostOutcome, RecvId, Unposted,
+};
 use tm_proto::{Envelope, MatchSpec, Source, TagLayout};
 
 /// The prepost protocol is used only while the counted messages that can be
@@ -377,6 +385,15 @@ impl SendRequest {
     pub fn id(&self) -> u64 {
         self.0
     }
+
+    /// The request whose [`SendRequest::id`] is `id`, for an upper layer
+    /// that keeps ids rather than handles (a table of operations over
+    /// several transports). An id that names no send of the endpoint is
+    /// refused by the calls that take the request
+    /// ([`Error::InvalidArgument`]).
+    pub fn from_id(id: u64) -> Self {
+        SendRequest(id)
+    }
 }
 
 /// A message removed from matching by [`Endpoint::improbe`] /
@@ -441,6 +458,15 @@ impl RecvRequest {
     pub fn id(&self) -> u64 {
         self.0
     }
+
+    /// The request whose [`RecvRequest::id`] is `id`, for an upper layer
+    /// that keeps ids rather than handles (a table of operations over
+    /// several transports). An id that names no receive of the endpoint
+    /// is refused by the calls that take the request
+    /// ([`Error::InvalidArgument`]).
+    pub fn from_id(id: u64) -> Self {
+        RecvRequest(id)
+    }
 }
 
 // The ADI keeps an endpoint in a `Mutex` shared across threads.
@@ -482,7 +508,7 @@ pub struct Endpoint {
     /// completed before every receive in `feed`. The calls that look a
     /// receive up by id (`wait`, `test`, `cancel_recv`, `take_completed`)
     /// first put these back as ordinary completed requests
-    /// ([`Endpoint::unready`]).
+    /// ([`Endpoint::refile_finished`]).
     finished: Vec<RecvFinished>,
     /// How envelopes become the 64-bit tags of the prepost entries.
     layout: TagLayout,
@@ -507,23 +533,14 @@ pub struct Endpoint {
     cancel_answers: Vec<(u64, bool)>,
     /// Consecutive `try_recv` quick looks that found nothing.
     idle_looks: u32,
-    /// Deferred receives (`TMX_SHMEM_DEFER_RECV`, see
-    /// [`Endpoint::irecv_or_done`]), oldest first: requests held in
-    /// `requests` but not posted to the model. All have the exact source
-    /// `deferred_source`; while any exists the model holds no posted receive
-    /// (every deferred one is younger than anything ever posted), and
-    /// nothing may be matched against the model's queues before they are
-    /// posted ([`Endpoint::post_deferred`]).
-    deferred: VecDeque<u64>,
-    /// The source of every deferred receive (meaningful while `deferred` is
-    /// not empty).
-    deferred_source: u32,
-    /// `TMX_SHMEM_DEFER_RECV`: nonblocking receives may be deferred.
+    /// `TMX_SHMEM_DEFER_RECV`: nonblocking receives may be deferred (kept
+    /// in the matching model's deferred queue, see
+    /// [`Endpoint::irecv_or_done`] and [`Offload::defer`]).
     defer_enabled: bool,
     /// Consumers of deferred receives made by
     /// [`Endpoint::irecv_or_done_in_place`], oldest first (keyed by a
-    /// subsequence of `deferred`; entries older than its front are stale
-    /// and dropped).
+    /// subsequence of the model's deferred queue; entries older than its
+    /// front are stale and dropped).
     in_place_consumers: VecDeque<PayloadConsumer>,
     /// CMA messages matched by a nonblocking receive as it was posted (or
     /// by an earlier receive while it was made, see `defer_cma_of_posted`), and
@@ -657,9 +674,7 @@ impl Endpoint {
             uncopied_eager: 0,
             cancel_answers: Vec::new(),
             idle_looks: 0,
-            deferred: VecDeque::new(),
             in_place_consumers: VecDeque::new(),
-            deferred_source: 0,
             late_cma: VecDeque::new(),
             split_sends: std::collections::HashMap::new(),
             split_sends_to: vec![0; n as usize],
@@ -718,6 +733,10 @@ impl Endpoint {
             .map(|p| p.outbox.producer().rereads())
             .sum::<u64>()
             .saturating_sub(self.uncounted_ring_events.1);
+        // Deferred receives the model moved into its posted queue (by
+        // itself, or at our `post_deferred`) are posted receives too.
+        c.posted_recvs += self.matching.stats().deferred_posted;
+        c.deferred_recvs += self.matching.stats().deferred;
         c
     }
 
@@ -730,6 +749,9 @@ impl Endpoint {
         self.uncounted_ring_events.1 +=
             now.index_rereads - saved.index_rereads.min(now.index_rereads);
         self.counters = saved;
+        let stats = self.matching.stats();
+        self.counters.posted_recvs = saved.posted_recvs.saturating_sub(stats.deferred_posted);
+        self.counters.deferred_recvs = saved.deferred_recvs.saturating_sub(stats.deferred);
     }
 
     /// The inline-ext cap in bytes (`TMX_SHMEM_INLINE_EXT` as capped by the

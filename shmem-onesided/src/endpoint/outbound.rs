@@ -207,15 +207,16 @@ impl Endpoint {
         let ring = seg.prepost(dest, me);
         let phase = seg.phase(dest);
         let mut untrusted = false;
-        let mut seen = false;
+        // We are the engine of the receiver's offload model: the message
+        // goes to the first entry, in posting order, whose tag and mask
+        // match it (tm-match's rule); if that entry is too small or not
+        // trusted, no later one is used either (MPI: the earliest posted
+        // receive wins, in software then).
+        let mut scan = EngineScan::new(mtag);
         let claim = self.peers[dest as usize].claimer.claim_first(ring, |p| {
-            // Only the oldest matching entry may take the message (MPI: the
-            // earliest posted receive wins): if it is too small or not
-            // trusted, no later one is used either.
-            if seen || !p.matches(mtag) {
+            if !scan.offer(&p.entry()) {
                 return false;
             }
-            seen = true;
             if p.capacity < len {
                 return false;
             }

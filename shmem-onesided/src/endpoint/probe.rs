@@ -156,7 +156,7 @@ impl Endpoint {
     /// or a pipelined message bound to match it is being copied into it
     /// (it completes normally).
     pub fn cancel_recv(&mut self, req: &RecvRequest) -> Result<bool> {
-        self.unready();
+        self.refile_finished();
         self.undefer()?;
         let Some(r) = self.requests.get(req.0) else {
             return Err(Error::InvalidArgument("unknown receive request"));

@@ -58,7 +58,7 @@ impl Endpoint {
                 h.source = s;
                 events += 1;
                 let data = if h.kind == Kind::InlineExt {
-                    match self.take_ext_for(s, &h, *want, buf)? {
+                    match self.take_ext_in_pass(s, &h, want, got, buf)? {
                         Some(data) => data,
                         None => continue,
                     }
@@ -75,8 +75,9 @@ impl Endpoint {
     /// posted (`try_recv`'s first pass): the first arrival of this pass
     /// that matches `want` is delivered into `buf` at once, without
     /// queueing it as unexpected and posting against it, when the model
-    /// allows it ([`Offload::consume_arrival`]: no receive queued, nothing
-    /// parked; the caller checked that no queued message matches `want`).
+    /// allows it ([`Offload::offer_unposted`]: no receive posted or
+    /// deferred, nothing parked, no older queued message that `want`
+    /// matches).
     /// Returns the events and that receive's result.
     pub(super) fn progress_want(
         &mut self,
@@ -88,7 +89,7 @@ impl Endpoint {
         if !self.late_cma.is_empty() {
             events += self.copy_late(buf);
         }
-        if !self.deferred.is_empty() {
+        if self.matching.deferred_len() != 0 {
             events += self.take_deferred()?;
         }
         // While the offload model waits for a claimed prepost's DONE, later
@@ -154,18 +155,83 @@ impl Endpoint {
         Ok((events, got))
     }
 
+    /// The progress pass's handling of the continuation of inline-ext
+    /// message `h`, just taken from `s`'s ring ([`Endpoint::take_ext`];
+    /// out of line: the inline messages' loop stays lean): `None` when a
+    /// receive took it from the slots (the blocked call's result, if it was
+    /// its own, left in `got`), otherwise its payload copied out for the
+    /// general path.
+    #[inline(never)]
+    pub(super) fn take_ext_in_pass(
+        &mut self,
+        s: u32,
+        h: &Header,
+        want: &mut Option<MatchSpec>,
+        got: &mut Option<Result<Status>>,
+        buf: &mut [u8],
+    ) -> Result<Option<Option<Vec<u8>>>> {
+        Ok(match self.take_ext(s, h, want, buf)? {
+            ExtTaken::Unposted(r) => {
+                *got = Some(r);
+                None
+            }
+            ExtTaken::Posted => None,
+            ExtTaken::Data(data) => Some(data),
+        })
+    }
+
+    /// [`Endpoint::handle_header`]'s offer of message `h` (and its copied
+    /// `data`) to the blocked receive that is not posted, `want` (out of
+    /// line: a progress pass has none). `true` when the receive took it:
+    /// delivered into `buf`, its result in `got`.
+    #[inline(never)]
+    pub(super) fn offer_to_want(
+        &mut self,
+        h: &Header,
+        data: &mut Option<Vec<u8>>,
+        want: &mut Option<MatchSpec>,
+        got: &mut Option<Result<Status>>,
+        buf: &mut [u8],
+    ) -> Result<bool> {
+        let Some(spec) = *want else {
+            return Ok(false);
+        };
+        let direct = matches!(
+            Kind::of(h.kind),
+            Some(Kind::Inline | Kind::Eager | Kind::InlineExt)
+        );
+        match self.offer_unposted(&spec, h, direct)? {
+            Unposted::Taken => {
+                *want = None;
+                let r = self.deliver(*h, data.take(), buf);
+                if matches!(&r, Ok(st) if st.truncated()) {
+                    self.counters.truncated += 1;
+                }
+                *got = Some(r);
+                Ok(true)
+            }
+            // Its message, going through the model: nothing later may
+            // overtake it.
+            Unposted::Queue => {
+                *want = None;
+                Ok(false)
+            }
+            Unposted::NotMine => Ok(false),
+        }
+    }
+
     /// One header from a ring (its `source` set from the ring): a FIN or
     /// ACK for our sends, a fragment, or a message for the model. With
-    /// `want` (a blocked receive that is not posted), the first message
-    /// matching it is delivered into `buf` directly if the model allows
-    /// ([`Endpoint::take_direct`]), its result left in `got`; `want` is
-    /// cleared at the first matching message either way (a later one must
-    /// not overtake it).
+    /// `want` (a blocked receive that is not posted), the model is offered
+    /// the message for it first ([`Endpoint::offer_unposted`]): taken, it
+    /// is delivered into `buf` directly, its result left in `got`; `want`
+    /// is cleared at the receive's first message either way (a later one
+    /// must not overtake it).
     #[inline(always)]
     pub(super) fn handle_header(
         &mut self,
         h: Header,
-        data: Option<Vec<u8>>,
+        mut data: Option<Vec<u8>>,
         want: &mut Option<MatchSpec>,
         got: &mut Option<Result<Status>>,
         buf: &mut [u8],
@@ -184,22 +250,8 @@ impl Endpoint {
             self.peers[h.source as usize].control_in += 1;
             return self.on_cancel_header(&h);
         }
-        if let Some(spec) = *want {
-            if spec.matches(&envelope(&h)) {
-                *want = None;
-                let direct = matches!(
-                    Kind::of(h.kind),
-                    Some(Kind::Inline | Kind::Eager | Kind::InlineExt)
-                );
-                if direct && self.take_direct(&h)? {
-                    let r = self.deliver(h, data, buf);
-                    if matches!(&r, Ok(st) if st.truncated()) {
-                        self.counters.truncated += 1;
-                    }
-                    *got = Some(r);
-                    return Ok(());
-                }
-            }
+        if want.is_some() && self.offer_to_want(&h, &mut data, want, got, buf)? {
+            return Ok(());
         }
         if h.kind == Kind::Frag {
             // The last fragment completes a message: it arrives then.

@@ -55,9 +55,9 @@ impl Endpoint {
             Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
         };
         let mut pass = true;
-        if !pressured && self.matcher_empty() {
+        if !pressured && self.matching.queues_empty() {
             // The quick look first: the next header of the source's ring.
-            if let Some(r) = self.take_now(spec, buf)? {
+            if let Some(r) = self.take_now(Taker::Unposted(spec), buf)? {
                 self.idle_looks = 0;
                 return r.map(Some);
             }
@@ -187,40 +187,45 @@ impl Endpoint {
     ///
     /// **Deferred receives** (`TMX_SHMEM_DEFER_RECV`, on by default): an
     /// exact-source receive that is never advertised and finds its source's
-    /// ring empty and the matcher empty (nothing posted, queued or parked)
-    /// is not posted: it waits in a list, oldest first, with the later ones
-    /// of the same kind. Progress, and the next `irecv_or_done`, complete
-    /// them from the front of the ring as a receive that found its message
-    /// would be (no matcher entry, no match against a posted list); the
-    /// moment the front message is not the oldest deferred receive's, or the
-    /// matcher holds anything, all of them are posted in order, and every
-    /// call that matches against the matcher's queues (a probe, `recv`,
-    /// `try_recv`, `irecv`, a cancel, `wait`, `finalize`) posts them first.
-    /// A message leaves the ring only into a deferred receive or the
-    /// matcher, and the matcher matches nothing while any is deferred, so
-    /// the result is a schedule in which they were posted when made, as MPI
-    /// orders it. `tests/deferred.rs` checks MPI's order rules on random
-    /// programs with deferral on and off.
+    /// ring empty is deferred when the matching model allows it
+    /// ([`Offload::defer`]: nothing posted, queued or parked, and every
+    /// deferred receive names the same source): it waits in the model's
+    /// deferred queue, oldest first, not in its posted queue. Progress, and
+    /// the next `irecv_or_done`, offer the message at the front of the ring
+    /// to the oldest deferred receive ([`Offload::take_deferred`]) and
+    /// complete it from there as a receive that found its message would be
+    /// (no posted entry, no match against a posted list); the moment the
+    /// front message is not one the oldest deferred receive takes directly,
+    /// all of them are posted in order, and every call that matches against
+    /// the model's queues (a probe, `recv`, `try_recv`, `irecv`, a cancel,
+    /// `wait`, `finalize`) posts them first; the model itself posts them
+    /// before anything else enters its queues. The result is a schedule in
+    /// which they were posted when made, as MPI orders it: tm-match's
+    /// differential tests check the model against its reference matcher,
+    /// and `tests/deferred.rs` checks MPI's order rules on random programs
+    /// with deferral on and off.
     pub fn irecv_or_done(
         &mut self,
         spec: MatchSpec,
         mut buf: Vec<u8>,
     ) -> Result<Started<RecvRequest, RecvDone>> {
         self.check_source(spec)?;
-        if !self.deferred.is_empty() {
+        if self.matching.deferred_len() != 0 {
             // Older deferred receives first: their messages, then (if any
-            // is left) either this one joins them or they are posted. The
-            // common case, nothing arrived and nothing to post, is the
-            // first test `take_deferred` would make, answered here without
-            // the call (a window of receives made before its messages).
+            // is left) either this one joins them (the model decides: the
+            // same source) or they are posted. The common case, nothing
+            // arrived and nothing to post, is the first test
+            // `take_deferred` would make, answered here without the call
+            // (a window of receives made before its messages).
             if !self.deferred_quiet() {
                 self.take_deferred()?;
             }
-            if !self.deferred.is_empty() {
-                if self.may_defer(spec, buf.len())
-                    && spec.source == Source::Rank(self.deferred_source)
-                {
-                    return Ok(Started::Pending(self.defer(spec, buf)));
+            if self.matching.deferred_len() != 0 {
+                if self.may_defer(spec, buf.len()) {
+                    match self.defer(spec, buf) {
+                        Ok(req) => return Ok(Started::Pending(req)),
+                        Err(back) => buf = back,
+                    }
                 }
                 self.post_deferred()?;
             }
@@ -238,8 +243,10 @@ impl Endpoint {
         if self.may_defer(spec, buf.len()) {
             if let Source::Rank(s) = spec.source {
                 if self.ring_empty(s) {
-                    self.deferred_source = s;
-                    return Ok(Started::Pending(self.defer(spec, buf)));
+                    match self.defer(spec, buf) {
+                        Ok(req) => return Ok(Started::Pending(req)),
+                        Err(back) => buf = back,
+                    }
                 }
             }
         }
@@ -314,8 +321,8 @@ impl Endpoint {
     /// deferred receives nor runs a progress pass: a miss costs one look at
     /// the source's ring (and, with messages queued, one post and cancel
     /// in the matcher), and deferral stays as it was. While an older
-    /// deferred receive is still waiting, nothing is taken (the matcher
-    /// matches nothing while any is deferred).
+    /// deferred receive is still waiting, nothing is taken (the model
+    /// refuses: the older receive comes first).
     // Inlined: its result, returned through memory, was copied on in
     // overlapping pieces that stalled store forwarding in the caller.
     #[inline]
@@ -324,9 +331,9 @@ impl Endpoint {
             return Ok(Some(st));
         }
         self.check_source(spec)?;
-        if !self.deferred.is_empty() {
+        if self.matching.deferred_len() != 0 {
             self.take_deferred()?;
-            if !self.deferred.is_empty() {
+            if self.matching.deferred_len() != 0 {
                 return Ok(None);
             }
         }
@@ -355,13 +362,15 @@ impl Endpoint {
     /// [`Endpoint::recv_now`]): a receive whose message is already the next
     /// header of its source's ring, in the one case where nothing can come
     /// between them. If
-    /// - `spec` names one other rank, no deferred receive is waiting, the
-    ///   matcher holds nothing (posted, queued or parked) and the source is
-    ///   not under eager pressure, and
+    /// - `spec` names one other rank, the source is not under eager
+    ///   pressure, and the matching model gives a receive posted nowhere
+    ///   its turn ([`Offload::unposted_turn`]: no receive posted or
+    ///   deferred, nothing parked, no queued message that `spec` matches),
+    ///   and
     /// - the next header of that rank's ring is an inline, inline-ext or
-    ///   eager message (well formed, not synchronous) that `spec` matches,
-    ///   that fits `buf` whole, and that the model lets a receive take
-    ///   directly (the private `take_direct` check),
+    ///   eager message (well formed, not synchronous, one the model can
+    ///   count) that fits `buf` whole and that `spec` matches (the model's
+    ///   decision: `UnpostedTurn::take`),
     ///
     /// the message is received into `buf[..len]` and its status returned.
     /// This is what `irecv_or_done` would do in that case (its
@@ -374,10 +383,10 @@ impl Endpoint {
     /// twice its instructions for the same message; see the adi README).
     #[inline(always)]
     pub fn recv_arrived(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
-        if !self.deferred.is_empty() {
+        if self.matching.deferred_len() != 0 {
             return Ok(None);
         }
-        self.take_front(spec, buf)
+        self.take_front(Taker::Unposted(spec), buf)
     }
 
     /// [`Endpoint::recv_arrived`] for a consumer that reads the payload
@@ -402,10 +411,10 @@ impl Endpoint {
         cap: usize,
         f: &mut dyn FnMut(&[u8]),
     ) -> Result<Option<Status>> {
-        if !self.deferred.is_empty() {
+        if self.matching.deferred_len() != 0 {
             return Ok(None);
         }
-        let Some((s, h)) = self.eager_front(spec, cap)? else {
+        let Some((s, h)) = self.eager_front(Taker::Unposted(spec), cap)? else {
             return Ok(None);
         };
         self.consume_front(s, &h, f).map(Some)
@@ -453,10 +462,11 @@ impl Endpoint {
     /// Whether a receive for `spec` could be taken at the front of its
     /// source's ring when its message comes ([`Endpoint::recv_arrived`]'s
     /// conditions that do not depend on the message): an exact source
-    /// other than this rank, no deferred receive waiting, the matcher
-    /// holding nothing, and the source not under eager pressure. While it
-    /// is `false`, waiting for [`Endpoint::recv_arrived_with`] to succeed
-    /// is pointless: take the general path.
+    /// other than this rank, the matching model ready to give a receive
+    /// posted nowhere its turn ([`Offload::unposted_may_take`]), and the
+    /// source not under eager pressure. While it is `false`, waiting for
+    /// [`Endpoint::recv_arrived_with`] to succeed is pointless: take the
+    /// general path.
     pub fn front_open(&self, spec: MatchSpec) -> bool {
         let Source::Rank(s) = spec.source else {
             return false;
@@ -464,14 +474,13 @@ impl Endpoint {
         let seg = self.node.segment();
         s != seg.rank()
             && s < seg.size()
-            && self.deferred.is_empty()
-            && self.matcher_empty()
+            && self.matching.unposted_may_take(&spec)
             && !seg.eager_pressure(s)
     }
 
     /// Whether `req` has completed (runs one progress pass).
     pub fn test(&mut self, req: &RecvRequest) -> Result<bool> {
-        self.unready();
+        self.refile_finished();
         if !self.is_done(req.0) {
             self.progress_for(&mut [])?;
         }
@@ -484,7 +493,7 @@ impl Endpoint {
     /// (a dead peer) the buffer is dropped.
     pub fn wait(&mut self, req: RecvRequest) -> Result<(Status, Vec<u8>)> {
         let key = req.0;
-        self.unready();
+        self.refile_finished();
         self.undefer()?;
         // Already complete (the common case when an upper layer collects
         // what `take_completed` reported): one lookup, no progress.

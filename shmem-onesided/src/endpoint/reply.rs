@@ -40,7 +40,7 @@ impl Endpoint {
     /// well as out (see `PREFETCH_STEP`).
     #[inline]
     pub(super) fn recv_outstanding(&self) -> bool {
-        !self.deferred.is_empty() || self.matching.posted_len() > 0
+        self.matching.deferred_len() != 0 || self.matching.posted_len() > 0
     }
 
     /// Whether a message of `len` bytes to `dest` goes by CMA because

@@ -226,7 +226,10 @@ fn deferred_receive_with_consumer_reads_in_place() {
                         )
                     })
                     .collect();
-                assert_eq!((ep.deferred.len(), ep.in_place_consumers.len()), (3, 3));
+                assert_eq!(
+                    (ep.matching.deferred_len(), ep.in_place_consumers.len()),
+                    (3, 3)
+                );
                 gate.wait();
                 gate.wait();
                 let got = collect(&mut ep, &reqs.iter().collect::<Vec<_>>());
@@ -364,7 +367,7 @@ fn deferred_receives_finished_in_a_drain_stay_visible_by_id() {
                     Started::Done(done) => panic!("nothing was sent yet: {done:?}"),
                 }
             }
-            assert_eq!(ep.deferred.len(), sizes.len(), "all deferred");
+            assert_eq!(ep.matching.deferred_len(), sizes.len(), "all deferred");
             gate.wait();
             gate.wait();
             while ep.finished.len() < sizes.len() {
@@ -434,11 +437,13 @@ fn irecv_or_done_catches_up_with_older_posted_receives() {
 /// the default): none is posted; the later `irecv_or_done` first
 /// completes them from the ring, in order, then takes its own message.
 /// The race of a progress pass with a deferred receive: its message
-/// reaches the matcher (as unexpected) after the pass looked at the
-/// deferred receives and found the ring empty. The next pass must post
-/// the deferred receive (the matcher is no longer empty), which then
-/// matches the queued message; one that only looked at the ring would
-/// wait for ever. Deterministic: both endpoints in one thread.
+/// reaches the matching model (handed to it as an arrival) after the pass
+/// looked at the deferred receives and found the ring empty. The model
+/// moves the deferred receive into its posted queue before it matches the
+/// message, so the receive completes with it at once (before, the message
+/// waited as unexpected for the next pass to post the receive); one that
+/// only looked at the ring would wait for ever. Deterministic: both
+/// endpoints in one thread.
 #[test]
 fn deferred_receive_gets_a_message_that_reached_the_matcher_first() {
     let job = format!("ut{}-dfrrace", std::process::id());
@@ -462,7 +467,9 @@ fn deferred_receive_gets_a_message_that_reached_the_matcher_first() {
         e1.poll_one(0, &mut want, &mut []).unwrap(),
         Quick::Other
     ));
-    assert_eq!(e1.matching.unexpected_len(), 1, "queued as unexpected");
+    assert_eq!(e1.matching.unexpected_len(), 0, "not queued as unexpected");
+    assert_eq!(e1.matching.deferred_len(), 0, "posted by the model first");
+    assert!(e1.is_complete(r.id()), "matched as it arrived");
     let mut passes = 0;
     while !e1.test(&r).unwrap() {
         passes += 1;

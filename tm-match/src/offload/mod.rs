@@ -66,6 +66,61 @@
 //!   entry (`DeleteFailed`). Configure `any_source = false` for a per-peer
 //!   queue.
 //!
+//! The engine's own rule, which both follow, is [`EngineScan`]: a message
+//! goes to the first entry in list order whose tag and mask match it, and
+//! only to that one.
+//!
+//! # Fast paths the transport takes, decided here
+//!
+//! Every match decision is the model's; a transport feeds envelopes in and
+//! does what comes out. Three fast paths let it skip queueing a message or a
+//! receive without deciding anything itself:
+//!
+//! - **A receive that is not posted** (a blocking receive that looks at
+//!   arrivals before it posts): [`Offload::offer_unposted`] /
+//!   [`Offload::consume_arrival`] say whether it takes an arriving message
+//!   ([`Unposted::Taken`]), whether the message is not its own
+//!   ([`Unposted::NotMine`]), or whether it must go through the model
+//!   ([`Unposted::Queue`]: a posted or deferred receive, a parked message or
+//!   an older queued message that the receive matches comes first).
+//! - **A message a posted software receive takes at once**:
+//!   [`Offload::take_matching_posted`].
+//! - **Deferred receives** ([`Offload::defer`], [`Offload::take_deferred`],
+//!   [`Offload::post_deferred`]): exact-source receives made while nothing
+//!   is posted, queued or parked, kept in a queue of their own and
+//!   completed in order by their source's messages (below).
+//!
+//! Each leaves the model exactly as the general path would have (the
+//! differential tests check them against
+//! [`crate::reference::ReferenceMatcher`]).
+//!
+//! # Deferred receives
+//!
+//! A receive may be deferred ([`Offload::defer`]) when it names one source,
+//! the shadow is empty (no receive posted, no message queued or parked) and
+//! every receive deferred already names the same source. It is then a
+//! posted receive in every respect but its storage: it has a handle (which
+//! stays valid when it moves into the posted queue), it can be cancelled,
+//! and it is older than every receive posted later.
+//!
+//! While any receive is deferred the shadow stays empty: every operation
+//! that would put something there ([`Offload::post`],
+//! [`Offload::post_software`], [`Offload::arrive`], an engine
+//! [`EngineEvent::Unexpected`]) first moves
+//! the deferred receives into the posted queue, oldest first, as if they had
+//! been posted when they were deferred ([`Offload::post_deferred`], which
+//! the caller may also call itself). Their messages come from one source, in
+//! that source's order; the caller offers each one, as it arrives, to the
+//! oldest deferred receive ([`Offload::take_deferred`]): taken when that
+//! receive matches it (the receive is then complete), otherwise the caller
+//! hands it to the model the usual way (which moves the deferred receives in
+//! first, so that it reaches whichever of them matches it, or is queued).
+//!
+//! The outcome is the schedule in which every deferred receive was posted
+//! when it was made, as MPI orders it: the differential tests replay every
+//! operation on [`crate::reference::ReferenceMatcher`], where a deferred
+//! receive is a plain post.
+//!
 //! # Example: a driver loop
 //!
 //! ```
@@ -94,11 +149,20 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use tm_proto::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
+use tm_proto::{Envelope, MatchSpec, TagLayout, TagMask};
 use tracing::debug;
 
 use crate::hash::FastMap;
 use crate::{Error, Matcher, MsgId, RecvId, Shape};
+
+mod deferred;
+mod engine;
+mod sw_index;
+
+use deferred::Deferred;
+pub use deferred::PeekedRecv;
+pub use engine::EngineScan;
+use sw_index::SwIndex;
 
 /// What the engine can do, and how the model drives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +341,49 @@ pub enum CancelOutcome<R> {
     Failed,
 }
 
+/// A receive's turn to take an arrival without being posted
+/// ([`Offload::unposted_turn`]).
+#[derive(Debug)]
+pub struct UnpostedTurn<'a, R, M> {
+    off: &'a mut Offload<R, M>,
+    spec: MatchSpec,
+}
+
+impl<R, M> UnpostedTurn<'_, R, M> {
+    /// The arrival with envelope `env` (`from_engine`: it came through the
+    /// engine, as [`EngineEvent::Unexpected`]): `true` when the receive's
+    /// spec matches it and the receive takes it, the model changing as for
+    /// [`Unposted::Taken`] (the caller delivers the message); `false`,
+    /// nothing changed, when it is not the receive's.
+    #[inline(always)]
+    pub fn take(self, env: &Envelope, from_engine: bool) -> bool {
+        if !self.spec.matches(env) {
+            return false;
+        }
+        self.off.stats.sw_matches += 1;
+        if from_engine {
+            self.off.counted();
+        }
+        true
+    }
+}
+
+/// What a receive that is not posted may do with an arriving message
+/// ([`Offload::offer_unposted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Unposted {
+    /// The receive takes the message; the caller delivers it.
+    Taken,
+    /// Not the receive's message: hand it to the model; the receive may
+    /// take a later one.
+    NotMine,
+    /// The receive's kind of message, but it goes through the model: hand
+    /// it to the model and post the receive (it takes no later message
+    /// directly).
+    Queue,
+}
+
 /// Protocol counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OffloadStats {
@@ -298,6 +405,12 @@ pub struct OffloadStats {
     pub delete_races: u64,
     /// Receives kept in software although eligible (prefix rule or full).
     pub kept_in_sw: u64,
+    /// Receives deferred ([`Offload::defer`]).
+    pub deferred: u64,
+    /// Deferred receives moved into the posted queue
+    /// ([`Offload::post_deferred`], or before an operation that needs
+    /// them there).
+    pub deferred_posted: u64,
 }
 
 impl fmt::Display for OffloadStats {
@@ -305,7 +418,8 @@ impl fmt::Display for OffloadStats {
         write!(
             f,
             "offload: {} adds, {} deletes, {} syncs, {} engine matches, {} sw matches, \
-             {} unexpected, {} withdrawals, {} delete races, {} kept in sw",
+             {} unexpected, {} withdrawals, {} delete races, {} kept in sw, \
+             {} deferred, {} deferred then posted",
             self.adds,
             self.deletes,
             self.syncs,
@@ -314,7 +428,9 @@ impl fmt::Display for OffloadStats {
             self.unexpected,
             self.withdrawals,
             self.delete_races,
-            self.kept_in_sw
+            self.kept_in_sw,
+            self.deferred,
+            self.deferred_posted
         )
     }
 }
@@ -353,335 +469,6 @@ struct Pending<M> {
     from_engine: bool,
 }
 
-/// A software-resident receive's spec as scalars (`src`/`tag` are 0 where
-/// `shape` wildcards them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct SwSpec {
-    ctx: u32,
-    src: u32,
-    tag: u32,
-    shape: u8,
-}
-
-impl SwSpec {
-    #[inline]
-    fn of(spec: &MatchSpec) -> Self {
-        let (src, sw) = match spec.source {
-            Source::Rank(s) => (s, 0),
-            Source::Any => (0, 2),
-        };
-        let (tag, tw) = match spec.tag {
-            Tag::Value(t) => (t, 0),
-            Tag::Any => (0, 1),
-        };
-        SwSpec {
-            ctx: spec.context_id,
-            src,
-            tag,
-            shape: sw | tw,
-        }
-    }
-
-    /// Whether some message matches both.
-    #[inline]
-    fn overlaps(&self, o: &SwSpec) -> bool {
-        let wild = self.shape | o.shape;
-        self.ctx == o.ctx
-            && (wild & 2 != 0 || self.src == o.src)
-            && (wild & 1 != 0 || self.tag == o.tag)
-    }
-}
-
-/// Software-resident receives, for the O(1) prefix check ("does an older
-/// receive that stays in software overlap this one?").
-///
-/// Up to [`SW_SMALL`] of them are a plain inline list scanned in full (no
-/// hashing, no allocation: the common case of a few receives in flight);
-/// beyond that, counters by overlap class in a hash map, the same four
-/// shapes as the matcher. Counters that drop to zero stay in the map (no
-/// insert/remove churn when a key is reused) and are swept once they
-/// outnumber the receives. The form goes back to the list when the last
-/// receive leaves.
-///
-/// The counters are only read by eligible posts. When more than
-/// `2·len + 64` updates go by without a query (e.g. a stream of small
-/// receives that are never offloaded), the counter form is dropped and only
-/// the number of receives is kept (*stale*); the next query rebuilds it from
-/// the shadow in O(len), which those updates paid for (amortized O(1)).
-#[derive(Debug, Clone, Default)]
-struct SwIndex {
-    small: smallvec::SmallVec<[SwSpec; SW_SMALL]>,
-    indexed: bool,
-    /// Receives in the counter form (indexed form only).
-    len: usize,
-    counts: FastMap<u128, u32>,
-    /// Map entries at zero.
-    zero: usize,
-    /// Updates of the counter form since the last query.
-    idle: usize,
-    /// Counter form dropped: `len` is exact, `counts` empty; the next query
-    /// must [`rebuild`](Self::rebuild) first.
-    stale: bool,
-}
-
-/// Software-resident receives [`SwIndex`] keeps as a list.
-const SW_SMALL: usize = 16;
-
-// Counter kinds.
-const E_ST: u32 = 0; // exact (s,t)
-const E_SSHAPE: u32 = 1; // (s,*) by s
-const E_TSHAPE: u32 = 2; // (*,t) by t
-const E_BYSRC: u32 = 3; // exact or (s,*), by s
-const E_BYTAG: u32 = 4; // exact or (*,t), by t
-const E_CTXSHAPE: u32 = 5; // per ctx, per shape (in the src field)
-const E_CTX: u32 = 6; // per ctx
-
-/// Packed counter key: kind, context, and two fields.
-#[inline]
-fn ckey(kind: u32, c: u32, a: u32, b: u32) -> u128 {
-    (u128::from(kind) << 96) | (u128::from(c) << 64) | (u128::from(a) << 32) | u128::from(b)
-}
-
-impl SwIndex {
-    /// The counters a receive contributes to (4 or 5 of them).
-    #[inline]
-    fn keys(s: &SwSpec) -> ([u128; 5], usize) {
-        let c = s.ctx;
-        let shape = ckey(E_CTXSHAPE, c, u32::from(s.shape), 0);
-        let ctx = ckey(E_CTX, c, 0, 0);
-        match s.shape {
-            0 => (
-                [
-                    ckey(E_ST, c, s.src, s.tag),
-                    ckey(E_BYSRC, c, s.src, 0),
-                    ckey(E_BYTAG, c, 0, s.tag),
-                    shape,
-                    ctx,
-                ],
-                5,
-            ),
-            1 => (
-                [
-                    ckey(E_SSHAPE, c, s.src, 0),
-                    ckey(E_BYSRC, c, s.src, 0),
-                    shape,
-                    ctx,
-                    0,
-                ],
-                4,
-            ),
-            2 => (
-                [
-                    ckey(E_TSHAPE, c, 0, s.tag),
-                    ckey(E_BYTAG, c, 0, s.tag),
-                    shape,
-                    ctx,
-                    0,
-                ],
-                4,
-            ),
-            _ => ([shape, ctx, 0, 0, 0], 2),
-        }
-    }
-
-    /// Records a software-resident receive. The stale counter form (the
-    /// usual one past [`SW_SMALL`] receives when nothing is offloaded)
-    /// only counts, so that check comes first, inlined; `stale` implies
-    /// `indexed`.
-    #[inline(always)]
-    fn add(&mut self, spec: &MatchSpec) {
-        if self.stale {
-            self.len += 1;
-            return;
-        }
-        self.add_fresh(spec);
-    }
-
-    #[inline]
-    fn add_fresh(&mut self, spec: &MatchSpec) {
-        let s = SwSpec::of(spec);
-        if !self.indexed {
-            if self.small.len() < SW_SMALL {
-                self.small.push(s);
-                return;
-            }
-            self.migrate();
-            if self.stale {
-                self.len += 1;
-                return;
-            }
-        }
-        self.count_in(&s);
-        self.touched();
-    }
-
-    /// One update of the counter form: drop it if nobody has read it for
-    /// long.
-    #[inline]
-    fn touched(&mut self) {
-        self.idle += 1;
-        if self.indexed && self.idle > 2 * self.len + 64 {
-            self.counts.clear();
-            self.zero = 0;
-            self.stale = true;
-        }
-    }
-
-    /// Whether the next query needs [`Self::rebuild`].
-    #[inline]
-    fn is_stale(&self) -> bool {
-        self.stale
-    }
-
-    /// Rebuilds from every software-resident receive (the shadow's, which
-    /// are exactly the ones added and not removed).
-    #[inline(never)]
-    fn rebuild(&mut self, all: impl IntoIterator<Item = MatchSpec>) {
-        self.small.clear();
-        self.counts.clear();
-        self.indexed = false;
-        self.len = 0;
-        self.zero = 0;
-        self.idle = 0;
-        self.stale = false;
-        for spec in all {
-            let s = SwSpec::of(&spec);
-            if !self.indexed {
-                if self.small.len() < SW_SMALL {
-                    self.small.push(s);
-                    continue;
-                }
-                // Past the list: the counter form, built now (a query waits).
-                self.indexed = true;
-                for x in core::mem::take(&mut self.small) {
-                    self.count_in(&x);
-                }
-            }
-            self.count_in(&s);
-        }
-        self.idle = 0;
-    }
-
-    /// The list is full: switch to the counter form, built lazily. The
-    /// counters are only worth keeping while someone queries them, so the
-    /// form starts stale and the first query rebuilds it (O(len), paid for
-    /// by the more than [`SW_SMALL`] adds since the list form began). Many
-    /// receives posted and matched with no offload decision in between
-    /// (small messages) then cost no hashing at all.
-    #[inline(never)]
-    fn migrate(&mut self) {
-        self.indexed = true;
-        self.stale = true;
-        self.counts.clear();
-        self.zero = 0;
-        self.idle = 0;
-        self.len = self.small.len();
-        self.small.clear();
-    }
-
-    fn count_in(&mut self, s: &SwSpec) {
-        let (keys, n) = Self::keys(s);
-        for k in &keys[..n] {
-            match self.counts.entry(*k) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    let c = e.get_mut();
-                    if *c == 0 {
-                        self.zero -= 1;
-                    }
-                    *c += 1;
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(1);
-                }
-            }
-        }
-        self.len += 1;
-    }
-
-    /// Forgets a software-resident receive (stale form first, inlined, as
-    /// in [`Self::add`]).
-    #[inline(always)]
-    fn remove(&mut self, spec: &MatchSpec) {
-        if self.stale {
-            self.len -= 1;
-            if self.len == 0 {
-                self.stale = false;
-                self.indexed = false;
-                self.idle = 0;
-            }
-            return;
-        }
-        self.remove_fresh(spec);
-    }
-
-    #[inline]
-    fn remove_fresh(&mut self, spec: &MatchSpec) {
-        let s = SwSpec::of(spec);
-        if !self.indexed {
-            if let Some(pos) = self.small.iter().position(|x| *x == s) {
-                self.small.swap_remove(pos);
-            }
-            return;
-        }
-        self.count_out(&s);
-        self.touched();
-    }
-
-    #[inline(never)]
-    fn count_out(&mut self, s: &SwSpec) {
-        let (keys, n) = Self::keys(s);
-        for k in &keys[..n] {
-            if let Some(c) = self.counts.get_mut(k) {
-                *c -= 1;
-                if *c == 0 {
-                    self.zero += 1;
-                }
-            }
-        }
-        self.len -= 1;
-        if self.len == 0 {
-            self.indexed = false;
-            self.counts.clear();
-            self.zero = 0;
-            self.idle = 0;
-        } else if self.zero > 4 * self.len + 64 {
-            self.counts.retain(|_, c| *c > 0);
-            self.zero = 0;
-        }
-    }
-
-    #[inline]
-    fn get(&self, k: u128) -> u32 {
-        self.counts.get(&k).copied().unwrap_or(0)
-    }
-
-    /// Whether a software-resident receive overlaps `spec` (some message
-    /// matches both). Not stale: [`Self::rebuild`] first.
-    #[inline]
-    fn overlaps(&mut self, spec: &MatchSpec) -> bool {
-        let s = SwSpec::of(spec);
-        if !self.indexed {
-            return self.small.iter().any(|x| x.overlaps(&s));
-        }
-        debug_assert!(!self.stale, "tm-match: stale prefix index queried");
-        self.idle = 0;
-        let c = s.ctx;
-        let shape = |k: u8| self.get(ckey(E_CTXSHAPE, c, u32::from(k), 0));
-        let n = match s.shape {
-            0 => {
-                self.get(ckey(E_ST, c, s.src, s.tag))
-                    + self.get(ckey(E_SSHAPE, c, s.src, 0))
-                    + self.get(ckey(E_TSHAPE, c, 0, s.tag))
-                    + shape(3)
-            }
-            1 => self.get(ckey(E_BYSRC, c, s.src, 0)) + shape(2) + shape(3),
-            2 => self.get(ckey(E_BYTAG, c, 0, s.tag)) + shape(1) + shape(3),
-            _ => self.get(ckey(E_CTX, c, 0, 0)),
-        };
-        n > 0
-    }
-}
-
 /// The offload policy and software shadow. `R` is the caller's receive
 /// handle, `M` its message handle. See the [module docs](self).
 #[derive(Debug, Clone)]
@@ -695,6 +482,13 @@ pub struct Offload<R, M> {
     since_sync: u32,
     parked: Option<(RecvId, Pending<M>)>,
     stalled: VecDeque<Pending<M>>,
+    /// Deferred receives, oldest first ([`Offload::defer`]): posted
+    /// receives kept outside the shadow. While any exists the shadow is
+    /// empty (nothing posted, queued or parked): every operation that
+    /// would put something there moves them in first.
+    deferred: VecDeque<Deferred<R>>,
+    /// The source of every deferred receive (meaningful while any exists).
+    deferred_source: u32,
     /// Consumed by the engine (delete failed) before its `Matched` event.
     consumed: FastMap<RecvId, (MatchSpec, R)>,
     /// `Matched` seen for an entry whose delete is still in flight: the
@@ -725,6 +519,8 @@ impl<R, M> Offload<R, M> {
             since_sync: 0,
             parked: None,
             stalled: VecDeque::new(),
+            deferred: VecDeque::new(),
+            deferred_source: 0,
             consumed: FastMap::default(),
             expect_delete_failed: FastMap::default(),
             actions: VecDeque::new(),
@@ -754,10 +550,19 @@ impl<R, M> Offload<R, M> {
         self.stats
     }
 
-    /// Queued receives (software and engine) and messages.
+    /// Receives in the posted queue (software and engine). Deferred
+    /// receives are not counted here ([`Offload::deferred_len`]).
     #[inline]
     pub fn posted_len(&self) -> usize {
         self.shadow.posted_len()
+    }
+
+    /// Whether the posted and unexpected queues are empty and nothing is
+    /// parked (deferred receives aside: while any exists this is always
+    /// true).
+    #[inline]
+    pub fn queues_empty(&self) -> bool {
+        self.shadow.posted_len() == 0 && self.shadow.unexpected_len() == 0 && self.parked_len() == 0
     }
 
     /// Queued unexpected messages.
@@ -789,13 +594,23 @@ impl<R, M> Offload<R, M> {
         self.shadow.get_unexpected(id)
     }
 
-    /// The queued receives in posting order (`bool`: held by the engine).
+    /// The queued receives in posting order, deferred ones included (last:
+    /// they are the youngest), with whether the engine holds them
+    /// (diagnostics and tests; O(n log n)).
     pub fn posted(&self) -> Vec<(RecvId, MatchSpec, &R, bool)> {
-        self.shadow
+        let mut v: Vec<_> = self
+            .shadow
             .posted()
             .into_iter()
             .map(|e| (e.id, e.spec, &e.recv.recv, e.recv.state != HwState::Sw))
-            .collect()
+            .collect();
+        let source = self.deferred_source;
+        v.extend(
+            self.deferred
+                .iter()
+                .map(|d| (d.id, d.spec(source), &d.recv, false)),
+        );
+        v
     }
 
     /// The next action for the engine.
@@ -840,6 +655,7 @@ impl<R, M> Offload<R, M> {
     /// this engine); the model adds the prefix, capacity and shape rules. A
     /// spec the tag layout cannot carry (e.g. a tag above `max_tag`) stays in
     /// software, where it still matches messages from other paths.
+    /// Deferred receives, older, are moved into the posted queue first.
     ///
     /// # Errors
     /// [`Error::QueueFull`] from the matcher.
@@ -849,6 +665,9 @@ impl<R, M> Offload<R, M> {
         recv: R,
         eligible: bool,
     ) -> Result<PostOutcome<R, M>, Error> {
+        if !self.deferred.is_empty() {
+            self.post_deferred()?;
+        }
         // The earliest-arrived queued message it matches, if any (what
         // `Matcher::post` does first; nothing to look at in the usual case
         // of a receive posted before its message).
@@ -919,6 +738,9 @@ impl<R, M> Offload<R, M> {
     /// [`Error::QueueFull`] from the matcher.
     #[inline]
     pub fn post_software(&mut self, spec: MatchSpec, recv: R) -> Result<Result<RecvId, R>, Error> {
+        if !self.deferred.is_empty() {
+            self.post_deferred()?;
+        }
         if self.shadow.unexpected_len() != 0 {
             return Ok(Err(recv));
         }
@@ -952,8 +774,13 @@ impl<R, M> Offload<R, M> {
         self.sw.overlaps(spec)
     }
 
-    /// `MPI_Cancel` of a posted receive.
+    /// `MPI_Cancel` of a posted receive (a deferred one included).
     pub fn cancel(&mut self, id: RecvId) -> CancelOutcome<R> {
+        if !self.deferred.is_empty() {
+            if let Some(recv) = self.cancel_deferred(id) {
+                return CancelOutcome::Cancelled(recv);
+            }
+        }
         let Some(loc) = self.shadow.locate_posted(id) else {
             return CancelOutcome::Failed;
         };
@@ -1002,11 +829,15 @@ impl<R, M> Offload<R, M> {
 
     /// A message that reached this process without going through the engine
     /// (shared memory, self, another NIC). It is matched against the whole
-    /// shadow; the outcome comes as a [`Completion`].
+    /// shadow (deferred receives are moved into it first); the outcome comes
+    /// as a [`Completion`].
     ///
     /// # Errors
     /// [`Error::QueueFull`] from the matcher.
     pub fn arrive(&mut self, env: Envelope, msg: M) -> Result<(), Error> {
+        if !self.deferred.is_empty() {
+            self.post_deferred()?;
+        }
         self.process(Pending {
             env,
             msg,
@@ -1014,30 +845,91 @@ impl<R, M> Offload<R, M> {
         })
     }
 
-    /// The blocked-receive fast path: a message that has just arrived is
-    /// taken at once by a receive the caller has **not** posted (a blocking
-    /// receive that polls before posting). Allowed only while no receive is
-    /// queued (software or engine) and nothing is parked, so no posted
-    /// receive could claim the message first; the caller also checks that
-    /// its receive matches the envelope and that no queued unexpected
-    /// message matches it (it would be older). The model then changes
-    /// exactly as after [`Offload::arrive`] (`from_engine = false`) or
-    /// [`EngineEvent::Unexpected`] (`from_engine = true`) followed by a
-    /// [`Offload::post`] that takes the message: an engine-path message is
-    /// counted (and a sync emitted when due), no completion is queued.
+    /// A receive the caller has **not** posted (a blocking receive that
+    /// looks at arrivals before posting) is offered a message that has just
+    /// arrived, before the message is handed to the model; `deliverable`:
+    /// the caller could deliver this message to it now (its kind, its
+    /// size). The model answers:
     ///
-    /// Returns `false`, changing nothing, when the preconditions do not
-    /// hold: take the normal path then.
+    /// - [`Unposted::NotMine`]: `spec` does not match the message. Hand the
+    ///   message to the model as usual; the receive may take a later one.
+    /// - [`Unposted::Taken`]: the receive takes it. Had the receive been
+    ///   posted now, it would have taken exactly this message: no receive is
+    ///   posted (software, engine or deferred), nothing is parked, and no
+    ///   queued unexpected message matches `spec` (it would be older). The
+    ///   model changes exactly as after [`Offload::arrive`] (`from_engine =
+    ///   false`) or [`EngineEvent::Unexpected`] (`from_engine = true`)
+    ///   followed by a [`Offload::post`] that takes the message: an
+    ///   engine-path message is counted (and a sync emitted when due); no
+    ///   completion is queued. The caller delivers the message.
+    /// - [`Unposted::Queue`]: the message is the receive's kind but must
+    ///   reach it (or an older receive) through the model: the caller
+    ///   cannot deliver it (`deliverable` false), or a posted or deferred
+    ///   receive, a parked message or an older queued message comes first.
+    ///   Hand it to the model, and take no later message for this receive
+    ///   directly (it would overtake this one): post it.
+    ///
+    /// `NotMine` and `Queue` change nothing.
     #[inline(always)]
-    pub fn consume_arrival(&mut self, from_engine: bool) -> bool {
-        if self.shadow.posted_len() != 0 || self.parked_len() != 0 {
-            return false;
+    pub fn offer_unposted(
+        &mut self,
+        spec: &MatchSpec,
+        env: &Envelope,
+        from_engine: bool,
+        deliverable: bool,
+    ) -> Unposted {
+        if !spec.matches(env) {
+            return Unposted::NotMine;
+        }
+        if !deliverable || !self.unposted_may_take(spec) {
+            return Unposted::Queue;
         }
         self.stats.sw_matches += 1;
         if from_engine {
             self.counted();
         }
-        true
+        Unposted::Taken
+    }
+
+    /// Whether a receive for `spec` that is not posted may take an arrival
+    /// directly now (what [`Offload::unposted_turn`] checks): no receive is
+    /// posted (software, engine or deferred), nothing is parked, and no
+    /// queued message that `spec` matches is older.
+    #[inline(always)]
+    pub fn unposted_may_take(&self, spec: &MatchSpec) -> bool {
+        self.shadow.posted_len() == 0
+            && self.parked_len() == 0
+            && self.deferred.is_empty()
+            && (self.shadow.unexpected_len() == 0 || !self.queued_match(spec))
+    }
+
+    /// Whether a queued message matches `spec` (out of line: the fast
+    /// paths run with nothing queued).
+    #[inline(never)]
+    fn queued_match(&self, spec: &MatchSpec) -> bool {
+        self.shadow.probe(spec).is_some()
+    }
+
+    /// The turn of a receive for `spec` that is not posted, for a caller
+    /// that looks at its next arrival only if the receive could take it:
+    /// `Some` when it may take an arrival now (nothing posted, deferred or
+    /// parked, and no older queued message it matches). The turn borrows
+    /// the model, so nothing can change it before [`UnpostedTurn::take`]
+    /// decides; dropping the turn changes nothing.
+    #[inline(always)]
+    pub fn unposted_turn(&mut self, spec: MatchSpec) -> Option<UnpostedTurn<'_, R, M>> {
+        if !self.unposted_may_take(&spec) {
+            return None;
+        }
+        Some(UnpostedTurn { off: self, spec })
+    }
+
+    /// [`Offload::offer_unposted`] of a message the caller can deliver:
+    /// `true` when the receive takes it ([`Unposted::Taken`]), `false`
+    /// (nothing changed) otherwise.
+    #[inline(always)]
+    pub fn consume_arrival(&mut self, spec: &MatchSpec, env: &Envelope, from_engine: bool) -> bool {
+        self.offer_unposted(spec, env, from_engine, true) == Unposted::Taken
     }
 
     /// The arrival fast path: if a message with envelope `env` that arrives
@@ -1050,8 +942,9 @@ impl<R, M> Offload<R, M> {
     /// caller holds the message and completes the receive itself.
     ///
     /// Returns `None`, changing nothing, in every other case (no match, the
-    /// match is held by the engine, a message is parked): hand the message
-    /// to [`Offload::arrive`] / [`Offload::handle_event`] then.
+    /// match is held by the engine, a message is parked, the receives are
+    /// deferred): hand the message to [`Offload::arrive`] /
+    /// [`Offload::handle_event`] then.
     #[inline(always)]
     pub fn take_matching_posted(
         &mut self,
@@ -1347,6 +1240,9 @@ impl<R, M> Offload<R, M> {
                 msg,
                 sync_request,
             } => {
+                if !self.deferred.is_empty() {
+                    self.post_deferred()?;
+                }
                 let env = self.cfg.layout.decode(tag);
                 self.process(Pending {
                     env,
@@ -1366,6 +1262,7 @@ impl<R, M> Offload<R, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tm_proto::{Source, Tag};
 
     /// Some message matches both specs (brute force over the fields).
     fn overlap(a: &MatchSpec, b: &MatchSpec) -> bool {
@@ -1501,7 +1398,7 @@ mod tests {
                 PostOutcome::Matched { msg, .. } => assert_eq!(msg, i),
                 PostOutcome::Queued { .. } => panic!("the arrival was not taken"),
             }
-            assert!(fast.consume_arrival(from_engine));
+            assert!(fast.consume_arrival(&spec, &env, from_engine));
             assert_eq!(fast.count(), slow.count());
             assert_eq!(fast.unexpected_len(), 0);
             while let Some(c) = slow.poll_completion() {
@@ -1526,7 +1423,7 @@ mod tests {
         // A queued receive could claim the message first: refused.
         let _ = fast.post(spec, 99, false).unwrap();
         let (count, stats) = (fast.count(), fast.stats());
-        assert!(!fast.consume_arrival(true));
+        assert!(!fast.consume_arrival(&spec, &env, true));
         assert_eq!((fast.count(), fast.stats()), (count, stats));
     }
 
