@@ -123,6 +123,37 @@ fn tmrun(n: usize, program: &str) -> ExitCode {
     ExitCode::from(u8::try_from(report.exit_code & 0xff).unwrap_or(255))
 }
 
+/// Builds this crate's library, in the profile and target directory of
+/// this test: `cargo test` builds a `cdylib`-only crate's test targets
+/// but not the library itself, so without this the suite would run
+/// whatever `libmpich.so` an earlier `cargo build` left.
+fn build_library() -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // <target>/<profile directory>/deps/c_suite-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target directory")?;
+    let target = profile_dir.parent().ok_or("no target directory")?;
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev",
+        Some(other) => other,
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "mpi-abi", "--profile", profile])
+        .arg("--target-dir")
+        .arg(target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .map_err(|e| format!("cargo build -p mpi-abi: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build -p mpi-abi: {status}"))
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--tmrun") {
@@ -148,6 +179,10 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
+    }
+    if let Err(why) = build_library() {
+        eprintln!("c_suite: FAILED: {why}");
+        return ExitCode::FAILURE;
     }
     let lib = library();
     assert!(lib.is_file(), "{} was not built", lib.display());
