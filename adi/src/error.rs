@@ -639,6 +639,28 @@ pub enum Error {
         /// What the memory was for.
         what: &'static str,
     },
+    /// A window that lives in shared memory (`allocate_shared`,
+    /// `MPI_ERR_RMA_SHARED`) or reaches its targets' memory only by single
+    /// copy (`create_dynamic`, `MPI_ERR_UNSUPPORTED_OPERATION`) was asked
+    /// of a communicator whose ranks are on more than one node. The call
+    /// failed on every rank.
+    #[error(
+        "{what} needs every rank of the communicator on one node; this communicator spans nodes"
+    )]
+    SpansNodes {
+        /// The constructor.
+        what: &'static str,
+        /// Its MPI error class.
+        class: ErrorClass,
+    },
+    /// Another rank of the window dropped it without `MPI_Win_free`
+    /// (`MPI_ERR_WIN`): this rank's `free` gives up instead of waiting for
+    /// it.
+    #[error("rank {rank} of the window dropped it without freeing it")]
+    WinAbandoned {
+        /// The rank (in the window's group) that dropped it.
+        rank: i32,
+    },
     /// The members of a rooted collective disagree: a message came from a
     /// member that passed another root, or from another collective call
     /// (the members did not call the collectives in the same order). The
@@ -706,7 +728,7 @@ pub fn rma_class(e: &rma_epoch::Error) -> ErrorClass {
         R::InvalidAccumulate { .. } => ErrorClass::Op,
         R::TooLarge { .. } => ErrorClass::Count,
         R::NoSuchWindow(_) => ErrorClass::Win,
-        R::Packet { .. } => ErrorClass::Intern,
+        R::Packet { .. } | R::WrongBackend { .. } => ErrorClass::Intern,
         _ => ErrorClass::Other,
     }
 }
@@ -790,6 +812,8 @@ impl Error {
             Error::InvalidInfo { class, .. } => *class,
             Error::Unsupported { .. } => ErrorClass::UnsupportedOperation,
             Error::NoMem { .. } => ErrorClass::NoMem,
+            Error::WinAbandoned { .. } => ErrorClass::Win,
+            Error::SpansNodes { class, .. } => *class,
             Error::RootMismatch { .. } => ErrorClass::Root,
         }
     }

@@ -44,11 +44,12 @@
 //!   ...).
 //! - [`mod@win`]: RMA windows ([`Win`]: create/allocate/free, put/get/
 //!   accumulate/get_accumulate/fetch_and_op/compare_and_swap and their
-//!   request forms, every synchronization call; dynamic windows): same-node
-//!   windows by direct load/store through the node segment (or CMA) with
-//!   shared-memory synchronization, others by active messages through one
-//!   `rma_epoch::Engine` per process inside the device's progress; and
-//!   shared-memory windows ([`SharedWin`]).
+//!   request forms, every synchronization call; dynamic windows): one epoch
+//!   machine (`rma_epoch::Engine`) per process, and per target a backend:
+//!   same-node targets by direct load/store through the node segment (or
+//!   CMA) with shared-memory synchronization, others by active messages
+//!   inside the device's progress; and shared-memory windows
+//!   ([`SharedWin`]).
 //!
 //! ```
 //! use adi::{BasicType, Datatype, request, Status, YieldProgress};

@@ -5,6 +5,17 @@
 //! `TMX_ADI_TEST_ROLE`; a failed assertion makes a rank exit non-zero and
 //! the test fail. Scenario numbers are those of rma-epoch's
 //! `tests/scenarios.rs`.
+//!
+//! Every scenario runs on four configurations: the direct backend with
+//! window memory in the heap (default), the direct backend with private
+//! window memory reached by CMA (`_private`), every target by active
+//! messages (`_engine`), and mixed windows whose ranks are split over two
+//! simulated nodes, direct within a node and active messages across
+//! (`_mixed`, `TMX_RMA_TEST_SPLIT=2`). Scenarios of two or more ranks also
+//! run on two fake nodes joined by adi's test transport (`_nodes`,
+//! `adi::ENV_TEST_NODES=2`): targets on the other node by active messages
+//! through the transport seam; shared and dynamic windows fail there with
+//! `MPI_ERR_RMA_SHARED` and `MPI_ERR_UNSUPPORTED_OPERATION`.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 use adi::attr::PROC_NULL;
@@ -35,10 +46,25 @@ fn data(win: &Win, r: &mut adi::Request) -> Vec<u8> {
     r.take_buffer().unwrap()
 }
 
-/// The path windows should take in this job (`TMX_RMA_DIRECT`).
-fn expected_path() -> WinPath {
+/// Whether this job's ranks are on more than one (fake) node
+/// (`adi::ENV_TEST_NODES`): windows reach the other node's targets by
+/// active messages through the test transport.
+fn across_nodes(n: i32) -> bool {
+    n > 1
+        && std::env::var(adi::ENV_TEST_NODES)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .is_some_and(|k| k > 1)
+}
+
+/// The path windows of `n` ranks should take in this job
+/// (`TMX_RMA_DIRECT`, `TMX_RMA_TEST_SPLIT`, `adi::ENV_TEST_NODES`).
+fn expected_path(n: i32) -> WinPath {
+    let split = std::env::var("TMX_RMA_TEST_SPLIT").ok();
     match std::env::var("TMX_RMA_DIRECT").as_deref() {
         Ok("0") => WinPath::Engine,
+        _ if across_nodes(n) => WinPath::Mixed,
+        _ if n > 1 && split.is_some_and(|k| k.parse::<i32>().unwrap_or(1) > 1) => WinPath::Mixed,
         _ => WinPath::Direct,
     }
 }
@@ -52,7 +78,7 @@ fn one(v: i64) -> [u8; 8] {
 fn role_fence(w: &Comm) {
     let (me, n) = (w.rank(), w.size());
     let win = Win::allocate(w, 8 * n as usize).unwrap();
-    assert_eq!(win.path(), expected_path());
+    assert_eq!(win.path(), expected_path(n));
     assert_eq!(win.target_size((me + 1) % n), Some(8 * n as u64));
     win.fence(NOPRECEDE).unwrap();
     for t in 0..n {
@@ -77,15 +103,25 @@ fn role_fence(w: &Comm) {
     assert_eq!(got[0], 100 + (1..=n as i64).sum::<i64>());
     // The process-wide counters saw this window's path and work.
     let c = adi::win::rma_counters();
-    if expected_path() == WinPath::Direct {
-        assert_eq!((c.windows_direct, c.windows_engine), (1, 0), "{c}");
-        assert!(
-            c.direct_ops > 2 * n as u64 && c.direct_rmw >= n as u64,
-            "{c}"
-        );
-        assert!(c.fences >= 3, "{c}");
-    } else {
-        assert_eq!((c.windows_direct, c.windows_engine), (0, 1), "{c}");
+    let windows = (c.windows_direct, c.windows_engine, c.windows_mixed);
+    match expected_path(n) {
+        WinPath::Direct => {
+            assert_eq!(windows, (1, 0, 0), "{c}");
+            assert!(
+                c.direct_ops > 2 * n as u64 && c.direct_rmw >= n as u64,
+                "{c}"
+            );
+            assert!(c.fences >= 3, "{c}");
+        }
+        WinPath::Mixed => {
+            assert_eq!(windows, (0, 0, 1), "{c}");
+            // This rank's own node: itself and every other rank of its
+            // parity are direct targets.
+            assert!(c.direct_ops >= 2 && c.direct_rmw >= 1, "{c}");
+            let k = win.counters().unwrap();
+            assert!(k.direct_ops >= 2 && k.ops_issued >= 1, "{k:?}");
+        }
+        WinPath::Engine => assert_eq!(windows, (0, 1, 0), "{c}"),
     }
     let mem = win.free().unwrap();
     assert_eq!(mem.len(), 8 * n as usize);
@@ -515,6 +551,12 @@ fn role_shared(w: &Comm) {
     let (me, n) = (w.rank(), w.size());
     let iters = 100u64;
     let size = 64 + 8 * me as usize;
+    if across_nodes(n) {
+        // Shared memory cannot span nodes: every rank fails alike.
+        let e = Win::allocate_shared(w, size).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaShared, "{e:?}");
+        return;
+    }
     let sw = Win::allocate_shared(w, size).unwrap();
     for r in 0..n {
         let q = sw.shared_query(r).unwrap();
@@ -576,6 +618,11 @@ fn role_shared_rma(w: &Comm) {
     let size = if me == 1 { 0 } else { 4 * area as usize };
     // The non-contiguous layout (alloc_shared_noncontig): one segment in
     // each rank's heap.
+    if across_nodes(n) {
+        let e = SharedWin::allocate_with(w, size, false).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::RmaShared, "{e:?}");
+        return;
+    }
     let sw = SharedWin::allocate_with(w, size, false).unwrap();
     for r in 0..n {
         let q = sw.shared_query(r).unwrap();
@@ -678,6 +725,12 @@ fn role_shared_rma(w: &Comm) {
 fn role_dynamic_list(w: &Comm) {
     const K: usize = 25;
     let (me, n) = (w.rank(), w.size());
+    if across_nodes(n) {
+        // Dynamic windows need single copy to every target.
+        let e = Win::create_dynamic(w).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::UnsupportedOperation, "{e:?}");
+        return;
+    }
     // Dynamic windows take the direct path whatever TMX_RMA_DIRECT says.
     let win = Win::create_dynamic(w).unwrap();
     assert_eq!(win.path(), WinPath::Direct);
@@ -819,14 +872,22 @@ fn role_win_limits(w: &Comm) {
     );
     assert_eq!(win.detach(8).unwrap_err().class(), ErrorClass::Arg);
     win.free().unwrap();
+    let across = across_nodes(w.size());
+    let shared_class = if across {
+        ErrorClass::RmaShared
+    } else {
+        ErrorClass::NoMem
+    };
     for contiguous in [true, false] {
         let e = SharedWin::allocate_with(w, big, contiguous).unwrap_err();
-        assert_eq!(e.class(), ErrorClass::Arg, "{e:?}");
+        assert_eq!(e.class(), shared_class, "{e:?}");
     }
     // The failed shared windows gave their heap blocks back: a full-size
     // one still fits.
-    let sw = Win::allocate_shared(w, 1 << 20).unwrap();
-    sw.free().unwrap();
+    if !across {
+        let sw = Win::allocate_shared(w, 1 << 20).unwrap();
+        sw.free().unwrap();
+    }
     let large = Win::allocate(w, big).unwrap();
     large.lock(LockType::Exclusive, me, 0).unwrap();
     large.put(me, big as u64 - 8, &one(42)).unwrap();
@@ -835,6 +896,11 @@ fn role_win_limits(w: &Comm) {
     assert_eq!(i64s(&data(&large, &mut g)), vec![42]);
     large.free().unwrap();
     // Dynamic windows take the direct path whatever TMX_RMA_DIRECT says.
+    if across {
+        let e = Win::create_dynamic(w).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::UnsupportedOperation, "{e:?}");
+        return;
+    }
     let dw = Win::create_dynamic(w).unwrap();
     assert_eq!(dw.path(), WinPath::Direct);
     let mut bases = Vec::new();
@@ -1038,6 +1104,138 @@ fn role_large(w: &Comm) {
     win.free().unwrap();
 }
 
+/// One counter word on rank 0 hit at once by every rank's direct and
+/// active-message origins (run `_mixed`, each rank has both kinds of
+/// target): fetch-and-op under `lock_all` with flushes, accumulate under
+/// exclusive locks, compare-and-swap retry loops under shared locks, and
+/// PSCW epochs of accumulates. Every count ends exact, and the values
+/// fetch-and-op handed out are 0..n*iters, each once.
+fn role_mixed_counter(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let iters = 60usize;
+    let win = Win::allocate(w, 32).unwrap();
+    // Fetch-and-op under lock_all, flushed now and then.
+    let mut mine = Vec::new();
+    win.lock_all(0).unwrap();
+    for i in 0..iters {
+        let mut r = win
+            .fetch_and_op(0, 0, &one(1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        if i % 7 == 0 {
+            win.flush(0).unwrap();
+        }
+        win.flush_local(0).unwrap();
+        mine.push(i64s(&data(&win, &mut r))[0]);
+    }
+    win.unlock_all().unwrap();
+    // Accumulate under exclusive locks.
+    for _ in 0..iters / 4 {
+        win.lock(LockType::Exclusive, 0, 0).unwrap();
+        win.accumulate(0, 8, &one(1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        win.unlock(0).unwrap();
+    }
+    // Compare-and-swap increments under shared locks: each retries until
+    // its swap wins.
+    for _ in 0..iters / 4 {
+        win.lock(LockType::Shared, 0, 0).unwrap();
+        let mut cur = 0i64;
+        loop {
+            let mut r = win
+                .compare_and_swap(0, 16, &one(cur + 1), &one(cur), ElemType::I64)
+                .unwrap();
+            win.flush(0).unwrap();
+            let old = i64s(&data(&win, &mut r))[0];
+            if old == cur {
+                break;
+            }
+            cur = old;
+        }
+        win.unlock(0).unwrap();
+    }
+    // PSCW: rank 0 exposes, everybody accumulates.
+    for _ in 0..4 {
+        if me == 0 {
+            win.post(&(0..n).collect::<Vec<_>>(), 0).unwrap();
+        }
+        win.start(&[0], 0).unwrap();
+        win.accumulate(0, 24, &one(me as i64 + 1), ElemType::I64, AccOp::Sum)
+            .unwrap();
+        win.complete().unwrap();
+        if me == 0 {
+            win.wait().unwrap();
+        }
+    }
+    w.barrier().unwrap();
+    let mut all = vec![0u8; 8 * iters * n as usize];
+    w.gather(&bytes_of(&mine), &mut all, 0).unwrap();
+    if me == 0 {
+        let mut got = i64s(&all);
+        got.sort_unstable();
+        assert_eq!(got, (0..(iters * n as usize) as i64).collect::<Vec<_>>());
+        let m = i64s(&win.local_copy().unwrap());
+        let q = (iters / 4 * n as usize) as i64;
+        let pscw: i64 = 4 * (1..=n as i64).sum::<i64>();
+        assert_eq!(m, vec![(iters * n as usize) as i64, q, q, pscw]);
+    }
+    win.free().unwrap();
+}
+
+/// Window constructors given sizes that cannot be allocated fail with an
+/// MPI error (`MPI_ERR_NO_MEM`) on every rank, collectively: a rank whose
+/// neighbours asked for too much fails too instead of waiting, and the next
+/// window works.
+fn role_huge_windows(w: &Comm) {
+    let me = w.rank();
+    // Shared memory cannot span nodes: that error comes first.
+    let shared_class = if across_nodes(w.size()) {
+        ErrorClass::RmaShared
+    } else {
+        ErrorClass::NoMem
+    };
+    for size in [usize::MAX, 1 << 40, 1 << 45] {
+        let e = Win::allocate(w, size).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::NoMem, "allocate({size}): {e:?}");
+        for contiguous in [true, false] {
+            let e = SharedWin::allocate_with(w, size, contiguous).unwrap_err();
+            assert_eq!(e.class(), shared_class, "allocate_shared({size}): {e:?}");
+        }
+    }
+    // Only rank 0 asks too much: every rank fails.
+    let size = if me == 0 { usize::MAX } else { 64 };
+    let e = Win::allocate(w, size).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::NoMem, "{e:?}");
+    let e = SharedWin::allocate(w, size).unwrap_err();
+    assert_eq!(e.class(), shared_class, "{e:?}");
+    // Nothing was left behind: a window works.
+    let win = Win::allocate(w, 64).unwrap();
+    win.fence(0).unwrap();
+    win.put((me + 1) % w.size(), 0, &one(7)).unwrap();
+    win.fence(NOSUCCEED).unwrap();
+    assert_eq!(i64s(&win.local_copy().unwrap())[0], 7);
+    win.free().unwrap();
+}
+
+/// A window dropped by one rank without `free`: the others' `free` fails
+/// with an error (`MPI_ERR_WIN`) instead of waiting forever, and the ranks
+/// go on (a new window works).
+fn role_dropped_window(w: &Comm) {
+    let me = w.rank();
+    let win = Win::allocate(w, 64).unwrap();
+    win.fence(0).unwrap();
+    win.fence(NOSUCCEED).unwrap();
+    if me == 1 {
+        drop(win);
+    } else {
+        let e = win.free().unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Win, "{e:?}");
+    }
+    let win = Win::allocate(w, 64).unwrap();
+    win.fence(0).unwrap();
+    win.fence(NOSUCCEED).unwrap();
+    win.free().unwrap();
+}
+
 type Role = (&'static str, fn(&Comm));
 
 fn roles() -> Vec<Role> {
@@ -1060,6 +1258,9 @@ fn roles() -> Vec<Role> {
         ("threads", role_threads),
         ("same_window_threads", role_same_window_threads),
         ("large", role_large),
+        ("huge_windows", role_huge_windows),
+        ("mixed_counter", role_mixed_counter),
+        ("dropped_window", role_dropped_window),
     ]
 }
 
@@ -1081,7 +1282,13 @@ fn launch(role: &str, n: usize, env: &[(&str, &str)]) -> i32 {
     for (k, v) in env {
         spec.env.push((k.to_string(), v.to_string()));
     }
-    spec.timeout = Some(Duration::from_secs(120));
+    spec.timeout = Some(Duration::from_secs(
+        if role == "dropped_window" || role == "huge_windows" {
+            30
+        } else {
+            120
+        },
+    ));
     spec.kill_grace = Duration::from_millis(500);
     let report = run_job(&spec).unwrap();
     if let Some(f) = &report.failure {
@@ -1124,11 +1331,21 @@ fn main() -> ExitCode {
         ("large_ops_2_ranks", "large", 2),
         ("large_ops_small_eager_area_cma", "large", 2),
         ("large_ops_fragmented_without_cma", "large", 2),
+        ("huge_windows_fail_collectively_2_ranks", "huge_windows", 2),
+        ("shared_counter_all_sync_modes_4_ranks", "mixed_counter", 4),
+        ("shared_counter_all_sync_modes_3_ranks", "mixed_counter", 3),
+        (
+            "dropped_window_fails_peers_free_3_ranks",
+            "dropped_window",
+            3,
+        ),
     ];
-    // Every scenario on three paths: the same-node direct path with window
-    // memory in the heap (default), the direct path with private window
-    // memory reached by CMA (`TMX_RMA_HEAP_WINDOWS=0`), and the engine's
-    // active messages (`TMX_RMA_DIRECT=0`).
+    // Every scenario on four configurations: the direct backend with window
+    // memory in the heap (default), the direct backend with private window
+    // memory reached by CMA (`TMX_RMA_HEAP_WINDOWS=0`), every target by
+    // active messages (`TMX_RMA_DIRECT=0`), and mixed windows (ranks on two
+    // simulated nodes, `TMX_RMA_TEST_SPLIT=2`); those of two or more ranks
+    // also on two fake nodes (`adi::ENV_TEST_NODES=2`).
     let tests: Vec<(String, &str, usize)> = base
         .iter()
         .flat_map(|(name, role, n)| {
@@ -1136,8 +1353,11 @@ fn main() -> ExitCode {
                 (name.to_string(), *role, *n),
                 (format!("{name}_private"), *role, *n),
                 (format!("{name}_engine"), *role, *n),
+                (format!("{name}_mixed"), *role, *n),
+                (format!("{name}_nodes"), *role, *n),
             ]
         })
+        .filter(|(name, _, n)| *n > 1 || !name.ends_with("_nodes"))
         .collect();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only_ignored = args.iter().any(|a| a == "--ignored");
@@ -1174,6 +1394,12 @@ fn main() -> ExitCode {
             "TMX_RMA_HEAP_WINDOWS",
             if name.ends_with("_private") { "0" } else { "1" },
         ));
+        if name.ends_with("_mixed") {
+            env.push(("TMX_RMA_TEST_SPLIT", "2"));
+        }
+        if name.ends_with("_nodes") {
+            env.push((adi::ENV_TEST_NODES, "2"));
+        }
         let got = launch(role, *n, &env);
         let ok = got == 0;
         println!(

@@ -76,7 +76,8 @@ pub struct WindowConfig {
     /// capped at `comm_size`, at least 1).
     pub target_win_pool: usize,
     /// Target-side lock-queue entries (`TMX_RMA_LOCK_ENTRIES`, default 256; no
-    /// global pool, as in MPICH).
+    /// global pool, as in MPICH; a window with direct ranks keeps at least
+    /// one, since it queues every request of an active-message origin).
     pub lock_entries: usize,
     /// Bytes of piggybacked op data the lock queue may buffer
     /// (`TMX_RMA_LOCK_DATA_BYTES`, default 655360).

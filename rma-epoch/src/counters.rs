@@ -51,11 +51,16 @@ pub struct Counters {
     pub out_of_bounds: u64,
     /// Packets that did not fit the state they found (stale ids), ignored.
     pub stray_packets: u64,
+    /// Operations to direct targets allowed by the gate (the driver loaded
+    /// or stored the target's memory itself).
+    pub direct_ops: u64,
+    /// Locks taken on direct targets (lock epochs and lazy `lock_all` locks).
+    pub direct_locks: u64,
 }
 
 impl fmt::Display for Counters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, u64); 22] = [
+        let rows: [(&str, u64); 24] = [
             ("ops issued", self.ops_issued),
             ("lock packets", self.lock_packets),
             ("locks piggybacked", self.locks_piggybacked),
@@ -78,6 +83,8 @@ impl fmt::Display for Counters {
             ("spurious unlocks", self.spurious_unlocks),
             ("out of bounds", self.out_of_bounds),
             ("stray packets", self.stray_packets),
+            ("direct ops", self.direct_ops),
+            ("direct locks", self.direct_locks),
         ];
         for (name, v) in rows {
             writeln!(f, "{name:>24}: {v}")?;

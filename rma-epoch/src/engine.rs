@@ -9,7 +9,13 @@ use tracing::{debug, info};
 use crate::config::{GlobalConfig, WindowConfig};
 use crate::pool::{ElemRef, PoolStats, Pools, Slab};
 use crate::target::{LockHolder, TargetSide};
+mod direct;
+mod inspect;
+mod ops;
 mod origin;
+
+use direct::DirectCore;
+pub(crate) use direct::MemView;
 
 use crate::{
     acc, emit, Action, Call, CallStatus, Counters, Error, OpToken, Rank, WinId, NO_OP_ID,
@@ -284,6 +290,8 @@ struct WinCore {
     freed: bool,
     next_serial: u32,
     next_token: u64,
+    /// The direct targets' state (see `direct.rs`).
+    direct: DirectCore,
 }
 
 #[derive(Debug)]
@@ -296,8 +304,43 @@ struct Window {
 /// Where target-side operations read and write: the caller's window memory.
 pub trait WindowMemory {
     /// This process's memory of window `win`, or `None` if it has none (every
-    /// op is then out of bounds).
+    /// op is then out of bounds, unless [`WindowMemory::with_range`] is
+    /// provided).
     fn window_mut(&mut self, win: WinId) -> Option<&mut [u8]>;
+
+    /// Runs `f` on the bytes `[disp, disp + len)` of window `win` (inside the
+    /// window's size, checked by the engine) and returns whether they exist.
+    /// The default takes them from [`WindowMemory::window_mut`]. A driver
+    /// whose memory is not one slice of its own (shared memory reached
+    /// through a mapping) implements this instead: copy in, run `f`, copy
+    /// back what `access` may have changed, and make
+    /// [`Access::ReadModifyWrite`] atomic with respect to the direct
+    /// origins' accumulates.
+    ///
+    /// [`Access::ReadModifyWrite`]: crate::Access::ReadModifyWrite
+    fn with_range(
+        &mut self,
+        win: WinId,
+        disp: u64,
+        len: usize,
+        access: crate::Access,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        let _ = access;
+        let Some(m) = self.window_mut(win) else {
+            return false;
+        };
+        let range = usize::try_from(disp)
+            .ok()
+            .and_then(|d| Some(d..d.checked_add(len)?));
+        match range.and_then(|r| m.get_mut(r)) {
+            Some(m) => {
+                f(m);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl WindowMemory for [u8] {
@@ -324,8 +367,16 @@ impl WindowMemory for Vec<Vec<u8>> {
 pub struct Engine {
     global_ops: Slab<OpElem>,
     global_targets: Slab<TargetElem>,
-    windows: Vec<Option<Window>>,
+    /// Indexed by window id; a freed window leaves a `None` (a pointer's
+    /// worth: ids are not reused, so that packets of a freed window can
+    /// never reach a new one).
+    windows: Vec<Option<Box<Window>>>,
     out: VecDeque<Action>,
+    /// Windows with a lazy broadcast (window-protocol LOCK/UNLOCK) in
+    /// progress: `poll_action` visits windows only when there is one.
+    cursors: usize,
+    /// A window's Free completed and it waits to be reaped.
+    freed_pending: bool,
 }
 
 struct Ctx<'a> {
@@ -333,6 +384,10 @@ struct Ctx<'a> {
     ops: Pools<'a, OpElem>,
     tg: Pools<'a, TargetElem>,
     out: &'a mut VecDeque<Action>,
+    /// The engine's count of windows with a lazy broadcast in progress.
+    cursors: &'a mut usize,
+    /// Set when the window's Free call completes (the engine reaps it).
+    freed: &'a mut bool,
 }
 
 /// The result of posting an RMA operation.
@@ -359,6 +414,8 @@ impl Engine {
             global_targets: Slab::new(cfg.target_global_pool),
             windows: Vec::new(),
             out: VecDeque::new(),
+            cursors: 0,
+            freed_pending: false,
         }
     }
 
@@ -398,6 +455,7 @@ impl Engine {
             freed: false,
             next_serial: 1,
             next_token: 1,
+            direct: DirectCore::default(),
         };
         info!(
             win = id,
@@ -405,11 +463,11 @@ impl Engine {
             slots = nslots,
             "RMA window created"
         );
-        self.windows.push(Some(Window {
+        self.windows.push(Some(Box::new(Window {
             core,
             ops: Slab::new(cfg.op_win_pool),
             targets: Slab::new(target_cap),
-        }));
+        })));
         Ok(id)
     }
 
@@ -430,6 +488,8 @@ impl Engine {
                 global: &mut self.global_targets,
             },
             out: &mut self.out,
+            cursors: &mut self.cursors,
+            freed: &mut self.freed_pending,
         })
     }
 
@@ -470,7 +530,15 @@ impl Engine {
     // ----- active target: fence -----
 
     /// `MPI_Win_fence(assert)`.
+    #[inline]
     pub fn fence(&mut self, win: WinId, assert: u32) -> Result<CallStatus, Error> {
+        if let Some(st) = self.fence_direct(win, assert)? {
+            return Ok(st);
+        }
+        self.fence_general(win, assert)
+    }
+
+    fn fence_general(&mut self, win: WinId, assert: u32) -> Result<CallStatus, Error> {
         self.call(win, |c| {
             use AccessState::*;
             if !matches!(c.w.access, Unset | FenceIssued | FenceGranted) {
@@ -489,8 +557,7 @@ impl Engine {
                 if assert & assert::NOSUCCEED != 0 {
                     c.w.access = Unset;
                 } else {
-                    let a = c.w.start_barrier();
-                    c.out.push_back(a);
+                    c.w.start_barrier(c.out);
                     c.w.access = FenceIssued;
                 }
                 return Ok(None);
@@ -504,11 +571,23 @@ impl Engine {
 
     /// The collective layer reports that the barrier requested by
     /// [`Action::Barrier`] for `win` completed.
+    #[inline]
     pub fn handle_barrier_complete(&mut self, win: WinId) -> Result<(), Error> {
+        if self.barrier_complete_direct(win)? {
+            return Ok(());
+        }
+        self.barrier_complete_general(win)
+    }
+
+    fn barrier_complete_general(&mut self, win: WinId) -> Result<(), Error> {
         let mut c = self.ctx(win)?;
         c.w.barriers_in_flight = c.w.barriers_in_flight.saturating_sub(1);
         if c.w.barriers_in_flight == 0 && c.w.access == AccessState::FenceIssued {
-            c.w.access = AccessState::FenceGranted;
+            c.w.access = if std::mem::take(&mut c.w.direct.fence_ends_epoch) {
+                AccessState::Unset
+            } else {
+                AccessState::FenceGranted
+            };
         }
         c.progress();
         self.reap_freed();
@@ -524,14 +603,20 @@ impl Engine {
             if !matches!(c.w.access, Unset | FenceIssued | FenceGranted) {
                 return Err(c.w.wrong("start"));
             }
-            let mut g = group.to_vec();
-            g.sort_unstable();
-            g.dedup();
-            for &r in &g {
+            for &r in group {
                 c.w.check_rank(r)?;
             }
-            c.w.posted = vec![false; g.len()];
-            c.w.group = g;
+            // The group and its post flags keep their buffers from epoch to
+            // epoch.
+            let g = &mut c.w.group;
+            g.clear();
+            g.extend_from_slice(group);
+            g.sort_unstable();
+            g.dedup();
+            let n = g.len();
+            c.w.posted.clear();
+            c.w.posted.resize(n, false);
+            c.w.direct.post_requested.clear();
             if assert & assert::NOCHECK != 0 {
                 c.w.posts_missing = 0;
             } else {
@@ -550,6 +635,17 @@ impl Engine {
             c.w.access = if c.w.posts_missing == 0 {
                 PscwGranted
             } else {
+                // Direct targets' posts are seen when asked for: ask now, as
+                // MPICH waits for same-node posts inside start.
+                for i in 0..c.w.group.len() {
+                    let (Some(&r), Some(false)) = (c.w.group.get(i), c.w.posted.get(i).copied())
+                    else {
+                        continue;
+                    };
+                    if c.is_direct(r) {
+                        c.w.direct.request_post(r);
+                    }
+                }
                 PscwIssued
             };
             Ok(None)
@@ -587,8 +683,18 @@ impl Engine {
             }
             c.w.exposure = ExposureState::PscwExpo;
             c.w.side.at_completion_counter += g.len() as i64;
-            if assert & assert::NOCHECK == 0 {
-                for &r in &g {
+            let nocheck = assert & assert::NOCHECK != 0;
+            for &r in &g {
+                if c.is_direct(r) {
+                    // A direct origin always signals its complete; only
+                    // the post may be skipped.
+                    c.w.direct.completes.push((r, false));
+                    if !nocheck {
+                        c.w.direct
+                            .out
+                            .push_back(crate::DirectAction::Post { origin: r });
+                    }
+                } else if !nocheck {
                     emit(c.out, r, RmaHeader::new(RmaKind::Post, c.w.id), &[]);
                 }
             }
@@ -625,6 +731,8 @@ impl Engine {
             c.w.exposure = ExposureState::None;
             Ok(true)
         } else {
+            // Completes of direct origins are seen only when asked for.
+            c.w.direct.request_completes();
             Ok(false)
         }
     }
@@ -632,7 +740,21 @@ impl Engine {
     // ----- passive target -----
 
     /// `MPI_Win_lock(lock_type, rank, assert)`.
+    #[inline]
     pub fn lock(
+        &mut self,
+        win: WinId,
+        exclusive: bool,
+        rank: Rank,
+        assert: u32,
+    ) -> Result<CallStatus, Error> {
+        if let Some(st) = self.lock_direct(win, exclusive, rank, assert)? {
+            return Ok(st);
+        }
+        self.lock_general(win, exclusive, rank, assert)
+    }
+
+    fn lock_general(
         &mut self,
         win: WinId,
         exclusive: bool,
@@ -669,7 +791,15 @@ impl Engine {
     }
 
     /// `MPI_Win_unlock(rank)`.
+    #[inline]
     pub fn unlock(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
+        if let Some(st) = self.unlock_direct(win, rank)? {
+            return Ok(st);
+        }
+        self.unlock_general(win, rank)
+    }
+
+    fn unlock_general(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
         self.call(win, |c| {
             c.w.check_rank(rank)?;
             if c.w.access != AccessState::PerTarget {
@@ -704,6 +834,9 @@ impl Engine {
 
     /// `MPI_Win_unlock_all`.
     pub fn unlock_all(&mut self, win: WinId) -> Result<CallStatus, Error> {
+        if let Some(st) = self.unlock_all_direct(win)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             use AccessState::*;
             if !matches!(c.w.access, LockAllCalled | LockAllIssued | LockAllGranted) {
@@ -715,7 +848,20 @@ impl Engine {
         })
     }
 
+    #[inline]
     fn flush_impl(
+        &mut self,
+        win: WinId,
+        rank: Option<Rank>,
+        local: bool,
+    ) -> Result<CallStatus, Error> {
+        if let Some(st) = self.flush_direct(win, rank, local)? {
+            return Ok(st);
+        }
+        self.flush_general(win, rank, local)
+    }
+
+    fn flush_general(
         &mut self,
         win: WinId,
         rank: Option<Rank>,
@@ -752,6 +898,7 @@ impl Engine {
     }
 
     /// `MPI_Win_flush(rank)`: remote completion of every op to `rank`.
+    #[inline]
     pub fn flush(&mut self, win: WinId, rank: Rank) -> Result<CallStatus, Error> {
         self.flush_impl(win, Some(rank), false)
     }
@@ -791,248 +938,6 @@ impl Engine {
         Ok(st)
     }
 
-    // ----- operations -----
-
-    #[allow(clippy::too_many_arguments)]
-    fn post_op(
-        &mut self,
-        win: WinId,
-        kind: RmaKind,
-        target: Rank,
-        disp: u64,
-        len: usize,
-        data: Vec<u8>,
-        acc_op: AccOp,
-        elem: ElemType,
-    ) -> Result<Posted, Error> {
-        let mut token = OpToken(0);
-        let status = self.call(win, |c| {
-            let proc_null = target == PROC_NULL;
-            if !proc_null {
-                c.w.check_rank(target)?;
-            }
-            let len32 = u32::try_from(len).map_err(|_| Error::TooLarge {
-                len,
-                max: u32::MAX as usize,
-            })?;
-            match c.w.access {
-                _ if proc_null => {}
-                AccessState::Unset => {
-                    return Err(Error::NoEpoch {
-                        win: c.w.id,
-                        state: c.w.access,
-                    })
-                }
-                AccessState::PerTarget if c.w.lock_epoch_count == 0 => {
-                    return Err(Error::NoEpoch {
-                        win: c.w.id,
-                        state: c.w.access,
-                    })
-                }
-                AccessState::PerTarget if c.find(target).is_none() && c.w.lock_evictions == 0 => {
-                    return Err(Error::NotLocked {
-                        win: c.w.id,
-                        target,
-                    });
-                }
-                AccessState::PscwIssued | AccessState::PscwGranted
-                    if c.w.group.binary_search(&target).is_err() =>
-                {
-                    return Err(Error::NotInGroup {
-                        win: c.w.id,
-                        target,
-                    });
-                }
-                _ => {}
-            }
-            if matches!(
-                kind,
-                RmaKind::Accumulate | RmaKind::GetAccumulate | RmaKind::FetchAndOp
-            ) && (!acc::op_valid(acc_op, elem) || len % elem.size() != 0)
-            {
-                return Err(Error::InvalidAccumulate {
-                    op: acc_op,
-                    elem,
-                    len,
-                });
-            }
-            token = OpToken(c.w.next_token);
-            c.w.next_token += 1;
-            if len == 0 || proc_null {
-                // Zero-count ops and ops on PROC_NULL are no-ops (a read
-                // delivers an empty result).
-                if kind.is_read() {
-                    c.out.push_back(Action::Result {
-                        win: c.w.id,
-                        token,
-                        data: Vec::new(),
-                    });
-                }
-                return Ok(None);
-            }
-            Ok(Some(Blocked::PostOp {
-                op: Box::new(NewOp {
-                    kind,
-                    target,
-                    disp,
-                    len: len32,
-                    acc_op,
-                    elem,
-                    data,
-                    token: token.0,
-                }),
-            }))
-        })?;
-        Ok(Posted { token, status })
-    }
-
-    /// `MPI_Put`: write `data` at byte displacement `disp` of `target`.
-    pub fn put(
-        &mut self,
-        win: WinId,
-        target: Rank,
-        disp: u64,
-        data: &[u8],
-    ) -> Result<Posted, Error> {
-        self.post_op(
-            win,
-            RmaKind::Put,
-            target,
-            disp,
-            data.len(),
-            data.to_vec(),
-            AccOp::Replace,
-            ElemType::Byte,
-        )
-    }
-
-    /// `MPI_Get`: read `len` bytes at `disp` of `target`; the data comes back
-    /// as [`Action::Result`] with the returned token.
-    pub fn get(
-        &mut self,
-        win: WinId,
-        target: Rank,
-        disp: u64,
-        len: usize,
-    ) -> Result<Posted, Error> {
-        self.post_op(
-            win,
-            RmaKind::Get,
-            target,
-            disp,
-            len,
-            Vec::new(),
-            AccOp::Replace,
-            ElemType::Byte,
-        )
-    }
-
-    /// `MPI_Accumulate`: `target[disp..] = target[disp..] op data`, per element.
-    pub fn accumulate(
-        &mut self,
-        win: WinId,
-        target: Rank,
-        disp: u64,
-        data: &[u8],
-        elem: ElemType,
-        op: AccOp,
-    ) -> Result<Posted, Error> {
-        self.post_op(
-            win,
-            RmaKind::Accumulate,
-            target,
-            disp,
-            data.len(),
-            data.to_vec(),
-            op,
-            elem,
-        )
-    }
-
-    /// `MPI_Get_accumulate`: like [`Engine::accumulate`], returning the old
-    /// contents as [`Action::Result`].
-    pub fn get_accumulate(
-        &mut self,
-        win: WinId,
-        target: Rank,
-        disp: u64,
-        data: &[u8],
-        elem: ElemType,
-        op: AccOp,
-    ) -> Result<Posted, Error> {
-        self.post_op(
-            win,
-            RmaKind::GetAccumulate,
-            target,
-            disp,
-            data.len(),
-            data.to_vec(),
-            op,
-            elem,
-        )
-    }
-
-    /// `MPI_Fetch_and_op` on one element (`data` is one element).
-    pub fn fetch_and_op(
-        &mut self,
-        win: WinId,
-        target: Rank,
-        disp: u64,
-        data: &[u8],
-        elem: ElemType,
-        op: AccOp,
-    ) -> Result<Posted, Error> {
-        if data.len() != elem.size() {
-            return Err(Error::InvalidAccumulate {
-                op,
-                elem,
-                len: data.len(),
-            });
-        }
-        self.post_op(
-            win,
-            RmaKind::FetchAndOp,
-            target,
-            disp,
-            data.len(),
-            data.to_vec(),
-            op,
-            elem,
-        )
-    }
-
-    /// `MPI_Compare_and_swap`: if `target[disp..]` equals `compare`, store
-    /// `origin`; the old value comes back as [`Action::Result`].
-    pub fn compare_and_swap(
-        &mut self,
-        win: WinId,
-        target: Rank,
-        disp: u64,
-        origin: &[u8],
-        compare: &[u8],
-        elem: ElemType,
-    ) -> Result<Posted, Error> {
-        if origin.len() != compare.len() || origin.len() != elem.size() {
-            return Err(Error::InvalidAccumulate {
-                op: AccOp::Replace,
-                elem,
-                len: origin.len(),
-            });
-        }
-        let mut data = origin.to_vec();
-        data.extend_from_slice(compare);
-        self.post_op(
-            win,
-            RmaKind::CompareAndSwap,
-            target,
-            disp,
-            origin.len(),
-            data,
-            AccOp::Replace,
-            elem,
-        )
-    }
-
     // ----- events and actions -----
 
     /// A packet arrived from `from`. Target-side packets read and write
@@ -1054,12 +959,13 @@ impl Engine {
                     RmaKind::Lock | RmaKind::Unlock | RmaKind::Flush | RmaKind::DecrAtCounter
                 ) =>
             {
-                let size = usize::try_from(c.w.cfg.size).unwrap_or(usize::MAX);
-                let m: &mut [u8] = mem.window_mut(h.win).unwrap_or(&mut []);
-                let lim = m.len().min(size);
-                let m = m.get_mut(..lim).unwrap_or(&mut []);
+                let mut view = MemView {
+                    win: h.win,
+                    size: c.w.cfg.size,
+                    mem,
+                };
                 c.w.side
-                    .handle(from, &h, pkt.payload, m, &mut c.w.counters, c.out);
+                    .handle(from, &h, pkt.payload, &mut view, &mut c.w.counters, c.out);
             }
             _ => c.origin_packet(from, &h, pkt.payload),
         }
@@ -1076,6 +982,9 @@ impl Engine {
         }
         // Lazy broadcasts (window protocol of LOCK_ALL).
         for i in 0..self.windows.len() {
+            if self.cursors == 0 {
+                break;
+            }
             let has = self
                 .windows
                 .get(i)
@@ -1099,131 +1008,12 @@ impl Engine {
     fn reap_freed(&mut self) {
         // A window whose Free call completed is removed here, once its
         // completion action was queued.
+        if !std::mem::take(&mut self.freed_pending) {
+            return;
+        }
         for w in self.windows.iter_mut() {
             if w.as_ref().is_some_and(|w| w.core.freed) {
                 *w = None;
-            }
-        }
-    }
-
-    // ----- inspection -----
-
-    /// The call in progress on `win`, if any.
-    pub fn blocked(&self, win: WinId) -> Option<Call> {
-        self.core(win).ok()?.blocked.as_ref().map(Blocked::call)
-    }
-
-    /// The access state of `win`.
-    pub fn access_state(&self, win: WinId) -> Result<AccessState, Error> {
-        Ok(self.core(win)?.access)
-    }
-
-    /// The exposure state of `win`.
-    pub fn exposure_state(&self, win: WinId) -> Result<ExposureState, Error> {
-        Ok(self.core(win)?.exposure)
-    }
-
-    /// The per-target state of `rank` in `win`, if it has a target element.
-    pub fn target_state(&self, win: WinId, rank: Rank) -> Result<Option<TargetState>, Error> {
-        let w = self
-            .windows
-            .get(win as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::NoSuchWindow(win))?;
-        let slot = (rank as usize) % w.core.slots.len().max(1);
-        let found = w.core.slots.get(slot).and_then(|s| {
-            s.iter().find_map(|r| {
-                let t = match r.pool {
-                    crate::pool::PoolKind::Window => w.targets.get(r.idx),
-                    crate::pool::PoolKind::Global => self.global_targets.get(r.idx),
-                }?;
-                (t.rank == rank).then_some(t.state)
-            })
-        });
-        Ok(found)
-    }
-
-    /// Protocol counters of `win`.
-    pub fn counters(&self, win: WinId) -> Result<&Counters, Error> {
-        Ok(&self.core(win)?.counters)
-    }
-
-    /// Who holds `win`'s lock on this process (target side).
-    pub fn lock_holder(&self, win: WinId) -> Result<&LockHolder, Error> {
-        Ok(&self.core(win)?.side.lock)
-    }
-
-    /// Target-side lock-queue length and buffered bytes of `win`.
-    pub fn lock_queue(&self, win: WinId) -> Result<(usize, usize), Error> {
-        let s = &self.core(win)?.side;
-        Ok((s.queued(), s.queued_data_bytes()))
-    }
-
-    /// Occupancy of `win`'s op and target pools.
-    pub fn window_pools(&self, win: WinId) -> Result<(PoolStats, PoolStats), Error> {
-        let w = self
-            .windows
-            .get(win as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::NoSuchWindow(win))?;
-        Ok((w.ops.stats(), w.targets.stats()))
-    }
-
-    /// Occupancy of the global op and target pools.
-    pub fn global_pools(&self) -> (PoolStats, PoolStats) {
-        (self.global_ops.stats(), self.global_targets.stats())
-    }
-
-    /// Heap bytes `win` holds now (slot array, target list, element slabs
-    /// and what their elements own, lock queue, PSCW group), not counting the
-    /// global pools. It depends on the slot count, the pool high-water marks
-    /// and the traffic, never on the communicator size beyond
-    /// `min(slots, comm_size)`.
-    pub fn footprint(&self, win: WinId) -> Result<usize, Error> {
-        let w = self
-            .windows
-            .get(win as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::NoSuchWindow(win))?;
-        let c = &w.core;
-        let refs = core::mem::size_of::<ElemRef>();
-        let slots = c.slots.capacity() * core::mem::size_of::<Vec<ElemRef>>()
-            + c.slots.iter().map(|s| s.capacity() * refs).sum::<usize>();
-        let lists = c.active.capacity() * refs
-            + (c.group.capacity() + c.early_posts.capacity()) * 4
-            + c.posted.capacity();
-        let ops = w.ops.heap_bytes(|o| o.data.capacity());
-        let targets = w
-            .targets
-            .heap_bytes(|t| (t.pending.capacity() + t.issued.capacity()) * refs);
-        Ok(slots + lists + ops + targets + c.side.heap_bytes())
-    }
-
-    /// Entries of `win`'s slot array (fixed at creation: `min(slots,
-    /// comm_size)`), and the number of target elements alive.
-    pub fn table_size(&self, win: WinId) -> Result<(usize, usize), Error> {
-        let c = self.core(win)?;
-        Ok((c.slots.len(), c.active.len()))
-    }
-
-    /// True if `win` exists.
-    pub fn has_window(&self, win: WinId) -> bool {
-        self.core(win).is_ok()
-    }
-
-    /// True if nothing is in flight on `win` from this side: no call pending,
-    /// no target element, no lock held or queued here, no expected ack.
-    pub fn is_quiescent(&self, win: WinId) -> bool {
-        match self.core(win) {
-            Err(_) => true,
-            Ok(c) => {
-                c.blocked.is_none()
-                    && c.active.is_empty()
-                    && c.side.lock == LockHolder::Free
-                    && c.side.queued() == 0
-                    && c.outstanding_acks == 0
-                    && c.outstanding_locks == 0
-                    && c.cursor.is_none()
             }
         }
     }
@@ -1270,9 +1060,15 @@ impl WinCore {
         }
     }
 
-    fn start_barrier(&mut self) -> Action {
+    /// Asks for a barrier over the window: through shared memory when every
+    /// rank is direct, otherwise over the communicator.
+    fn start_barrier(&mut self, out: &mut VecDeque<Action>) {
         self.barriers_in_flight += 1;
-        Action::Barrier { win: self.id }
+        if self.direct.all {
+            self.direct.out.push_back(crate::DirectAction::Barrier);
+        } else {
+            out.push_back(Action::Barrier { win: self.id });
+        }
     }
 
     /// Records a post from `r` if `r` is in the start group and had not

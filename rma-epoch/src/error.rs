@@ -124,6 +124,18 @@ pub enum Error {
         /// What the codec reported.
         source: tm_proto::Error,
     },
+    /// An operation given to the wrong backend: a direct target's operation
+    /// goes through [`crate::Engine::direct_access`] (the driver loads and
+    /// stores itself), another target's through `put`, `get`, ...
+    #[error("target {target} of window {win} is {}", if *direct { "reached directly, not by active messages" } else { "reached by active messages, not directly" })]
+    WrongBackend {
+        /// The window.
+        win: WinId,
+        /// The target.
+        target: Rank,
+        /// Whether it is a direct target.
+        direct: bool,
+    },
     /// `free_window` while epochs are open.
     #[error("window {win} cannot be freed in access state {state:?}")]
     FreeInEpoch {

@@ -16,7 +16,13 @@
 //!   packet and RMA_DONE (FLUSH) piggybacking;
 //! - the **target side**: shared/exclusive grant rules, a bounded lock queue
 //!   with a bounded buffer for piggybacked data, acknowledgements, the PSCW
-//!   completion counter, and [`Counters`].
+//!   completion counter, and [`Counters`];
+//! - **per-target backends** ([`backend`]): a target is reached by active
+//!   messages (packets, the above) or directly (the driver loads and stores
+//!   its memory itself, after the gate [`Engine::direct_access`], and
+//!   carries out the [`DirectAction`]s: locks, barrier and PSCW signals in
+//!   shared memory). One window may mix both; its epochs are this one
+//!   state machine either way.
 //!
 //! **Architecture invariant:** this crate does no I/O, spawns no threads, reads
 //! no clock and contains no `unsafe`. User calls and events go in
@@ -82,6 +88,7 @@ use std::collections::VecDeque;
 use tm_proto::rma::RmaHeader;
 
 pub mod acc;
+pub mod backend;
 mod config;
 mod counters;
 mod engine;
@@ -89,12 +96,13 @@ mod error;
 mod pool;
 mod target;
 
+pub use backend::{Access, Backends, DirectAction, Gate};
 pub use config::{GlobalConfig, WindowConfig};
 pub use counters::Counters;
 pub use engine::{assert, AccessState, Engine, ExposureState, Posted, TargetState, WindowMemory};
 pub use error::Error;
 pub use pool::{PoolKind, PoolStats};
-pub use target::LockHolder;
+pub use target::{LockHolder, TargetLock};
 pub use tm_proto::rma::{AccOp, ElemType};
 
 /// A process rank in the window's communicator.
@@ -183,6 +191,24 @@ pub enum Action {
         win: WinId,
         /// Which call.
         call: Call,
+    },
+    /// Take this process's own lock of `win` in shared memory (the one its
+    /// direct origins take), on behalf of active-message origins, and report
+    /// [`Engine::handle_target_lock_granted`] once held (see
+    /// [`crate::backend`]).
+    TargetLock {
+        /// The window.
+        win: WinId,
+        /// The mode.
+        exclusive: bool,
+    },
+    /// Release the lock [`Action::TargetLock`] took (after a full memory
+    /// barrier).
+    TargetUnlock {
+        /// The window.
+        win: WinId,
+        /// The mode it was held in.
+        exclusive: bool,
     },
 }
 

@@ -1,7 +1,7 @@
 //! Two-level element pools: a bounded slab per window and one per process.
 //!
 //! An element is named by an [`ElemRef`] that records which pool it came from;
-//! it always returns there (MPICH's `pool_type` rule, see the notes a.1.3).
+//! it always returns there (MPICH's `pool_type` rule).
 //! Slabs grow lazily up to their capacity and then reuse freed slots (LIFO), so
 //! a window that talks to three targets holds three target elements whatever
 //! the size of its communicator.

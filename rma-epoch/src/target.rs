@@ -8,13 +8,24 @@
 //! (`LOCK_QUEUED_DATA_QUEUED`) or drops it (`LOCK_QUEUED_DATA_DISCARDED`, the
 //! origin re-sends the op after the grant). With no free entry the request is
 //! refused with `LOCK_DISCARDED` and the origin retries.
+//!
+//! When the window has direct origins (see [`crate::backend`]), they take this
+//! process's lock in shared memory themselves. The target side then holds the
+//! same lock on behalf of its active-message holders: before it grants any, it
+//! asks the driver for the lock in their mode ([`Action::TargetLock`]) and
+//! waits for [`crate::Engine::handle_target_lock_granted`]; when the last of
+//! them releases, it gives it back ([`Action::TargetUnlock`]). Shared requests
+//! join a shared hold only while nobody queues, so a waiting exclusive
+//! request is not overtaken.
 
 use std::collections::VecDeque;
 
 use tm_proto::rma::{RmaFlags, RmaHeader, RmaKind};
 use tracing::debug;
 
-use crate::{acc, emit, Action, Counters, Rank, WinId, NO_OP_ID};
+use crate::engine::MemView;
+use crate::engine::WindowMemory;
+use crate::{acc, emit, Access, Action, Counters, Rank, WinId, NO_OP_ID};
 
 /// Who holds this window's lock.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,6 +37,25 @@ pub enum LockHolder {
     Shared(Vec<Rank>),
     /// This origin holds it exclusively.
     Exclusive(Rank),
+}
+
+/// This process's lock in shared memory, held for the active-message holders
+/// of a window with direct origins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TargetLock {
+    /// Not held (or the window has no direct origin).
+    #[default]
+    Free,
+    /// Asked for ([`Action::TargetLock`]), not granted yet.
+    Requested {
+        /// The mode asked for.
+        exclusive: bool,
+    },
+    /// Held.
+    Held {
+        /// The mode it is held in.
+        exclusive: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -46,6 +76,9 @@ pub(crate) struct TargetSide {
     /// PSCW access-completion counter (incremented by `post`, decremented by
     /// DECR_AT_COUNTER).
     pub(crate) at_completion_counter: i64,
+    /// Direct origins share this process's lock (see the module docs).
+    shared_lock: bool,
+    pub(crate) target_lock: TargetLock,
 }
 
 impl TargetSide {
@@ -58,7 +91,74 @@ impl TargetSide {
             data_bytes: 0,
             data_cap,
             at_completion_counter: 0,
+            shared_lock: false,
+            target_lock: TargetLock::Free,
         }
+    }
+
+    /// Direct origins take this process's lock too.
+    pub(crate) fn set_shared_lock(&mut self, on: bool) {
+        self.shared_lock = on;
+    }
+
+    pub(crate) fn target_lock_idle(&self) -> bool {
+        self.target_lock == TargetLock::Free
+    }
+
+    /// The driver holds the lock asked for: grant what waits for it.
+    pub(crate) fn target_lock_granted<M: WindowMemory + ?Sized>(
+        &mut self,
+        mem: &mut MemView<'_, M>,
+        c: &mut Counters,
+        out: &mut VecDeque<Action>,
+    ) {
+        match self.target_lock {
+            TargetLock::Requested { exclusive } => {
+                self.target_lock = TargetLock::Held { exclusive };
+                self.drain(mem, c, out);
+                // Nothing could use it (cannot happen: it was asked for the
+                // queue's front): give it back.
+                if self.lock == LockHolder::Free {
+                    self.give_back(out);
+                }
+            }
+            _ => c.stray_packets += 1,
+        }
+    }
+
+    /// Asks for the shared-memory lock if requests wait and nothing holds
+    /// it.
+    fn want_target_lock(&mut self, out: &mut VecDeque<Action>) {
+        if !self.shared_lock
+            || self.target_lock != TargetLock::Free
+            || self.lock != LockHolder::Free
+        {
+            return;
+        }
+        if let Some(front) = self.queue.front() {
+            let exclusive = front.header.flags.contains(RmaFlags::LOCK_EXCLUSIVE);
+            self.target_lock = TargetLock::Requested { exclusive };
+            out.push_back(Action::TargetLock {
+                win: self.win,
+                exclusive,
+            });
+        }
+    }
+
+    /// Gives the shared-memory lock back once no active-message origin holds
+    /// it, then asks again if requests wait.
+    fn give_back(&mut self, out: &mut VecDeque<Action>) {
+        if self.lock != LockHolder::Free {
+            return;
+        }
+        if let TargetLock::Held { exclusive } = self.target_lock {
+            self.target_lock = TargetLock::Free;
+            out.push_back(Action::TargetUnlock {
+                win: self.win,
+                exclusive,
+            });
+        }
+        self.want_target_lock(out);
     }
 
     pub(crate) fn queued(&self) -> usize {
@@ -80,12 +180,12 @@ impl TargetSide {
     }
 
     /// Handles a packet addressed to the target side.
-    pub(crate) fn handle(
+    pub(crate) fn handle<M: WindowMemory + ?Sized>(
         &mut self,
         from: Rank,
         h: &RmaHeader,
         payload: &[u8],
-        mem: &mut [u8],
+        mem: &mut MemView<'_, M>,
         c: &mut Counters,
         out: &mut VecDeque<Action>,
     ) {
@@ -100,10 +200,11 @@ impl TargetSide {
                     self.reply(from, RmaKind::LockAck, h, RmaFlags::LOCK_GRANTED, c, out);
                 } else {
                     self.enqueue(from, h, payload, c, out);
+                    self.want_target_lock(out);
                 }
             }
             RmaKind::Unlock => {
-                self.release(from, c);
+                self.release(from, c, out);
                 if !h.flags.contains(RmaFlags::UNLOCK_NO_ACK) {
                     self.reply(from, RmaKind::Ack, h, RmaFlags::ACK, c, out);
                 }
@@ -124,6 +225,7 @@ impl TargetSide {
                         self.perform(from, h, payload, mem, true, false, c, out);
                     } else {
                         self.enqueue(from, h, payload, c, out);
+                        self.want_target_lock(out);
                     }
                 } else {
                     self.perform(from, h, payload, mem, false, false, c, out);
@@ -135,6 +237,39 @@ impl TargetSide {
     }
 
     fn try_acquire(&mut self, from: Rank, exclusive: bool) -> bool {
+        let nobody_queues = self.queue.is_empty();
+        self.try_acquire_as(from, exclusive, nobody_queues)
+    }
+
+    /// [`TargetSide::try_acquire`] for the front of the lock queue.
+    fn try_acquire_front(&mut self, from: Rank, exclusive: bool) -> bool {
+        self.try_acquire_as(from, exclusive, true)
+    }
+
+    fn try_acquire_as(&mut self, from: Rank, exclusive: bool, first_in_line: bool) -> bool {
+        if self.shared_lock {
+            // Only inside the shared-memory lock, in its mode; shared
+            // requests join only while nobody queues.
+            let held = match self.target_lock {
+                TargetLock::Held { exclusive } => Some(exclusive),
+                _ => None,
+            };
+            return match (&mut self.lock, held) {
+                (LockHolder::Free, Some(mode)) if mode == exclusive => {
+                    self.lock = if exclusive {
+                        LockHolder::Exclusive(from)
+                    } else {
+                        LockHolder::Shared(vec![from])
+                    };
+                    true
+                }
+                (LockHolder::Shared(v), Some(false)) if !exclusive && first_in_line => {
+                    v.push(from);
+                    true
+                }
+                _ => false,
+            };
+        }
         match (&mut self.lock, exclusive) {
             (LockHolder::Free, true) => {
                 self.lock = LockHolder::Exclusive(from);
@@ -152,7 +287,14 @@ impl TargetSide {
         }
     }
 
-    fn release(&mut self, from: Rank, c: &mut Counters) {
+    fn release(&mut self, from: Rank, c: &mut Counters, out: &mut VecDeque<Action>) {
+        self.release_holder(from, c);
+        if self.shared_lock {
+            self.give_back(out);
+        }
+    }
+
+    fn release_holder(&mut self, from: Rank, c: &mut Counters) {
         match &mut self.lock {
             LockHolder::Exclusive(r) if *r == from => self.lock = LockHolder::Free,
             LockHolder::Shared(v) => {
@@ -170,11 +312,23 @@ impl TargetSide {
     }
 
     /// Grants queued requests in FIFO order while they are compatible.
-    fn drain(&mut self, mem: &mut [u8], c: &mut Counters, out: &mut VecDeque<Action>) {
+    fn drain<M: WindowMemory + ?Sized>(
+        &mut self,
+        mem: &mut MemView<'_, M>,
+        c: &mut Counters,
+        out: &mut VecDeque<Action>,
+    ) {
         while let Some(front) = self.queue.front() {
             let excl = front.header.flags.contains(RmaFlags::LOCK_EXCLUSIVE);
             let from = front.from;
-            if !self.try_acquire(from, excl) {
+            if !self.try_acquire_front(from, excl) {
+                if self.lock == LockHolder::Free
+                    && matches!(self.target_lock, TargetLock::Held { exclusive } if exclusive != excl)
+                {
+                    // Held in the other mode: give it back, ask again.
+                    self.give_back(out);
+                }
+                self.want_target_lock(out);
                 break;
             }
             let Some(e) = self.queue.pop_front() else {
@@ -210,7 +364,15 @@ impl TargetSide {
         c: &mut Counters,
         out: &mut VecDeque<Action>,
     ) {
-        if self.queue.len() >= self.queue_cap {
+        // A window whose lock is shared with direct origins grants nothing
+        // without queueing first: it keeps one entry even when configured
+        // with none.
+        let cap = if self.shared_lock {
+            self.queue_cap.max(1)
+        } else {
+            self.queue_cap
+        };
+        if self.queue.len() >= cap {
             c.locks_discarded += 1;
             debug!(
                 win = self.win,
@@ -276,12 +438,12 @@ impl TargetSide {
 
     /// Applies an op, answers it, then honours its DECR and UNLOCK flags.
     #[allow(clippy::too_many_arguments)]
-    fn perform(
+    fn perform<M: WindowMemory + ?Sized>(
         &mut self,
         from: Rank,
         h: &RmaHeader,
         payload: &[u8],
-        mem: &mut [u8],
+        mem: &mut MemView<'_, M>,
         granted_now: bool,
         from_queue: bool,
         c: &mut Counters,
@@ -289,37 +451,35 @@ impl TargetSide {
     ) {
         c.ops_applied += 1;
         let len = h.len as usize;
-        let range = usize::try_from(h.disp)
-            .ok()
-            .and_then(|d| Some(d..d.checked_add(len)?))
-            .filter(|r| r.end <= mem.len());
         let mut result = Vec::new();
-        match range.and_then(|r| mem.get_mut(r)) {
-            None => {
-                // Dropped; a read gets an empty answer (never a buffer sized
-                // by the wire).
-                c.out_of_bounds += 1;
+        let origin = payload.get(..len).unwrap_or(&[]);
+        let access = match h.kind {
+            RmaKind::Get => Access::Read,
+            RmaKind::Put if origin.len() == len => Access::Write,
+            RmaKind::Put => Access::Read,
+            _ => Access::ReadModifyWrite,
+        };
+        let applied = mem.with_range(h.disp, len, access, &mut |m| match h.kind {
+            RmaKind::Put if origin.len() == m.len() => m.copy_from_slice(origin),
+            RmaKind::Get => result = m.to_vec(),
+            RmaKind::Accumulate => acc::apply(h.acc_op, h.elem, m, origin),
+            RmaKind::GetAccumulate | RmaKind::FetchAndOp => {
+                result = m.to_vec();
+                acc::apply(h.acc_op, h.elem, m, origin);
             }
-            Some(m) => {
-                let origin = payload.get(..len).unwrap_or(&[]);
-                match h.kind {
-                    RmaKind::Put if origin.len() == m.len() => m.copy_from_slice(origin),
-                    RmaKind::Get => result = m.to_vec(),
-                    RmaKind::Accumulate => acc::apply(h.acc_op, h.elem, m, origin),
-                    RmaKind::GetAccumulate | RmaKind::FetchAndOp => {
-                        result = m.to_vec();
-                        acc::apply(h.acc_op, h.elem, m, origin);
-                    }
-                    RmaKind::CompareAndSwap => {
-                        result = m.to_vec();
-                        let compare = payload.get(len..).unwrap_or(&[]);
-                        if *m == *compare && origin.len() == m.len() {
-                            m.copy_from_slice(origin);
-                        }
-                    }
-                    _ => {}
+            RmaKind::CompareAndSwap => {
+                result = m.to_vec();
+                let compare = payload.get(len..).unwrap_or(&[]);
+                if *m == *compare && origin.len() == m.len() {
+                    m.copy_from_slice(origin);
                 }
             }
+            _ => {}
+        });
+        if !applied {
+            // Dropped; a read gets an empty answer (never a buffer sized by
+            // the wire).
+            c.out_of_bounds += 1;
         }
         let unlock = h.flags.contains(RmaFlags::UNLOCK);
         let wants_ack = h.flags.contains(RmaFlags::FLUSH)
@@ -360,7 +520,7 @@ impl TargetSide {
             self.at_completion_counter -= 1;
         }
         if unlock {
-            self.release(from, c);
+            self.release(from, c, out);
         }
     }
 

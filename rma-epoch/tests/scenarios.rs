@@ -1,14 +1,14 @@
-//! Named tests for the scenarios of `rma-implementation-notes.md` (c), mirrored
-//! from MPICH's `test/mpi/rma`, run on the simulator. `sNN_` is the scenario
-//! number in the notes.
+//! Named tests for scenarios mirrored from MPICH's `test/mpi/rma`, run on the
+//! simulator. `sNN_` numbers the scenario; `dNN_` tests run on windows with
+//! direct targets.
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 mod common;
 
 use common::{all, one, op, u64b, Sim};
 use rma_epoch::{
-    assert, AccOp, Call, CallStatus, ElemType, GlobalConfig, LockHolder, TargetState, WindowConfig,
-    PROC_NULL,
+    assert, AccOp, Call, CallStatus, ElemType, GlobalConfig, LockHolder, TargetLock, TargetState,
+    WindowConfig, PROC_NULL,
 };
 
 const W: u32 = 0;
@@ -892,4 +892,275 @@ fn s30_free_waits_for_unlock_no_ack() {
         s.procs[0].fence(W, 0),
         Err(rma_epoch::Error::NoSuchWindow(0))
     ));
+}
+
+// ---------------------------------------------------------------------------
+// Windows with direct targets (the simulator plays the direct backend).
+
+/// A window of `n` ranks on `split` simulated nodes (rank r on r % split).
+fn sim_split(n: usize, cells: usize, seed: u64, split: usize) -> Sim {
+    let mut s = Sim::new(n, seed, GlobalConfig::default());
+    s.create_window_split((cells * 8) as u64, Some(split), |_| {});
+    s
+}
+
+/// Runs `f` on every rank (a collective call), then drives each rank's
+/// direct backend and pending call to completion.
+fn all_direct(
+    s: &mut Sim,
+    call: Call,
+    f: impl Fn(&mut rma_epoch::Engine, usize) -> Result<CallStatus, rma_epoch::Error>,
+) {
+    all(s, call, f);
+    for r in 0..s.n {
+        s.drive(r);
+    }
+}
+
+#[test]
+fn d01_fence_on_a_direct_window_is_a_shared_memory_barrier() {
+    use common::DirectOp;
+    for seed in 0..8 {
+        let mut s = sim_split(3, 4, seed, 1);
+        // Outside an epoch the gate refuses.
+        let e = s.procs[0].direct_access(W, 1).unwrap_err();
+        assert!(matches!(e, rma_epoch::Error::NoEpoch { .. }), "{e}");
+        // A fence is a barrier of arrivals: no packet at all.
+        let sent = s.sent;
+        all_direct(&mut s, Call::Fence, |e, _| e.fence(W, 0));
+        for r in 0..3 {
+            s.direct_op(
+                r,
+                (r + 1) % 3,
+                DirectOp::Put {
+                    cell: r,
+                    val: 10 + r as u64,
+                },
+            )
+            .unwrap();
+            s.direct_op(
+                r,
+                0,
+                DirectOp::Sum {
+                    cell: 3,
+                    val: 1,
+                    fetch: false,
+                },
+            )
+            .unwrap();
+        }
+        all_direct(&mut s, Call::Fence, |e, _| e.fence(W, assert::NOSUCCEED));
+        assert_eq!(s.sent, sent, "no message on a direct window");
+        for r in 0..3 {
+            assert_eq!(s.read_u64((r + 1) % 3, W, r), 10 + r as u64);
+            assert_eq!(
+                s.procs[r].access_state(W).unwrap(),
+                rma_epoch::AccessState::Unset
+            );
+            assert_eq!(s.procs[r].counters(W).unwrap().direct_ops, 2);
+        }
+        assert_eq!(s.read_u64(0, W, 3), 3);
+        // Nothing to send either way: direct ops through `put` are refused.
+        let e = s.procs[0].put(W, 1, 0, &u64b(1)).unwrap_err();
+        assert!(
+            matches!(e, rma_epoch::Error::WrongBackend { direct: true, .. }),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn d02_one_lock_for_direct_and_active_message_origins() {
+    use common::DirectOp;
+    for seed in 0..30 {
+        // Ranks 0 and 2 share a node; rank 1 is on the other one. Both lock
+        // rank 0 exclusively (one directly, one by messages) and do a
+        // read-modify-write of the same cell, several epochs each, at the
+        // same time; the simulator checks at every grant that holders never
+        // overlap.
+        let mut s = sim_split(3, 2, seed, 2);
+        let rounds = 4;
+        let (mut done1, mut done2) = (0, 0);
+        // Rank 1: 0 idle, 1 unlocking. Rank 2: 0 idle, 1 locking.
+        let (mut st1, mut st2) = (0, 0);
+        while done1 < rounds || done2 < rounds {
+            s.pump_all();
+            if st2 == 1 && s.procs[2].direct_lock(W, 0) == Some(true) {
+                let tok = s
+                    .direct_op(
+                        2,
+                        0,
+                        DirectOp::Sum {
+                            cell: 0,
+                            val: 1,
+                            fetch: true,
+                        },
+                    )
+                    .unwrap();
+                assert!(s.results[2].contains_key(&tok));
+                s.procs[2].unlock(W, 0).unwrap();
+                s.pump(2);
+                (st2, done2) = (0, done2 + 1);
+                continue;
+            }
+            if st1 == 1 && s.completed[1].contains(&(W, Call::Unlock)) {
+                s.completed[1].retain(|c| *c != (W, Call::Unlock));
+                (st1, done1) = (0, done1 + 1);
+                continue;
+            }
+            match s.rng.below(3) {
+                0 if st2 == 0 && done2 < rounds => {
+                    s.procs[2].lock(W, true, 0, 0).unwrap();
+                    s.pump(2);
+                    st2 = 1;
+                }
+                1 if st1 == 0 && done1 < rounds => {
+                    s.procs[1].lock(W, true, 0, 0).unwrap();
+                    s.pump(1);
+                    op(&mut s, 1, |e| {
+                        e.fetch_and_op(W, 0, 0, &u64b(1), ElemType::U64, AccOp::Sum)
+                    });
+                    if s.procs[1].unlock(W, 0).unwrap() == CallStatus::Done {
+                        done1 += 1;
+                    } else {
+                        st1 = 1;
+                    }
+                }
+                _ => {
+                    s.deliver_one();
+                }
+            }
+        }
+        s.settle(100_000);
+        assert_eq!(s.read_u64(0, W, 0), 2 * rounds as u64);
+        assert_eq!(*s.procs[0].lock_holder(W).unwrap(), LockHolder::Free);
+        assert_eq!(s.procs[0].target_lock(W).unwrap(), TargetLock::Free);
+        assert!(s.shm[&W].locks[0].idle());
+        assert!(s.procs[0].is_quiescent(W));
+    }
+}
+
+#[test]
+fn d03_pscw_waits_for_direct_and_active_message_origins() {
+    use common::DirectOp;
+    for seed in 0..10 {
+        // Rank 0 exposes to rank 2 (direct) and rank 1 (messages).
+        let mut s = sim_split(3, 4, seed, 2);
+        one(&mut s, 0, Call::Wait, |e| e.post(W, &[1, 2], 0));
+        s.drive(0);
+        // The direct origin: start waits for the post, ops are loads/stores.
+        one(&mut s, 2, Call::Complete, |e| e.start(W, &[0], 0));
+        s.drive(2);
+        assert_eq!(
+            s.procs[2].access_state(W).unwrap(),
+            rma_epoch::AccessState::PscwGranted
+        );
+        s.direct_op(2, 0, DirectOp::Put { cell: 2, val: 22 })
+            .unwrap();
+        one(&mut s, 2, Call::Complete, |e| e.complete(W));
+        s.drive(2);
+        // Rank 0's wait cannot end before rank 1 completes.
+        let st = s.procs[0].wait(W).unwrap();
+        assert_eq!(st, CallStatus::Pending);
+        s.pump(0);
+        s.drive(0);
+        assert_eq!(s.procs[0].blocked(W), Some(Call::Wait));
+        one(&mut s, 1, Call::Complete, |e| e.start(W, &[0], 0));
+        op(&mut s, 1, |e| e.put(W, 0, 8, &u64b(11)));
+        one(&mut s, 1, Call::Complete, |e| e.complete(W));
+        s.wait_call(0, W, Call::Wait);
+        assert_eq!(s.read_u64(0, W, 1), 11);
+        assert_eq!(s.read_u64(0, W, 2), 22);
+        assert_eq!(
+            s.procs[0].exposure_state(W).unwrap(),
+            rma_epoch::ExposureState::None
+        );
+        // An op outside the start group is refused by the gate too.
+        one(&mut s, 2, Call::Complete, |e| {
+            e.start(W, &[2], assert::NOCHECK)
+        });
+        let e = s.procs[2].direct_access(W, 0).unwrap_err();
+        assert!(matches!(e, rma_epoch::Error::NotInGroup { .. }), "{e}");
+        one(&mut s, 2, Call::Complete, |e| e.complete(W));
+        s.drive(2);
+    }
+}
+
+#[test]
+fn d04_misuse_of_direct_targets_is_typed() {
+    let mut s = sim_split(2, 2, 4, 1);
+    let e0 = &mut s.procs[0];
+    assert!(matches!(
+        e0.unlock(W, 1).unwrap_err(),
+        rma_epoch::Error::WrongEpoch { .. }
+    ));
+    e0.lock(W, false, 1, 0).unwrap();
+    assert!(matches!(
+        e0.lock(W, true, 1, 0).unwrap_err(),
+        rma_epoch::Error::AlreadyLocked { .. }
+    ));
+    // The grant is not reported yet: unlock must wait for it.
+    assert!(matches!(
+        e0.unlock(W, 1).unwrap_err(),
+        rma_epoch::Error::CallInProgress { .. }
+    ));
+    assert_eq!(e0.direct_access(W, 1).unwrap(), rma_epoch::Gate::Wait);
+    s.pump(0);
+    s.drive(0);
+    let e0 = &mut s.procs[0];
+    assert_eq!(e0.direct_access(W, 1).unwrap(), rma_epoch::Gate::Open);
+    assert!(matches!(
+        e0.direct_access(W, 0).unwrap_err(),
+        rma_epoch::Error::NotLocked { .. }
+    ));
+    assert!(matches!(
+        e0.fence(W, 0).unwrap_err(),
+        rma_epoch::Error::WrongEpoch { .. }
+    ));
+    assert!(matches!(
+        e0.direct_access(W, 7).unwrap_err(),
+        rma_epoch::Error::RankOutOfRange { .. }
+    ));
+    e0.unlock(W, 1).unwrap();
+    assert!(matches!(
+        e0.flush(W, 1).unwrap_err(),
+        rma_epoch::Error::WrongEpoch { .. }
+    ));
+    s.pump(0);
+    assert!(s.shm[&W].locks[1].idle());
+    // A window whose targets all take messages has no direct target.
+    let mut m = Sim::new(2, 1, GlobalConfig::default());
+    m.create_window(16, |_| {});
+    let e = m.procs[0].direct_access(W, 1).unwrap_err();
+    assert!(
+        matches!(e, rma_epoch::Error::WrongBackend { direct: false, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn d05_lock_all_takes_direct_locks_lazily_and_releases_them() {
+    use common::DirectOp;
+    let mut s = sim_split(4, 4, 5, 2);
+    // Rank 0's node: 0 and 2 direct; 1 and 3 by messages.
+    one(&mut s, 0, Call::UnlockAll, |e| e.lock_all(W, 0));
+    assert!(s.polls[0].is_empty(), "lock_all takes nothing at once");
+    s.direct_op(0, 2, DirectOp::Put { cell: 0, val: 5 })
+        .unwrap();
+    assert_eq!(s.procs[0].direct_lock(W, 2), Some(true));
+    assert_eq!(
+        s.procs[0].direct_lock(W, 0),
+        None,
+        "only the target touched"
+    );
+    op(&mut s, 0, |e| e.put(W, 1, 0, &u64b(6)));
+    one(&mut s, 0, Call::Flush, |e| e.flush(W, 2));
+    one(&mut s, 0, Call::UnlockAll, |e| e.unlock_all(W));
+    s.drive(0);
+    s.settle(10_000);
+    assert_eq!(s.read_u64(2, W, 0), 5);
+    assert_eq!(s.read_u64(1, W, 0), 6);
+    assert_eq!(s.procs[0].direct_lock(W, 2), None);
+    assert!(s.shm[&W].locks[2].idle(), "the lazy lock was released");
+    assert!(s.procs[0].is_quiescent(W));
 }

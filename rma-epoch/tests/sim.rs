@@ -1,5 +1,7 @@
 //! Random RMA programs under every synchronization mode, run by the
-//! simulator with tiny pools, checked against a sequential specification.
+//! simulator with tiny pools, checked against a sequential specification;
+//! on windows whose targets are all reached by active messages, all
+//! directly, or some each way (ranks split over simulated nodes).
 #![allow(clippy::unwrap_used)] // tests may unwrap (CONTRIBUTING.md)
 
 mod common;
@@ -23,6 +25,9 @@ struct Params {
     threshold: usize,
     delay: bool,
     slots: usize,
+    /// `None`: every target by active messages; `Some(k)`: rank r on
+    /// simulated node r % k, direct within a node.
+    split: Option<usize>,
 }
 
 fn random_op(rng: &mut Rng, target: usize) -> Op {
@@ -205,7 +210,7 @@ fn run(p: Params) -> Result<(), TestCaseError> {
             target_global_pool: p.global_targets,
         },
     );
-    sim.create_window((cells(p.n) * 8) as u64, |c: &mut WindowConfig| {
+    sim.create_window_split((cells(p.n) * 8) as u64, p.split, |c: &mut WindowConfig| {
         c.op_win_pool = p.op_pool;
         c.target_win_pool = p.target_pool;
         c.lock_entries = p.lock_entries;
@@ -238,6 +243,7 @@ fn params(
             prop::sample::select(vec![0usize, 1, 8]),
             any::<bool>(),
             prop::sample::select(vec![1usize, 2, 1024]),
+            prop::sample::select(vec![None, Some(1usize), Some(2), Some(3)]),
         ),
     )
         .prop_map(move |(seed, n, phases, pools, lock, knobs)| Params {
@@ -254,6 +260,7 @@ fn params(
             threshold: knobs.0,
             delay: knobs.1,
             slots: knobs.2,
+            split: knobs.3,
         })
 }
 
@@ -295,6 +302,7 @@ fn default_pools_many_seeds() {
             threshold: 8,
             delay: seed % 2 == 0,
             slots: 1024,
+            split: [None, Some(1), Some(2)][seed as usize % 3],
         };
         run(p).unwrap();
     }

@@ -182,7 +182,7 @@ impl Node {
         &self.cfg
     }
 
-    /// What the init-time CMA calibration (`TMX_SHMEM_CMA_CALIBRATE`)
+    /// What the init-time CMA calibration (`TMX_SHMEM_TUNE=cma_calibrate`)
     /// decided, or `None` when it did not run (off, CMA unavailable, one
     /// local rank, more local ranks than CPUs, or it timed out).
     pub fn calibration(&self) -> Option<&Calibration> {

@@ -132,7 +132,7 @@ pub const SPLIT_FAILED: u32 = 5;
 /// claimed it (the receiver copies the part).
 pub const SPLIT_WITHDRAWN: u32 = 6;
 
-/// The words of a ring's split-copy hand-off (`TMX_SHMEM_CMA_SPLIT`): the
+/// The words of a ring's split-copy hand-off (`TMX_SHMEM_TUNE=cma_split`): the
 /// hand-off of a CMA message's copy between its receiver (the ring's
 /// consumer) and its sender (the ring's producer), one hand-off at a time
 /// per ring, as the receiver reads a ring's messages one by one. They

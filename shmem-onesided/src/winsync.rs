@@ -3,8 +3,9 @@
 //! An RMA window whose ranks share a node needs no messages: the origin
 //! loads and stores the target's memory itself, and the synchronization
 //! calls become a few atomics in the targets' control words. This module is
-//! those atomics, after Open MPI's `osc/sm` (see
-//! `shared/notes/rma-implementation-notes.md` §4.5):
+//! those atomics, after Open MPI's `osc/sm` (its
+//! ticket reader-writer lock, per-rank completion counters and
+//! post bitmaps):
 //!
 //! - [`RwTicket`]: a FIFO-fair ticket reader-writer lock (Mellor-Crummey /
 //!   Scott) over three words, for `MPI_Win_lock` (shared or exclusive) and,
@@ -78,6 +79,17 @@ impl<'a> RwTicket<'a> {
         }
         self.read.fetch_add(1, Ordering::AcqRel);
         true
+    }
+
+    /// Whether `ticket` would enter now ([`RwTicket::try_exclusive`] or
+    /// [`RwTicket::try_shared`] returning `true`), without entering: a waiter
+    /// spins on this and enters with the `try_*` call once it says yes.
+    pub fn may_enter(&self, ticket: u64, exclusive: bool) -> bool {
+        if exclusive {
+            self.write.load(Ordering::Acquire) == ticket
+        } else {
+            self.read.load(Ordering::Acquire) == ticket
+        }
     }
 
     /// Releases a writer's hold (Release: its stores become visible to the
@@ -263,7 +275,9 @@ mod tests {
         let r2 = l.ticket();
         let x = l.ticket();
         let r3 = l.ticket();
+        assert!(l.may_enter(r1, false) && !l.may_enter(r2, false));
         assert!(l.try_shared(r1));
+        assert!(l.may_enter(r2, false), "a reader admits the next one");
         assert!(l.try_shared(r2), "a second reader enters beside the first");
         assert!(!l.try_exclusive(x), "the writer waits for both readers");
         assert!(!l.try_shared(r3), "a reader queued behind a writer waits");

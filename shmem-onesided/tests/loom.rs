@@ -741,6 +741,42 @@ fn win_lock_shared_then_exclusive() {
     });
 }
 
+/// The way `adi` waits for a lock: spin on `may_enter` (no change to the
+/// lock), then enter with `try_*`, which must then succeed. A reader and a
+/// writer, each waiting that way: the writer's store is seen by a later
+/// reader, and never half by an earlier one.
+#[test]
+fn win_lock_may_enter_then_enter() {
+    loom::model(|| {
+        let win = LockedWin::new();
+        let w2 = win.clone();
+        let reader = thread::spawn(move || {
+            let l = w2.lock();
+            let t = l.ticket();
+            while !l.may_enter(t, false) {
+                thread::yield_now();
+            }
+            assert!(l.try_shared(t), "may_enter said yes");
+            // SAFETY: (test) the shared hold excludes every writer.
+            let v = w2.data.with(|p| unsafe { *p });
+            l.release_shared();
+            (t, v)
+        });
+        let l = win.lock();
+        let wt = l.ticket();
+        while !l.may_enter(wt, true) {
+            thread::yield_now();
+        }
+        assert!(l.try_exclusive(wt), "may_enter said yes");
+        // SAFETY: (test) the exclusive hold orders every other access.
+        win.data.with_mut(|p| unsafe { *p = 7 });
+        l.release_exclusive();
+        let (rt, rv) = reader.join().unwrap();
+        assert_eq!(rv, if rt > wt { 7 } else { 0 }, "reader ticket {rt}");
+        assert!(win.lock().is_idle());
+    });
+}
+
 /// Two readers (one is the main thread) and a writer, all three spinning:
 /// same property as `win_lock_shared_then_exclusive`, plus two readers
 /// inside together. Bounded to 1 preemption whatever

@@ -60,7 +60,7 @@ pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
     ("adi", "tmx_adi_loom"),
 ];
 
-const STEPS: &[&str] = &[
+pub(crate) const STEPS: &[&str] = &[
     "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest", "ibverbs",
 ];
 

@@ -28,7 +28,7 @@ usage: cargo xtask <command>
 
 commands:
   ci [STEP...]      run all CI checks (or only the named steps) and print a summary
-                    steps: system fmt clippy test doc loom proptest
+                    steps: system fmt clippy test slurm doc loom proptest ibverbs
   bench [CRATE...]  run benchmarks (all crates that have benches/, or the named ones);
                     shmem-onesided and adi (its osu example under tmrun) run beside
                     Debian's MPICH and print one table with ratios (adi also a
@@ -79,5 +79,19 @@ fn main() -> ExitCode {
             eprintln!("xtask: error: {msg}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod usage {
+    /// The usage text names every step `cargo xtask ci` runs.
+    #[test]
+    fn usage_lists_every_ci_step() {
+        let line = super::USAGE
+            .lines()
+            .find(|l| l.trim_start().starts_with("steps:"))
+            .unwrap_or_default();
+        let listed: Vec<&str> = line.split_whitespace().skip(1).collect();
+        assert_eq!(listed, crate::ci::STEPS, "{line}");
     }
 }

@@ -182,26 +182,19 @@ const SOURCE_MAX: usize = 1500;
 /// directories of smaller files. An entry is removed when its split lands
 /// (the check fails on an entry that is no longer needed, so this list
 /// only shrinks). Nothing may be added to it.
-const OVERSIZED_ALLOWED: &[&str] = &["adi/src/win.rs"];
+const OVERSIZED_ALLOWED: &[&str] = &[];
 
 /// Lines of process talk in source files that are being rewritten (the
 /// file and a piece of the line). Each entry is removed when its line goes
 /// (the check fails on an entry that no longer matches anything). Nothing
 /// may be added to it.
-const PROCESS_TALK_ALLOWED: &[(&str, &str)] = &[(
-    "shmem-onesided/src/winsync.rs",
-    "rma-implementation-notes.md",
-)];
+const PROCESS_TALK_ALLOWED: &[(&str, &str)] = &[];
 
 /// Variables the configuration parsers refuse (old names) may still be
 /// mentioned in these files (or directories) while their owners rewrite
 /// them; each entry is removed once it no longer matches. Nothing may be
 /// added to it.
-const MOVED_VARS_ALLOWED: &[&str] = &[
-    "shmem-onesided/src/endpoint",
-    "shmem-onesided/src/ring.rs",
-    "shmem-onesided/src/node.rs",
-];
+const MOVED_VARS_ALLOWED: &[&str] = &[];
 
 /// Every project text file under `dir` (not `target/`, not `.git/`).
 fn project_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -1,50 +1,50 @@
-//! The same-node path of RMA windows: direct load/store and single copy.
+//! The direct backend: the memory of the targets on this node, loaded and
+//! stored by the origin itself, and the shared-memory synchronization the
+//! epoch machine asks for.
 //!
-//! When every rank of a window shares this node (always, until verbs-tm
-//! brings an inter-node transport), the origin executes each operation
-//! itself and returns, as MPICH does for shared-memory windows
-//! (`rma-implementation-notes.md` §a.6, item 29) and Open MPI's `osc/sm`:
+//! The origin executes each operation to a direct target itself and
+//! returns, as MPICH does for shared-memory windows and Open MPI's `osc/sm`
+//! does for every window:
 //!
-//! - **Memory.** [`Win::allocate`](super::Win::allocate) places each rank's
-//!   window in its symmetric heap of the node segment (`Mem::Heap`): put and
-//!   get are `memcpy` through the shared mapping. A window too large for the
-//!   heap (`TMX_SHMEM_HEAP_BYTES`), and every [`Win::create`](super::Win::create)
-//!   window, stays in the owner's private memory (`Mem::User`) and is reached
-//!   by CMA single copy (`process_vm_readv/writev`) at its address.
+//! - **Memory.** [`Win::allocate`](super::Win::allocate) places each
+//!   rank's window in its symmetric heap of the node segment (`Mem::Heap`):
+//!   put and get are `memcpy` through the shared mapping. A window too
+//!   large for the heap (`TMX_SHMEM_HEAP_BYTES`) stays in the owner's
+//!   private memory (`Mem::User`) and is reached by CMA single copy
+//!   (`process_vm_readv/writev`) at its address; so is a dynamic window's
+//!   attached memory (`Mem::Dynamic`).
 //! - **Control block.** Each rank also allocates a small block in its heap:
-//!   the passive-target lock and the accumulate lock (each a
-//!   [`RwTicket`]), its fence counter, and one PSCW `post` and `complete`
-//!   counter per rank of the window.
-//! - **Synchronization** is [`shmem_onesided::winsync`]: `lock`/`unlock`
-//!   take and release the target's ticket lock; `fence` is a counter barrier
-//!   among the window's ranks; `post` bumps a counter in each origin's
-//!   block and `complete` one in each target's; `flush*` and `sync` are a
-//!   full memory barrier (every operation is complete when its call
-//!   returns).
+//!   the passive-target lock and the accumulate lock (each a [`RwTicket`]),
+//!   its fence arrival word, and one PSCW `post` and `complete` counter per
+//!   rank of the window (and, for a dynamic window, its region table).
+//! - **Synchronization** is [`shmem_onesided::winsync`], started and polled
+//!   as the epoch machine's [`DirectAction`]s say: a lock is a ticket
+//!   taken, then polled until granted; the fence barrier is an arrival,
+//!   then every other rank's arrival polled; `post` bumps a counter in
+//!   each origin's block and `complete` one in each target's. Each grant or
+//!   observation is an `Acquire` load and each release, arrival or signal a
+//!   `Release` write (the loom-checked protocols of `winsync`): that is the
+//!   memory synchronization MPI asks of these calls, so no further fence
+//!   is taken around them (`flush*` and `sync` take a full one).
 //! - **Atomicity.** Accumulate, get-accumulate, fetch-and-op and
 //!   compare-and-swap hold the target's accumulate lock around their
 //!   read-modify-write (as MPICH's SHM mutex and `osc/sm`'s
-//!   `accumulate_lock`), so they are atomic per element with respect to each
-//!   other from every rank.
-//! - **Waiting** (for a lock, a fence, a post or a complete) spins, runs the
-//!   device's progress (so point-to-point traffic keeps flowing) and checks
-//!   that the window's ranks are alive (the one waited for, and the others,
-//!   since a lock may be held by a third rank): a dead peer is an error, not
-//!   a hang.
+//!   `accumulate_lock`), and so do the target-side read-modify-writes of
+//!   operations that arrive by active messages in a window with both kinds
+//!   of origin ([`DirectWin::target_access`]): they are atomic per element
+//!   with respect to each other from every rank.
 
-use super::{Held, LockType, Mem, Target};
-use crate::attr::ANY_TAG;
-use crate::comm::Comm;
+use super::{LockType, ANY_TAG};
 use crate::request::{Request, Status};
 use crate::Error;
-use rma_epoch::{acc, assert, AccOp, AccessState, ElemType};
+use rma_epoch::{acc, AccOp, Access, DirectAction, ElemType};
 use shmem_onesided::winsync::{self, RegionTable, RwTicket};
 use shmem_onesided::{NodeView, SymAddr};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Control-block offsets (bytes). Each lock and the fence counter get a
-/// cache line of their own.
+/// Control-block offsets (bytes). Each lock and the fence word get a cache
+/// line of their own.
 const CB_LOCK: u64 = 0;
 const CB_ACC: u64 = 64;
 const CB_FENCE: u64 = 128;
@@ -66,56 +66,32 @@ fn cb_complete(n: u32) -> u64 {
 
 /// Largest accumulate scratch buffer kept between operations.
 const SCRATCH_KEEP: usize = 16 << 20;
-/// Spins before the first progress pass of a wait.
-const PURE_SPINS: u32 = 64;
-/// Progress passes between liveness checks of the rank waited for.
-const LIVENESS_EVERY: u32 = 1024;
 
-/// This rank's access epoch on a direct window.
-#[derive(Debug)]
-enum Access {
-    None,
-    /// Between two fences (the last one without `NOSUCCEED`).
-    Fence,
-    /// `start(group)`: `posted[i]` once `group[i]`'s post was consumed.
-    Pscw {
-        group: Vec<u32>,
-        posted: Vec<bool>,
-    },
-    /// `lock` epochs: target → how it is held.
-    Locks(Vec<(u32, Held)>),
-    /// `lock_all`: shared locks taken lazily, per target.
-    LockAll {
-        nocheck: bool,
-        held: Vec<bool>,
-    },
+/// Where a rank's window memory is, for the direct backend.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Mem {
+    /// In its symmetric heap: load/store through the node segment.
+    Heap(SymAddr),
+    /// In its private memory at this address: CMA single copy.
+    User(u64),
+    /// A dynamic window: displacements are addresses in the target's
+    /// attached regions (checked against its published region table),
+    /// reached by CMA single copy.
+    Dynamic,
 }
 
-impl Access {
-    fn state(&self) -> AccessState {
-        match self {
-            Access::None => AccessState::Unset,
-            Access::Fence => AccessState::FenceGranted,
-            Access::Pscw { .. } => AccessState::PscwGranted,
-            Access::Locks(_) => AccessState::PerTarget,
-            Access::LockAll { .. } => AccessState::LockAllGranted,
-        }
-    }
+/// A rank of a window reached directly, as every origin sees it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Target {
+    /// Its node index (shmem PE).
+    pub(super) pe: u32,
+    pub(super) size: u64,
+    pub(super) mem: Mem,
+    /// Its control block (locks, counters) in its heap.
+    pub(super) cb: SymAddr,
 }
 
-#[derive(Debug)]
-struct Epochs {
-    access: Access,
-    /// The PSCW exposure group, between `post` and `wait`.
-    exposure: Option<Vec<u32>>,
-    fence_no: u64,
-    /// Posts consumed, per target rank (from this rank's control block).
-    post_seen: Vec<u64>,
-    /// Completes consumed, per origin rank.
-    complete_seen: Vec<u64>,
-}
-
-/// Process-wide counters of the direct path (printed at finalize with
+/// Process-wide counters of the direct backend (printed at finalize with
 /// `TMX_ADI_COUNTERS=1`, see [`super::RmaCounters`]).
 pub(super) static GLOBAL: Global = Global {
     ops: AtomicU64::new(0),
@@ -125,6 +101,15 @@ pub(super) static GLOBAL: Global = Global {
     fences: AtomicU64::new(0),
 };
 
+/// Adds one to a counter of [`GLOBAL`] that only the holder of the device's
+/// RMA lock changes: a load and a store, no locked instruction.
+#[inline]
+pub(super) fn bump_locked(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+/// The counters: `ops`, `locks`, `lock_waits` and `fences` change only under
+/// the device's RMA lock ([`bump_locked`]); `rmw` anywhere (`fetch_add`).
 #[derive(Debug)]
 pub(super) struct Global {
     pub(super) ops: AtomicU64,
@@ -134,21 +119,53 @@ pub(super) struct Global {
     pub(super) fences: AtomicU64,
 }
 
-/// Counters of a direct window.
-#[derive(Debug, Default)]
-struct Stats {
-    ops: AtomicU64,
-    lock_waits: AtomicU64,
+/// A shared-memory condition the driver waits for, started by a
+/// [`DirectAction`] and reported to the epoch machine once it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Poll {
+    /// `target`'s lock, ticket taken.
+    Lock {
+        target: u32,
+        ticket: u64,
+        exclusive: bool,
+    },
+    /// Every rank arrived at fence number `no`.
+    Barrier { no: u64 },
+    /// `target`'s post counter (in this rank's block) moved past `seen`.
+    Post { target: u32, seen: u64 },
+    /// `origin`'s complete counter (in this rank's block) moved past
+    /// `seen`.
+    Complete { origin: u32, seen: u64 },
 }
 
-/// A window whose ranks are all on this node.
+/// What [`DirectWin::start`] did with a step.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Started {
+    /// A one-shot step, done.
+    Done,
+    /// A condition that held at once (consumed): report it.
+    Held(Poll),
+    /// A condition to poll.
+    Wait(Poll),
+}
+
+/// What the driver keeps of the shared-memory protocols of one window:
+/// its fence count and the PSCW counts it consumed.
+#[derive(Debug, Default)]
+pub(super) struct Seen {
+    pub(super) fence_no: u64,
+    pub(super) posts: Vec<u64>,
+    pub(super) completes: Vec<u64>,
+}
+
+/// The direct backend of one window: its direct targets' memory and
+/// control blocks.
 #[derive(Debug)]
-pub(super) struct Direct {
-    comm: Comm,
-    id: rma_epoch::WinId,
-    view: NodeView,
-    me: u32,
-    targets: Vec<Target>,
+pub(super) struct DirectWin {
+    pub(super) view: NodeView,
+    pub(super) me: u32,
+    /// Ranks of the window; `None` for a rank reached by active messages.
+    targets: Vec<Option<Target>>,
     /// This rank's window memory when it is private (`Mem::User`).
     own: Mutex<Vec<u8>>,
     /// The block of this rank's heap holding window memory (freed at
@@ -157,54 +174,52 @@ pub(super) struct Direct {
     heap_block: Option<SymAddr>,
     /// Regions attached to a dynamic window: (address, memory, table slot).
     attached: Mutex<Vec<(u64, Vec<u8>, usize)>>,
-    st: Mutex<Epochs>,
     /// Read-modify-write buffer of accumulates (reused).
     scratch: Mutex<Vec<u8>>,
-    stats: Stats,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Direct {
+impl DirectWin {
     pub(super) fn new(
-        comm: Comm,
-        id: rma_epoch::WinId,
         view: NodeView,
-        targets: Vec<Target>,
+        me: u32,
+        targets: Vec<Option<Target>>,
         own: Vec<u8>,
         heap_block: Option<SymAddr>,
-    ) -> Direct {
-        let n = targets.len();
-        Direct {
-            me: comm.rank() as u32,
-            comm,
-            id,
+    ) -> DirectWin {
+        DirectWin {
             view,
+            me,
             targets,
             own: Mutex::new(own),
             heap_block,
             attached: Mutex::new(Vec::new()),
-            st: Mutex::new(Epochs {
-                access: Access::None,
-                exposure: None,
-                fence_no: 0,
-                post_seen: vec![0; n],
-                complete_seen: vec![0; n],
-            }),
             scratch: Mutex::new(Vec::new()),
-            stats: Stats::default(),
         }
     }
 
+    /// The ranks of the window.
+    pub(super) fn n(&self) -> u32 {
+        self.targets.len() as u32
+    }
+
+    /// Whether `rank` is reached directly.
+    #[inline]
+    pub(super) fn is_direct(&self, rank: u32) -> bool {
+        matches!(self.targets.get(rank as usize), Some(Some(_)))
+    }
+
     fn t(&self, rank: u32) -> Result<&Target, Error> {
-        self.targets
-            .get(rank as usize)
-            .ok_or_else(|| Error::InvalidRank {
+        match self.targets.get(rank as usize) {
+            Some(Some(t)) => Ok(t),
+            _ => Err(Error::InvalidRank {
                 rank: rank as i32,
                 size: self.targets.len() as i32,
-            })
+            }),
+        }
     }
 
     fn word(&self, rank: u32, off: u64) -> Result<&AtomicU64, Error> {
@@ -213,353 +228,217 @@ impl Direct {
     }
 
     fn rw(&self, rank: u32, base: u64) -> Result<RwTicket<'_>, Error> {
-        Ok(RwTicket::new(
-            self.word(rank, base)?,
-            self.word(rank, base + 8)?,
-            self.word(rank, base + 16)?,
-        ))
-    }
-
-    /// Spins until `ready()`, with progress and liveness checks of `rank`.
-    fn wait_for(&self, rank: u32, mut ready: impl FnMut() -> bool) -> Result<(), Error> {
-        let dev = self.comm.dev();
-        let pe = self.t(rank)?.pe;
-        let mut idle = 0u32;
-        loop {
-            if ready() {
-                return Ok(());
-            }
-            idle = idle.wrapping_add(1);
-            if idle < PURE_SPINS {
-                std::hint::spin_loop();
-                continue;
-            }
-            dev.check(false)?;
-            if idle % LIVENESS_EVERY == 0 {
-                // The rank waited for, and every other rank of the window:
-                // a lock may be held by a third rank that died.
-                self.view.check_alive(pe)?;
-                for t in &self.targets {
-                    self.view.check_alive(t.pe)?;
-                }
-            }
-            dev.relax(idle)?;
+        let t = self.t(rank)?;
+        match self
+            .view
+            .atomic_u64_slice(t.pe, t.cb.offset(base), winsync::RW_WORDS)?
+        {
+            [next, write, read] => Ok(RwTicket::new(next, write, read)),
+            _ => Err(Error::Abandoned),
         }
     }
 
-    fn acquire(&self, rank: u32, ty: LockType) -> Result<(), Error> {
-        let l = self.rw(rank, CB_LOCK)?;
-        let ticket = l.ticket();
-        GLOBAL.locks.fetch_add(1, Ordering::Relaxed);
-        let granted = |l: &RwTicket<'_>| match ty {
-            LockType::Exclusive => l.try_exclusive(ticket),
-            LockType::Shared => l.try_shared(ticket),
-        };
-        if !granted(&l) {
-            self.stats.lock_waits.fetch_add(1, Ordering::Relaxed);
-            GLOBAL.lock_waits.fetch_add(1, Ordering::Relaxed);
-            self.wait_for(rank, || granted(&l))?;
-        }
-        tracing::trace!(win = self.id, rank, ?ty, "direct lock granted");
-        Ok(())
-    }
-
-    fn release(&self, rank: u32, held: Held) -> Result<(), Error> {
-        fence(Ordering::SeqCst);
-        let l = self.rw(rank, CB_LOCK)?;
-        match held {
-            Held::Exclusive => l.release_exclusive(),
-            Held::Shared => l.release_shared(),
-            Held::NoCheck => {}
+    /// Checks that every direct rank of the window is alive (a lock or a
+    /// barrier may wait for any of them).
+    pub(super) fn check_alive(&self) -> Result<(), Error> {
+        for t in self.targets.iter().flatten() {
+            self.view.check_alive(t.pe)?;
         }
         Ok(())
     }
 
     // ------------------------------------------------ synchronization
 
-    pub(super) fn fence(&self, a: u32) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        if !matches!(st.access, Access::None | Access::Fence) {
-            return Err(self.wrong("fence", &st));
-        }
-        if st.exposure.is_some() {
-            return Err(Error::Rma(rma_epoch::Error::WrongExposure {
-                win: self.id,
-                call: "fence",
-                exposed: true,
-            }));
-        }
-        let both = assert::NOPRECEDE | assert::NOSUCCEED;
-        if a & both != both {
-            fence(Ordering::SeqCst);
-            GLOBAL.fences.fetch_add(1, Ordering::Relaxed);
-            st.fence_no += 1;
-            let no = st.fence_no;
-            winsync::arrive(self.word(self.me, CB_FENCE)?, no);
-            for r in 0..self.targets.len() as u32 {
-                if r != self.me {
-                    let w = self.word(r, CB_FENCE)?;
-                    self.wait_for(r, || winsync::arrived(w, no))?;
+    /// Starts `a`: a one-shot step is done at once ([`Started::Done`]); a
+    /// condition is started and tried once: [`Started::Held`] if it holds
+    /// already (and was consumed, as [`DirectWin::try_fire`] does), else
+    /// [`Started::Wait`], to be polled with [`DirectWin::try_fire`].
+    pub(super) fn start(&self, a: DirectAction, seen: &mut Seen) -> Result<Started, Error> {
+        let n = self.n();
+        let p = match a {
+            DirectAction::Lock { target, exclusive } => {
+                bump_locked(&GLOBAL.locks);
+                let l = self.rw(target, CB_LOCK)?;
+                let ticket = l.ticket();
+                let p = Poll::Lock {
+                    target,
+                    ticket,
+                    exclusive,
+                };
+                let held = if exclusive {
+                    l.try_exclusive(ticket)
+                } else {
+                    l.try_shared(ticket)
+                };
+                if held {
+                    return Ok(Started::Held(p));
                 }
+                return Ok(Started::Wait(p));
             }
-            fence(Ordering::SeqCst);
-        }
-        st.access = if a & assert::NOSUCCEED != 0 {
-            Access::None
-        } else {
-            Access::Fence
+            DirectAction::Unlock { target, exclusive } => {
+                let l = self.rw(target, CB_LOCK)?;
+                if exclusive {
+                    l.release_exclusive();
+                } else {
+                    l.release_shared();
+                }
+                return Ok(Started::Done);
+            }
+            DirectAction::Barrier => Poll::Barrier {
+                no: self.arrive(seen)?,
+            },
+            DirectAction::Post { origin } => {
+                winsync::signal(self.word(origin, CB_POST + 8 * u64::from(self.me))?);
+                return Ok(Started::Done);
+            }
+            DirectAction::AwaitPost { target } => Poll::Post {
+                target,
+                seen: seen.posts.get(target as usize).copied().unwrap_or(0),
+            },
+            DirectAction::Complete { target } => {
+                winsync::signal(self.word(target, cb_complete(n) + 8 * u64::from(self.me))?);
+                return Ok(Started::Done);
+            }
+            DirectAction::AwaitComplete { origin } => Poll::Complete {
+                origin,
+                seen: seen.completes.get(origin as usize).copied().unwrap_or(0),
+            },
         };
-        Ok(())
-    }
-
-    fn wrong(&self, call: &'static str, st: &Epochs) -> Error {
-        Error::Rma(rma_epoch::Error::WrongEpoch {
-            win: self.id,
-            call,
-            state: st.access.state(),
+        Ok(if self.try_fire(&p, seen)? {
+            Started::Held(p)
+        } else {
+            Started::Wait(p)
         })
     }
 
-    pub(super) fn start(&self, group: Vec<u32>, a: u32) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        if !matches!(st.access, Access::None | Access::Fence) {
-            return Err(self.wrong("start", &st));
-        }
-        let posted = vec![a & assert::NOCHECK != 0; group.len()];
-        st.access = Access::Pscw { group, posted };
-        Ok(())
+    /// Arrives at the next fence barrier ([`DirectAction::Barrier`] without
+    /// the generality of [`DirectWin::start`]); returns its number.
+    #[inline]
+    pub(super) fn arrive(&self, seen: &mut Seen) -> Result<u64, Error> {
+        bump_locked(&GLOBAL.fences);
+        seen.fence_no += 1;
+        winsync::arrive(self.word(self.me, CB_FENCE)?, seen.fence_no);
+        Ok(seen.fence_no)
     }
 
-    /// Waits for (and consumes) the post of `group[i]` if not yet seen.
-    fn await_post(&self, st: &mut Epochs, i: usize) -> Result<(), Error> {
-        let Access::Pscw { group, posted } = &st.access else {
-            return Ok(());
-        };
-        let (Some(&t), Some(false)) = (group.get(i), posted.get(i).copied()) else {
-            return Ok(());
-        };
-        let seen = st.post_seen.get(t as usize).copied().unwrap_or(0);
-        let w = self.word(self.me, CB_POST + 8 * u64::from(t))?;
-        self.wait_for(t, || winsync::observed(w, seen))?;
-        fence(Ordering::SeqCst);
-        if let Some(s) = st.post_seen.get_mut(t as usize) {
-            *s += 1;
-        }
-        if let Access::Pscw { posted, .. } = &mut st.access {
-            if let Some(p) = posted.get_mut(i) {
-                *p = true;
+    /// Whether every other rank arrived at fence barrier `no`.
+    #[inline]
+    pub(super) fn all_arrived(&self, no: u64) -> Result<bool, Error> {
+        for (r, t) in self.targets.iter().enumerate() {
+            if r as u32 == self.me {
+                continue;
             }
-        }
-        Ok(())
-    }
-
-    pub(super) fn complete(&self) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        let Access::Pscw { group, .. } = &st.access else {
-            return Err(self.wrong("complete", &st));
-        };
-        let group = group.clone();
-        for i in 0..group.len() {
-            self.await_post(&mut st, i)?;
-        }
-        fence(Ordering::SeqCst);
-        let n = self.targets.len() as u32;
-        for &t in &group {
-            winsync::signal(self.word(t, cb_complete(n) + 8 * u64::from(self.me))?);
-        }
-        st.access = Access::None;
-        Ok(())
-    }
-
-    pub(super) fn post(&self, group: Vec<u32>, a: u32) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        if st.exposure.is_some() {
-            return Err(Error::Rma(rma_epoch::Error::WrongExposure {
-                win: self.id,
-                call: "post",
-                exposed: true,
-            }));
-        }
-        fence(Ordering::SeqCst);
-        if a & assert::NOCHECK == 0 {
-            for &o in &group {
-                winsync::signal(self.word(o, CB_POST + 8 * u64::from(self.me))?);
-            }
-        }
-        st.exposure = Some(group);
-        Ok(())
-    }
-
-    /// `wait` (blocking) or `test`: consumes every origin's complete once
-    /// all are in.
-    pub(super) fn wait(&self, blocking: bool) -> Result<bool, Error> {
-        let mut st = lock(&self.st);
-        let Some(group) = st.exposure.clone() else {
-            return Err(Error::Rma(rma_epoch::Error::WrongExposure {
-                win: self.id,
-                call: if blocking { "wait" } else { "test" },
-                exposed: false,
-            }));
-        };
-        let n = self.targets.len() as u32;
-        for &o in &group {
-            let seen = st.complete_seen.get(o as usize).copied().unwrap_or(0);
-            let w = self.word(self.me, cb_complete(n) + 8 * u64::from(o))?;
-            if blocking {
-                self.wait_for(o, || winsync::observed(w, seen))?;
-            } else if !winsync::observed(w, seen) {
+            let Some(t) = t else {
+                return Err(Error::Abandoned);
+            };
+            if !winsync::arrived(self.view.atomic_u64(t.pe, t.cb.offset(CB_FENCE))?, no) {
                 return Ok(false);
             }
         }
-        for &o in &group {
-            if let Some(s) = st.complete_seen.get_mut(o as usize) {
-                *s += 1;
-            }
-        }
-        fence(Ordering::SeqCst);
-        st.exposure = None;
         Ok(true)
     }
 
-    pub(super) fn lock(&self, ty: LockType, rank: u32, a: u32) -> Result<(), Error> {
-        self.t(rank)?;
-        let mut st = lock(&self.st);
-        match &st.access {
-            Access::None | Access::Fence => {}
-            Access::Locks(held) if held.iter().any(|(r, _)| *r == rank) => {
-                return Err(Error::Rma(rma_epoch::Error::AlreadyLocked {
-                    win: self.id,
-                    target: rank,
-                }))
+    /// Whether `p` holds now, without consuming it (what a waiter spins
+    /// on, outside every lock).
+    pub(super) fn may_fire(&self, p: &Poll) -> Result<bool, Error> {
+        let n = self.n();
+        Ok(match *p {
+            Poll::Lock {
+                target,
+                ticket,
+                exclusive,
+            } => self.rw(target, CB_LOCK)?.may_enter(ticket, exclusive),
+            Poll::Barrier { no } => self.all_arrived(no)?,
+            Poll::Post { target, seen } => {
+                winsync::observed(self.word(self.me, CB_POST + 8 * u64::from(target))?, seen)
             }
-            Access::Locks(_) => {}
-            _ => return Err(self.wrong("lock", &st)),
-        }
-        let held = if a & assert::NOCHECK != 0 {
-            Held::NoCheck
+            Poll::Complete { origin, seen } => winsync::observed(
+                self.word(self.me, cb_complete(n) + 8 * u64::from(origin))?,
+                seen,
+            ),
+        })
+    }
+
+    /// Consumes `p` if it holds (enters the lock, counts the post or
+    /// complete as seen); the caller then reports it to the epoch machine.
+    pub(super) fn try_fire(&self, p: &Poll, seen: &mut Seen) -> Result<bool, Error> {
+        let fired = match *p {
+            Poll::Lock {
+                target,
+                ticket,
+                exclusive,
+            } => {
+                let l = self.rw(target, CB_LOCK)?;
+                if exclusive {
+                    l.try_exclusive(ticket)
+                } else {
+                    l.try_shared(ticket)
+                }
+            }
+            Poll::Barrier { .. } => self.may_fire(p)?,
+            Poll::Post { target, seen: s } => {
+                let ok = self.may_fire(p)?;
+                if ok {
+                    if let Some(c) = seen.posts.get_mut(target as usize) {
+                        *c = s + 1;
+                    }
+                }
+                ok
+            }
+            Poll::Complete { origin, seen: s } => {
+                let ok = self.may_fire(p)?;
+                if ok {
+                    if let Some(c) = seen.completes.get_mut(origin as usize) {
+                        *c = s + 1;
+                    }
+                }
+                ok
+            }
+        };
+        Ok(fired)
+    }
+
+    /// Counts a lock acquisition that had to wait (statistics).
+    pub(super) fn note_lock_wait(&self) {
+        bump_locked(&GLOBAL.lock_waits);
+    }
+
+    /// This rank's own lock, for the target side of active messages: a
+    /// ticket taken in `exclusive` mode.
+    pub(super) fn own_lock_ticket(&self) -> Result<u64, Error> {
+        Ok(self.rw(self.me, CB_LOCK)?.ticket())
+    }
+
+    /// Whether this rank's own lock ticket entered (enters it if so).
+    pub(super) fn own_lock_try(&self, ticket: u64, exclusive: bool) -> Result<bool, Error> {
+        let l = self.rw(self.me, CB_LOCK)?;
+        Ok(if exclusive {
+            l.try_exclusive(ticket)
         } else {
-            self.acquire(rank, ty)?;
-            match ty {
-                LockType::Exclusive => Held::Exclusive,
-                LockType::Shared => Held::Shared,
-            }
-        };
-        fence(Ordering::SeqCst);
-        match &mut st.access {
-            Access::Locks(v) => v.push((rank, held)),
-            a => *a = Access::Locks(vec![(rank, held)]),
-        }
-        Ok(())
+            l.try_shared(ticket)
+        })
     }
 
-    pub(super) fn unlock(&self, rank: u32) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        let Access::Locks(v) = &mut st.access else {
-            return Err(self.wrong("unlock", &st));
-        };
-        let Some(i) = v.iter().position(|(r, _)| *r == rank) else {
-            return Err(Error::Rma(rma_epoch::Error::NotLocked {
-                win: self.id,
-                target: rank,
-            }));
-        };
-        let (_, held) = v.swap_remove(i);
-        if v.is_empty() {
-            st.access = Access::None;
+    /// Releases this rank's own lock taken for active-message origins.
+    pub(super) fn own_lock_release(&self, exclusive: bool) -> Result<(), Error> {
+        let l = self.rw(self.me, CB_LOCK)?;
+        if exclusive {
+            l.release_exclusive();
+        } else {
+            l.release_shared();
         }
-        self.release(rank, held)
-    }
-
-    pub(super) fn lock_all(&self, a: u32) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        if !matches!(st.access, Access::None | Access::Fence) {
-            return Err(self.wrong("lock_all", &st));
-        }
-        st.access = Access::LockAll {
-            nocheck: a & assert::NOCHECK != 0,
-            held: vec![false; self.targets.len()],
-        };
-        Ok(())
-    }
-
-    pub(super) fn unlock_all(&self) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        let Access::LockAll { held, .. } = &st.access else {
-            return Err(self.wrong("unlock_all", &st));
-        };
-        let held = held.clone();
-        st.access = Access::None;
-        for (r, h) in held.into_iter().enumerate() {
-            if h {
-                self.release(r as u32, Held::Shared)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// `flush`, `flush_local`, their `_all` forms: every operation is
-    /// complete when it returns, so this is the memory barrier MPI places
-    /// before a flush.
-    pub(super) fn flush(&self, call: &'static str, rank: Option<u32>) -> Result<(), Error> {
-        if let Some(r) = rank {
-            self.t(r)?;
-        }
-        let st = lock(&self.st);
-        if !matches!(st.access, Access::Locks(_) | Access::LockAll { .. }) {
-            return Err(self.wrong(call, &st));
-        }
-        fence(Ordering::SeqCst);
         Ok(())
     }
 
     // ------------------------------------------------------ operations
 
-    /// Checks that an operation to `rank` fits the access epoch, taking a
-    /// lazy `lock_all` lock or waiting for a PSCW post if needed.
-    fn may_access(&self, rank: u32) -> Result<(), Error> {
-        let mut st = lock(&self.st);
-        match &st.access {
-            Access::None => Err(Error::Rma(rma_epoch::Error::NoEpoch {
-                win: self.id,
-                state: AccessState::Unset,
-            })),
-            Access::Fence => Ok(()),
-            Access::Locks(v) => {
-                if v.iter().any(|(r, _)| *r == rank) {
-                    Ok(())
-                } else {
-                    Err(Error::Rma(rma_epoch::Error::NotLocked {
-                        win: self.id,
-                        target: rank,
-                    }))
-                }
-            }
-            Access::LockAll { nocheck, held } => {
-                if *nocheck || held.get(rank as usize).copied().unwrap_or(true) {
-                    return Ok(());
-                }
-                self.acquire(rank, LockType::Shared)?;
-                fence(Ordering::SeqCst);
-                if let Access::LockAll { held, .. } = &mut st.access {
-                    if let Some(h) = held.get_mut(rank as usize) {
-                        *h = true;
-                    }
-                }
-                Ok(())
-            }
-            Access::Pscw { group, .. } => match group.binary_search(&rank) {
-                Ok(i) => self.await_post(&mut st, i),
-                Err(_) => Err(Error::Rma(rma_epoch::Error::NotInGroup {
-                    win: self.id,
-                    target: rank,
-                })),
-            },
-        }
-    }
-
     /// Copies `data` to `disp` of `rank`'s window (range checked by the
     /// caller).
-    fn store(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
+    pub(super) fn store(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
+        self.write(rank, disp, data)
+    }
+
+    fn write(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
         let t = self.t(rank)?;
         match t.mem {
             Mem::Heap(a) => self.view.put(t.pe, a.offset(disp), data)?,
@@ -567,7 +446,7 @@ impl Direct {
                 let mut own = lock(&self.own);
                 let d = disp as usize;
                 own.get_mut(d..d + data.len())
-                    .ok_or_else(|| Error::Abandoned)?
+                    .ok_or(Error::Abandoned)?
                     .copy_from_slice(data);
             }
             Mem::User(base) => self.view.cma_write(t.pe, base + disp, data)?,
@@ -582,14 +461,19 @@ impl Direct {
         Ok(())
     }
 
-    fn load(&self, rank: u32, disp: u64, buf: &mut [u8]) -> Result<(), Error> {
+    /// Copies `buf.len()` bytes at `disp` of `rank`'s window into `buf`.
+    pub(super) fn load(&self, rank: u32, disp: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.read(rank, disp, buf)
+    }
+
+    fn read(&self, rank: u32, disp: u64, buf: &mut [u8]) -> Result<(), Error> {
         let t = self.t(rank)?;
         match t.mem {
             Mem::Heap(a) => self.view.get(t.pe, a.offset(disp), buf)?,
             Mem::User(_) if rank == self.me => {
                 let own = lock(&self.own);
                 let d = disp as usize;
-                buf.copy_from_slice(own.get(d..d + buf.len()).ok_or_else(|| Error::Abandoned)?);
+                buf.copy_from_slice(own.get(d..d + buf.len()).ok_or(Error::Abandoned)?);
             }
             Mem::User(base) => self.view.cma_read(t.pe, base + disp, buf)?,
             Mem::Dynamic if rank == self.me => {
@@ -603,6 +487,147 @@ impl Direct {
         Ok(())
     }
 
+    /// Takes `rank`'s accumulate lock (spinning: its holders hold it only
+    /// for one read-modify-write), checking the window's ranks are alive
+    /// now and then.
+    fn acc_lock(&self, rank: u32) -> Result<RwTicket<'_>, Error> {
+        let l = self.rw(rank, CB_ACC)?;
+        let ticket = l.ticket();
+        let mut spins = 0u32;
+        while !l.try_exclusive(ticket) {
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                // A dead holder stalls the lock: the job is ending.
+                self.check_alive()?;
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(l)
+    }
+
+    /// The read-modify-write of every accumulate-like operation, under the
+    /// target's accumulate lock: returns the old bytes if `fetch`.
+    fn rmw(
+        &self,
+        rank: u32,
+        disp: u64,
+        len: usize,
+        fetch: bool,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<Vec<u8>>, Error> {
+        GLOBAL.rmw.fetch_add(1, Ordering::Relaxed);
+        let l = self.acc_lock(rank)?;
+        let res = (|| {
+            // One scratch buffer per window: a fresh large buffer per
+            // operation costs a page fault per page.
+            let mut scratch = lock(&self.scratch);
+            scratch.clear();
+            scratch.resize(len, 0);
+            self.read(rank, disp, &mut scratch)?;
+            let old = fetch.then(|| scratch.clone());
+            f(&mut scratch);
+            self.write(rank, disp, &scratch)?;
+            if scratch.capacity() > SCRATCH_KEEP {
+                *scratch = Vec::new();
+            }
+            Ok(old)
+        })();
+        l.release_exclusive();
+        res
+    }
+
+    pub(super) fn accumulate(
+        &self,
+        rank: u32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+        fetch: bool,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        self.rmw(rank, disp, data.len(), fetch, |cur| {
+            acc::apply(op, elem, cur, data)
+        })
+    }
+
+    pub(super) fn compare_and_swap(
+        &self,
+        rank: u32,
+        disp: u64,
+        origin: &[u8],
+        compare: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        let old = self.rmw(rank, disp, origin.len(), true, |cur| {
+            if cur == compare {
+                cur.copy_from_slice(origin);
+            }
+        })?;
+        Ok(old.unwrap_or_default())
+    }
+
+    /// The target side of active messages on this rank's memory: `f` on
+    /// `[disp, disp + len)`, copied in and out of the heap; a
+    /// read-modify-write holds this rank's accumulate lock, so it is atomic
+    /// with respect to the direct origins' accumulates. `false` if the range
+    /// is not there (a dynamic window has no memory of its own).
+    pub(super) fn target_access(
+        &self,
+        disp: u64,
+        len: usize,
+        access: Access,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> bool {
+        let me = self.me;
+        let Ok(t) = self.t(me) else {
+            return false;
+        };
+        if disp.checked_add(len as u64).is_none_or(|e| e > t.size) {
+            return false;
+        }
+        let l = match access {
+            Access::ReadModifyWrite => match self.acc_lock(me) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::error!(error = %e, "active-message accumulate dropped");
+                    return false;
+                }
+            },
+            _ => None,
+        };
+        let ok = match t.mem {
+            Mem::Heap(a) => {
+                let mut scratch = lock(&self.scratch);
+                scratch.clear();
+                scratch.resize(len, 0);
+                let read = access != Access::Write;
+                let ok = !read || self.view.get(t.pe, a.offset(disp), &mut scratch).is_ok();
+                if ok {
+                    f(&mut scratch);
+                }
+                ok && (access == Access::Read
+                    || self.view.put(t.pe, a.offset(disp), &scratch).is_ok())
+            }
+            Mem::User(_) => {
+                let mut own = lock(&self.own);
+                let d = disp as usize;
+                match own.get_mut(d..d + len) {
+                    Some(m) => {
+                        f(m);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            Mem::Dynamic => false,
+        };
+        if let Some(l) = l {
+            l.release_exclusive();
+        }
+        ok
+    }
+
     // ------------------------------------------------- dynamic windows
 
     pub(super) fn is_dynamic(&self) -> bool {
@@ -612,11 +637,11 @@ impl Direct {
 
     fn regions(&self, rank: u32) -> Result<RegionTable<'_>, Error> {
         let t = self.t(rank)?;
-        let n = self.targets.len() as u32;
+        let n = self.n();
         let words =
             self.view
                 .atomic_u64_slice(t.pe, t.cb.offset(cb_regions(n)), winsync::REGION_WORDS)?;
-        RegionTable::new(words).ok_or_else(|| Error::Abandoned)
+        RegionTable::new(words).ok_or(Error::Abandoned)
     }
 
     /// Checks `[addr, addr + len)` against `rank`'s attached regions.
@@ -679,7 +704,7 @@ impl Direct {
         let mut regions = lock(&self.attached);
         let slot = (0..table.slots())
             .find(|i| regions.iter().all(|(_, _, s)| s != i))
-            .ok_or_else(|| Error::InvalidArgument {
+            .ok_or(Error::InvalidArgument {
                 what: "attach: every region slot of this dynamic window is in use",
             })?;
         // A zero-length Vec has a dangling (but non-zero) address: it gets
@@ -687,7 +712,7 @@ impl Direct {
         let base = mem.as_ptr() as u64;
         table.set(slot, base, mem.len() as u64);
         regions.push((base, mem, slot));
-        tracing::debug!(win = self.id, base, slot, "region attached");
+        tracing::debug!(base, slot, "region attached");
         Ok(base)
     }
 
@@ -697,7 +722,7 @@ impl Direct {
         let i = regions
             .iter()
             .position(|(b, _, _)| *b == base)
-            .ok_or_else(|| Error::InvalidArgument {
+            .ok_or(Error::InvalidArgument {
                 what: "detach: no region is attached at this address",
             })?;
         let (_, mem, slot) = regions.swap_remove(i);
@@ -710,12 +735,7 @@ impl Direct {
         base: u64,
         f: impl FnOnce(&mut [u8]) -> T,
     ) -> Result<T, Error> {
-        let me = self.me;
-        let l = self.rw(me, CB_ACC)?;
-        let ticket = l.ticket();
-        if !l.try_exclusive(ticket) {
-            self.wait_for(me, || l.try_exclusive(ticket))?;
-        }
+        let l = self.acc_lock(self.me)?;
         let res = {
             let mut regions = lock(&self.attached);
             match regions.iter_mut().find(|(b, _, _)| *b == base) {
@@ -729,108 +749,6 @@ impl Direct {
         res
     }
 
-    pub(super) fn put(&self, rank: u32, disp: u64, data: &[u8]) -> Result<(), Error> {
-        self.may_access(rank)?;
-        self.stats.ops.fetch_add(1, Ordering::Relaxed);
-        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
-        self.store(rank, disp, data)
-    }
-
-    pub(super) fn get(&self, rank: u32, disp: u64, len: usize) -> Result<Request, Error> {
-        let mut buf = vec![0u8; len];
-        self.get_into(rank, disp, &mut buf)?;
-        Ok(completed_read(rank as i32, buf))
-    }
-
-    pub(super) fn get_into(&self, rank: u32, disp: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.may_access(rank)?;
-        self.stats.ops.fetch_add(1, Ordering::Relaxed);
-        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
-        self.load(rank, disp, buf)
-    }
-
-    /// The read-modify-write of every accumulate-like operation, under the
-    /// target's accumulate lock: returns the old bytes if `fetch`.
-    fn rmw(
-        &self,
-        rank: u32,
-        disp: u64,
-        len: usize,
-        fetch: bool,
-        f: impl FnOnce(&mut [u8]),
-    ) -> Result<Option<Vec<u8>>, Error> {
-        self.may_access(rank)?;
-        self.stats.ops.fetch_add(1, Ordering::Relaxed);
-        GLOBAL.ops.fetch_add(1, Ordering::Relaxed);
-        GLOBAL.rmw.fetch_add(1, Ordering::Relaxed);
-        let l = self.rw(rank, CB_ACC)?;
-        let ticket = l.ticket();
-        if !l.try_exclusive(ticket) {
-            self.wait_for(rank, || l.try_exclusive(ticket))?;
-        }
-        let res = (|| {
-            // One scratch buffer per window: a fresh large buffer per
-            // operation costs a page fault per page.
-            let mut scratch = lock(&self.scratch);
-            scratch.clear();
-            scratch.resize(len, 0);
-            self.load(rank, disp, &mut scratch)?;
-            let old = fetch.then(|| scratch.clone());
-            f(&mut scratch);
-            self.store(rank, disp, &scratch)?;
-            if scratch.capacity() > SCRATCH_KEEP {
-                *scratch = Vec::new();
-            }
-            Ok(old)
-        })();
-        l.release_exclusive();
-        res
-    }
-
-    pub(super) fn accumulate(
-        &self,
-        rank: u32,
-        disp: u64,
-        data: &[u8],
-        elem: ElemType,
-        op: AccOp,
-        fetch: bool,
-    ) -> Result<Option<Vec<u8>>, Error> {
-        if !acc::op_valid(op, elem) || data.len() % elem.size() != 0 {
-            return Err(Error::Rma(rma_epoch::Error::InvalidAccumulate {
-                op,
-                elem,
-                len: data.len(),
-            }));
-        }
-        self.rmw(rank, disp, data.len(), fetch, |cur| {
-            acc::apply(op, elem, cur, data)
-        })
-    }
-
-    pub(super) fn compare_and_swap(
-        &self,
-        rank: u32,
-        disp: u64,
-        origin: &[u8],
-        compare: &[u8],
-        elem: ElemType,
-    ) -> Result<Vec<u8>, Error> {
-        if origin.len() != compare.len() || origin.len() != elem.size() {
-            return Err(Error::Rma(rma_epoch::Error::InvalidAccumulate {
-                op: AccOp::Replace,
-                elem,
-                len: origin.len(),
-            }));
-        }
-        let old = self.rmw(rank, disp, origin.len(), true, |cur| {
-            if cur == compare {
-                cur.copy_from_slice(origin);
-            }
-        })?;
-        Ok(old.unwrap_or_default())
-    }
-
     // ------------------------------------------------------ local access
 
     /// `f` on this rank's memory, under its accumulate lock (atomic with
@@ -838,11 +756,7 @@ impl Direct {
     /// out and the bytes `f` changed are written back.
     pub(super) fn with_local<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T, Error> {
         let me = self.me;
-        let l = self.rw(me, CB_ACC)?;
-        let ticket = l.ticket();
-        if !l.try_exclusive(ticket) {
-            self.wait_for(me, || l.try_exclusive(ticket))?;
-        }
+        let l = self.acc_lock(me)?;
         let res = (|| {
             let t = self.t(me)?;
             match t.mem {
@@ -859,25 +773,6 @@ impl Direct {
         })();
         l.release_exclusive();
         res
-    }
-
-    pub(super) fn ops(&self) -> (u64, u64) {
-        (
-            self.stats.ops.load(Ordering::Relaxed),
-            self.stats.lock_waits.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Whether every epoch is closed (the precondition of `free`).
-    pub(super) fn check_free(&self) -> Result<(), Error> {
-        let st = lock(&self.st);
-        if !matches!(st.access, Access::None | Access::Fence) || st.exposure.is_some() {
-            return Err(Error::Rma(rma_epoch::Error::FreeInEpoch {
-                win: self.id,
-                state: st.access.state(),
-            }));
-        }
-        Ok(())
     }
 
     /// This rank's memory, taken out of the window (at free).
@@ -897,12 +792,13 @@ impl Direct {
         self.heap_block
     }
 
-    pub(super) fn targets(&self) -> &[Target] {
+    /// The ranks of the window (`None`: reached by active messages).
+    pub(super) fn targets(&self) -> &[Option<Target>] {
         &self.targets
     }
 
     pub(super) fn own_target(&self) -> Option<&Target> {
-        self.targets.get(self.me as usize)
+        self.targets.get(self.me as usize).and_then(Option::as_ref)
     }
 }
 
@@ -928,4 +824,10 @@ fn write_back(view: &NodeView, pe: u32, a: SymAddr, old: &[u8], new: &[u8]) -> R
 /// the target as the user named it, `PROC_NULL` included).
 pub(super) fn completed_read(rank: i32, buf: Vec<u8>) -> Request {
     Request::ready_with_buffer(Status::new(rank, ANY_TAG, buf.len()), buf)
+}
+
+impl LockType {
+    pub(super) fn exclusive(self) -> bool {
+        self == LockType::Exclusive
+    }
 }

@@ -364,6 +364,7 @@ impl Ctx<'_> {
     fn finish(&mut self, call: Call) {
         if call == Call::Free {
             self.w.freed = true;
+            *self.freed = true;
         }
         if !self.w.in_call {
             self.out.push_back(Action::Completed {
@@ -411,8 +412,7 @@ impl Ctx<'_> {
                 FencePhase::Flush => {
                     if self.all_targets(remote_done) && self.w.outstanding_acks == 0 {
                         self.free_all_targets();
-                        let a = self.w.start_barrier();
-                        self.out.push_back(a);
+                        self.w.start_barrier(self.out);
                         self.w.access = FenceIssued;
                         (
                             Some(Blocked::Fence {
@@ -439,13 +439,35 @@ impl Ctx<'_> {
             },
             Blocked::Complete { armed } => {
                 if self.w.access == PscwIssued {
-                    return (Some(b), false);
+                    // The posts of direct targets are seen only when asked
+                    // for.
+                    let before = self.w.direct.out.len();
+                    for i in 0..self.w.group.len() {
+                        let (Some(&rank), Some(false)) =
+                            (self.w.group.get(i), self.w.posted.get(i).copied())
+                        else {
+                            continue;
+                        };
+                        if self.is_direct(rank) {
+                            self.w.direct.request_post(rank);
+                        }
+                    }
+                    let asked = self.w.direct.out.len() != before;
+                    return (Some(b), asked);
                 }
                 if !armed {
                     for i in 0..self.w.group.len() {
                         let Some(&rank) = self.w.group.get(i) else {
                             continue;
                         };
+                        if self.is_direct(rank) {
+                            // Its operations completed when they returned.
+                            self.w
+                                .direct
+                                .out
+                                .push_back(crate::DirectAction::Complete { target: rank });
+                            continue;
+                        }
                         if let Some(t) = self.find(rank).and_then(|r| self.tg.get_mut(r)) {
                             t.win_complete = true;
                             t.sync = t.sync.max(SyncFlag::FlushLocal);
@@ -465,17 +487,19 @@ impl Ctx<'_> {
                     self.w.access = Unset;
                     self.w.group.clear();
                     self.w.posted.clear();
+                    self.w.direct.post_requested.clear();
                     (None, true)
                 } else {
                     (Some(b), false)
                 }
             }
             Blocked::Wait => {
+                let asked = self.w.direct.request_completes();
                 if self.w.side.at_completion_counter <= 0 {
                     self.w.exposure = ExposureState::None;
                     (None, true)
                 } else {
-                    (Some(b), false)
+                    (Some(b), asked)
                 }
             }
             Blocked::Lock {
@@ -536,9 +560,11 @@ impl Ctx<'_> {
             }
             Blocked::UnlockAll { phase } => match phase {
                 UnlockAllPhase::WaitGranted => {
-                    if self.w.access == LockAllIssued {
+                    if self.w.access == LockAllIssued || !self.w.direct.all_granted() {
                         return (Some(b), false);
                     }
+                    // Direct targets: every operation is complete already.
+                    self.w.direct.release_all();
                     self.raise_all(|t| {
                         if t.per_target_lock && !t.nocheck {
                             SyncFlag::Unlock
@@ -558,10 +584,10 @@ impl Ctx<'_> {
                         return (Some(b), false);
                     }
                     if self.w.access == LockAllGranted && !self.w.lock_all_nocheck {
-                        self.w.cursor = Some(Cursor {
+                        self.set_cursor(Some(Cursor {
                             kind: CursorKind::Unlock,
                             next: 0,
-                        });
+                        }));
                         (
                             Some(Blocked::UnlockAll {
                                 phase: UnlockAllPhase::Cursor,
@@ -641,6 +667,7 @@ impl Ctx<'_> {
             Blocked::Free => {
                 let s = &self.w.side;
                 let done = s.lock == LockHolder::Free
+                    && s.target_lock_idle()
                     && s.queued() == 0
                     && s.at_completion_counter <= 0
                     && self.w.barriers_in_flight == 0
@@ -757,10 +784,10 @@ impl Ctx<'_> {
                     "lock_all: target elements exhausted, switching to the window protocol"
                 );
                 self.w.access = LockAllIssued;
-                self.w.cursor = Some(Cursor {
+                self.set_cursor(Some(Cursor {
                     kind: CursorKind::Lock,
                     next: 0,
-                });
+                }));
                 self.w.counters.lock_all_fallbacks += 1;
                 true
             }
@@ -976,10 +1003,12 @@ impl Ctx<'_> {
         while next < n {
             let rank = next;
             next += 1;
-            let skip = self
-                .find(rank)
-                .and_then(|r| self.tg.get(r))
-                .is_some_and(|t| t.per_target_lock);
+            // Direct ranks are locked by the direct backend, lazily.
+            let skip = self.is_direct(rank)
+                || self
+                    .find(rank)
+                    .and_then(|r| self.tg.get(r))
+                    .is_some_and(|t| t.per_target_lock);
             if skip {
                 continue;
             }
@@ -1002,9 +1031,19 @@ impl Ctx<'_> {
             }
             break;
         }
-        self.w.cursor = (next < n).then_some(Cursor {
+        self.set_cursor((next < n).then_some(Cursor {
             kind: cur.kind,
             next,
-        });
+        }));
+    }
+
+    /// Sets the window's lazy broadcast, keeping the engine's count.
+    fn set_cursor(&mut self, cur: Option<Cursor>) {
+        match (self.w.cursor.is_some(), cur.is_some()) {
+            (false, true) => *self.cursors += 1,
+            (true, false) => *self.cursors = self.cursors.saturating_sub(1),
+            _ => {}
+        }
+        self.w.cursor = cur;
     }
 }

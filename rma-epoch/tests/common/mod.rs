@@ -1,13 +1,21 @@
 //! A deterministic simulator of N processes running `rma-epoch` engines over
 //! a network with per-pair FIFO channels whose deliveries interleave in a
 //! seeded random order, plus a runner for RMA programs.
+//!
+//! Windows may have direct targets ([`Sim::create_window_split`]): ranks on
+//! the same simulated node reach each other's memory directly, and the
+//! simulator plays the direct backend: a model of the shared-memory ticket
+//! lock per rank (checking at every grant that holders never conflict), the
+//! fence barrier's arrival words, and the PSCW post/complete counters. A
+//! started condition (a lock to take, a post to see, ...) is a pending
+//! event that the random schedule fires once it holds.
 #![allow(dead_code, clippy::unwrap_used, clippy::needless_range_loop)]
 
 use std::collections::{BTreeMap, VecDeque};
 
 use rma_epoch::{
-    Action, Call, CallStatus, ElemType, Engine, GlobalConfig, PoolStats, Posted, Rank, WinId,
-    WindowConfig,
+    Action, Backends, Call, CallStatus, DirectAction, ElemType, Engine, Gate, GlobalConfig,
+    LockHolder, PoolStats, Posted, Rank, TargetLock, WinId, WindowConfig,
 };
 
 /// xorshift64*: small, seeded, deterministic.
@@ -31,6 +39,90 @@ impl Rng {
     }
 }
 
+/// A model of `shmem_onesided::winsync::RwTicket`.
+#[derive(Debug, Clone, Default)]
+pub struct Ticket {
+    next: u64,
+    write: u64,
+    read: u64,
+}
+
+impl Ticket {
+    fn take(&mut self) -> u64 {
+        self.next += 1;
+        self.next - 1
+    }
+    fn ready(&self, t: u64, exclusive: bool) -> bool {
+        if exclusive {
+            self.write == t
+        } else {
+            self.read == t
+        }
+    }
+    fn enter(&mut self, exclusive: bool) {
+        if !exclusive {
+            self.read += 1;
+        }
+    }
+    fn release(&mut self, exclusive: bool) {
+        self.write += 1;
+        if exclusive {
+            self.read += 1;
+        }
+    }
+    pub fn idle(&self) -> bool {
+        self.write == self.next
+    }
+}
+
+/// The shared memory of one window's direct backend, and each process's
+/// bookkeeping of it (what the driver in `adi` keeps).
+#[derive(Debug, Clone, Default)]
+pub struct Shm {
+    /// Simulated node of each rank.
+    pub node: Vec<usize>,
+    /// Each rank's window lock.
+    pub locks: Vec<Ticket>,
+    /// Who holds each rank's lock: (holder, exclusive); holder `n + r` is
+    /// rank r's target side (for its active-message origins).
+    pub holders: Vec<Vec<(usize, bool)>>,
+    /// Fence arrivals, and each rank's fence count.
+    pub fence: Vec<u64>,
+    pub fence_no: Vec<u64>,
+    /// post[origin][target], and what origin consumed of it.
+    pub post: Vec<Vec<u64>>,
+    pub post_seen: Vec<Vec<u64>>,
+    /// complete[target][origin], and what target consumed of it.
+    pub complete: Vec<Vec<u64>>,
+    pub complete_seen: Vec<Vec<u64>>,
+}
+
+/// A direct-backend condition a process waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    Lock {
+        target: usize,
+        ticket: u64,
+        exclusive: bool,
+    },
+    TargetLock {
+        ticket: u64,
+        exclusive: bool,
+    },
+    Barrier {
+        no: u64,
+    },
+    Post {
+        target: usize,
+    },
+    Complete {
+        origin: usize,
+    },
+}
+
+/// Synthetic tokens of direct reads (their results are known at once).
+pub const DIRECT_TOKEN: u64 = 1 << 60;
+
 pub struct Sim {
     pub n: usize,
     pub procs: Vec<Engine>,
@@ -49,6 +141,13 @@ pub struct Sim {
     /// Packets sent so far (every `Action::Send`).
     pub sent: u64,
     pub max_in_flight: usize,
+    /// Direct backend of the windows that have one.
+    pub shm: BTreeMap<WinId, Shm>,
+    /// Conditions each process waits for (started, not fired).
+    pub polls: Vec<Vec<(WinId, Poll)>>,
+    /// Direct operations applied so far.
+    pub direct_ops: u64,
+    next_direct_token: u64,
 }
 
 impl Sim {
@@ -67,23 +166,288 @@ impl Sim {
             delivered: 0,
             sent: 0,
             max_in_flight: 0,
+            shm: BTreeMap::new(),
+            polls: vec![Vec::new(); n],
+            direct_ops: 0,
+            next_direct_token: DIRECT_TOKEN,
         }
     }
 
     /// Creates a window on every rank, `size` bytes each, configured by `f`.
     pub fn create_window(&mut self, size: u64, f: impl Fn(&mut WindowConfig)) -> WinId {
+        self.create_window_split(size, None, f)
+    }
+
+    /// [`Sim::create_window`] with direct targets: with `Some(k)`, rank `r`
+    /// sits on simulated node `r % k` and reaches the ranks of its node
+    /// directly (`Some(1)`: every rank).
+    pub fn create_window_split(
+        &mut self,
+        size: u64,
+        split: Option<usize>,
+        f: impl Fn(&mut WindowConfig),
+    ) -> WinId {
+        let n = self.n;
         let mut id = 0;
-        for r in 0..self.n {
-            let mut cfg = WindowConfig::new(self.n as u32, r as u32, size);
+        for r in 0..n {
+            let mut cfg = WindowConfig::new(n as u32, r as u32, size);
             f(&mut cfg);
-            id = self.procs[r].create_window(cfg).unwrap();
+            let backends = match split {
+                None => Backends::active_messages(),
+                Some(k) => Backends::direct((0..n).filter(|q| q % k == r % k).map(|q| q as Rank)),
+            };
+            id = self.procs[r].create_window_with(cfg, backends).unwrap();
             let w = id as usize;
             if self.mem[r].len() <= w {
                 self.mem[r].resize(w + 1, Vec::new());
             }
             self.mem[r][w] = vec![0u8; size as usize];
         }
+        if let Some(k) = split {
+            self.shm.insert(
+                id,
+                Shm {
+                    node: (0..n).map(|r| r % k).collect(),
+                    locks: vec![Ticket::default(); n],
+                    holders: vec![Vec::new(); n],
+                    fence: vec![0; n],
+                    fence_no: vec![0; n],
+                    post: vec![vec![0; n]; n],
+                    post_seen: vec![vec![0; n]; n],
+                    complete: vec![vec![0; n]; n],
+                    complete_seen: vec![vec![0; n]; n],
+                },
+            );
+        }
         id
+    }
+
+    /// Whether `p`'s program waits for its direct backend (a lock, a
+    /// barrier, a post, a complete). Its target side's own lock request
+    /// ([`Poll::TargetLock`]) is served by progress and blocks nothing.
+    pub fn blocked(&self, p: usize) -> bool {
+        self.polls[p]
+            .iter()
+            .any(|(_, q)| !matches!(q, Poll::TargetLock { .. }))
+    }
+
+    /// Delivers events until `p`'s program waits for nothing of its direct
+    /// backend (as `adi` returns from a call only then).
+    pub fn drive(&mut self, p: usize) {
+        self.pump_all();
+        for _ in 0..1_000_000 {
+            if !self.blocked(p) {
+                return;
+            }
+            if !self.deliver_one() {
+                panic!("deadlock: rank {p} waits for {:?}", self.polls[p]);
+            }
+        }
+        panic!("rank {p} never got {:?}", self.polls[p]);
+    }
+
+    /// A direct operation of `p` to `t` on window 0: the gate (driving the
+    /// backend while it says wait), then the access. Returns the read's
+    /// token.
+    pub fn direct_op(&mut self, p: usize, t: usize, op: DirectOp) -> Result<u64, rma_epoch::Error> {
+        loop {
+            match self.procs[p].direct_access(0, t as Rank)? {
+                Gate::Open => return Ok(self.apply_direct(p, 0, t, &op)),
+                Gate::Wait => {
+                    self.pump(p);
+                    assert!(
+                        self.blocked(p) || self.in_flight() > 0,
+                        "gate waits for nothing"
+                    );
+                    if self.blocked(p) {
+                        self.drive(p);
+                    } else {
+                        self.deliver_one();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether `p` reaches `t` directly in `win`.
+    pub fn is_direct(&self, p: usize, win: WinId, t: usize) -> bool {
+        self.procs[p].is_direct(win, t as Rank)
+    }
+
+    fn shm(&mut self, win: WinId) -> &mut Shm {
+        self.shm
+            .get_mut(&win)
+            .expect("a window with a direct backend")
+    }
+
+    /// Runs the direct backend's steps of `p`: one-shot ones at once,
+    /// conditions into `polls[p]`.
+    fn run_direct(&mut self, p: usize) {
+        let wins: Vec<WinId> = self.shm.keys().copied().collect();
+        for w in wins {
+            while let Some(d) = self.procs[p].poll_direct(w) {
+                let sh = self.shm(w);
+                match d {
+                    DirectAction::Lock { target, exclusive } => {
+                        let ticket = sh.locks[target as usize].take();
+                        self.polls[p].push((
+                            w,
+                            Poll::Lock {
+                                target: target as usize,
+                                ticket,
+                                exclusive,
+                            },
+                        ));
+                    }
+                    DirectAction::Unlock { target, exclusive } => {
+                        release(sh, target as usize, p, exclusive);
+                    }
+                    DirectAction::Barrier => {
+                        sh.fence_no[p] += 1;
+                        sh.fence[p] = sh.fence_no[p];
+                        let no = sh.fence_no[p];
+                        self.polls[p].push((w, Poll::Barrier { no }));
+                    }
+                    DirectAction::Post { origin } => {
+                        assert_eq!(sh.node[origin as usize], sh.node[p], "post across nodes");
+                        sh.post[origin as usize][p] += 1;
+                    }
+                    DirectAction::AwaitPost { target } => {
+                        let target = target as usize;
+                        self.polls[p].push((w, Poll::Post { target }));
+                    }
+                    DirectAction::Complete { target } => {
+                        assert_eq!(
+                            sh.node[target as usize], sh.node[p],
+                            "complete across nodes"
+                        );
+                        sh.complete[target as usize][p] += 1;
+                    }
+                    DirectAction::AwaitComplete { origin } => {
+                        let origin = origin as usize;
+                        self.polls[p].push((w, Poll::Complete { origin }));
+                    }
+                }
+            }
+            // The target side holds its shared-memory lock exactly while
+            // active-message origins hold its lock, in their mode.
+            let holder = self.procs[p].lock_holder(w).unwrap().clone();
+            let tl = self.procs[p].target_lock(w).unwrap();
+            match holder {
+                LockHolder::Free => {}
+                LockHolder::Shared(_) => {
+                    assert_eq!(tl, TargetLock::Held { exclusive: false }, "rank {p}")
+                }
+                LockHolder::Exclusive(_) => {
+                    assert_eq!(tl, TargetLock::Held { exclusive: true }, "rank {p}")
+                }
+            }
+        }
+    }
+
+    /// Whether `p`'s poll `i` holds now.
+    fn poll_ready(&self, p: usize, i: usize) -> bool {
+        let (w, poll) = self.polls[p][i];
+        let sh = &self.shm[&w];
+        match poll {
+            Poll::Lock {
+                target,
+                ticket,
+                exclusive,
+            } => sh.locks[target].ready(ticket, exclusive),
+            Poll::TargetLock { ticket, exclusive } => sh.locks[p].ready(ticket, exclusive),
+            Poll::Barrier { no } => sh.fence.iter().all(|f| *f >= no),
+            Poll::Post { target } => sh.post[p][target] > sh.post_seen[p][target],
+            Poll::Complete { origin } => sh.complete[p][origin] > sh.complete_seen[p][origin],
+        }
+    }
+
+    /// Fires `p`'s poll `i` (which holds): consumes it and reports the event.
+    fn fire(&mut self, p: usize, i: usize) {
+        let (w, poll) = self.polls[p].swap_remove(i);
+        let n = self.n;
+        let sh = self.shm(w);
+        match poll {
+            Poll::Lock {
+                target, exclusive, ..
+            } => {
+                sh.locks[target].enter(exclusive);
+                hold(sh, target, p, exclusive);
+                self.procs[p]
+                    .handle_direct_lock_granted(w, target as Rank)
+                    .unwrap();
+            }
+            Poll::TargetLock { exclusive, .. } => {
+                sh.locks[p].enter(exclusive);
+                hold(sh, p, n + p, exclusive);
+                self.procs[p]
+                    .handle_target_lock_granted(w, &mut self.mem[p])
+                    .unwrap();
+            }
+            Poll::Barrier { .. } => self.procs[p].handle_barrier_complete(w).unwrap(),
+            Poll::Post { target } => {
+                sh.post_seen[p][target] += 1;
+                self.procs[p].handle_post(w, target as Rank).unwrap();
+            }
+            Poll::Complete { origin } => {
+                sh.complete_seen[p][origin] += 1;
+                self.procs[p].handle_complete(w, origin as Rank).unwrap();
+            }
+        }
+        self.pump(p);
+    }
+
+    /// The polls that hold now: (process, index).
+    fn ready_polls(&self) -> Vec<(usize, usize)> {
+        (0..self.n)
+            .flat_map(|p| (0..self.polls[p].len()).map(move |i| (p, i)))
+            .filter(|&(p, i)| self.poll_ready(p, i))
+            .collect()
+    }
+
+    /// Applies a direct operation of `p` to `t`'s memory now (after
+    /// [`Gate::Open`]); a read's result is stored under a fresh token.
+    pub fn apply_direct(&mut self, p: usize, win: WinId, t: usize, op: &DirectOp) -> u64 {
+        self.direct_ops += 1;
+        let m = &mut self.mem[t][win as usize];
+        let cell =
+            |m: &mut Vec<u8>, c: usize| u64::from_ne_bytes(m[c * 8..c * 8 + 8].try_into().unwrap());
+        let set = |m: &mut Vec<u8>, c: usize, v: u64| {
+            m[c * 8..c * 8 + 8].copy_from_slice(&v.to_ne_bytes())
+        };
+        let old = match *op {
+            DirectOp::Put { cell: c, val } => {
+                set(m, c, val);
+                None
+            }
+            DirectOp::Get { cell: c } => Some(cell(m, c)),
+            DirectOp::Sum {
+                cell: c,
+                val,
+                fetch,
+            } => {
+                let o = cell(m, c);
+                set(m, c, o.wrapping_add(val));
+                fetch.then_some(o)
+            }
+            DirectOp::Cas {
+                cell: c,
+                val,
+                compare,
+            } => {
+                let o = cell(m, c);
+                if o == compare {
+                    set(m, c, val);
+                }
+                Some(o)
+            }
+        };
+        let tok = self.next_direct_token;
+        self.next_direct_token += 1;
+        if let Some(o) = old {
+            self.results[p].insert(tok, o.to_ne_bytes().to_vec());
+        }
+        tok
     }
 
     /// Moves every action of `p` into the network / barrier / result tables.
@@ -117,7 +481,18 @@ impl Sim {
                     );
                 }
                 Action::Completed { win, call } => self.completed[p].push((win, call)),
+                Action::TargetLock { win, exclusive } => {
+                    let ticket = self.shm(win).locks[p].take();
+                    self.polls[p].push((win, Poll::TargetLock { ticket, exclusive }));
+                }
+                Action::TargetUnlock { win, exclusive } => {
+                    let n = self.n;
+                    release(self.shm(win), p, n + p, exclusive);
+                }
             }
+        }
+        if !self.shm.is_empty() {
+            self.run_direct(p);
         }
         let inflight: usize = self.chans.values().map(|q| q.len()).sum();
         self.max_in_flight = self.max_in_flight.max(inflight);
@@ -130,7 +505,9 @@ impl Sim {
     }
 
     pub fn in_flight(&self) -> usize {
-        self.chans.values().map(|q| q.len()).sum::<usize>() + self.barrier_events.len()
+        self.chans.values().map(|q| q.len()).sum::<usize>()
+            + self.barrier_events.len()
+            + self.ready_polls().len()
     }
 
     /// Delivers one random pending event; false if there is none.
@@ -141,12 +518,16 @@ impl Sim {
             .filter(|(_, q)| !q.is_empty())
             .map(|(k, _)| *k)
             .collect();
-        let total = live.len() + self.barrier_events.len();
+        let ready = self.ready_polls();
+        let total = live.len() + self.barrier_events.len() + ready.len();
         if total == 0 {
             return false;
         }
         let i = self.rng.below(total);
-        if i < live.len() {
+        if i >= live.len() + self.barrier_events.len() {
+            let (p, k) = ready[i - live.len() - self.barrier_events.len()];
+            self.fire(p, k);
+        } else if i < live.len() {
             let (from, to) = live[i];
             let bytes = self
                 .chans
@@ -230,6 +611,43 @@ impl Sim {
             }
         }
     }
+}
+
+/// A direct operation (cells are u64).
+#[derive(Debug, Clone, Copy)]
+pub enum DirectOp {
+    Put { cell: usize, val: u64 },
+    Get { cell: usize },
+    Sum { cell: usize, val: u64, fetch: bool },
+    Cas { cell: usize, val: u64, compare: u64 },
+}
+
+/// Records `holder`'s grant of `target`'s lock, checking that no holder
+/// conflicts.
+fn hold(sh: &mut Shm, target: usize, holder: usize, exclusive: bool) {
+    let h = &mut sh.holders[target];
+    if exclusive {
+        assert!(
+            h.is_empty(),
+            "exclusive lock of {target} granted to {holder} while held by {h:?}"
+        );
+    } else {
+        assert!(
+            h.iter().all(|(_, x)| !x),
+            "shared lock of {target} granted to {holder} while held exclusively by {h:?}"
+        );
+    }
+    h.push((holder, exclusive));
+}
+
+fn release(sh: &mut Shm, target: usize, holder: usize, exclusive: bool) {
+    let h = &mut sh.holders[target];
+    let i = h
+        .iter()
+        .position(|x| *x == (holder, exclusive))
+        .unwrap_or_else(|| panic!("{holder} releases a lock of {target} it does not hold: {h:?}"));
+    h.swap_remove(i);
+    sh.locks[target].release(exclusive);
 }
 
 fn check_pool(s: PoolStats, r: usize) {
@@ -370,17 +788,30 @@ pub fn run_programs(sim: &mut Sim, programs: &[Vec<Step>], budget: u64) -> Resul
                 }
             }
         }
+        // A process waiting for its direct backend (a lock, a barrier, a
+        // post) does nothing else, as in adi.
         let runnable: Vec<usize> = (0..n)
-            .filter(|&p| waiting[p].is_none() && !at_barrier[p] && pc[p] < programs[p].len())
+            .filter(|&p| {
+                waiting[p].is_none()
+                    && !sim.blocked(p)
+                    && !at_barrier[p]
+                    && pc[p] < programs[p].len()
+            })
             .collect();
         let net = sim.in_flight();
         if runnable.is_empty() && net == 0 {
-            let done = (0..n).all(|p| pc[p] >= programs[p].len() && waiting[p].is_none());
+            let done = (0..n).all(|p| {
+                pc[p] >= programs[p].len() && waiting[p].is_none() && sim.polls[p].is_empty()
+            });
             if done {
                 break;
             }
             return Err(format!(
-                "deadlock: pc={pc:?} waiting={waiting:?} at_barrier={at_barrier:?}"
+                "deadlock: pc={pc:?} waiting={waiting:?} at_barrier={at_barrier:?} polls={:?} \
+                 holders={:?} locks={:?}",
+                sim.polls,
+                sim.shm.get(&win).map(|s| s.holders.clone()),
+                sim.shm.get(&win).map(|s| s.locks.clone()),
             ));
         }
         events += 1;
@@ -398,6 +829,71 @@ pub fn run_programs(sim: &mut Sim, programs: &[Vec<Step>], budget: u64) -> Resul
         if step == Step::Barrier {
             at_barrier[p] = true;
             continue;
+        }
+        if let Step::Op(op) = &step {
+            let t = op.target();
+            if sim.is_direct(p, win, t) {
+                match sim.procs[p].direct_access(win, t as Rank) {
+                    Ok(Gate::Wait) => {
+                        // Run the backend's steps; retried when they fired.
+                        sim.pump(p);
+                        continue;
+                    }
+                    Ok(Gate::Open) => {}
+                    Err(err) => return Err(format!("rank {p} step {step:?}: {err}")),
+                }
+                pc[p] += 1;
+                let d = match *op {
+                    Op::Put { target, val } => {
+                        own[p][target] = val;
+                        DirectOp::Put { cell: p, val }
+                    }
+                    Op::Get { target, own: o } => {
+                        let (cell, v) = if o {
+                            (p, own[p][target])
+                        } else {
+                            (n + 2, const_value(target, 0))
+                        };
+                        let tok = sim.apply_direct(p, win, t, &DirectOp::Get { cell });
+                        expect[p].insert(tok, v);
+                        continue;
+                    }
+                    Op::Acc { target, cell, val } => {
+                        acc[target][cell] = acc[target][cell].wrapping_add(val);
+                        DirectOp::Sum {
+                            cell: n + cell,
+                            val,
+                            fetch: false,
+                        }
+                    }
+                    Op::GetAcc { target, cell, val } | Op::Fop { target, cell, val } => {
+                        acc[target][cell] = acc[target][cell].wrapping_add(val);
+                        DirectOp::Sum {
+                            cell: n + cell,
+                            val,
+                            fetch: true,
+                        }
+                    }
+                    Op::Cas { target, val } => {
+                        let old = own[p][target];
+                        own[p][target] = val;
+                        let tok = sim.apply_direct(
+                            p,
+                            win,
+                            t,
+                            &DirectOp::Cas {
+                                cell: p,
+                                val,
+                                compare: old,
+                            },
+                        );
+                        expect[p].insert(tok, old);
+                        continue;
+                    }
+                };
+                sim.apply_direct(p, win, t, &d);
+                continue;
+            }
         }
         pc[p] += 1;
         let e = &mut sim.procs[p];
@@ -551,6 +1047,13 @@ pub fn run_programs(sim: &mut Sim, programs: &[Vec<Step>], budget: u64) -> Resul
         }
     }
     // Every epoch closed, every lock released, nothing outstanding.
+    if let Some(sh) = sim.shm.get(&win) {
+        for (t, l) in sh.locks.iter().enumerate() {
+            if !l.idle() || !sh.holders[t].is_empty() {
+                return Err(format!("lock of {t} still held: {:?}", sh.holders[t]));
+            }
+        }
+    }
     for p in 0..n {
         if !sim.procs[p].is_quiescent(win) {
             return Err(format!(

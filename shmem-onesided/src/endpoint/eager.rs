@@ -209,7 +209,7 @@ pub(super) fn eager_copy(
         // allocator's block); no receiver reads it before the header that
         // names it is published (Release), and we do not reuse it before
         // the release flag says the receiver is done. `rep movsb` from
-        // `TMX_SHMEM_MOVSB_MIN` (see `crate::copy`).
+        // `TMX_SHMEM_TUNE=movsb_min` (see `crate::copy`).
         unsafe { crate::copy::to_block(data.as_ptr(), dst, data.len(), eager.movsb_min()) };
         return Some(off);
     };

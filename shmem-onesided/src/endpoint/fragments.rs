@@ -48,7 +48,7 @@ pub(super) fn frag_size(eager_bytes: u64) -> usize {
 }
 
 /// The chunk size of pipelined and fragmented messages: the configured
-/// `TMX_SHMEM_PIPELINE_CHUNK`, at most [`frag_size`] of the eager area.
+/// `TMX_SHMEM_TUNE=pipeline_chunk`, at most [`frag_size`] of the eager area.
 pub(super) fn chunk_size(cfg: &crate::config::Config) -> usize {
     (cfg.pipeline_chunk.min(frag_size(cfg.eager_bytes) as u64) as usize).max(64)
 }

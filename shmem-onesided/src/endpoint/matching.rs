@@ -691,7 +691,7 @@ impl Endpoint {
         let me = self.rank();
         // The caller's part of the offload decision: a buffer the sender may
         // CMA-write into, large enough for the prepost-direct path
-        // (`TMX_SHMEM_PREPOST_MIN`, and beyond inline), from a peer whose
+        // (`TMX_SHMEM_TUNE=prepost_min`, and beyond inline), from a peer whose
         // prepost ring has a free slot. The model adds the rest
         // (exact source, no earlier software receive that overlaps it,
         // capacity, tag layout).

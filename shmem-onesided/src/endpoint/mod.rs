@@ -64,10 +64,10 @@
 //! |---|---|---|
 //! | > 40 B, a trusted matching prepost (needs CMA) | prepost-direct | the sender claims the receiver's advertised receive, `process_vm_writev`s into the receive buffer and marks the entry done; no header, no copy |
 //! | ≤ 40 B | inline | payload in the header slot; one cache line moves |
-//! | 41 B – `TMX_SHMEM_INLINE_EXT` (512 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`Kind::InlineExt`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
-//! | ≤ `TMX_SHMEM_PIPELINE_MIN` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
-//! | > `TMX_SHMEM_PIPELINE_MIN`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`Kind::Frag`] chunks of `TMX_SHMEM_PIPELINE_CHUNK` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
-//! | > `TMX_SHMEM_CMA_THRESHOLD`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally and the message would be copied aside (eager-sized, or pipelined from a borrowed buffer of a nonblocking send), or a reply above `TMX_SHMEM_CMA_REPLY` (6 KiB), or above `TMX_SHMEM_CMA_DUPLEX` (6 KiB) while messages flow both ways ([`Endpoint::duplex`]); CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer (the messages of one sender that a progress pass matched to posted receives with buffers of their own in one call, [`Endpoint::read_late`]) and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
+//! | 41 B – `TMX_SHMEM_TUNE=inline_ext` (512 B), room in the ring, nothing held for that peer, not synchronous | inline with continuation slots ([`Kind::InlineExt`]) | the first 40 bytes in the header slot, the rest in the following ring slots (60 bytes each), written before the header is published; a blocked receive copies them straight out of the ring; no eager block, no release flag |
+//! | ≤ `TMX_SHMEM_TUNE=pipeline_min` (and ≤ eager area − 64 B) | buffered (eager) | sender copies into its eager area, header carries the offset; receiver gets (copies out) and raises the block's release flag; the sender reclaims it |
+//! | > `TMX_SHMEM_TUNE=pipeline_min`, ≤ eager area − 64 B, not CMA | pipelined | consecutive [`Kind::Frag`] chunks of `TMX_SHMEM_TUNE=pipeline_chunk` bytes, each published as soon as it is copied (reclaiming released blocks first, so they stay in cache); the receiver copies chunk *k* while the sender copies *k* + 1. A chunk the receiver cannot place yet stays in the sender's eager area (copied out only under eager pressure); once the message is bound to match the blocked [`Endpoint::recv`] or a posted [`Endpoint::irecv`] (see below) chunks go straight into its buffer; a message that arrived whole is copied once, from the sender's area, by the receive that matches it. The send completes when its last chunk is published (chunks that do not fit yet are published by progress; a blocking `send` publishes them from its own buffer) |
+//! | > `TMX_SHMEM_TUNE=cma_threshold`, or larger than the eager area, or ≥ 32 KiB when the eager area is full or sends to that peer are held locally and the message would be copied aside (eager-sized, or pipelined from a borrowed buffer of a nonblocking send), or a reply above `TMX_SHMEM_TUNE=cma_reply` (6 KiB), or above `TMX_SHMEM_TUNE=cma_duplex` (6 KiB) while messages flow both ways ([`Endpoint::duplex`]); CMA available | CMA | header carries the sender's address; the receiver `process_vm_readv`s into the user buffer (the messages of one sender that a progress pass matched to posted receives with buffers of their own in one call, [`Endpoint::read_late`]) and returns a FIN; the send request stays pending (its buffer kept) until the FIN |
 //! | larger than the eager area, no CMA | fragments | the pipelined path with chunks of at most ¼ of the eager area; the send request stays pending and [`Endpoint::progress`] publishes the next chunks as eager space frees |
 //! | any, `dest` = this rank | self | a private copy handed to the matcher as an arrived message (no ring) |
 //!
@@ -127,8 +127,8 @@
 //! - **Receive fast paths**, each equivalent to that rule and each decided
 //!   by the model (no match decision is made here): a blocking receive
 //!   that can never be preposted ([`Endpoint::try_recv`], and
-//!   [`Endpoint::recv`] below `TMX_SHMEM_PREPOST_MIN` into a buffer of at
-//!   most `TMX_SHMEM_PIPELINE_MIN`) is not posted while it polls; it looks
+//!   [`Endpoint::recv`] below `TMX_SHMEM_TUNE=prepost_min` into a buffer of at
+//!   most `TMX_SHMEM_TUNE=pipeline_min`) is not posted while it polls; it looks
 //!   at the next header of its source's ring (round-robin for
 //!   `ANY_SOURCE`) and offers it to the model, which lets it take an
 //!   inline or eager message straight into its buffer when nothing posted,
@@ -519,10 +519,10 @@ pub struct Endpoint {
     /// The prepost protocol is on (config, CMA, phase window).
     prepost_on: bool,
     /// Largest message sent inline with continuation slots
-    /// (`TMX_SHMEM_INLINE_EXT`, capped to a quarter of the ring; at most
+    /// (`TMX_SHMEM_TUNE=inline_ext`, capped to a quarter of the ring; at most
     /// `INLINE_MAX` turns it off).
     inline_ext_max: usize,
-    /// Largest message sent inline as a reply (`TMX_SHMEM_INLINE_REPLY`,
+    /// Largest message sent inline as a reply (`TMX_SHMEM_TUNE=inline_reply`,
     /// capped to half the ring; at most `inline_ext_max` turns it off).
     inline_reply_max: usize,
     /// Our eager area's allocator (the blocks our buffered sends copy into).
@@ -533,7 +533,7 @@ pub struct Endpoint {
     cancel_answers: Vec<(u64, bool)>,
     /// Consecutive `try_recv` quick looks that found nothing.
     idle_looks: u32,
-    /// `TMX_SHMEM_DEFER_RECV`: nonblocking receives may be deferred (kept
+    /// `TMX_SHMEM_TUNE=defer_recv`: nonblocking receives may be deferred (kept
     /// in the matching model's deferred queue, see
     /// [`Endpoint::irecv_or_done`] and [`Offload::defer`]).
     defer_enabled: bool,
@@ -553,7 +553,7 @@ pub struct Endpoint {
     /// peer's window, so the two ranks copied in turn instead of at once.
     late_cma: VecDeque<(u64, Unexpected)>,
     /// Our CMA sends whose receivers may offer to share the copy
-    /// (`TMX_SHMEM_CMA_SPLIT`; see [`crate::ring::SplitWords`]), by
+    /// (`TMX_SHMEM_TUNE=cma_split`; see [`crate::ring::SplitWords`]), by
     /// request id: the destination and the data (kept by the request
     /// until the FIN, which the receiver sends only once the hand-off is
     /// over).
@@ -576,7 +576,7 @@ pub struct Endpoint {
     /// that the pass reads all of them from one sender in one
     /// `process_vm_readv` call ([`Endpoint::read_late`]).
     batch_cma_now: bool,
-    /// `TMX_SHMEM_CMA_BATCH`: whether progress passes read their CMA
+    /// `TMX_SHMEM_TUNE=cma_batch`: whether progress passes read their CMA
     /// messages in batches (`batch_cma_now`).
     cma_batch_enabled: bool,
     /// Set by [`Endpoint::copy_late`] around the delivery of a late CMA
@@ -754,13 +754,13 @@ impl Endpoint {
         self.counters.deferred_recvs = saved.deferred_recvs.saturating_sub(stats.deferred);
     }
 
-    /// The inline-ext cap in bytes (`TMX_SHMEM_INLINE_EXT` as capped by the
+    /// The inline-ext cap in bytes (`TMX_SHMEM_TUNE=inline_ext` as capped by the
     /// ring).
     pub(crate) fn ext_max(&self) -> usize {
         self.inline_ext_max
     }
 
-    /// The inline reply cap in bytes now (`TMX_SHMEM_INLINE_REPLY` as
+    /// The inline reply cap in bytes now (`TMX_SHMEM_TUNE=inline_reply` as
     /// capped by the ring, or as the calibration lowered it).
     pub fn reply_cap(&self) -> usize {
         self.inline_reply_max
@@ -806,7 +806,7 @@ impl Endpoint {
     /// Whether a receive for `spec` into `capacity` bytes may ever be
     /// advertised to its sender (the prepost protocol is on, an exact
     /// other source, a buffer beyond inline size and at least
-    /// `TMX_SHMEM_PREPOST_MIN`); `post` adds a free slot in that sender's
+    /// `TMX_SHMEM_TUNE=prepost_min`); `post` adds a free slot in that sender's
     /// prepost ring and the model its own rules.
     fn advertisable(&self, spec: MatchSpec, capacity: usize) -> bool {
         self.prepost_on

@@ -505,7 +505,7 @@ impl Endpoint {
             }
             req.ack = sync;
         } else {
-            // Pipelined (above `TMX_SHMEM_PIPELINE_MIN`, within the eager
+            // Pipelined (above `TMX_SHMEM_TUNE=pipeline_min`, within the eager
             // area) or fragmented (larger than the eager area, no CMA):
             // consecutive chunks, each published as soon as it is copied;
             // what does not fit now is published by progress as eager space

@@ -407,7 +407,7 @@ impl Endpoint {
 
     /// After [`PULL_IDLE_PASSES`] progress passes in a row with nothing to
     /// do: reads every unexpected CMA message no larger than
-    /// `TMX_SHMEM_CMA_THRESHOLD` into private memory and returns its FIN;
+    /// `TMX_SHMEM_TUNE=cma_threshold` into private memory and returns its FIN;
     /// returns how many. Such a message went by CMA as a reply or while
     /// traffic flowed both ways, at a size that otherwise goes through an
     /// eager block, and its sender must not wait for the receive any more

@@ -185,7 +185,7 @@ impl Endpoint {
     /// request exactly as [`Endpoint::irecv`]
     /// returns it.
     ///
-    /// **Deferred receives** (`TMX_SHMEM_DEFER_RECV`, on by default): an
+    /// **Deferred receives** (`TMX_SHMEM_TUNE=defer_recv`, on by default): an
     /// exact-source receive that is never advertised and finds its source's
     /// ring empty is deferred when the matching model allows it
     /// ([`Offload::defer`]: nothing posted, queued or parked, and every

@@ -14,7 +14,7 @@ pub(super) const DUPLEX_MIN: u64 = 8;
 
 impl Endpoint {
     /// Whether a message of `len` bytes (more than `inline_ext_max`) to `dest`
-    /// goes inline as a reply (`TMX_SHMEM_INLINE_REPLY`): at most
+    /// goes inline as a reply (`TMX_SHMEM_TUNE=inline_reply`): at most
     /// `inline_reply_max` bytes, and [`Endpoint::ask_reply`] says it is one. In
     /// a ping-pong every message is such a reply, and the receiver then
     /// reads the payload with its header instead of after it, from a block
@@ -25,8 +25,8 @@ impl Endpoint {
     }
 
     /// Whether a message of `len` bytes is in the range that goes by CMA
-    /// when it is a reply (`TMX_SHMEM_CMA_REPLY`): CMA available, above
-    /// that setting and at most `TMX_SHMEM_CMA_THRESHOLD` (above which
+    /// when it is a reply (`TMX_SHMEM_TUNE=cma_reply`): CMA available, above
+    /// that setting and at most `TMX_SHMEM_TUNE=cma_threshold` (above which
     /// every message goes by CMA).
     #[inline]
     pub(super) fn cma_reply_size(&self, len: usize) -> bool {
@@ -44,8 +44,8 @@ impl Endpoint {
     }
 
     /// Whether a message of `len` bytes to `dest` goes by CMA because
-    /// messages flow both ways (`TMX_SHMEM_CMA_DUPLEX`): CMA available,
-    /// above that setting and at most `TMX_SHMEM_CMA_THRESHOLD`, and
+    /// messages flow both ways (`TMX_SHMEM_TUNE=cma_duplex`): CMA available,
+    /// above that setting and at most `TMX_SHMEM_TUNE=cma_threshold`, and
     /// [`Endpoint::duplex`]. The receiver reads it in one copy, with the
     /// others it matches in the same pass ([`Endpoint::read_late`]),
     /// instead of both cores copying it in and out while they also copy

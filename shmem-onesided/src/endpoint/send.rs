@@ -53,7 +53,7 @@ impl Endpoint {
     /// The standard send's fast path for every size that completes at
     /// once without a request: inline ([`Endpoint::send_inline_now`]),
     /// inline with continuation slots, and buffered (eager) up to
-    /// `TMX_SHMEM_PIPELINE_MIN` when the eager area has room, to another
+    /// `TMX_SHMEM_TUNE=pipeline_min` when the eager area has room, to another
     /// local rank `dest` (the caller checked `dest`) with nothing held for
     /// it. `false` (nothing done) when the message needs the general path:
     /// synchronous callers never come here; a prepost-direct, CMA,
@@ -66,8 +66,8 @@ impl Endpoint {
     }
 
     /// [`Endpoint::send_now`]; `cma`: whether sizes above
-    /// `TMX_SHMEM_CMA_THRESHOLD` are left to CMA (else they are copied
-    /// into an eager block too, up to `TMX_SHMEM_PIPELINE_MIN`).
+    /// `TMX_SHMEM_TUNE=cma_threshold` are left to CMA (else they are copied
+    /// into an eager block too, up to `TMX_SHMEM_TUNE=pipeline_min`).
     #[inline(always)]
     pub(super) fn send_now_within(
         &mut self,
@@ -132,8 +132,8 @@ impl Endpoint {
 
     /// A standard send of a buffer the caller is about to reuse (a
     /// packing layer's staging buffer, just written): copied into an eager
-    /// block now if it fits, even above `TMX_SHMEM_CMA_THRESHOLD` (up to
-    /// `TMX_SHMEM_PIPELINE_MIN` and the eager area), so that the send
+    /// block now if it fits, even above `TMX_SHMEM_TUNE=cma_threshold` (up to
+    /// `TMX_SHMEM_TUNE=pipeline_min` and the eager area), so that the send
     /// completes in the call and the buffer is free again at once; inline
     /// as [`Endpoint::isend_now`] if small. A CMA send would keep the
     /// buffer until the receiver's FIN, and a window of such sends keeps a
@@ -227,7 +227,7 @@ impl Endpoint {
             let data = &mut tmp[..len];
             return fill(data) && self.send_now(dest, tag, context, data);
         }
-        // Larger inline messages (`TMX_SHMEM_INLINE_EXT` above the stack
+        // Larger inline messages (`TMX_SHMEM_TUNE=inline_ext` above the stack
         // buffer) take the general path, as `send_now` would send them.
         let p = &self.peers[dest as usize];
         if len <= self.inline_ext_max
@@ -469,7 +469,7 @@ impl Endpoint {
     }
 
     /// The largest message [`Endpoint::isend_inline_ext_now`] may send
-    /// (`TMX_SHMEM_INLINE_EXT`, capped by the ring).
+    /// (`TMX_SHMEM_TUNE=inline_ext`, capped by the ring).
     pub fn inline_ext_max(&self) -> usize {
         self.inline_ext_max.max(INLINE_MAX)
     }

@@ -37,7 +37,7 @@ pub enum Kind {
     /// the header (`word` + `ext`), the other `nbytes - 40` in the
     /// following ring slots (continuation slots, 60 bytes each; see
     /// [`crate::ring::Producer::try_push_ext`]). Up to
-    /// `TMX_SHMEM_INLINE_EXT` bytes, never synchronous.
+    /// `TMX_SHMEM_TUNE=inline_ext` bytes, never synchronous.
     InlineExt = 7,
     /// The sender asks to withdraw its unmatched send `word` (`MPI_Cancel`;
     /// control: not a message); the receiver answers [`Kind::Cancelled`].
@@ -107,7 +107,7 @@ impl Flags {
     /// matched it (so the FIN also acknowledges a synchronous send).
     pub const MATCHED: Flags = Flags(8);
     /// On a CMA header: the sender may share the copy
-    /// (`TMX_SHMEM_CMA_SPLIT`; see [`crate::ring::SplitWords`]).
+    /// (`TMX_SHMEM_TUNE=cma_split`; see [`crate::ring::SplitWords`]).
     pub const SPLIT: Flags = Flags(0x10);
     /// Local marker on a reassembled pipelined message (never sent): its
     /// chunks are still in the sender's eager area, their headers kept by
@@ -188,8 +188,8 @@ pub(super) fn envelope(h: &Header) -> Envelope {
 /// The largest inline-with-continuation message for a setting of
 /// `wanted` bytes and a ring of `ring_slots`, whose header and
 /// continuation slots take at most `1/share` of the ring (no continuation
-/// at all if that is less than two slots): `TMX_SHMEM_INLINE_EXT` takes a
-/// quarter, `TMX_SHMEM_INLINE_REPLY` half.
+/// at all if that is less than two slots): `TMX_SHMEM_TUNE=inline_ext` takes a
+/// quarter, `TMX_SHMEM_TUNE=inline_reply` half.
 pub(super) fn inline_cap(wanted: u64, ring_slots: u32, share: u32) -> usize {
     let slots = u64::from(ring_slots / share);
     if slots < 2 {

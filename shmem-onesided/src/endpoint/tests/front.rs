@@ -433,7 +433,7 @@ fn irecv_or_done_catches_up_with_older_posted_receives() {
     catch_up("catchup", false);
 }
 
-/// The same with the older receives deferred (`TMX_SHMEM_DEFER_RECV`,
+/// The same with the older receives deferred (`TMX_SHMEM_TUNE=defer_recv`,
 /// the default): none is posted; the later `irecv_or_done` first
 /// completes them from the ring, in order, then takes its own message.
 /// The race of a progress pass with a deferred receive: its message

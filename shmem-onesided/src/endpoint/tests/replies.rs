@@ -88,7 +88,7 @@ fn check_reply_way(way: ReplyWay) {
     }
 }
 
-/// `TMX_SHMEM_CMA_REPLY`: a 7,000-byte reply goes by CMA (6,144 bytes
+/// `TMX_SHMEM_TUNE=cma_reply`: a 7,000-byte reply goes by CMA (6,144 bytes
 /// does not), where CMA is available.
 #[test]
 fn cma_reply_in_a_ping_pong_not_in_a_window() {
@@ -135,7 +135,7 @@ fn posted_window(ep: &mut Endpoint, peer: u32, n: u32, cap: usize) -> Vec<(Statu
     reqs.into_iter().map(|r| ep.wait(r).unwrap()).collect()
 }
 
-/// A reply of an eager size sent by CMA (`TMX_SHMEM_CMA_REPLY`) that
+/// A reply of an eager size sent by CMA (`TMX_SHMEM_TUNE=cma_reply`) that
 /// arrives before its receive is read aside and its FIN returned: the
 /// blocking send completes although the receiver posts its receive only
 /// after a message the sender sends next.
@@ -216,7 +216,7 @@ fn send_cma_when_told(
     assert_eq!(ep.counters().cma_sends, u64::from(n), "{}", ep.counters());
 }
 
-/// `TMX_SHMEM_CMA_BATCH`: CMA messages that match posted receives in
+/// `TMX_SHMEM_TUNE=cma_batch`: CMA messages that match posted receives in
 /// one progress pass are read in one `process_vm_readv` call (a
 /// truncating receive among them gets its prefix), and arrive whole;
 /// off, each is read alone.
@@ -328,7 +328,7 @@ fn cma_of_an_earlier_receive_waits_for_the_next_pass() {
     });
 }
 
-/// `TMX_SHMEM_CMA_DUPLEX`: 7,000-byte messages streamed one way go
+/// `TMX_SHMEM_TUNE=cma_duplex`: 7,000-byte messages streamed one way go
 /// through eager blocks; exchanged both ways (both ranks post their
 /// receives, then send), most go by CMA; with the setting off, none.
 /// Every message arrives whole.
@@ -403,7 +403,7 @@ fn cma_duplex_both_ways_not_one_way() {
 }
 
 /// Both ranks sending before receiving, each message after one taken
-/// from the other (so replies, by CMA above `TMX_SHMEM_CMA_REPLY`):
+/// from the other (so replies, by CMA above `TMX_SHMEM_TUNE=cma_reply`):
 /// each blocked send finishes, because a blocked rank copies the
 /// other's CMA message aside and returns its FIN.
 #[test]
@@ -423,7 +423,7 @@ fn head_to_head_replies_finish() {
     });
 }
 
-/// `TMX_SHMEM_INLINE_REPLY`: a 200-byte reply goes inline (400 bytes,
+/// `TMX_SHMEM_TUNE=inline_reply`: a 200-byte reply goes inline (400 bytes,
 /// above the cap of 300, does not).
 #[test]
 fn inline_reply_in_a_ping_pong_not_in_a_window() {
@@ -436,7 +436,7 @@ fn inline_reply_in_a_ping_pong_not_in_a_window() {
     });
 }
 
-/// Replies of up to `TMX_SHMEM_INLINE_REPLY` bytes (17 continuation
+/// Replies of up to `TMX_SHMEM_TUNE=inline_reply` bytes (17 continuation
 /// slots at 1 KiB) reach every kind of receive whole: a blocking
 /// receive, a receive posted before its message (deferred, then
 /// drained), one made after it arrived, a probe then a receive, and a

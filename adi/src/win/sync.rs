@@ -1,0 +1,416 @@
+//! Synchronization calls, and the driver loop that carries out what the
+//! epoch machine asks: its direct actions (locks, barriers, PSCW signals in
+//! shared memory, polled until they hold), its other actions (packets,
+//! barriers of messages) and the device's progress.
+
+use super::am::{self, RmaState};
+use super::direct::{self, DirectWin, Poll, Started};
+use super::{LockType, Win};
+use crate::Error;
+use rma_epoch::{CallStatus, DirectAction, Engine, Gate, WinId};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::MutexGuard;
+
+/// Spins on a shared-memory condition before the first progress pass.
+const PURE_SPINS: u32 = 64;
+/// Waiting iterations between liveness checks of the window's ranks.
+const LIVENESS_EVERY: u32 = 1024;
+/// Waiting iterations on one condition before the window is looked at again.
+const RECHECK_EVERY: u32 = 256;
+
+/// Reports a condition that holds to the epoch machine.
+fn report(engine: &mut Engine, id: WinId, p: Poll) -> Result<(), Error> {
+    match p {
+        Poll::Lock { target, .. } => engine.handle_direct_lock_granted(id, target)?,
+        Poll::Barrier { .. } => engine.handle_barrier_complete(id)?,
+        Poll::Post { target, .. } => engine.handle_post(id, target)?,
+        Poll::Complete { origin, .. } => engine.handle_complete(id, origin)?,
+    }
+    Ok(())
+}
+
+impl Win {
+    /// Runs the window's direct actions and fires the conditions that hold
+    /// (under the RMA lock).
+    fn step_direct(&self, st: &mut RmaState) -> Result<(), Error> {
+        let Some(d) = &self.direct else {
+            return Ok(());
+        };
+        let id = self.id;
+        let RmaState { engine, slots, .. } = st;
+        let slot = slots
+            .get_mut(id as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| Error::Rma(rma_epoch::Error::NoSuchWindow(id)))?;
+        loop {
+            while let Some(a) = engine.poll_direct(id) {
+                match d.start(a, &mut slot.seen)? {
+                    Started::Done => {}
+                    Started::Held(p) => report(engine, id, p)?,
+                    Started::Wait(p) => {
+                        if matches!(p, Poll::Lock { .. }) {
+                            d.note_lock_wait();
+                        }
+                        slot.polls.push(p);
+                    }
+                }
+            }
+            if slot.polls.is_empty() {
+                return Ok(());
+            }
+            let mut fired = false;
+            let mut i = 0;
+            while i < slot.polls.len() {
+                let p = slot.polls[i];
+                if d.try_fire(&p, &mut slot.seen)? {
+                    slot.polls.swap_remove(i);
+                    report(engine, id, p)?;
+                    fired = true;
+                } else {
+                    i += 1;
+                }
+            }
+            // A report may have asked for more.
+            if !fired {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Carries out the window's synchronization until `done` holds (checked
+    /// under the RMA lock, after the direct actions ran and the ready
+    /// conditions fired). Between attempts it waits outside the lock:
+    /// spinning on a pending shared-memory condition, or running progress
+    /// for active messages, with liveness checks.
+    pub(super) fn drive(
+        &self,
+        g: MutexGuard<'_, RmaState>,
+        mut done: impl FnMut(&mut RmaState) -> Result<bool, Error>,
+    ) -> Result<(), Error> {
+        let dev = self.comm.dev();
+        let mut g = Some(g);
+        let mut idle = 0u32;
+        loop {
+            let next = {
+                let st = g.get_or_insert_with(|| am::lock(&dev.rma.state));
+                self.step_direct(st)?;
+                if st.engine.has_actions() {
+                    am::drain_actions(dev, st)?;
+                }
+                if done(st)? {
+                    return Ok(());
+                }
+                st.slot(self.id)?.polls.first().copied()
+            };
+            g = None;
+            match (next, &self.direct) {
+                (Some(p), Some(d)) => self.wait_for(d, &p, &mut idle)?,
+                _ => {
+                    dev.check(false)?;
+                    idle = idle.wrapping_add(1);
+                    dev.relax(idle)?;
+                }
+            }
+        }
+    }
+
+    /// Waits (outside every lock) until `p` may hold, running progress so
+    /// that other traffic keeps flowing, and checking that the window's
+    /// ranks are alive (a lock may be held by a third rank that died).
+    fn wait_for(&self, d: &DirectWin, p: &Poll, idle: &mut u32) -> Result<(), Error> {
+        let dev = self.comm.dev();
+        let mut spins = 0u32;
+        loop {
+            if d.may_fire(p)? {
+                return Ok(());
+            }
+            spins = spins.wrapping_add(1);
+            if spins < PURE_SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            dev.check(false)?;
+            if spins % LIVENESS_EVERY == 0 {
+                d.check_alive()?;
+            }
+            *idle = idle.wrapping_add(1);
+            dev.relax(*idle)?;
+            if spins % RECHECK_EVERY == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether a call on the window is over: nothing pending in the epoch
+    /// machine, no shared-memory condition outstanding but the completes an
+    /// exposure epoch waits for (only `wait`/`test` need those).
+    #[inline]
+    fn settled(&self, st: &mut RmaState) -> Result<bool, Error> {
+        Ok(!st.engine.is_blocked(self.id)
+            && st
+                .slot(self.id)?
+                .polls
+                .iter()
+                .all(|p| matches!(p, Poll::Complete { .. })))
+    }
+
+    /// Runs a synchronization call of the epoch machine and carries it out.
+    pub(super) fn call(
+        &self,
+        f: impl FnOnce(&mut Engine, WinId) -> Result<CallStatus, rma_epoch::Error>,
+    ) -> Result<(), Error> {
+        // With active-message targets a call may stay pending: one at a time
+        // (the engine's rule).
+        let _one = (!self.all_direct).then(|| self.calls.lock().unwrap_or_else(|p| p.into_inner()));
+        let dev = self.comm.dev();
+        let mut g = am::lock(&dev.rma.state);
+        let st = f(&mut g.engine, self.id)?;
+        if st == CallStatus::Done && !g.engine.has_actions() {
+            if !g.engine.has_direct(self.id) {
+                return Ok(());
+            }
+            // One-shot steps (an unlock, a signal) and conditions that hold
+            // at once (an uncontended lock) need no waiting.
+            self.step_direct(&mut g)?;
+            if !g.engine.has_actions() && self.settled(&mut g)? {
+                return Ok(());
+            }
+        }
+        self.drive(g, |st| self.settled(st))
+    }
+
+    /// A call that the epoch machine answers at once for a direct target
+    /// (`flush*`: every direct operation is complete when it returns), then
+    /// a full memory barrier.
+    #[inline]
+    fn direct_flush(
+        &self,
+        f: impl FnOnce(&mut Engine, WinId) -> Result<CallStatus, rma_epoch::Error>,
+    ) -> Result<(), Error> {
+        let st = f(&mut am::lock(&self.comm.dev().rma.state).engine, self.id)?;
+        debug_assert_eq!(st, CallStatus::Done);
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The gate of an operation to the direct target `t`: returns once the
+    /// epoch allows it (after taking a lazy lock, seeing a post or the end
+    /// of a barrier if needed).
+    #[inline]
+    pub(super) fn gate(&self, t: u32) -> Result<(), Error> {
+        let mut g = am::lock(&self.comm.dev().rma.state);
+        direct::bump_locked(&direct::GLOBAL.ops);
+        match g.engine.direct_access(self.id, t)? {
+            Gate::Open => Ok(()),
+            Gate::Wait => self.drive(g, |st| {
+                Ok(st.engine.direct_access(self.id, t)? == Gate::Open)
+            }),
+        }
+    }
+
+    // ----------------------------------------------- synchronization
+
+    /// `MPI_Win_fence(assert)` ([`assert::NOPRECEDE`](super::assert::NOPRECEDE),
+    /// [`assert::NOSUCCEED`](super::assert::NOSUCCEED), ...).
+    pub fn fence(&self, assert: u32) -> Result<(), Error> {
+        match &self.direct {
+            Some(d) if self.all_direct => self.fence_shm(d, assert),
+            _ => self.call(|e, w| e.fence(w, assert)),
+        }
+    }
+
+    /// `fence` of a window whose ranks are all direct: the epoch machine
+    /// answers with the shared-memory barrier, which this thread carries
+    /// out itself (arrive, wait for the others outside the lock, report).
+    fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
+        let dev = self.comm.dev();
+        let id = self.id;
+        let mut g = am::lock(&dev.rma.state);
+        let st = g.engine.fence(id, assert)?;
+        if st != CallStatus::Done || g.engine.has_actions() {
+            return self.drive(g, |st| self.settled(st));
+        }
+        match g.engine.poll_direct(id) {
+            // NOPRECEDE | NOSUCCEED: nothing to synchronize.
+            None => return Ok(()),
+            Some(DirectAction::Barrier) if !g.engine.has_direct(id) => {
+                let no = d.arrive(&mut g.slot(id)?.seen)?;
+                if !d.all_arrived(no)? {
+                    // Wait for the others outside the lock.
+                    drop(g);
+                    let p = Poll::Barrier { no };
+                    let mut idle = 0u32;
+                    while !d.may_fire(&p)? {
+                        self.wait_for(d, &p, &mut idle)?;
+                    }
+                    g = am::lock(&dev.rma.state);
+                }
+                g.engine.handle_barrier_complete(id)?;
+                // The lean answer leaves nothing else to do.
+                if !(g.engine.has_actions() || g.engine.has_direct(id) || g.engine.is_blocked(id)) {
+                    return Ok(());
+                }
+            }
+            Some(a) => match d.start(a, &mut g.slot(id)?.seen)? {
+                Started::Done => {}
+                Started::Held(p) => report(&mut g.engine, id, p)?,
+                Started::Wait(p) => g.slot(id)?.polls.push(p),
+            },
+        }
+        if g.engine.has_direct(id) || g.engine.has_actions() || !self.settled(&mut g)? {
+            return self.drive(g, |st| self.settled(st));
+        }
+        Ok(())
+    }
+
+    fn group(&self, group: &[i32]) -> Result<Vec<u32>, Error> {
+        let mut g = group
+            .iter()
+            .map(|r| match self.target(*r)? {
+                rma_epoch::PROC_NULL => Err(Error::InvalidRank {
+                    rank: *r,
+                    size: self.size(),
+                }),
+                t => Ok(t),
+            })
+            .collect::<Result<Vec<u32>, Error>>()?;
+        g.sort_unstable();
+        g.dedup();
+        Ok(g)
+    }
+
+    /// `MPI_Win_start`: an access epoch to the ranks of `group` (waits for
+    /// the posts of the direct ones, as MPICH does for same-node targets).
+    pub fn start(&self, group: &[i32], assert: u32) -> Result<(), Error> {
+        let g = self.group(group)?;
+        self.call(|e, w| e.start(w, &g, assert))
+    }
+
+    /// `MPI_Win_complete`.
+    pub fn complete(&self) -> Result<(), Error> {
+        self.call(|e, w| e.complete(w))
+    }
+
+    /// `MPI_Win_post`: an exposure epoch to the ranks of `group`.
+    pub fn post(&self, group: &[i32], assert: u32) -> Result<(), Error> {
+        let g = self.group(group)?;
+        self.call(|e, w| e.post(w, &g, assert))
+    }
+
+    /// `MPI_Win_wait`.
+    pub fn wait(&self) -> Result<(), Error> {
+        self.call(|e, w| e.wait(w))
+    }
+
+    /// `MPI_Win_test`: `true` if the exposure epoch ended (as `wait`).
+    pub fn test(&self) -> Result<bool, Error> {
+        let _one = (!self.all_direct).then(|| self.calls.lock().unwrap_or_else(|p| p.into_inner()));
+        let dev = self.comm.dev();
+        let done = {
+            let mut g = am::lock(&dev.rma.state);
+            let mut done = g.engine.test(self.id)?;
+            if !done {
+                // Look at the completes once.
+                self.step_direct(&mut g)?;
+                if g.engine.has_actions() {
+                    am::drain_actions(dev, &mut g)?;
+                }
+                done = g.engine.test(self.id)?;
+            }
+            done
+        };
+        if !done {
+            dev.check(false)?;
+        }
+        Ok(done)
+    }
+
+    /// `MPI_Win_lock(lock_type, rank, assert)`: on a direct target, returns
+    /// once the lock is held.
+    pub fn lock(&self, lock_type: LockType, rank: i32, assert: u32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        let ex = lock_type.exclusive();
+        self.call(|e, w| e.lock(w, ex, t, assert))
+    }
+
+    /// `MPI_Win_unlock(rank)`: returns once every operation to `rank` is
+    /// complete at the target and the lock is released.
+    pub fn unlock(&self, rank: i32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        self.call(|e, w| e.unlock(w, t))
+    }
+
+    /// `MPI_Win_lock_all(assert)`: a shared lock on every rank (taken
+    /// lazily, at the first operation to each).
+    pub fn lock_all(&self, assert: u32) -> Result<(), Error> {
+        self.call(|e, w| e.lock_all(w, assert))
+    }
+
+    /// `MPI_Win_unlock_all`.
+    pub fn unlock_all(&self) -> Result<(), Error> {
+        self.call(|e, w| e.unlock_all(w))
+    }
+
+    /// `MPI_Win_flush(rank)`: operations to `rank` are complete there.
+    pub fn flush(&self, rank: i32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        if self.direct_to(t).is_some() {
+            return self.direct_flush(|e, w| e.flush(w, t));
+        }
+        self.call(|e, w| e.flush(w, t))?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `MPI_Win_flush_local(rank)`: operations to `rank` are complete here
+    /// (origin buffers reusable, reads delivered).
+    pub fn flush_local(&self, rank: i32) -> Result<(), Error> {
+        let t = self.target(rank)?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(());
+        }
+        if self.direct_to(t).is_some() {
+            return self.direct_flush(|e, w| e.flush_local(w, t));
+        }
+        self.call(|e, w| e.flush_local(w, t))?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `MPI_Win_flush_all`.
+    pub fn flush_all(&self) -> Result<(), Error> {
+        if self.all_direct {
+            return self.direct_flush(|e, w| e.flush_all(w));
+        }
+        self.call(|e, w| e.flush_all(w))?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `MPI_Win_flush_local_all`.
+    pub fn flush_local_all(&self) -> Result<(), Error> {
+        if self.all_direct {
+            return self.direct_flush(|e, w| e.flush_local_all(w));
+        }
+        self.call(|e, w| e.flush_local_all(w))?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `MPI_Win_sync`: a full memory barrier (SeqCst fence) between this
+    /// process's earlier and later accesses to the window, and one progress
+    /// pass.
+    pub fn sync(&self) -> Result<(), Error> {
+        fence(Ordering::SeqCst);
+        self.comm.dev().check(false)
+    }
+}
