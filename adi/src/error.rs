@@ -504,11 +504,10 @@ pub enum Error {
         /// `"not initialized"` or `"finalized"`.
         what: &'static str,
     },
-    /// A peer is on another node and no remote transport is configured
-    /// (the inter-node transport, `verbs-tm`, comes in a later release; the
-    /// socket test double stands in for it on one host when
-    /// `TMX_ADI_TEST_NODES` is set).
-    #[error("rank {rank} is on node {node} but this rank is on node {my_node}: no inter-node transport is available yet (verbs-tm); run every rank on one host")]
+    /// A peer is on another node and no transport between nodes could
+    /// start (`verbs-tm`: neither a tag-matching RDMA device nor the
+    /// software provider over TCP; the reason is logged at init).
+    #[error("rank {rank} is on node {node} but this rank is on node {my_node}: no inter-node transport (verbs-tm) could start: {reason}")]
     NoInterNodeTransport {
         /// The remote rank (in `MPI_COMM_WORLD`).
         rank: u32,
@@ -516,6 +515,8 @@ pub enum Error {
         node: usize,
         /// This rank's node.
         my_node: usize,
+        /// Why no transport started.
+        reason: String,
     },
     /// A peer reached through the remote transport died (its connection
     /// closed without a goodbye, or failed): the operations that wait for
@@ -525,6 +526,16 @@ pub enum Error {
         /// The dead rank (in `MPI_COMM_WORLD`).
         rank: u32,
         /// What the transport saw.
+        detail: String,
+    },
+    /// The transport between nodes (`verbs-tm`) failed: its message, and
+    /// the MPI class it maps to (`MPI_ERR_COUNT` for a message larger than
+    /// the rendezvous can describe, `MPI_ERR_OTHER` otherwise).
+    #[error("inter-node transport (verbs-tm): {detail}")]
+    InterNode {
+        /// The MPI class of the transport error.
+        class: ErrorClass,
+        /// The transport's error message.
         detail: String,
     },
     /// The intra-node transport failed; `class` is chosen by
@@ -800,7 +811,7 @@ impl Error {
             | Error::Launcher { .. }
             | Error::ContextExhausted { .. }
             | Error::Config { .. } => ErrorClass::Other,
-            Error::Transport { class, .. } => *class,
+            Error::Transport { class, .. } | Error::InterNode { class, .. } => *class,
             Error::InvalidOp { .. } => ErrorClass::Op,
             Error::Rma(e) => rma_class(e),
             Error::RmaRange { .. } => ErrorClass::RmaRange,

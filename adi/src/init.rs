@@ -7,16 +7,24 @@
 //!    without any PMI environment.
 //! 2. Transport choice per peer ([`crate::device::routes`]): this rank →
 //!    local copy, same node → `shmem-onesided`, another node → the remote
-//!    transport if one is configured (the socket test double with
-//!    `TMX_ADI_TEST_NODES`, which also splits the job into fake nodes; see
-//!    [`crate::ENV_TEST_NODES`]), otherwise an error
-//!    ([`Error::NoInterNodeTransport`]), before any shared memory is
-//!    touched. The remote transport starts listening.
+//!    transport: `verbs-tm`'s endpoint ([`crate::transport::verbs`]; the
+//!    socket test double instead with `TMX_ADI_TEST_NODES`, which also
+//!    splits the job into fake nodes; see [`crate::ENV_TEST_NODES`]). If no
+//!    `verbs-tm` provider can start, init fails with
+//!    [`Error::NoInterNodeTransport`] (the reason logged), before any
+//!    shared memory is touched. The remote transport opens (listens).
 //! 3. Address exchange: every rank publishes `adi-<rank>` =
-//!    `<host>,<pid>,<segment>` in the PMI key-value space, and after a PMI
-//!    barrier checks that every peer the layout puts on its node reports
-//!    the same host name (a wrong `PMI_process_mapping` would otherwise
-//!    attach ranks of different hosts to "the same" segment and hang).
+//!    `<host>,<pid>,<segment>,<machine>` in the PMI key-value space (and,
+//!    with peers on other nodes, its `verbs-tm` provider and address), and
+//!    after a PMI barrier checks that every peer the layout puts on its
+//!    node reports the same host name (a wrong `PMI_process_mapping` would
+//!    otherwise attach ranks of different hosts to "the same" segment and
+//!    hang). `<machine>` (the kernel's boot id) tells which ranks share
+//!    this machine's CPUs, whatever the node layout says: the wait policy
+//!    counts them ([`crate::ENV_SPIN`]). Each node's segment has a name of
+//!    its own (`<job>-n<node>` with several nodes), so hosts that share one
+//!    `/dev/shm` (`tmrun --hosts local:a,local:b`, network namespaces)
+//!    never collide.
 //!    `<segment>` is set by each node's local rank 0, which creates the
 //!    node segment's object before the barrier
 //!    ([`shmem_onesided::Segment::reserve`]: `O_EXCL`, mode 0600, a fresh
@@ -37,7 +45,7 @@
 
 use crate::comm::{Comm, CommInner};
 use crate::device::{fake_nodes, internal_context, route::routes_with, Device, Group};
-use crate::transport::{double, DoubleTransport, Remote, ShmemTransport};
+use crate::transport::{double, verbs, DoubleTransport, Remote, ShmemTransport, VerbsTransport};
 use crate::{Error, ThreadLevel};
 use launcher::Pmi;
 use shmem_onesided::{Config, Place, Segment};
@@ -118,6 +126,68 @@ pub(crate) fn remote_peer_died(rank: u32, detail: &str) {
     std::process::exit(launcher::run::EXIT_PEER_DIED)
 }
 
+/// How the remote transport stands between opening and connecting.
+enum Opening {
+    /// No peer on another node.
+    None,
+    /// The socket test double, listening.
+    Double(double::Listening),
+    /// The `verbs-tm` endpoint, open, and the address it publishes.
+    Verbs(Box<VerbsTransport>, Vec<u8>),
+    /// No `verbs-tm` provider could start: why.
+    Failed(String),
+}
+
+/// Connects the `verbs-tm` endpoint to every rank of `remote` with the
+/// provider name and address each published (after the PMI barrier).
+fn connect_verbs(
+    pmi: &mut Pmi,
+    mut t: Box<VerbsTransport>,
+    remote: &[u32],
+) -> Result<Box<VerbsTransport>, Error> {
+    let mine = t.provider_name();
+    for &peer in remote {
+        let card = pmi.get(&verbs::card_key(peer))?;
+        let bad = || Error::Launcher {
+            detail: format!("rank {peer} published a malformed verbs-tm card {card:?}"),
+        };
+        let (provider, chunks) = card.rsplit_once(',').ok_or_else(bad)?;
+        if provider != mine {
+            return Err(Error::InterNode {
+                class: crate::ErrorClass::Other,
+                detail: format!(
+                    "rank {peer} uses the provider {provider:?}, this rank {mine:?}: every rank \
+                     must use the same (set TMX_VERBS_PROVIDER alike on every host)"
+                ),
+            });
+        }
+        let chunks: usize = chunks.parse().map_err(|_| bad())?;
+        let mut blob = Vec::new();
+        for i in 0..chunks {
+            blob.extend(pmi.get_bytes(&verbs::chunk_key(peer, i))?);
+        }
+        t.connect(peer, &blob)?;
+    }
+    t.wait_connected(remote)?;
+    tracing::info!(
+        peers = remote.len(),
+        provider = %mine,
+        "verbs-tm: connected to the other nodes' ranks"
+    );
+    Ok(t)
+}
+
+/// This machine's identity: the running kernel's boot id (ranks with the
+/// same one share CPUs, whatever their host names or network namespaces),
+/// else the host name.
+fn machine_id(host: &str) -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && !s.contains(','))
+        .unwrap_or_else(|| host.to_string())
+}
+
 fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
@@ -177,14 +247,6 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         Some(n) => fake_nodes(rank, size, n)?,
         None => pmi.layout().clone(),
     };
-    let routes = match routes_with(&layout, size, test_nodes.is_some()) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::info!(error = %e, "no transport for some peer");
-            let _ = pmi.finalize();
-            return Err(e);
-        }
-    };
     let host = host_name();
     let local_ranks = layout.local_ranks();
     let local_rank = layout.local_rank() as u32;
@@ -194,15 +256,46 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         .filter(|&r| !layout.is_local(r) && r != rank)
         .map(|r| r as u32)
         .collect();
-    // The remote transport listens before the barrier below, which tells
-    // every rank that the others do.
-    let listening = match (test_nodes, remote_ranks.is_empty()) {
-        (Some(_), false) => Some(DoubleTransport::listen(&job_id, rank as u32)?),
-        _ => None,
+    // The remote transport opens (listens) before the barrier below, which
+    // tells every rank that the others do.
+    let opening = if remote_ranks.is_empty() {
+        Opening::None
+    } else if test_nodes.is_some() {
+        Opening::Double(DoubleTransport::listen(&job_id, rank as u32)?)
+    } else {
+        match VerbsTransport::open(&job_id, rank as u32, size as u32, &remote_ranks) {
+            Ok((t, blob)) => Opening::Verbs(Box::new(t), blob),
+            Err(e) => Opening::Failed(e.to_string()),
+        }
     };
-    // One segment per node; with several nodes on one host (fake nodes)
-    // each has its own name, under the job's prefix (the launcher's
-    // cleanup removes them).
+    let routes = match &opening {
+        Opening::Failed(reason) => match routes_with(&layout, size, false) {
+            Err(Error::NoInterNodeTransport {
+                rank,
+                node,
+                my_node,
+                ..
+            }) => Err(Error::NoInterNodeTransport {
+                rank,
+                node,
+                my_node,
+                reason: reason.clone(),
+            }),
+            other => other,
+        },
+        _ => routes_with(&layout, size, true),
+    };
+    let routes = match routes {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!(error = %e, "no transport for some peer");
+            let _ = pmi.finalize();
+            return Err(e);
+        }
+    };
+    // One segment per node; with several nodes each has its own name,
+    // under the job's prefix (the launcher's cleanup removes them): nodes
+    // may share one `/dev/shm` (fake nodes, `local:` and `netns:` hosts).
     let segment_job = if layout.num_nodes() > 1 {
         format!("{job_id}-n{}", layout.my_node())
     } else {
@@ -216,10 +309,24 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         None
     };
     let seg_name = reserved.as_ref().map(|r| r.name()).unwrap_or("");
+    let machine = machine_id(&host);
     pmi.put(
         &format!("adi-{rank}"),
-        &format!("{host},{},{seg_name}", std::process::id()),
+        &format!("{host},{},{seg_name},{machine}", std::process::id()),
     )?;
+    if let Opening::Verbs(t, blob) = &opening {
+        // The address in chunks that fit the server's value limit (hex:
+        // two characters a byte).
+        let chunk = (pmi.maxes().vallen_max / 2).saturating_sub(8).max(16);
+        let chunks: Vec<&[u8]> = blob.chunks(chunk).collect();
+        pmi.put(
+            &verbs::card_key(rank as u32),
+            &format!("{},{}", t.provider_name(), chunks.len()),
+        )?;
+        for (i, c) in chunks.iter().enumerate() {
+            pmi.put_bytes(&verbs::chunk_key(rank as u32, i), c)?;
+        }
+    }
     pmi.barrier()?;
     let mut place = reserved.map(Place::Create);
     for &peer in &local_ranks {
@@ -250,6 +357,23 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
             }
         }
     }
+    // The ranks that share this machine's CPUs (the wait policy): every
+    // fake node is on this machine; otherwise the ranks whose card names
+    // this machine, whichever node the layout puts them on.
+    let machine_ranks = if test_nodes.is_some() {
+        size
+    } else if layout.num_nodes() > 1 {
+        let mut n = 1;
+        for peer in (0..size).filter(|&r| r != rank) {
+            let card = pmi.get(&format!("adi-{peer}"))?;
+            if card.split(',').nth(3) == Some(machine.as_str()) {
+                n += 1;
+            }
+        }
+        n
+    } else {
+        local_size as usize
+    };
     let place = place.ok_or(Error::Launcher {
         detail: "no shared-memory segment to attach (empty node layout)".into(),
     })?;
@@ -272,20 +396,21 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
         Config::from_env()?,
         internal_context(),
     )?;
-    let remote = match listening {
-        Some(l) => Some(Remote::Double(DoubleTransport::connect(
+    let remote = match opening {
+        Opening::Double(l) => Some(Remote::Double(Box::new(DoubleTransport::connect(
             l,
             &remote_ranks,
             size,
-        )?)),
-        None => None,
+        )?))),
+        Opening::Verbs(t, _) => Some(Remote::Verbs(connect_verbs(&mut pmi, t, &remote_ranks)?)),
+        Opening::None | Opening::Failed(_) => None,
     };
     let dev = Arc::new(Device::new(
         pmi,
         local,
         remote,
         routes,
-        local_size as usize,
+        machine_ranks,
         host,
         required,
     )?);

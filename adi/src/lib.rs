@@ -7,8 +7,9 @@
 //! **What it does.** [`init`] bootstraps through the launcher's PMI client
 //! (`tmrun`, Hydra, Slurm, or a singleton) and returns `MPI_COMM_WORLD` as a
 //! [`Comm`]; the [`device`] chooses a transport per peer (self → local copy,
-//! same node → `shmem-onesided`, other node → the remote transport: an
-//! error until verbs-tm exists, or the socket test double that
+//! same node → `shmem-onesided`, other node → the remote transport:
+//! `verbs-tm`'s TM-SRQ endpoint, over a tag-matching RDMA NIC or its
+//! software provider over TCP, or the socket test double that
 //! [`ENV_TEST_NODES`] turns on) and progresses requests through one
 //! internal transport seam; matching and protocols are the transports'. On top:
 //! blocking, nonblocking, synchronous, ready

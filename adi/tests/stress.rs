@@ -275,8 +275,8 @@ struct Rank {
     rbuf: Vec<u8>,
     last_activity: Instant,
     stats: Stats,
-    /// The ranks are split into fake nodes (`adi::ENV_TEST_NODES`): two
-    /// transports.
+    /// The ranks span two transports: fake nodes (`adi::ENV_TEST_NODES`)
+    /// or hosts.
     across_nodes: bool,
 }
 
@@ -318,7 +318,10 @@ impl Rank {
             rbuf: vec![0u8; MAX_LEN],
             last_activity: Instant::now(),
             stats: Stats::default(),
-            across_nodes: std::env::var_os(adi::ENV_TEST_NODES).is_some(),
+            // Fake nodes, or real hosts (`cargo xtask cluster` sets
+            // `TMX_ADI_TEST_HOSTS`): two transports either way.
+            across_nodes: std::env::var_os(adi::ENV_TEST_NODES).is_some()
+                || std::env::var_os("TMX_ADI_TEST_HOSTS").is_some(),
         }
     }
 

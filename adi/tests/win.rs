@@ -47,11 +47,14 @@ fn data(win: &Win, r: &mut adi::Request) -> Vec<u8> {
 }
 
 /// Whether this job's ranks are on more than one (fake) node
-/// (`adi::ENV_TEST_NODES`): windows reach the other node's targets by
-/// active messages through the test transport.
+/// (`adi::ENV_TEST_NODES`) or host (`TMX_ADI_TEST_HOSTS`): windows reach
+/// the other node's targets by active messages through the remote
+/// transport.
 fn across_nodes(n: i32) -> bool {
+    // Real hosts: `cargo xtask cluster` sets `TMX_ADI_TEST_HOSTS`.
     n > 1
         && std::env::var(adi::ENV_TEST_NODES)
+            .or_else(|_| std::env::var("TMX_ADI_TEST_HOSTS"))
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .is_some_and(|k| k > 1)

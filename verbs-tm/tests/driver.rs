@@ -617,3 +617,26 @@ fn reads_beyond_the_budget_wait_in_order() {
     }
     assert_eq!(take(&mut a).iter().filter(|f| f.result.is_ok()).count(), 6);
 }
+
+/// A zero-length synchronous send (a rendezvous with no buffer: key 0,
+/// address 0) matched by the device into a large receive: the device's
+/// READ of nothing checks no key, as on InfiniBand, and both sides
+/// complete.
+#[test]
+fn zero_length_rendezvous_matched_by_the_device() {
+    let (mut a, mut b) = sim_pair(SoftConfig::small(), EndpointConfig::for_tests());
+    let r = pending(b.irecv(spec(Some(0), Some(3)), vec![7; 4096]).unwrap());
+    settle(&mut [&mut a, &mut b]);
+    assert!(b.is_offloaded(r), "a large receive is the device's");
+    let SendStart::Pending(s) = a.isend(1, 3, 0, Vec::new(), SendMode::Synchronous).unwrap() else {
+        panic!("a synchronous send waits for the match");
+    };
+    settle(&mut [&mut a, &mut b]);
+    let got = take(&mut b);
+    let st = ok_status(find(&got, r));
+    assert_eq!((st.source, st.tag, st.len, st.msg_len), (0, 3, 0, 0));
+    assert_eq!(b.stats().device_receives, 1);
+    let sent = take(&mut a);
+    assert!(find(&sent, s).result.is_ok(), "the FIN completes the send");
+    assert!(b.provider().misuse().is_empty() && a.provider().misuse().is_empty());
+}

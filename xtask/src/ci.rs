@@ -61,7 +61,7 @@ pub(crate) const LOOM_CRATES: &[(&str, &str)] = &[
 ];
 
 pub(crate) const STEPS: &[&str] = &[
-    "system", "fmt", "clippy", "test", "slurm", "doc", "loom", "proptest", "ibverbs",
+    "system", "fmt", "clippy", "test", "cluster", "slurm", "doc", "loom", "proptest", "ibverbs",
 ];
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -294,6 +294,22 @@ fn run_step(name: &'static str) -> Outcome {
             run_plain(c).and_then(|ok| {
                 ok.then(|| "no warnings".to_string())
                     .ok_or_else(|| "clippy reported problems".to_string())
+            })
+        }
+        "cluster" => {
+            // The launcher's multi-host tests ran in `test`; adi's jobs
+            // across hosts here (`local:` hosts, and netns hosts as root).
+            crate::cluster::run(&["--no-launcher".to_string()]).and_then(|t| {
+                tests = Some(Counts {
+                    passed: t.passed,
+                    failed: t.failed,
+                    ignored: 0,
+                });
+                if t.failed == 0 {
+                    Ok(format!("{} jobs passed", t.passed))
+                } else {
+                    Err(format!("{} passed, {} failed", t.passed, t.failed))
+                }
             })
         }
         "test" => {
@@ -538,6 +554,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             run_adi_bench()?;
             continue;
         }
+        if krate == "internode" {
+            crate::internode::run()?;
+            continue;
+        }
         if krate == "adi-pairs" {
             run_adi_pairs()?;
             continue;
@@ -595,7 +615,7 @@ fn run_shmem_bench() -> Result<(), String> {
 /// Compiles the C program `src` (relative to the workspace) with
 /// `mpicc.mpich` into the target directory as `name`; `None` (after saying
 /// what to install) when MPICH is missing.
-fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, String> {
+pub(crate) fn build_mpich(root: &Path, src: &str, name: &str) -> Result<Option<PathBuf>, String> {
     let missing: Vec<String> = SYSTEM_PACKAGES
         .iter()
         .filter(|(prog, pkg, _)| matches!(*pkg, "mpich" | "libmpich-dev") && !on_path(prog))
@@ -628,13 +648,13 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// The MPICH side of adi's OSU-style benchmark.
-const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
+pub(crate) const MPICH_OSU: &str = "adi/bench/mpich_osu.c";
 /// Interleaved rounds of (MPICH, tmx) in one `cargo xtask bench adi`
 /// (`TMX_BENCH_ROUNDS` overrides it).
 const ADI_BENCH_ROUNDS: usize = 5;
 
 /// The number of rounds: `TMX_BENCH_ROUNDS` (1 to 100) or `default`.
-fn bench_rounds(default: usize) -> Result<usize, String> {
+pub(crate) fn bench_rounds(default: usize) -> Result<usize, String> {
     env_count("TMX_BENCH_ROUNDS", default, 1, 100)
 }
 
@@ -706,7 +726,7 @@ fn run_adi_bench() -> Result<(), String> {
 
 /// Builds `tmrun` and adi's `osu` example (release); returns the release
 /// directory that holds them.
-fn build_osu(root: &Path) -> Result<PathBuf, String> {
+pub(crate) fn build_osu(root: &Path) -> Result<PathBuf, String> {
     let mut c = cargo();
     c.args([
         "build",
@@ -1156,7 +1176,7 @@ fn run_tmrun_pair(rel: &Path, example: &str) -> Result<String, String> {
 }
 
 /// Runs `cmd`, echoing its standard output line by line, and returns it too.
-fn run_captured(mut cmd: Command) -> Result<(bool, String), String> {
+pub(crate) fn run_captured(mut cmd: Command) -> Result<(bool, String), String> {
     println!("\n$ {}", show(&cmd));
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -1368,18 +1388,13 @@ fn shmem_table(ours: &Figures, mpich: Option<&Figures>) -> String {
     s
 }
 
-/// `cargo xtask cluster`: the launcher's multi-host tests, shown verbosely.
-/// Network-namespace hosts need root and iproute2; without them that test
-/// skips with a printed reason (or fails under `TMX_REQUIRE_SYSTEM_PACKAGES`).
+/// `cargo xtask cluster` (see [`crate::cluster`]).
 pub(crate) fn run_cluster(args: &[String]) -> Result<(), String> {
-    let mut c = cargo();
-    c.args(["test", "-p", "launcher", "--test", "multihost", "--"])
-        .arg("--nocapture")
-        .args(args);
-    if run_plain(c)? {
+    let t = crate::cluster::run(args)?;
+    if t.failed == 0 {
         Ok(())
     } else {
-        Err("multi-host tests failed".into())
+        Err(format!("{} cluster jobs failed", t.failed))
     }
 }
 

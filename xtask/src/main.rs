@@ -10,12 +10,16 @@
 //!   table (adi: also a table of paired per-round ratios; `TMX_BENCH_ROUNDS`
 //!   rounds, default 5).
 //! - `cargo xtask cluster` runs the multi-host tests (`tmrun --hosts` over
-//!   `local:` and network-namespace hosts); they also run inside `ci`.
+//!   `local:` and network-namespace hosts: the launcher's, and adi's jobs
+//!   across hosts, see `cluster.rs`); adi's also run in `ci` (step
+//!   `cluster`).
 //!
 //! Policy checks ("tidy") live in `tidy.rs` and run as `cargo test -p xtask`.
 #![forbid(unsafe_code)]
 
 mod ci;
+mod cluster;
+mod internode;
 mod slurm;
 mod state;
 #[cfg(test)]
@@ -28,7 +32,7 @@ usage: cargo xtask <command>
 
 commands:
   ci [STEP...]      run all CI checks (or only the named steps) and print a summary
-                    steps: system fmt clippy test slurm doc loom proptest ibverbs
+                    steps: system fmt clippy test cluster slurm doc loom proptest ibverbs
   bench [CRATE...]  run benchmarks (all crates that have benches/, or the named ones);
                     shmem-onesided and adi (its osu example under tmrun) run beside
                     Debian's MPICH and print one table with ratios (adi also a
@@ -41,10 +45,17 @@ commands:
                     `bench abi [--quick]`: mpi-abi/bench/abi_bench.c, built
                     once with mpicc.mpich, on MPICH's libmpich.so.12 and on
                     tmx's (and Open MPI's build), interleaved; ratios per round;
+                    `bench internode`: two network-namespace hosts, one rank
+                    each: adi's osu under tmrun --hosts vs MPICH (UCX tcp) vs
+                    Open MPI (btl tcp) vs raw TCP, veth byte counters checked,
+                    paired per-round medians (root);
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
-  cluster [ARGS]    multi-host launcher tests: `local:` hosts and `netns:` hosts
-                    (network namespaces; needs root and iproute2), verbosely
+  cluster [ARGS]    multi-host tests: the launcher's, then adi's jobs on 2 hosts x 2
+                    ranks (verbs-tm between hosts, shared memory within): `local:`
+                    hosts, and `netns:` hosts it creates and always deletes (root,
+                    iproute2); prints `N passed, M failed`. ARGS: job-name
+                    substrings, --local (no namespaces), --no-launcher
   help              this text
 
 environment:
@@ -55,6 +66,7 @@ environment:
   TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
   TMX_BENCH_PAIR_MAX_BYTES  largest size of `bench adi-pairs` (default 65536)
   TMX_BENCH_PAIR_MIN_BYTES  smallest size of `bench adi-pairs` (default 1)
+  TMX_BENCH_QUICK      `1`: `bench internode` runs a fraction of the iterations (smoke test)
 ";
 
 fn main() -> ExitCode {
@@ -67,6 +79,8 @@ fn main() -> ExitCode {
         "ci" => ci::run_ci(rest),
         "bench" => ci::run_bench(rest),
         "cluster" => ci::run_cluster(rest),
+        // The raw TCP floor of `bench internode` (started by it).
+        "tcp-floor" => internode::tcp_floor(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

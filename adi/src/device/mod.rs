@@ -27,10 +27,11 @@
 //!
 //! The core holds one transport per kind of [`Route`]: the node-local one
 //! (this rank and its node: `shmem-onesided`) and, when one is
-//! configured, a remote one for [`Route::Remote`] peers. Without a remote
-//! transport a job whose ranks span nodes fails at init with
-//! [`Error::NoInterNodeTransport`]; the socket test double
-//! ([`crate::ENV_TEST_NODES`]) is one.
+//! configured, a remote one for [`Route::Remote`] peers: `verbs-tm`'s
+//! endpoint (`transport::verbs`), or the socket test double
+//! ([`crate::ENV_TEST_NODES`]). A job whose ranks span nodes fails at init
+//! with [`Error::NoInterNodeTransport`] only if no `verbs-tm` provider can
+//! start.
 //!
 //! # Locks (the ADI paper §6.3: per-structure locks, no global lock around waits)
 //!
@@ -107,8 +108,9 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(200);
 /// than cores but costs latency).
 pub const ENV_SPIN: &str = "TMX_ADI_SPIN";
 
-/// Default of [`ENV_SPIN`] when the node has at least as many CPUs as
-/// local ranks (otherwise the default is 0). Busy-polling is what gives
+/// Default of [`ENV_SPIN`] when the machine has at least as many CPUs as
+/// the job has ranks on it, whatever node they belong to (otherwise the
+/// default is 0). Busy-polling is what gives
 /// MPICH-like latency between processes on different cores; yielding after
 /// 64 passes made a 1-byte ping-pong about 5x slower on a loaded 2-core
 /// machine.
@@ -488,20 +490,23 @@ pub(crate) fn parse_count(
 }
 
 impl Device {
-    /// A device over the node-local transport `local` (`local_size` ranks
-    /// on the node) and, for [`Route::Remote`] peers, `remote`.
+    /// A device over the node-local transport `local` and, for
+    /// [`Route::Remote`] peers, `remote`; `machine_ranks` ranks of the job
+    /// run on this machine (on this node, or on other nodes that share its
+    /// CPUs: `local:` and `netns:` hosts, fake nodes).
     pub(crate) fn new(
         pmi: Pmi,
         local: ShmemTransport,
         remote: Option<Remote>,
         routes: Vec<Route>,
-        local_size: usize,
+        machine_ranks: usize,
         node_name: String,
         level: ThreadLevel,
     ) -> Result<Device, Error> {
         let print_counters = parse_flag(ENV_COUNTERS, std::env::var(ENV_COUNTERS).ok())?;
-        // Oversubscribed node (more local ranks than CPUs): busy-polling only
-        // steals the CPU from the peer we wait for, so yield at once.
+        // Oversubscribed machine (more of the job's ranks than CPUs):
+        // busy-polling only steals the CPU from the peer we wait for, so
+        // yield at once.
         // The node's online CPUs, not this process's affinity mask: under
         // `tmrun --bind-to core` / `mpiexec -bind-to core` every rank sees one
         // CPU, yet the ranks sit on different CPUs and spinning is right.
@@ -511,9 +516,13 @@ impl Device {
             .and_then(|n| usize::try_from(n).ok())
             .filter(|&n| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-        let default_spin = if local_size > cpus { 0 } else { DEFAULT_SPIN };
+        let default_spin = if machine_ranks > cpus {
+            0
+        } else {
+            DEFAULT_SPIN
+        };
         let spin = parse_count(ENV_SPIN, std::env::var(ENV_SPIN).ok(), default_spin)?;
-        tracing::info!(spin, cpus, local = local_size, "wait policy");
+        tracing::info!(spin, cpus, machine_ranks, "wait policy");
         let small = local.small_send();
         let pairs = pools::context_pairs();
         let mut contexts = ContextPool::new(pairs);
@@ -615,6 +624,7 @@ impl Device {
                     _ => usize::MAX,
                 },
                 my_node: usize::MAX,
+                reason: "a same-node path asked for a rank of another node".into(),
             }),
         }
     }

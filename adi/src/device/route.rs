@@ -20,8 +20,8 @@ pub enum Route {
         /// The peer's index on the node.
         local: u32,
     },
-    /// Another node: the device's remote transport. Without one, init
-    /// fails with [`Error::NoInterNodeTransport`].
+    /// Another node: the device's remote transport (`verbs-tm`). If none
+    /// can start, init fails with [`Error::NoInterNodeTransport`].
     Remote {
         /// The peer's node.
         node: usize,
@@ -73,6 +73,7 @@ pub(crate) fn routes_with(
                 rank: peer as u32,
                 node,
                 my_node: layout.my_node(),
+                reason: "no remote transport configured".into(),
             });
         }
         v.push(r);
@@ -169,7 +170,8 @@ mod tests {
             Error::NoInterNodeTransport {
                 rank: 0,
                 node: 0,
-                my_node: 1
+                my_node: 1,
+                reason: "no remote transport configured".into(),
             }
         );
         assert_eq!(err.class(), crate::ErrorClass::Other);

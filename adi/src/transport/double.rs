@@ -63,8 +63,8 @@ use tm_proto::{Envelope, MatchSpec};
 /// point-to-point, probes, cancel, datatypes, communicators, collectives
 /// and windows run over two transports at once, `ANY_SOURCE` receives
 /// included. Every rank must see the same value, and every fake node must
-/// run on the same host (and network namespace). Without it, a job whose
-/// ranks span nodes fails at init with [`Error::NoInterNodeTransport`].
+/// run on the same host (and network namespace). Without it, ranks on
+/// different nodes talk through `verbs-tm` (`transport::verbs`).
 ///
 /// To enable it for a test, put it in the ranks' environment:
 ///

@@ -4,8 +4,8 @@
 //! The device ([`crate::device`]) holds one transport per kind of
 //! [`Route`](crate::Route): the node-local one ([`ShmemTransport`], for this
 //! rank itself and for the ranks of its node) and a remote one
-//! ([`Remote`], for [`Route::Remote`](crate::Route::Remote) peers: the test
-//! double today, the TM-SRQ endpoint of `verbs-tm` next). It chooses the
+//! ([`Remote`], for [`Route::Remote`](crate::Route::Remote) peers: the
+//! TM-SRQ endpoint of `verbs-tm` ([`verbs`]), or the socket test double). It chooses the
 //! transport by route and calls it through [`Transport`]; it never reaches
 //! into a transport otherwise. A new transport plugs in by implementing
 //! [`Transport`] and adding a variant to [`Remote`]: no device function
@@ -89,12 +89,14 @@
 
 pub mod double;
 pub(crate) mod shmem;
+pub(crate) mod verbs;
 
 use crate::Error;
 use tm_proto::MatchSpec;
 
 pub(crate) use double::DoubleTransport;
 pub(crate) use shmem::ShmemTransport;
+pub(crate) use verbs::VerbsTransport;
 
 /// The id bit of a remote transport's operations (see the module docs).
 pub(crate) const REMOTE_ID: u64 = 1 << 63;
@@ -492,7 +494,9 @@ pub(crate) trait Transport {
 #[derive(Debug)]
 pub(crate) enum Remote {
     /// The socket test double ([`double`]).
-    Double(DoubleTransport),
+    Double(Box<DoubleTransport>),
+    /// The TM-SRQ endpoint of `verbs-tm` ([`verbs`]).
+    Verbs(Box<VerbsTransport>),
 }
 
 /// A message matched by a probe, on the transport that holds it.
@@ -509,12 +513,15 @@ pub(crate) enum Matched {
 pub(crate) enum RemoteMatched {
     /// The test double's.
     Double(<DoubleTransport as Transport>::Matched),
+    /// The `verbs-tm` endpoint's.
+    Verbs(<VerbsTransport as Transport>::Matched),
 }
 
 macro_rules! remote_dispatch {
     ($self:ident, $t:ident => $e:expr) => {
         match $self {
             Remote::Double($t) => $e,
+            Remote::Verbs($t) => $e,
         }
     };
 }
@@ -645,12 +652,19 @@ impl Transport for Remote {
             Remote::Double(t) => Ok(t
                 .improbe(spec)?
                 .map(|(m, st)| (RemoteMatched::Double(m), st))),
+            Remote::Verbs(t) => Ok(t
+                .improbe(spec)?
+                .map(|(m, st)| (RemoteMatched::Verbs(m), st))),
         }
     }
 
     fn imrecv(&mut self, msg: Self::Matched, buf: Vec<u8>) -> Result<RecvStart, Error> {
         match (self, msg) {
             (Remote::Double(t), RemoteMatched::Double(m)) => t.imrecv(m, buf),
+            (Remote::Verbs(t), RemoteMatched::Verbs(m)) => t.imrecv(m, buf),
+            _ => Err(Error::InvalidArgument {
+                what: "a matched message of another remote transport",
+            }),
         }
     }
 

@@ -58,8 +58,8 @@ pub struct SharedWin {
 
 impl Win {
     /// `MPI_Win_allocate_shared`: see [`SharedWin`]. Collective over
-    /// `comm`, whose ranks must all be on this node (they are: there is no
-    /// inter-node transport yet).
+    /// `comm`, whose ranks must all be on this node (on a communicator
+    /// that spans nodes it fails with [`Error::SpansNodes`]).
     pub fn allocate_shared(comm: &Comm, size: usize) -> Result<SharedWin, Error> {
         SharedWin::allocate(comm, size)
     }

@@ -919,6 +919,20 @@ impl Nic {
     }
 
     fn serve_read(&mut self, qp: QpId, id: u64, va: u64, rkey: u32, len: u32) {
+        // A zero-length READ checks no key and no bounds (InfiniBand): a
+        // zero-length rendezvous names no memory region (key 0).
+        if len == 0 {
+            self.stats.reads_served += 1;
+            self.out.push_back((
+                qp,
+                Frame::ReadResp {
+                    id,
+                    status: WcStatus::SUCCESS,
+                    data: Vec::new(),
+                },
+            ));
+            return;
+        }
         let region = self
             .keys
             .get(&rkey)
