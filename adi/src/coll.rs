@@ -52,6 +52,16 @@ use crate::device::{Group, Mode};
 use crate::Error;
 use std::sync::{Arc, PoisonError};
 
+mod algo;
+mod api;
+mod inter;
+pub mod op;
+pub(crate) mod task;
+
+pub use algo::ENV_COLL_ALGORITHMS;
+pub use api::equal_blocks;
+pub use inter::InterRoot;
+
 const TAG_BARRIER: i32 = 1;
 const TAG_GATHER: i32 = 4;
 /// Rooted collectives carry their root in the tag: `base + root mod 2^21`.
@@ -425,7 +435,7 @@ impl Comm {
 
     /// Agrees on a context pair free on every member (MPICH's free-mask
     /// allreduce); takes it locally if `take`.
-    fn agree_context(&self, take: bool) -> Result<usize, Error> {
+    pub(crate) fn agree_context(&self, take: bool) -> Result<usize, Error> {
         let dev = &self.inner.dev;
         let mask: Vec<u64> = dev
             .contexts

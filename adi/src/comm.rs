@@ -1028,9 +1028,13 @@ impl Comm {
 
     /// `MPI_Cancel`. A receive that has not matched is removed
     /// (`Ok(true)`); the request then completes with
-    /// [`Status::cancelled`](Status) set, and its buffer comes back. A
-    /// receive already matched, or a send, may not be cancellable
-    /// (`Ok(false)`): it completes normally (MPI allows a cancel to fail).
+    /// [`Status::cancelled`](Status) set, and its buffer comes back. A send
+    /// that no receive has matched yet (a synchronous one, or one sent by
+    /// rendezvous) is withdrawn from its receiver (`Ok(true)`, completing
+    /// with `cancelled` set; the receiver does the withdrawal during its
+    /// next progress, so this call returns once the receiver is inside any
+    /// call). A receive already matched, or a send already complete (small
+    /// eager sends), is not cancelled (`Ok(false)`): it completes normally.
     /// A null request is [`Error::InvalidRequest`].
     pub fn cancel(&self, req: &Request) -> Result<bool, Error> {
         self.dev().cancel(req)

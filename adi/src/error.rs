@@ -589,6 +589,56 @@ pub enum Error {
         /// The target window's size (bytes).
         size: u64,
     },
+    /// An invalid group argument (`MPI_ERR_GROUP`): a process listed
+    /// twice, a group that is not a subset of the communicator's.
+    #[error("invalid group: {what}")]
+    InvalidGroup {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A communicator that cannot be used for the call (`MPI_ERR_COMM`):
+    /// an intercommunicator where an intracommunicator is needed, or the
+    /// reverse.
+    #[error("invalid communicator: {what}")]
+    InvalidComm {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A topology call on a communicator without that topology, or a
+    /// topology description that is inconsistent (`MPI_ERR_TOPOLOGY`).
+    #[error("invalid topology: {what}")]
+    InvalidTopology {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// An invalid dimension argument (`MPI_ERR_DIMS`).
+    #[error("invalid dimensions: {what}")]
+    InvalidDims {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// An invalid attribute key (`MPI_ERR_KEYVAL`).
+    #[error("invalid keyval: {what}")]
+    InvalidKeyval {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// An invalid info key or value, or a key not present
+    /// (`MPI_ERR_INFO_KEY`, `MPI_ERR_INFO_VALUE`, `MPI_ERR_INFO_NOKEY`).
+    #[error("info: {what}")]
+    InvalidInfo {
+        /// `InfoKey`, `InfoValue` or `InfoNokey`.
+        class: ErrorClass,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// A call outside what this implementation supports
+    /// (`MPI_ERR_UNSUPPORTED_OPERATION`): MPI-IO, dynamic processes, ...
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+    },
     /// Memory for a buffer sized by the caller's arguments (a count times
     /// an extent, a packed message, a collective's temporary) could not be
     /// had: more than the address space, or more than the system gives.
@@ -765,6 +815,13 @@ impl Error {
             Error::InvalidOp { .. } => ErrorClass::Op,
             Error::Rma(e) => rma_class(e),
             Error::RmaRange { .. } => ErrorClass::RmaRange,
+            Error::InvalidGroup { .. } => ErrorClass::Group,
+            Error::InvalidComm { .. } => ErrorClass::Comm,
+            Error::InvalidTopology { .. } => ErrorClass::Topology,
+            Error::InvalidDims { .. } => ErrorClass::Dims,
+            Error::InvalidKeyval { .. } => ErrorClass::Keyval,
+            Error::InvalidInfo { class, .. } => *class,
+            Error::Unsupported { .. } => ErrorClass::UnsupportedOperation,
             Error::NoMem { .. } => ErrorClass::NoMem,
             Error::WinAbandoned { .. } => ErrorClass::Win,
             Error::SpansNodes { class, .. } => *class,

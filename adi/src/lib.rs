@@ -91,15 +91,20 @@ mod core_cell;
 pub mod datatype;
 pub mod device;
 pub mod error;
+pub mod group;
 mod init;
+pub mod inter;
 mod mem;
+mod p2p;
 pub mod request;
 mod sync;
 mod time;
+pub mod topo;
 mod transport;
 pub mod win;
 
-pub use coll::{ReduceOp, Reducible};
+pub use coll::op::{reduce_local, Op, UserFn};
+pub use coll::{equal_blocks, InterRoot, ReduceOp, Reducible, ENV_COLL_ALGORITHMS};
 pub use comm::{startall, Attributes, Comm, Message, Persistent, Source, Tag};
 pub use core_cell::ThreadLevel;
 pub use device::{Counters, Route, BSEND_OVERHEAD, DEFAULT_SPIN, ENV_COUNTERS, ENV_SPIN};
@@ -108,8 +113,11 @@ pub use init::{
 };
 pub use transport::double::ENV_TEST_NODES;
 
+pub use attr::UNDEFINED;
 pub use datatype::{plan_send, BasicType, Combiner, Datatype, PlanLimits, SendPlan};
 pub use error::{Error, ErrorClass};
+pub use group::{Comparison, Group};
+pub use inter::InterComm;
 pub use request::{
     request, testall, testany, testsome, waitall, waitany, waitsome, AnyOutcome, Completer,
     Progress, Request, Status, YieldProgress,

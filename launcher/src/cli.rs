@@ -36,7 +36,9 @@ options:
   -V, --version       the version
 
 environment: MPIEXEC_TIMEOUT (seconds), TMX_LAUNCHER_KILL_GRACE_MS (default 1000),
-TMX_LOG (log filter, default warn). Ranks get PMI_FD, PMI_RANK, PMI_SIZE,
+TMX_LOG (log filter, default warn), TMX_MPI_LIB (tmx's libmpich.so, put first on
+the ranks' LD_LIBRARY_PATH as libmpich.so.12; default: one beside tmrun, if built).
+Ranks get PMI_FD, PMI_RANK, PMI_SIZE,
 MPI_LOCALNRANKS, MPI_LOCALRANKID and TMX_JOB_ID.
 
 exit status: 0 if every rank exited 0; otherwise the first failure decides:

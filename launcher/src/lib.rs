@@ -12,6 +12,8 @@
 //! - [`job`] holds the job id and the `/dev/shm` naming convention
 //!   (`tmx-<jobid>-*`) that transports must follow so `tmrun` can clean up.
 //! - [`wire`] is the PMI-1/PMI-2 codec and the server-side framer.
+//! - [`mpilib`] puts tmx's MPI library (for C programs) on the ranks'
+//!   loader path.
 //!
 //! ```no_run
 //! use launcher::Pmi;
@@ -34,6 +36,7 @@ pub mod client;
 mod error;
 pub mod job;
 pub mod mapping;
+pub mod mpilib;
 pub mod remote;
 pub mod run;
 pub mod server;

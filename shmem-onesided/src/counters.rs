@@ -78,6 +78,10 @@ pub struct Counters {
     pub truncated: u64,
     /// Receives cancelled before they matched.
     pub cancelled_recvs: u64,
+    /// Sends withdrawn before any receive matched them (counted on the
+    /// side that withdrew them: the receiver, or the sender for a message
+    /// it still held).
+    pub cancelled_sends: u64,
 }
 
 impl fmt::Display for Counters {
@@ -90,7 +94,8 @@ impl fmt::Display for Counters {
              pipelined sends {} (received in place {}), backpressure events {}, \
              staged sends {}, index re-reads {}, received {} (posted first {}, deferred {}), \
              unexpected {} (max held {}), \
-             sync sends {}, sync acks {}, self sends {}, truncated {}, cancelled receives {}",
+             sync sends {}, sync acks {}, self sends {}, truncated {}, cancelled receives {}, \
+             cancelled sends {}",
             self.inline_sends,
             self.buffered_sends,
             self.preposted_hits,
@@ -118,7 +123,8 @@ impl fmt::Display for Counters {
             self.sync_acks,
             self.self_sends,
             self.truncated,
-            self.cancelled_recvs
+            self.cancelled_recvs,
+            self.cancelled_sends
         )
     }
 }

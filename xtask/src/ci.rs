@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::state::{self, State};
 
 mod ab;
+mod abi;
 
 /// System packages that tests or benchmarks need: (program looked for on PATH,
 /// or an absolute file path; Debian package that provides it; what needs it).
@@ -519,6 +520,9 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     if let Some((first, rest)) = args.split_first() {
         if first == "ab" {
             return ab::run_ab(rest);
+        }
+        if first == "abi" {
+            return abi::run_abi(rest);
         }
     }
     let root = workspace_root();

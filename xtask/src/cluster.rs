@@ -381,7 +381,7 @@ fn paths_equal(a: &Path, b: &Path) -> bool {
 }
 
 /// The job id a job's output names (`job=<id>`, or the launcher's
-/// "terminating job <id>").
+/// `terminating job <id>`).
 fn job_id_of(text: &str) -> Option<String> {
     for marker in ["job=", "terminating job "] {
         if let Some(p) = text.find(marker) {

@@ -42,6 +42,9 @@ commands:
                     `bench ab REV`: adi's osu, osu_rma and osu_ddt of this
                     tree against the same programs built from git revision
                     REV, interleaved; paired per-round ratios new / base;
+                    `bench abi [--quick]`: mpi-abi/bench/abi_bench.c, built
+                    once with mpicc.mpich, on MPICH's libmpich.so.12 and on
+                    tmx's (and Open MPI's build), interleaved; ratios per round;
                     `bench internode`: two network-namespace hosts, one rank
                     each: adi's osu under tmrun --hosts vs MPICH (UCX tcp) vs
                     Open MPI (btl tcp) vs raw TCP, veth byte counters checked,
@@ -59,6 +62,7 @@ environment:
   TMX_PROPTEST_CASES   cases per property in the heavy proptest step (default 2000)
   LOOM_MAX_PREEMPTIONS loom preemption bound in the loom step (default 2)
   TMX_BENCH_ROUNDS     rounds of `bench adi` (point-to-point and RMA), 1 to 100 (default 5)
+  TMX_BENCH_RANKS      rank counts of `bench abi`, e.g. 2,4 (default 2; 2,4 with 4 cores)
   TMX_BENCH_PAIRS      (MPICH, tmx, tmx, MPICH) runs per size of `bench adi-pairs` (default 6)
   TMX_BENCH_PAIR_MAX_BYTES  largest size of `bench adi-pairs` (default 65536)
   TMX_BENCH_PAIR_MIN_BYTES  smallest size of `bench adi-pairs` (default 1)

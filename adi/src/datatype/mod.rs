@@ -82,13 +82,23 @@
 //! # Ok::<(), adi::Error>(())
 //! ```
 
+mod basic;
+mod blocks;
+mod contents;
+mod elements;
+mod external;
 mod plan;
+mod segments;
 
+pub use basic::BasicType;
+pub use contents::{Contents, Distribution, Order};
 pub use plan::{plan_send, Part, Parts, PlanLimits, SendPlan};
+pub use segments::Segments;
 
 use std::sync::{Arc, OnceLock};
 
 use crate::Error;
+use blocks::{gather_blocks, scatter_blocks};
 
 /// Most runs a committed type's flattened form may have (2²⁰, about 40 MiB
 /// of run list and prefix sums). Regular repetitions are one run each, so
@@ -99,72 +109,6 @@ pub const MAX_FLAT_BLOCKS: usize = 1 << 20;
 /// drop walk the nesting recursively; the bound keeps that within a thread's
 /// default 2 MiB stack, even in debug builds.
 pub const MAX_DEPTH: usize = 256;
-
-/// The predefined element types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BasicType {
-    /// `MPI_INT8_T`.
-    I8,
-    /// `MPI_INT16_T`.
-    I16,
-    /// `MPI_INT32_T`.
-    I32,
-    /// `MPI_INT64_T`.
-    I64,
-    /// `MPI_UINT8_T`.
-    U8,
-    /// `MPI_UINT16_T`.
-    U16,
-    /// `MPI_UINT32_T`.
-    U32,
-    /// `MPI_UINT64_T`.
-    U64,
-    /// `MPI_FLOAT`.
-    F32,
-    /// `MPI_DOUBLE`.
-    F64,
-    /// `MPI_BYTE`: uninterpreted bytes.
-    Byte,
-    /// `MPI_CHAR`.
-    Char,
-}
-
-impl BasicType {
-    /// Size in bytes.
-    pub const fn size(self) -> usize {
-        match self {
-            BasicType::I8 | BasicType::U8 | BasicType::Byte | BasicType::Char => 1,
-            BasicType::I16 | BasicType::U16 => 2,
-            BasicType::I32 | BasicType::U32 | BasicType::F32 => 4,
-            BasicType::I64 | BasicType::U64 | BasicType::F64 => 8,
-        }
-    }
-
-    /// Alignment used for struct padding: the natural alignment, equal to the
-    /// size for these types.
-    pub const fn align(self) -> usize {
-        self.size()
-    }
-
-    /// The MPI name, for example `"MPI_INT32_T"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BasicType::I8 => "MPI_INT8_T",
-            BasicType::I16 => "MPI_INT16_T",
-            BasicType::I32 => "MPI_INT32_T",
-            BasicType::I64 => "MPI_INT64_T",
-            BasicType::U8 => "MPI_UINT8_T",
-            BasicType::U16 => "MPI_UINT16_T",
-            BasicType::U32 => "MPI_UINT32_T",
-            BasicType::U64 => "MPI_UINT64_T",
-            BasicType::F32 => "MPI_FLOAT",
-            BasicType::F64 => "MPI_DOUBLE",
-            BasicType::Byte => "MPI_BYTE",
-            BasicType::Char => "MPI_CHAR",
-        }
-    }
-}
 
 /// How a datatype was constructed (`MPI_Type_get_envelope`'s combiner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -186,6 +130,16 @@ pub enum Combiner {
     Struct,
     /// [`Datatype::resized`].
     Resized,
+    /// [`Datatype::dup`].
+    Dup,
+    /// [`Datatype::indexed_block`].
+    IndexedBlock,
+    /// [`Datatype::hindexed_block`].
+    HindexedBlock,
+    /// [`Datatype::subarray`].
+    Subarray,
+    /// [`Datatype::darray`].
+    Darray,
 }
 
 /// One contiguous run of data bytes of a flattened type.
@@ -468,6 +422,9 @@ struct Inner {
     depth: usize,
     /// Set by commit (always set for basic types).
     flat: OnceLock<Arc<Flat>>,
+    /// The constructor's arguments (`MPI_Type_get_contents`); `None` for
+    /// a predefined type.
+    contents: Option<Box<Contents>>,
 }
 
 /// An MPI datatype: a cheap-to-clone, immutable, reference-counted handle.
@@ -572,39 +529,40 @@ impl Bounds {
                 align: self.align.max(1),
                 depth,
                 flat: OnceLock::new(),
+                contents: None,
             }),
         })
     }
 }
 
 impl Datatype {
-    /// A predefined type (already committed).
+    /// A predefined type (already committed). Its data are the pieces of
+    /// [`BasicType::parts`] (one for a plain type, two for a pair type such
+    /// as `MPI_SHORT_INT`), its extent [`BasicType::extent`].
     pub fn basic(t: BasicType) -> Datatype {
         let size = t.size();
+        let mut runs = FlatBuilder::new();
+        for &(disp, len) in t.parts() {
+            // Two pieces of a pair: never the block limit, never overflow.
+            let _ = runs.push(disp as i128, len as u128, 1, 0);
+        }
+        let true_ub = t.parts().last().map_or(0, |&(d, l)| d + l);
         let flat = OnceLock::new();
-        let _ = flat.set(Arc::new(Flat {
-            runs: vec![Run {
-                disp: 0,
-                len: size,
-                count: 1,
-                stride: 0,
-            }],
-            starts: vec![0],
-            size,
-        }));
+        let _ = flat.set(Arc::new(runs.finish()));
         Datatype {
             inner: Arc::new(Inner {
                 kind: Kind::Basic(t),
                 combiner: Combiner::Named,
                 size,
                 lb: 0,
-                ub: size as isize,
+                ub: t.extent() as isize,
                 sticky: false,
                 true_lb: 0,
-                true_ub: size as isize,
+                true_ub: true_ub as isize,
                 align: t.align(),
                 depth: 0,
                 flat,
+                contents: None,
             }),
         }
     }
@@ -624,6 +582,16 @@ impl Datatype {
             Combiner::Contiguous,
             false,
         )
+        .map(|t| {
+            t.record(
+                Combiner::Contiguous,
+                Contents {
+                    integers: vec![count as i64],
+                    types: vec![old.clone()],
+                    ..Contents::default()
+                },
+            )
+        })
     }
 
     /// `MPI_Type_vector`: `count` blocks of `blocklen` copies of `old`, the
@@ -636,8 +604,17 @@ impl Datatype {
         old: &Datatype,
     ) -> Result<Datatype, Error> {
         let bytes = (stride as i128) * (old.extent() as i128);
-        let stride = isize::try_from(bytes).map_err(|_| Error::Overflow { what: "stride" })?;
-        Self::vector_bytes(count, blocklen, stride, old, Combiner::Vector)
+        let bytes = isize::try_from(bytes).map_err(|_| Error::Overflow { what: "stride" })?;
+        Self::vector_bytes(count, blocklen, bytes, old, Combiner::Vector).map(|t| {
+            t.record(
+                Combiner::Vector,
+                Contents {
+                    integers: vec![count, blocklen, stride],
+                    types: vec![old.clone()],
+                    ..Contents::default()
+                },
+            )
+        })
     }
 
     /// `MPI_Type_create_hvector`: like [`vector`](Self::vector) with the
@@ -648,7 +625,16 @@ impl Datatype {
         stride_bytes: isize,
         old: &Datatype,
     ) -> Result<Datatype, Error> {
-        Self::vector_bytes(count, blocklen, stride_bytes, old, Combiner::Hvector)
+        Self::vector_bytes(count, blocklen, stride_bytes, old, Combiner::Hvector).map(|t| {
+            t.record(
+                Combiner::Hvector,
+                Contents {
+                    integers: vec![count, blocklen],
+                    addresses: vec![stride_bytes],
+                    types: vec![old.clone()],
+                },
+            )
+        })
     }
 
     fn vector_bytes(
@@ -702,7 +688,19 @@ impl Datatype {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Self::indexed_bytes(blocklens, &bytes, old, Combiner::Indexed)
+        Self::indexed_bytes(blocklens, &bytes, old, Combiner::Indexed).map(|t| {
+            let mut integers = vec![blocklens.len() as i64];
+            integers.extend_from_slice(blocklens);
+            integers.extend_from_slice(displs);
+            t.record(
+                Combiner::Indexed,
+                Contents {
+                    integers,
+                    types: vec![old.clone()],
+                    ..Contents::default()
+                },
+            )
+        })
     }
 
     /// `MPI_Type_create_hindexed`: like [`indexed`](Self::indexed) with
@@ -717,7 +715,18 @@ impl Datatype {
                 what: "blocklens and displacements differ in length",
             });
         }
-        Self::indexed_bytes(blocklens, displs_bytes, old, Combiner::Hindexed)
+        Self::indexed_bytes(blocklens, displs_bytes, old, Combiner::Hindexed).map(|t| {
+            let mut integers = vec![blocklens.len() as i64];
+            integers.extend_from_slice(blocklens);
+            t.record(
+                Combiner::Hindexed,
+                Contents {
+                    integers,
+                    addresses: displs_bytes.to_vec(),
+                    types: vec![old.clone()],
+                },
+            )
+        })
     }
 
     fn indexed_bytes(
@@ -765,6 +774,18 @@ impl Datatype {
             blocks.push((len, d, t.clone()));
         }
         b.finish(Kind::Struct { blocks }, Combiner::Struct, true)
+            .map(|t| {
+                let mut integers = vec![blocklens.len() as i64];
+                integers.extend_from_slice(blocklens);
+                t.record(
+                    Combiner::Struct,
+                    Contents {
+                        integers,
+                        addresses: displs.to_vec(),
+                        types: types.to_vec(),
+                    },
+                )
+            })
     }
 
     /// `MPI_Type_create_resized`: `old` with lower bound `lb` and extent
@@ -795,13 +816,43 @@ impl Datatype {
                 align: o.align,
                 depth: o.depth + 1,
                 flat: OnceLock::new(),
+                contents: None,
             }),
-        })
+        }
+        .record(
+            Combiner::Resized,
+            Contents {
+                addresses: vec![lb, extent],
+                types: vec![old.clone()],
+                ..Contents::default()
+            },
+        ))
     }
 
     /// How this type was built.
     pub fn combiner(&self) -> Combiner {
         self.inner.combiner
+    }
+
+    /// `MPI_Type_get_contents`: the arguments of the constructor that made
+    /// this type (`None` for a predefined type).
+    pub fn contents(&self) -> Option<&Contents> {
+        self.inner.contents.as_deref()
+    }
+
+    /// Whether `self` and `other` are handles of the same type object.
+    pub fn same(&self, other: &Datatype) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Sets how a type just built was made (its constructor's combiner and
+    /// arguments): the type is not shared yet.
+    fn record(mut self, combiner: Combiner, contents: Contents) -> Datatype {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.combiner = combiner;
+            inner.contents = Some(Box::new(contents));
+        }
+        self
     }
 
     /// The basic type, for a predefined type.
@@ -885,7 +936,11 @@ impl Datatype {
     fn compute_flat(&self) -> Result<Flat, Error> {
         let mut out = FlatBuilder::new();
         match &self.inner.kind {
-            Kind::Basic(t) => out.push(0, t.size() as u128, 1, 0)?,
+            Kind::Basic(t) => {
+                for &(disp, len) in t.parts() {
+                    out.push(disp as i128, len as u128, 1, 0)?;
+                }
+            }
             Kind::Vector {
                 count,
                 blocklen,
@@ -1246,317 +1301,6 @@ fn walk(
             i = 0;
             elem += 1;
         }
-    }
-}
-
-/// The region of a buffer of `buf_len` bytes that `n` (> 0) blocks of `len`
-/// bytes, `stride` apart from `start`, lie in, if the stride is at least
-/// `len` (ascending, non-overlapping blocks): `(first byte, stride)`. The
-/// copy loops then take the blocks as fixed-stride chunks of that region,
-/// with one bounds check for the whole run.
-#[inline(always)]
-fn ascending(
-    start: isize,
-    len: usize,
-    n: usize,
-    stride: isize,
-    buf_len: usize,
-) -> Option<(usize, usize)> {
-    let s0 = usize::try_from(start).ok()?;
-    let st = usize::try_from(stride).ok().filter(|&st| st >= len)?;
-    let span = (n - 1).checked_mul(st)?.checked_add(len)?;
-    (s0.checked_add(span)? <= buf_len).then_some((s0, st))
-}
-
-/// Gathers `to.len() / len` blocks of `len` bytes from `src` (block `k` at
-/// `start + k * stride`) into `to`. Fixed small lengths get fixed-size
-/// copies (a vector of doubles moves 8 bytes per block without a call);
-/// ascending runs are checked once, not per block.
-#[inline]
-fn gather_blocks(
-    src: &[u8],
-    start: isize,
-    len: usize,
-    stride: isize,
-    to: &mut [u8],
-) -> Result<(), Error> {
-    #[inline(always)]
-    fn gather<const L: usize>(
-        src: &[u8],
-        start: isize,
-        len: usize,
-        stride: isize,
-        to: &mut [u8],
-    ) -> Result<(), Error> {
-        let len = if L == 0 { len } else { L };
-        let n = to.len() / len;
-        if n == 0 {
-            return Ok(());
-        }
-        if let Some((s0, st)) = ascending(start, len, n, stride, src.len()) {
-            let region = &src[s0..s0 + (n - 1) * st + len];
-            if (L == 4 || L == 8) && fixed_stride(L, st) {
-                gather_fixed_stride(L, st, region, to);
-                return Ok(());
-            }
-            let (head, last) = to.split_at_mut((n - 1) * len);
-            for (o, c) in head.chunks_exact_mut(len).zip(region.chunks_exact(st)) {
-                o.copy_from_slice(&c[..len]);
-            }
-            last.copy_from_slice(&region[(n - 1) * st..]);
-            return Ok(());
-        }
-        let mut a = start;
-        for o in to.chunks_exact_mut(len) {
-            let s = usize::try_from(a).ok().and_then(|s| src.get(s..s + len));
-            o.copy_from_slice(s.ok_or_else(|| oob(a, len, src.len()))?);
-            a += stride;
-        }
-        Ok(())
-    }
-    match len {
-        1 => gather::<1>(src, start, len, stride, to),
-        2 => gather::<2>(src, start, len, stride, to),
-        4 => gather::<4>(src, start, len, stride, to),
-        8 => gather::<8>(src, start, len, stride, to),
-        16 => gather::<16>(src, start, len, stride, to),
-        _ => gather::<0>(src, start, len, stride, to),
-    }
-}
-
-/// Whether blocks of `len` bytes `st` apart have a copy loop of their own
-/// ([`gather_fixed_stride`]): 4- or 8-byte blocks (an `int`, `float` or
-/// `double`) every second, third or fourth one (a vector with a stride of
-/// 2–4 elements: the real parts of complex numbers, one field of a
-/// three- or four-field record, a column of a narrow matrix).
-#[inline(always)]
-fn fixed_stride(len: usize, st: usize) -> bool {
-    (len == 4 || len == 8) && (st == 2 * len || st == 3 * len || st == 4 * len)
-}
-
-/// [`gather_blocks`] for the ascending runs [`fixed_stride`] accepts:
-/// `region` starts with the first block and ends with the last. With the
-/// block and the stride constants, the compiler copies two 8-byte blocks
-/// per 16-byte store at a stride of two (measured, `MPI_Type_vector(1024,
-/// 1, 2, MPI_DOUBLE)` in cache: 0.16 µs against 0.21 with the stride in
-/// a register).
-fn gather_fixed_stride(len: usize, st: usize, region: &[u8], to: &mut [u8]) {
-    match (len, st / len) {
-        (4, 2) => gather_fixed::<4, 8>(region, to),
-        (4, 3) => gather_fixed::<4, 12>(region, to),
-        (4, _) => gather_fixed::<4, 16>(region, to),
-        (_, 2) => gather_fixed::<8, 16>(region, to),
-        (_, 3) => gather_fixed::<8, 24>(region, to),
-        _ => gather_fixed::<8, 32>(region, to),
-    }
-}
-
-/// [`gather_fixed_stride`] for one block size `L` and stride `ST`.
-#[inline(never)]
-fn gather_fixed<const L: usize, const ST: usize>(region: &[u8], to: &mut [u8]) {
-    let n = to.len() / L;
-    if n == 0 {
-        return;
-    }
-    let (head, last) = to.split_at_mut((n - 1) * L);
-    for (o, c) in head.chunks_exact_mut(L).zip(region.chunks_exact(ST)) {
-        o.copy_from_slice(&c[..L]);
-    }
-    last.copy_from_slice(&region[(n - 1) * ST..]);
-}
-
-/// [`scatter_blocks`] for the ascending runs [`fixed_stride`] accepts: the
-/// inverse of [`gather_fixed_stride`].
-fn scatter_fixed_stride(len: usize, st: usize, from: &[u8], region: &mut [u8]) {
-    match (len, st / len) {
-        (4, 2) => scatter_fixed::<4, 8>(from, region),
-        (4, 3) => scatter_fixed::<4, 12>(from, region),
-        (4, _) => scatter_fixed::<4, 16>(from, region),
-        (_, 2) => scatter_fixed::<8, 16>(from, region),
-        (_, 3) => scatter_fixed::<8, 24>(from, region),
-        _ => scatter_fixed::<8, 32>(from, region),
-    }
-}
-
-/// [`scatter_fixed_stride`] for one block size `L` and stride `ST`.
-#[inline(never)]
-fn scatter_fixed<const L: usize, const ST: usize>(from: &[u8], region: &mut [u8]) {
-    let n = from.len() / L;
-    if n == 0 {
-        return;
-    }
-    let (head, last) = from.split_at((n - 1) * L);
-    let (body, tail) = region.split_at_mut((n - 1) * ST);
-    for (i, c) in head.chunks_exact(L).zip(body.chunks_exact_mut(ST)) {
-        c[..L].copy_from_slice(i);
-    }
-    tail.copy_from_slice(last);
-}
-
-/// Scatters `from` in blocks of `len` bytes into `dst` (block `k` at
-/// `start + k * stride`); the inverse of [`gather_blocks`].
-#[inline]
-fn scatter_blocks(
-    from: &[u8],
-    start: isize,
-    len: usize,
-    stride: isize,
-    dst: &mut [u8],
-) -> Result<(), Error> {
-    #[inline(always)]
-    fn scatter<const L: usize>(
-        from: &[u8],
-        start: isize,
-        len: usize,
-        stride: isize,
-        dst: &mut [u8],
-    ) -> Result<(), Error> {
-        let len = if L == 0 { len } else { L };
-        let n = from.len() / len;
-        if n == 0 {
-            return Ok(());
-        }
-        let dst_len = dst.len();
-        if let Some((s0, st)) = ascending(start, len, n, stride, dst_len) {
-            let region = &mut dst[s0..s0 + (n - 1) * st + len];
-            if (L == 4 || L == 8) && fixed_stride(L, st) {
-                scatter_fixed_stride(L, st, from, region);
-                return Ok(());
-            }
-            let (head, last) = from.split_at((n - 1) * len);
-            let (body, tail) = region.split_at_mut((n - 1) * st);
-            for (i, c) in head.chunks_exact(len).zip(body.chunks_exact_mut(st)) {
-                c[..len].copy_from_slice(i);
-            }
-            tail.copy_from_slice(last);
-            return Ok(());
-        }
-        let mut a = start;
-        for i in from.chunks_exact(len) {
-            let d = usize::try_from(a)
-                .ok()
-                .and_then(|s| dst.get_mut(s..s + len));
-            d.ok_or_else(|| oob(a, len, dst_len))?.copy_from_slice(i);
-            a += stride;
-        }
-        Ok(())
-    }
-    match len {
-        1 => scatter::<1>(from, start, len, stride, dst),
-        2 => scatter::<2>(from, start, len, stride, dst),
-        4 => scatter::<4>(from, start, len, stride, dst),
-        8 => scatter::<8>(from, start, len, stride, dst),
-        16 => scatter::<16>(from, start, len, stride, dst),
-        _ => scatter::<0>(from, start, len, stride, dst),
-    }
-}
-
-/// A block outside the buffer: unreachable after the buffer checks, and
-/// reported rather than trusted.
-#[cold]
-fn oob(at: isize, len: usize, buf: usize) -> Error {
-    Error::BufferOutOfBounds {
-        lo: at as i128,
-        hi: at as i128 + len as i128,
-        len: buf,
-    }
-}
-
-/// Iterator over the user-buffer regions of a packed sub-range; see
-/// [`Datatype::segments`].
-#[derive(Debug, Clone)]
-pub struct Segments<'a> {
-    flat: &'a Flat,
-    extent: isize,
-    /// One run whose length is the extent: the whole stream is one region.
-    dense: bool,
-    /// Position: element, run, block within the run, byte within the block.
-    elem: usize,
-    run: usize,
-    block: usize,
-    off: usize,
-    /// Packed bytes still to yield (from the position on).
-    left: usize,
-    /// Packed offset of the position (for the dense case).
-    pos: usize,
-    /// A region read ahead while merging.
-    ahead: Option<(usize, usize)>,
-}
-
-impl<'a> Segments<'a> {
-    fn new(flat: &'a Flat, extent: isize, pos: usize, end: usize) -> Self {
-        let dense = flat.is_dense(extent);
-        let mut s = Segments {
-            flat,
-            extent,
-            dense,
-            elem: 0,
-            run: 0,
-            block: 0,
-            off: 0,
-            left: end.saturating_sub(pos),
-            pos,
-            ahead: None,
-        };
-        if flat.size > 0 && s.left > 0 && !dense {
-            (s.elem, s.run, s.block, s.off) = flat.locate(pos);
-        }
-        s
-    }
-
-    /// The next block piece, unmerged.
-    fn piece(&mut self) -> Option<(usize, usize)> {
-        if self.left == 0 || self.flat.size == 0 {
-            return None;
-        }
-        if self.dense {
-            let r = self.flat.runs.first()?;
-            let start = r.disp as i128 + self.pos as i128;
-            let n = self.left;
-            self.left = 0;
-            return Some((usize::try_from(start).ok()?, n));
-        }
-        let r = *self.flat.runs.get(self.run)?;
-        let start = self.elem as i128 * self.extent as i128
-            + r.disp as i128
-            + self.block as i128 * r.stride as i128
-            + self.off as i128;
-        let n = (r.len - self.off).min(self.left);
-        self.left -= n;
-        self.off += n;
-        if self.off == r.len {
-            self.off = 0;
-            self.block += 1;
-            if self.block == r.count {
-                self.block = 0;
-                self.run += 1;
-                if self.run == self.flat.runs.len() {
-                    self.run = 0;
-                    self.elem += 1;
-                }
-            }
-        }
-        // The buffer check of `segments` guarantees 0 <= start; a failed
-        // conversion here would be a bug, reported as the end of iteration
-        // (and caught by the property tests).
-        Some((usize::try_from(start).ok()?, n))
-    }
-}
-
-impl Iterator for Segments<'_> {
-    type Item = (usize, usize);
-
-    fn next(&mut self) -> Option<(usize, usize)> {
-        let (start, mut len) = self.ahead.take().or_else(|| self.piece())?;
-        while let Some((s, l)) = self.piece() {
-            if s == start + len {
-                len += l;
-            } else {
-                self.ahead = Some((s, l));
-                break;
-            }
-        }
-        Some((start, len))
     }
 }
 

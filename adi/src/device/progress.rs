@@ -234,6 +234,12 @@ impl Device {
             self.bump_epoch();
             n += m;
         }
+        // The schedules of nonblocking collectives.
+        let k = crate::coll::task::progress();
+        if k > 0 {
+            self.bump_epoch();
+            n += k;
+        }
         Ok(n)
     }
 

@@ -90,8 +90,15 @@ const MSG: u8 = 1;
 const ACK: u8 = 2;
 const BYE: u8 = 3;
 const HELLO: u8 = 4;
+/// The sender asks to withdraw its unmatched synchronous send `id`.
+const CANCEL: u8 = 5;
+/// The answer to [`CANCEL`] for send `id` ([`WITHDRAWN`] if it was).
+const CANCELLED: u8 = 6;
 /// Flag: a synchronous send (acknowledge the match with its id).
 const SYNC: u8 = 1;
+/// Flag of [`CANCELLED`]: the message was withdrawn, no receive will
+/// ever take it.
+const WITHDRAWN: u8 = 1;
 /// Bytes read from a socket per call.
 const READ_CHUNK: usize = 256 << 10;
 
@@ -295,6 +302,7 @@ struct Counters {
     proposals: u64,
     commits: u64,
     withdrawn: u64,
+    cancelled_sends: u64,
 }
 
 /// The socket test double.
@@ -318,6 +326,8 @@ pub(crate) struct DoubleTransport {
     done_sends: Vec<(u64, SendResult)>,
     done_recvs: Vec<(u64, Result<RecvStatus, Error>, Vec<u8>)>,
     proposals: Vec<(u64, RecvStatus)>,
+    /// Answers to our [`CANCEL`]s: `(send id, withdrawn)`.
+    cancel_answers: Vec<(u64, bool)>,
     counters: Counters,
 }
 
@@ -471,6 +481,7 @@ impl DoubleTransport {
             done_sends: Vec::new(),
             done_recvs: Vec::new(),
             proposals: Vec::new(),
+            cancel_answers: Vec::new(),
             counters: Counters::default(),
         }
     }
@@ -629,6 +640,58 @@ impl DoubleTransport {
         Ok(n)
     }
 
+    /// A [`CANCEL`] from `peer` (withdraw its message if no receive has
+    /// taken it, and answer) or a [`CANCELLED`] answer to ours.
+    #[cold]
+    fn on_cancel_frame(&mut self, peer: u32, f: &Frame) {
+        if f.kind == CANCELLED {
+            self.cancel_answers.push((f.id, f.flags & WITHDRAWN != 0));
+            return;
+        }
+        let ok = self.withdraw_message(peer, f.id);
+        tracing::debug!(peer, id = f.id, ok, "test double: send cancel asked");
+        if ok {
+            self.counters.cancelled_sends += 1;
+        }
+        let answer = Frame {
+            kind: CANCELLED,
+            flags: if ok { WITHDRAWN } else { 0 },
+            context: 0,
+            source: self.me,
+            tag: 0,
+            len: 0,
+            id: f.id,
+        };
+        if let Ok(c) = self.conn(peer) {
+            c.push(&answer, &[]);
+            c.flush();
+        }
+    }
+
+    /// Removes synchronous message `id` of `source` if no receive has
+    /// taken it: still among the arrived frames (unless a proposal holds
+    /// it: the device is deciding on it), or queued unexpected in the
+    /// matcher (which withdraws it, `Matcher::cancel_message`). A message
+    /// matched, or taken by a matched probe, stays.
+    fn withdraw_message(&mut self, source: u32, id: u64) -> bool {
+        let unprocessed = self.inbox.iter().position(|(p, f, _)| {
+            *p == source && f.kind == MSG && f.flags & SYNC != 0 && f.id == id
+        });
+        if let Some(i) = unprocessed {
+            if i == 0 && self.held.is_some() {
+                return false;
+            }
+            return self.inbox.remove(i).is_some();
+        }
+        let queued = self
+            .matcher
+            .unexpected()
+            .iter()
+            .find(|p| p.msg.source == source && p.msg.sync == Some(id))
+            .map(|p| p.id);
+        queued.is_some_and(|m| self.matcher.cancel_message(m).is_some())
+    }
+
     /// Fails the pending operations that wait for a dead peer.
     fn fail_dead(&mut self) {
         for (p, c) in self.conns.iter().enumerate() {
@@ -740,6 +803,62 @@ impl Transport for DoubleTransport {
                 let id = self.next_id();
                 self.done_sends.push((id, Ok(None)));
                 Ok(id)
+            }
+        }
+    }
+
+    /// A synchronous send (the only kind that is ever pending here) not
+    /// yet matched is withdrawn by its receiver, which answers during its
+    /// progress: this call progresses until the answer comes.
+    fn cancel_send(&mut self, id: u64) -> Result<bool, Error> {
+        let Some(&(_, peer)) = self.syncs.get(&id) else {
+            return Ok(false);
+        };
+        let ask = Frame {
+            kind: CANCEL,
+            flags: 0,
+            context: 0,
+            source: self.me,
+            tag: 0,
+            len: 0,
+            id,
+        };
+        let c = self.conn(peer)?;
+        c.push(&ask, &[]);
+        c.flush();
+        tracing::debug!(peer, id, "test double: send cancel requested");
+        loop {
+            if let Some(i) = self.cancel_answers.iter().position(|a| a.0 == id) {
+                let (_, ok) = self.cancel_answers.swap_remove(i);
+                if ok {
+                    self.counters.cancelled_sends += 1;
+                    if let Some((buf, _)) = self.syncs.remove(&id) {
+                        self.done_sends.push((id, Ok(buf)));
+                    }
+                }
+                tracing::debug!(peer, id, ok, "test double: send cancel answered");
+                return Ok(ok);
+            }
+            let progressed = self.progress()?;
+            let c = self.conn(peer)?;
+            if c.bye && c.closed {
+                // The receiver finalized without answering: it never
+                // received the message unless its acknowledgement came.
+                let acked = self
+                    .inbox
+                    .iter()
+                    .any(|(p, f, _)| *p == peer && f.kind == ACK && f.id == id);
+                if acked {
+                    return Ok(false);
+                }
+                let Some((buf, _)) = self.syncs.remove(&id) else {
+                    return Ok(false);
+                };
+                self.done_sends.push((id, Ok(buf)));
+                return Ok(true);
+            }
+            if progressed == 0 {
+                std::thread::yield_now();
             }
         }
     }
@@ -891,6 +1010,9 @@ impl Transport for DoubleTransport {
 
     fn progress(&mut self) -> Result<usize, Error> {
         let mut n = 0;
+        // Cancel requests and answers, handled once every frame before
+        // them on their connection is in `inbox`, not behind a proposal.
+        let mut cancels = Vec::new();
         for (peer, c) in self.conns.iter_mut().enumerate() {
             let Some(c) = c else {
                 continue;
@@ -898,15 +1020,19 @@ impl Transport for DoubleTransport {
             n += c.flush();
             n += c.fill();
             while let Some((f, payload)) = c.next_frame() {
-                if f.kind == BYE {
-                    c.bye = true;
-                } else {
-                    self.inbox.push_back((peer as u32, f, payload));
+                match f.kind {
+                    BYE => c.bye = true,
+                    CANCEL | CANCELLED => cancels.push((peer as u32, f)),
+                    _ => self.inbox.push_back((peer as u32, f, payload)),
                 }
             }
             if c.closed && !c.bye && c.dead.is_none() {
                 c.dead = Some("connection closed".into());
             }
+        }
+        n += cancels.len();
+        for (peer, f) in cancels {
+            self.on_cancel_frame(peer, &f);
         }
         self.fail_dead();
         Ok(n + self.process()?)
@@ -986,8 +1112,15 @@ impl Transport for DoubleTransport {
         Ok(vec![(
             "double counters",
             format!(
-                "msgs_sent={} msgs_received={} bytes_sent={} proposals={} commits={} withdrawn={}",
-                c.msgs_sent, c.msgs_received, c.bytes_sent, c.proposals, c.commits, c.withdrawn
+                "msgs_sent={} msgs_received={} bytes_sent={} proposals={} commits={} withdrawn={} \
+                 cancelled_sends={}",
+                c.msgs_sent,
+                c.msgs_received,
+                c.bytes_sent,
+                c.proposals,
+                c.commits,
+                c.withdrawn,
+                c.cancelled_sends
             ),
         )])
     }
@@ -1318,5 +1451,117 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Runs `f` while another thread progresses `t` (a cancel waits for
+    /// its receiver's answer); `t` comes back.
+    fn progressing<T>(mut t: DoubleTransport, f: impl FnOnce() -> T) -> (DoubleTransport, T) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = Arc::clone(&stop);
+        let h = std::thread::spawn(move || {
+            while !halt.load(Ordering::Relaxed) {
+                t.progress().unwrap();
+                std::thread::yield_now();
+            }
+            t
+        });
+        let r = f();
+        stop.store(true, Ordering::Relaxed);
+        (h.join().unwrap(), r)
+    }
+
+    #[test]
+    fn an_unmatched_synchronous_send_is_withdrawn_and_a_matched_one_is_not() {
+        let (a, mut b) = pair();
+        let SendStart::Pending(s1) = b
+            .isend(0, 1, 0, b"never".to_vec(), SendMode::Synchronous)
+            .unwrap()
+        else {
+            panic!("a synchronous send waits for the match")
+        };
+        let (mut a, ok) = progressing(a, || b.cancel_send(s1).unwrap());
+        assert!(ok, "queued unexpected: withdrawn");
+        let got = settle(&mut b);
+        assert_eq!(got.sends, vec![(s1, true)], "the cancelled send completes");
+        assert_eq!(a.matcher.unexpected_len(), 0, "the receiver forgot it");
+        assert_eq!(a.counters.cancelled_sends, 1);
+        // A receive posted afterwards does not get it.
+        let RecvStart::Pending(_) = a
+            .irecv(spec(Source::Rank(1), Tag::Value(1)), vec![0; 8], None)
+            .unwrap()
+        else {
+            panic!("the withdrawn message was received")
+        };
+        // Matched first: the cancel fails, the acknowledgement completes it.
+        let SendStart::Pending(s2) = b
+            .isend(0, 1, 0, b"taken".to_vec(), SendMode::Synchronous)
+            .unwrap()
+        else {
+            panic!("a synchronous send waits for the match")
+        };
+        let got = settle(&mut a);
+        assert_eq!(got.recvs.len(), 1);
+        assert_eq!(&got.recvs[0].2[..5], b"taken");
+        let (_a, ok) = progressing(a, || b.cancel_send(s2).unwrap());
+        assert!(!ok, "a matched send is not cancelled");
+        let got = settle(&mut b);
+        assert_eq!(got.sends, vec![(s2, true)]);
+        // Unknown or complete: nothing to cancel.
+        assert!(!b.cancel_send(s2).unwrap());
+    }
+
+    #[test]
+    fn a_cancel_withdraws_a_message_waiting_behind_a_proposal_but_not_the_proposed_one() {
+        let (mut a, mut b) = pair();
+        let SharedStart::Posted(p) = a.post_shared(spec(Source::Any, Tag::Value(4)), 8).unwrap()
+        else {
+            panic!("nothing has arrived")
+        };
+        let mut ids = Vec::new();
+        for m in [&b"first"[..], b"second"] {
+            let SendStart::Pending(s) =
+                b.isend(0, 4, 0, m.to_vec(), SendMode::Synchronous).unwrap()
+            else {
+                panic!("a synchronous send waits for the match")
+            };
+            ids.push(s);
+        }
+        let mut proposed = Vec::new();
+        for _ in 0..10_000 {
+            a.progress().unwrap();
+            if a.collect() {
+                let mut got = Got::default();
+                a.drain(&mut got);
+                proposed = got.proposals;
+            }
+            if !proposed.is_empty() && a.inbox.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(proposed.len(), 1, "the first message proposes");
+        assert_eq!(a.inbox.len(), 2, "the second waits behind it");
+        let (mut a, (first, second)) = progressing(a, || {
+            (
+                b.cancel_send(ids[0]).unwrap(),
+                b.cancel_send(ids[1]).unwrap(),
+            )
+        });
+        assert!(!first, "the proposed message is the device's to decide");
+        assert!(second, "the one behind it is withdrawn");
+        let mut buf = [0u8; 8];
+        let st = a.commit(p, &mut buf).unwrap();
+        assert_eq!((st.msg_len, &buf[..5]), (5, &b"first"[..]));
+        assert!(a.inbox.is_empty());
+        let mut done = Vec::new();
+        for _ in 0..10_000 {
+            done.extend(settle(&mut b).sends);
+            if done.len() == 2 {
+                break;
+            }
+        }
+        done.sort_unstable();
+        assert_eq!(done, vec![(ids[0], true), (ids[1], true)]);
     }
 }

@@ -353,7 +353,13 @@ pub(crate) trait Transport {
         mode: SendMode,
     ) -> Result<u64, Error>;
 
-    /// `MPI_Cancel` of a pending send: `true` if removed.
+    /// `MPI_Cancel` of a pending send: `true` if the message was withdrawn
+    /// before any receive matched it (no receive will ever take it; the
+    /// send then completes through the completion feed, with nothing more
+    /// owed to it), `false` if it was matched or cannot be withdrawn (it
+    /// completes normally). May wait for the receiver's answer, which a
+    /// transport gives during the receiver's progress (any call it makes);
+    /// the default never cancels (MPI allows a cancel to fail).
     fn cancel_send(&mut self, id: u64) -> Result<bool, Error> {
         let _ = id;
         Ok(false)

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::Error;
 use shmem_onesided::{
-    Config, Endpoint, Message, Node, Place, RecvFinished, RecvRequest, SendMode as EpMode, Started,
-    Status as EpStatus,
+    Config, Endpoint, Message, Node, Place, RecvFinished, RecvRequest, SendMode as EpMode,
+    SendRequest, Started, Status as EpStatus,
 };
 use std::mem;
 use tm_proto::MatchSpec;
@@ -258,8 +258,14 @@ impl Transport for ShmemTransport {
             .id())
     }
 
-    // The endpoint never cancels a send (`cancel_send` is always
-    // `Ok(false)`, which MPI allows): the default.
+    /// The endpoint withdraws a send no receive has matched (a
+    /// synchronous or CMA-sized one; small eager sends are complete
+    /// already): the receiver does it during its progress, so this returns
+    /// once the receiver is inside any call
+    /// ([`shmem_onesided::Endpoint::cancel_send`]).
+    fn cancel_send(&mut self, id: u64) -> Result<bool, Error> {
+        Ok(self.ep.cancel_send(&SendRequest::from_id(id))?)
+    }
 
     #[inline(always)]
     fn irecv(

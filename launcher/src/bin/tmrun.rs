@@ -60,6 +60,14 @@ fn main() -> ExitCode {
         }
     };
     spec.handle_signals = true;
+    // tmx's MPI library first on the ranks' loader path (C programs).
+    let _mpilib = match launcher::mpilib::MpiLibDir::prepare(&mut spec, &env) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("tmrun: {e}");
+            return code(EXIT_LAUNCHER_ERROR);
+        }
+    };
     match run::run_job(&spec) {
         Ok(report) => code(report.exit_code),
         Err(e @ Error::Spawn { .. }) => {

@@ -192,6 +192,7 @@
 //! `TMX_SHMEM_LIVENESS_MS` it checks that the peers it waits for are alive,
 //! and returns [`Error::PeerDied`] instead of hanging.
 
+mod cancel;
 mod completion;
 mod control;
 mod deferred;
@@ -384,6 +385,15 @@ impl SendRequest {
     pub fn id(&self) -> u64 {
         self.0
     }
+
+    /// The request whose [`SendRequest::id`] is `id`, for an upper layer
+    /// that keeps ids rather than handles (a table of operations over
+    /// several transports). An id that names no send of the endpoint is
+    /// refused by the calls that take the request
+    /// ([`Error::InvalidArgument`]).
+    pub fn from_id(id: u64) -> Self {
+        SendRequest(id)
+    }
 }
 
 /// A message removed from matching by [`Endpoint::improbe`] /
@@ -519,6 +529,8 @@ pub struct Endpoint {
     eager: EagerArea,
     /// Unexpected eager messages still in their sender's eager area.
     uncopied_eager: usize,
+    /// Answers to our [`Kind::Cancel`]s: `(send id, withdrawn)`.
+    cancel_answers: Vec<(u64, bool)>,
     /// Consecutive `try_recv` quick looks that found nothing.
     idle_looks: u32,
     /// `TMX_SHMEM_TUNE=defer_recv`: nonblocking receives may be deferred (kept
@@ -660,6 +672,7 @@ impl Endpoint {
             inline_reply_max: reply_max(node_cfg_inline_reply, node_cfg_ring_slots),
             eager,
             uncopied_eager: 0,
+            cancel_answers: Vec::new(),
             idle_looks: 0,
             in_place_consumers: VecDeque::new(),
             late_cma: VecDeque::new(),

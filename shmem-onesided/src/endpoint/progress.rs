@@ -246,6 +246,10 @@ impl Endpoint {
             self.handle_ack(h.word);
             return Ok(());
         }
+        if h.kind == Kind::Cancel || h.kind == Kind::Cancelled {
+            self.peers[h.source as usize].control_in += 1;
+            return self.on_cancel_header(&h);
+        }
         if want.is_some() && self.offer_to_want(&h, &mut data, want, got, buf)? {
             return Ok(());
         }

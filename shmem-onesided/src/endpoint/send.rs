@@ -509,14 +509,4 @@ impl Endpoint {
     pub fn ssend(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<()> {
         self.send_blocking(dest, tag, context, data, SendMode::Synchronous)
     }
-
-    /// `MPI_Cancel` of a send: always `Ok(false)` (not cancelled; MPI
-    /// allows an implementation to refuse), the request completes normally.
-    pub fn cancel_send(&mut self, req: &SendRequest) -> Result<bool> {
-        if self.sends.contains_key(&req.0) {
-            Ok(false)
-        } else {
-            Err(Error::InvalidArgument("unknown send request"))
-        }
-    }
 }

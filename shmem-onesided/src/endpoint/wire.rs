@@ -4,7 +4,7 @@
 use super::*;
 
 /// What a header is: the `kind` byte of every header this endpoint
-/// publishes (wire values 1–7; a header with any other value is
+/// publishes (wire values 1–9; a header with any other value is
 /// malformed and reported as such by the receive that takes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -39,6 +39,13 @@ pub enum Kind {
     /// [`crate::ring::Producer::try_push_ext`]). Up to
     /// `TMX_SHMEM_TUNE=inline_ext` bytes, never synchronous.
     InlineExt = 7,
+    /// The sender asks to withdraw its unmatched send `word` (`MPI_Cancel`;
+    /// control: not a message); the receiver answers [`Kind::Cancelled`].
+    Cancel = 8,
+    /// The answer to [`Kind::Cancel`] for send `word` (control):
+    /// [`Flags::WITHDRAWN`] if the message was removed before any receive
+    /// matched it (it will never be received), none if it was matched.
+    Cancelled = 9,
 }
 
 impl Kind {
@@ -54,6 +61,8 @@ impl Kind {
             5 => Some(Kind::Frag),
             6 => Some(Kind::Ack),
             7 => Some(Kind::InlineExt),
+            8 => Some(Kind::Cancel),
+            9 => Some(Kind::Cancelled),
             _ => None,
         }
     }
@@ -85,6 +94,8 @@ impl Flags {
     pub const NONE: Flags = Flags(0);
     /// The first chunk of a pipelined or fragmented message ([`Kind::Frag`]).
     pub const FIRST: Flags = Flags(1);
+    /// On a [`Kind::Cancelled`] answer: the message was withdrawn.
+    pub const WITHDRAWN: Flags = Flags(1);
     /// The sender counted this message in the receiver's
     /// [`Phase`](crate::prepost::Phase) before publishing it (an
     /// engine-unexpected message of the prepost protocol).

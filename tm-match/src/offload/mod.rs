@@ -820,6 +820,13 @@ impl<R, M> Offload<R, M> {
         self.shadow.improbe(spec)
     }
 
+    /// Withdraws queued unexpected message `id` (its sender cancelled it):
+    /// no receive can match it any more. `None` if it is no longer queued
+    /// (matched, probed away, or never queued here).
+    pub fn cancel_message(&mut self, id: MsgId) -> Option<(Envelope, M)> {
+        self.shadow.cancel_message(id)
+    }
+
     /// A message that reached this process without going through the engine
     /// (shared memory, self, another NIC). It is matched against the whole
     /// shadow (deferred receives are moved into it first); the outcome comes

@@ -306,6 +306,15 @@ impl Core {
         self.bump();
     }
 
+    /// Whether a QP of this device waits for its peer to connect. Only
+    /// then is the listener asked: an `accept` that finds nothing still
+    /// allocates (and frees) a socket in the kernel, which cost more than
+    /// half of a busy-polling owner's time. A peer that connects before its
+    /// QP is expected waits in the listen backlog until then.
+    fn accepting(&self) -> bool {
+        !self.expect.is_empty()
+    }
+
     fn accept(&mut self) {
         loop {
             match self.listener.accept() {
@@ -490,7 +499,9 @@ impl Core {
     /// Runs the device once: accept, read, deliver, execute list
     /// operations, complete data, send.
     fn step(&mut self) {
-        self.accept();
+        if self.accepting() {
+            self.accept();
+        }
         for c in 0..self.conns.len() {
             self.read_conn(c);
         }
@@ -591,7 +602,9 @@ impl LiveWorld {
         while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
     }
 
-    fn refresh(&mut self) -> Vec<bool> {
+    /// The connections' "has output" flags, and whether the listener is
+    /// asked (see [`Core::accepting`]).
+    fn refresh(&mut self) -> (Vec<bool>, bool) {
         let core = self.shared.lock();
         if self.gen != Some(core.gen) {
             self.gen = Some(core.gen);
@@ -604,10 +617,12 @@ impl LiveWorld {
                 .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
                 .collect();
         }
-        self.socks
+        let out = self
+            .socks
             .iter()
             .map(|(_, i)| core.conns.get(*i).is_some_and(|c| !c.out.is_empty()))
-            .collect()
+            .collect();
+        (out, core.accepting())
     }
 }
 
@@ -622,9 +637,9 @@ impl HelperWorld for LiveWorld {
     }
 
     fn wait_ready(&mut self) -> bool {
-        let want_out = self.refresh();
+        let (want_out, accepting) = self.refresh();
         let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        if let Some(l) = &self.listener {
+        if let Some(l) = self.listener.as_ref().filter(|_| accepting) {
             fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
         }
         for ((s, _), out) in self.socks.iter().zip(&want_out) {

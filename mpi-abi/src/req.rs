@@ -1,0 +1,937 @@
+//! Requests: the `MPI_Request` table, completion (wait/test and their
+//! set forms), cancel, free, and persistent requests.
+//!
+//! A request is a [`Req`] behind a handle. Nonblocking point-to-point
+//! operations hold an [`adi::Request`]; a receive also holds where its
+//! data go in the program's memory ([`Target`]): `adi` receives into a
+//! buffer of its own, which is copied (or unpacked, for a derived
+//! datatype) into the program's buffer when the request completes, inside
+//! the completing MPI call, as MPI allows. A completed request keeps its
+//! outcome ([`Req::Done`]) until a wait or test hands it over, so that
+//! `MPI_Testall` can leave every request untouched when not all are done.
+
+use crate::abi::*;
+use crate::comm::{world, CommObj};
+use crate::err::{check, err, raise_on, run, MpiErr, On, R};
+use crate::ffi;
+use crate::handles::{prefix, Table};
+use crate::types::TypeObj;
+use core::ffi::c_int;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Where a receive's data go: `count` elements of `ty` at `addr`.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) addr: usize,
+    pub(crate) count: i64,
+    pub(crate) ty: Arc<TypeObj>,
+}
+
+impl Target {
+    /// Copies or unpacks `data` (a packed prefix of the message) into the
+    /// program's buffer.
+    fn deliver(&self, data: &[u8]) -> R<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the receive buffer the program gave the nonblocking
+        // receive, which MPI says stays valid and untouched until the
+        // request completes: this is that completion.
+        unsafe { self.ty.unpack_to(self.addr as *mut _, self.count, data) }
+    }
+}
+
+/// A completed operation's outcome: its status and error.
+pub(crate) type Outcome = (MPI_Status, Option<MpiErr>);
+
+/// One request.
+#[derive(Debug)]
+pub(crate) enum Req {
+    /// An `adi` operation with nothing to do at completion (sends).
+    Op { r: adi::Request },
+    /// An `adi` receive whose data go to `to` at completion.
+    Recv { r: adi::Request, to: Target },
+    /// A collective in flight: `finish` delivers the bytes its request
+    /// hands back into the program's buffers.
+    Coll {
+        r: adi::Request,
+        finish: Option<Finish>,
+    },
+    /// Complete; the outcome waits for a wait or test.
+    Done(Outcome),
+    /// A persistent request.
+    Persistent(Box<Persistent>),
+    /// A generalized request (`MPI_Grequest_start`).
+    Grequest(Box<Greq>),
+}
+
+/// A generalized request: the program's callbacks, its extra state, and
+/// whether `MPI_Grequest_complete` was called.
+#[derive(Debug)]
+pub(crate) struct Greq {
+    query: usize,
+    free: usize,
+    cancel: usize,
+    extra: usize,
+    complete: bool,
+}
+
+/// `MPI_Grequest_query_function`.
+type QueryFn = unsafe extern "C" fn(*mut core::ffi::c_void, *mut MPI_Status) -> c_int;
+/// `MPI_Grequest_free_function`.
+type FreeFn = unsafe extern "C" fn(*mut core::ffi::c_void) -> c_int;
+/// `MPI_Grequest_cancel_function`.
+type CancelFn = unsafe extern "C" fn(*mut core::ffi::c_void, c_int) -> c_int;
+
+impl Greq {
+    /// The outcome once complete: `query_fn` fills the status, then
+    /// `free_fn` releases the extra state.
+    fn finish(&self) -> Outcome {
+        let mut st = empty_status();
+        // SAFETY: the program's callbacks given to `MPI_Grequest_start`,
+        // called as MPI calls them, with a live status.
+        let (q, f) = unsafe {
+            let q =
+                core::mem::transmute::<usize, QueryFn>(self.query)(self.extra as *mut _, &mut st);
+            let f = core::mem::transmute::<usize, FreeFn>(self.free)(self.extra as *mut _);
+            (q, f)
+        };
+        let rc = if q != MPI_SUCCESS { q } else { f };
+        if rc != MPI_SUCCESS {
+            st.error = rc;
+            return (st, Some(err(rc, "generalized request callback failed")));
+        }
+        (st, None)
+    }
+}
+
+/// The closure of a [`Finish`].
+type FinishFn = dyn FnOnce(&[u8]) -> R<()> + Send;
+
+/// Delivers a collective's result into the program's buffers.
+pub(crate) struct Finish(Box<FinishFn>);
+
+impl Finish {
+    pub(crate) fn new(f: impl FnOnce(&[u8]) -> R<()> + Send + 'static) -> Finish {
+        Finish(Box::new(f))
+    }
+
+    pub(crate) fn call(self, out: &[u8]) -> R<()> {
+        (self.0)(out)
+    }
+}
+
+impl core::fmt::Debug for Finish {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Finish")
+    }
+}
+
+/// A persistent request: what to start, and the current start.
+#[derive(Debug)]
+pub(crate) struct Persistent {
+    pub(crate) kind: PKind,
+    pub(crate) addr: usize,
+    pub(crate) count: i64,
+    pub(crate) ty: Arc<TypeObj>,
+    pub(crate) peer: c_int,
+    pub(crate) tag: c_int,
+    pub(crate) comm: Arc<CommObj>,
+    /// The current start (`None`: inactive).
+    pub(crate) active: Option<Box<Req>>,
+}
+
+/// What a persistent request starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PKind {
+    Send(crate::p2p::Mode),
+    Recv,
+}
+
+/// A request object: the request and the communicator its errors are
+/// raised on.
+#[derive(Debug)]
+pub(crate) struct ReqObj {
+    pub(crate) comm: MPI_Comm,
+    pub(crate) req: Mutex<Req>,
+}
+
+impl ReqObj {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Req> {
+        self.req.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(crate) static REQS: Table<ReqObj> = Table::new(prefix::REQUEST);
+
+/// Requests freed by the program while receives were still in flight:
+/// their data still have to be delivered, so they are completed by later
+/// progress (any wait or test, and finalize).
+static ORPHANS: Mutex<Vec<Req>> = Mutex::new(Vec::new());
+
+/// A new request handle for `req`, raising errors on `comm`.
+pub(crate) fn new_request(comm: MPI_Comm, req: Req) -> R<MPI_Request> {
+    REQS.insert(ReqObj {
+        comm,
+        req: Mutex::new(req),
+    })
+    .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many requests"))
+}
+
+/// The status of `st` in C form.
+pub(crate) fn status_of(st: &adi::Status) -> MPI_Status {
+    let mut s = MPI_Status {
+        source: st.source,
+        tag: st.tag,
+        error: MPI_SUCCESS,
+        ..MPI_Status::default()
+    };
+    s.set_count(st.count as i64);
+    s.set_cancelled(st.cancelled);
+    s
+}
+
+/// The empty status (of a null or inactive request).
+pub(crate) fn empty_status() -> MPI_Status {
+    MPI_Status {
+        source: MPI_ANY_SOURCE,
+        tag: MPI_ANY_TAG,
+        error: MPI_SUCCESS,
+        ..MPI_Status::default()
+    }
+}
+
+/// The outcome of a finished `adi` operation.
+pub(crate) fn outcome_of(r: Result<adi::Status, adi::Error>) -> Outcome {
+    match r {
+        Ok(st) => (status_of(&st), None),
+        Err(e) => {
+            let st = match &e {
+                adi::Error::RecvTruncated { status, .. } => status_of(status),
+                _ => empty_status(),
+            };
+            let mut st = st;
+            let e = MpiErr::from(e);
+            st.error = e.code;
+            (st, Some(e))
+        }
+    }
+}
+
+/// Finishes a receive: delivers the data the request hands back.
+fn finish_recv(r: &mut adi::Request, to: &Target, res: Result<adi::Status, adi::Error>) -> Outcome {
+    let (st, mut e) = outcome_of(res);
+    if let Some(buf) = r.take_buffer() {
+        let n = (st.count() as usize).min(buf.len());
+        if !st.cancelled() {
+            if let Err(d) = to.deliver(&buf[..n]) {
+                e.get_or_insert(d);
+            }
+        }
+    }
+    (st, e)
+}
+
+impl Req {
+    /// Advances the request; once it is complete, keeps the outcome in
+    /// place ([`Req::Done`]) and returns `true`. With `block`, returns
+    /// only once complete. An inactive persistent request is complete.
+    pub(crate) fn progress(&mut self, block: bool) -> R<bool> {
+        let w = world()?;
+        let c = &w.comm;
+        let done = match self {
+            Req::Done(_) => return Ok(true),
+            Req::Op { r } => {
+                let res = if block {
+                    c.wait(r).map(Some)
+                } else {
+                    c.test(r)
+                };
+                match res {
+                    Ok(None) => None,
+                    Ok(Some(st)) => Some(outcome_of(Ok(st))),
+                    Err(e) => Some(outcome_of(Err(e))),
+                }
+            }
+            Req::Recv { r, to } => {
+                let res = if block {
+                    c.wait(r).map(Some)
+                } else {
+                    c.test(r)
+                };
+                match res {
+                    Ok(None) => None,
+                    Ok(Some(st)) => Some(finish_recv(r, to, Ok(st))),
+                    Err(e) => Some(finish_recv(r, to, Err(e))),
+                }
+            }
+            Req::Coll { r, finish } => {
+                let res = if block {
+                    c.wait(r).map(Some)
+                } else {
+                    c.test(r)
+                };
+                match res {
+                    Ok(None) => None,
+                    Ok(Some(_)) => {
+                        let buf = r.take_buffer().unwrap_or_default();
+                        let e = finish.take().and_then(|f| f.call(&buf).err());
+                        let mut st = empty_status();
+                        if let Some(e) = &e {
+                            st.error = e.code;
+                        }
+                        Some((st, e))
+                    }
+                    Err(e) => Some(outcome_of(Err(e))),
+                }
+            }
+            Req::Persistent(p) => {
+                return match &mut p.active {
+                    None => Ok(true),
+                    Some(a) => a.progress(block),
+                }
+            }
+            Req::Grequest(g) => {
+                // Completed by the program (`MPI_Grequest_complete`),
+                // possibly from another thread: a blocking wait polls.
+                if !g.complete {
+                    return Ok(false);
+                }
+                Some(g.finish())
+            }
+        };
+        match done {
+            Some(o) => {
+                *self = Req::Done(o);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The outcome of a complete request, which becomes null (a
+    /// persistent one inactive). `None`: not complete.
+    pub(crate) fn take(&mut self) -> Option<Outcome> {
+        match self {
+            Req::Done(o) => Some(o.clone()),
+            Req::Persistent(p) => match &mut p.active {
+                None => Some((empty_status(), None)),
+                Some(a) => {
+                    let o = a.take()?;
+                    p.active = None;
+                    Some(o)
+                }
+            },
+            _ => None,
+        }
+    }
+
+    /// The outcome of a complete request, left in place.
+    fn peek(&self) -> Option<Outcome> {
+        match self {
+            Req::Done(o) => Some(o.clone()),
+            Req::Persistent(p) => match &p.active {
+                None => Some((empty_status(), None)),
+                Some(a) => a.peek(),
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether this is an inactive persistent request (treated as null by
+    /// the set operations).
+    fn inactive(&self) -> bool {
+        matches!(self, Req::Persistent(p) if p.active.is_none())
+    }
+
+    fn persistent(&self) -> bool {
+        matches!(self, Req::Persistent(_))
+    }
+}
+
+/// Completes orphaned receives that are done (or all, at finalize).
+pub(crate) fn drain_orphans(block: bool) {
+    let mut o = ORPHANS.lock().unwrap_or_else(PoisonError::into_inner);
+    if o.is_empty() {
+        return;
+    }
+    o.retain_mut(|r| !matches!(r.progress(block), Ok(true) | Err(_)));
+}
+
+/// The handle at `*p` (checked: `MPI_ERR_REQUEST` for an unknown one);
+/// `None` for `MPI_REQUEST_NULL`.
+fn lookup(h: MPI_Request) -> R<Option<Arc<ReqObj>>> {
+    if h == MPI_REQUEST_NULL {
+        return Ok(None);
+    }
+    REQS.get(h)
+        .map(Some)
+        .ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))
+}
+
+/// Hands over the outcome of a complete request: a non-persistent one is
+/// freed and its handle becomes `MPI_REQUEST_NULL`.
+fn hand_over(h: &mut MPI_Request, obj: &ReqObj, req: &mut Req) -> Option<Outcome> {
+    let o = req.take()?;
+    if !req.persistent() {
+        REQS.remove(*h);
+        *h = MPI_REQUEST_NULL;
+    }
+    let _ = obj;
+    Some(o)
+}
+
+/// `MPI_Wait` on one handle.
+fn wait_one(h: &mut MPI_Request) -> R<MPI_Status> {
+    let Some(obj) = lookup(*h)? else {
+        return Ok(empty_status());
+    };
+    let comm = obj.comm;
+    let mut req = obj.lock();
+    // Only a generalized request can stay incomplete here: it completes
+    // when the program says so, maybe in another thread, which needs the
+    // lock in between.
+    while !req.progress(true).map_err(|e| with_comm(e, comm))? {
+        drop(req);
+        relax()?;
+        req = obj.lock();
+    }
+    let (st, e) = hand_over(h, &obj, &mut req).unwrap_or((empty_status(), None));
+    drop(req);
+    drain_orphans(false);
+    match e {
+        None => Ok(st),
+        Some(e) => Err(with_comm(e, comm)),
+    }
+}
+
+/// `MPI_Test` on one handle: `Some(status)` once complete.
+fn test_one(h: &mut MPI_Request) -> R<Option<MPI_Status>> {
+    let Some(obj) = lookup(*h)? else {
+        return Ok(Some(empty_status()));
+    };
+    let mut req = obj.lock();
+    let comm = obj.comm;
+    if !req.progress(false).map_err(|e| with_comm(e, comm))? {
+        drop(req);
+        drain_orphans(false);
+        return Ok(None);
+    }
+    let (st, e) = hand_over(h, &obj, &mut req).unwrap_or((empty_status(), None));
+    match e {
+        None => Ok(Some(st)),
+        Some(e) => Err(with_comm(e, comm)),
+    }
+}
+
+/// Errors of a request are raised on its communicator.
+fn with_comm(e: MpiErr, comm: MPI_Comm) -> MpiErr {
+    raise_on(On::Comm(comm));
+    e
+}
+
+/// Runs a request call (errors raised on the failed request's
+/// communicator, else on `MPI_COMM_WORLD`).
+fn run_req(func: &'static str, f: impl FnOnce() -> R<()>) -> c_int {
+    run(func, On::World, f)
+}
+
+mpi_fn! {
+    /// `MPI_Wait`.
+    fn MPI_Wait / PMPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+        run_req("MPI_Wait", || {
+            // SAFETY: MPI: `request` points to a request handle.
+            let mut h = unsafe { ffi::get(request) }?;
+            let r = wait_one(&mut h);
+            // SAFETY: as above.
+            unsafe { ffi::put(request, h) }?;
+            let st = match &r {
+                Ok(st) => *st,
+                Err(_) => return r.map(|_| ()),
+            };
+            // SAFETY: MPI: `status` is MPI_STATUS_IGNORE or a status.
+            unsafe { ffi::put_status(status, st) };
+            Ok(())
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Test`.
+    fn MPI_Test / PMPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+        run_req("MPI_Test", || {
+            // SAFETY: MPI: `request` points to a request handle.
+            let mut h = unsafe { ffi::get(request) }?;
+            let r = test_one(&mut h)?;
+            // SAFETY: MPI: `request`, `flag`, `status` as documented.
+            unsafe {
+                ffi::put(request, h)?;
+                ffi::put(flag, ffi::flag(r.is_some()))?;
+                if let Some(st) = r {
+                    ffi::put_status(status, st);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Request_get_status`: like `MPI_Test` without freeing.
+    fn MPI_Request_get_status / PMPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+        run_req("MPI_Request_get_status", || {
+            let st = match lookup(request)? {
+                None => Some(empty_status()),
+                Some(obj) => {
+                    let mut req = obj.lock();
+                    req.progress(false).map_err(|e| with_comm(e, obj.comm))?;
+                    req.peek().map(|(st, _)| st)
+                }
+            };
+            // SAFETY: MPI: `flag` and `status` as documented.
+            unsafe {
+                ffi::put(flag, ffi::flag(st.is_some()))?;
+                if let Some(st) = st {
+                    ffi::put_status(status, st);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The handles of a request array.
+///
+/// # Safety
+/// `p` holds `n` handles.
+unsafe fn handles<'a>(p: *mut MPI_Request, n: c_int) -> R<&'a mut [MPI_Request]> {
+    let n = ffi::count(n)?;
+    // SAFETY: the caller's contract.
+    unsafe { ffi::array_mut(p, n) }
+}
+
+/// The statuses of an array (`None`: `MPI_STATUSES_IGNORE`).
+///
+/// # Safety
+/// `p` is `MPI_STATUSES_IGNORE` or holds `n` statuses.
+unsafe fn statuses<'a>(p: *mut MPI_Status, n: usize) -> R<Option<&'a mut [MPI_Status]>> {
+    if ffi::ignore_status(p) {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { ffi::array_mut(p, n) }.map(Some)
+}
+
+/// The live requests of `hs` (`None` for null and inactive ones).
+fn objects(hs: &[MPI_Request]) -> R<Vec<Option<Arc<ReqObj>>>> {
+    hs.iter()
+        .map(|&h| Ok(lookup(h)?.filter(|o| !o.lock().inactive())))
+        .collect()
+}
+
+/// One non-blocking pass over every live request: which are complete.
+fn poll_all(objs: &[Option<Arc<ReqObj>>]) -> R<Vec<bool>> {
+    drain_orphans(false);
+    objs.iter()
+        .map(|o| match o {
+            None => Ok(false),
+            Some(o) => o.lock().progress(false).map_err(|e| with_comm(e, o.comm)),
+        })
+        .collect()
+}
+
+/// Lets the device make progress (blocking briefly) between passes.
+fn relax() -> R<()> {
+    world()?.comm.device_check(true).map_err(MpiErr::from)
+}
+
+/// Hands over request `i` of a set; records its error in the status.
+fn take_at(hs: &mut [MPI_Request], objs: &[Option<Arc<ReqObj>>], i: usize) -> Option<Outcome> {
+    let o = objs[i].as_ref()?;
+    let mut req = o.lock();
+    let out = hand_over(&mut hs[i], o, &mut req)?;
+    if out.1.is_some() {
+        raise_on(On::Comm(o.comm));
+    }
+    Some(out)
+}
+
+/// `MPI_Waitall`/`MPI_Testall` after every request is complete: hands
+/// them over, fills the statuses, `MPI_ERR_IN_STATUS` if any failed.
+fn finish_all(
+    hs: &mut [MPI_Request],
+    objs: &[Option<Arc<ReqObj>>],
+    sts: Option<&mut [MPI_Status]>,
+) -> R<()> {
+    let mut failed = false;
+    let mut out = Vec::with_capacity(hs.len());
+    for i in 0..hs.len() {
+        let (st, e) = take_at(hs, objs, i).unwrap_or((empty_status(), None));
+        failed |= e.is_some();
+        out.push(st);
+    }
+    if let Some(sts) = sts {
+        for (s, o) in sts.iter_mut().zip(&out) {
+            let keep = s.error;
+            *s = *o;
+            if !failed {
+                // Single-completion semantics: MPI_ERROR is left alone
+                // unless the call returns MPI_ERR_IN_STATUS.
+                s.error = keep;
+            }
+        }
+    }
+    if failed {
+        return Err(err(MPI_ERR_IN_STATUS, "a request failed"));
+    }
+    Ok(())
+}
+
+mpi_fn! {
+    /// `MPI_Waitall`.
+    fn MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut MPI_Request, sts: *mut MPI_Status) -> c_int {
+        run_req("MPI_Waitall", || {
+            // SAFETY: MPI: `reqs` holds `n` handles, `sts` `n` statuses.
+            let hs = unsafe { handles(reqs, n) }?;
+            // SAFETY: as above.
+            let sts = unsafe { statuses(sts, hs.len()) }?;
+            let objs = objects(hs)?;
+            loop {
+                let done = poll_all(&objs)?;
+                if objs.iter().zip(&done).all(|(o, d)| o.is_none() || *d) {
+                    break;
+                }
+                relax()?;
+            }
+            finish_all(hs, &objs, sts)
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Testall`: completes all or none.
+    fn MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut MPI_Request, flag: *mut c_int, sts: *mut MPI_Status) -> c_int {
+        run_req("MPI_Testall", || {
+            // SAFETY: MPI: `reqs` holds `n` handles, `sts` `n` statuses.
+            let hs = unsafe { handles(reqs, n) }?;
+            // SAFETY: as above.
+            let sts = unsafe { statuses(sts, hs.len()) }?;
+            let objs = objects(hs)?;
+            let done = poll_all(&objs)?;
+            let all = objs.iter().zip(&done).all(|(o, d)| o.is_none() || *d);
+            // SAFETY: MPI: `flag` points to an int.
+            unsafe { ffi::put(flag, ffi::flag(all)) }?;
+            if all {
+                finish_all(hs, &objs, sts)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Waitany/Testany: the first complete live request, handed over.
+fn any(hs: &mut [MPI_Request], block: bool) -> R<Option<(c_int, MPI_Status)>> {
+    let objs = objects(hs)?;
+    if objs.iter().all(Option::is_none) {
+        return Ok(Some((MPI_UNDEFINED, empty_status())));
+    }
+    loop {
+        let done = poll_all(&objs)?;
+        if let Some(i) = done.iter().position(|d| *d) {
+            let (st, e) = take_at(hs, &objs, i).unwrap_or((empty_status(), None));
+            return match e {
+                None => Ok(Some((i as c_int, st))),
+                Some(e) => Err(e),
+            };
+        }
+        if !block {
+            return Ok(None);
+        }
+        relax()?;
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Waitany`.
+    fn MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) -> c_int {
+        run_req("MPI_Waitany", || {
+            // SAFETY: MPI: `reqs` holds `n` handles.
+            let hs = unsafe { handles(reqs, n) }?;
+            let r = any(hs, true)?;
+            let (i, st) = r.unwrap_or((MPI_UNDEFINED, empty_status()));
+            // SAFETY: MPI: `index` points to an int, `status` as documented.
+            unsafe {
+                ffi::put(index, i)?;
+                ffi::put_status(status, st);
+            }
+            Ok(())
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Testany`.
+    fn MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+        run_req("MPI_Testany", || {
+            // SAFETY: MPI: `reqs` holds `n` handles.
+            let hs = unsafe { handles(reqs, n) }?;
+            let r = any(hs, false)?;
+            // SAFETY: MPI: `index`, `flag` point to ints, `status` as documented.
+            unsafe {
+                match r {
+                    Some((i, st)) => {
+                        ffi::put(index, i)?;
+                        ffi::put(flag, 1)?;
+                        ffi::put_status(status, st);
+                    }
+                    None => {
+                        ffi::put(index, MPI_UNDEFINED)?;
+                        ffi::put(flag, 0)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Waitsome/Testsome: every complete live request, handed over
+/// (`None`: no live request, `MPI_UNDEFINED`).
+fn some(
+    hs: &mut [MPI_Request],
+    block: bool,
+    indices: &mut [c_int],
+    sts: Option<&mut [MPI_Status]>,
+) -> R<c_int> {
+    let objs = objects(hs)?;
+    if objs.iter().all(Option::is_none) {
+        return Ok(MPI_UNDEFINED);
+    }
+    let done = loop {
+        let done = poll_all(&objs)?;
+        if done.iter().any(|d| *d) || !block {
+            break done;
+        }
+        relax()?;
+    };
+    let mut k = 0usize;
+    let mut failed = false;
+    let mut out = Vec::new();
+    for (i, d) in done.iter().enumerate() {
+        if !*d {
+            continue;
+        }
+        let (st, e) = take_at(hs, &objs, i).unwrap_or((empty_status(), None));
+        failed |= e.is_some();
+        if let Some(slot) = indices.get_mut(k) {
+            *slot = i as c_int;
+        }
+        out.push(st);
+        k += 1;
+    }
+    if let Some(sts) = sts {
+        for (s, o) in sts.iter_mut().zip(&out) {
+            let keep = s.error;
+            *s = *o;
+            if !failed {
+                s.error = keep;
+            }
+        }
+    }
+    if failed {
+        return Err(err(MPI_ERR_IN_STATUS, "a request failed"));
+    }
+    Ok(k as c_int)
+}
+
+mpi_fn! {
+    /// `MPI_Waitsome`.
+    fn MPI_Waitsome / PMPI_Waitsome(n: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status) -> c_int {
+        run_req("MPI_Waitsome", || {
+            // SAFETY: MPI: `reqs` holds `n` handles, `indices` and `sts` room for `n`.
+            let hs = unsafe { handles(reqs, n) }?;
+            let len = hs.len();
+            // SAFETY: as above.
+            let idx = unsafe { ffi::array_mut(indices, len) }?;
+            // SAFETY: as above.
+            let sts = unsafe { statuses(sts, len) }?;
+            let k = some(hs, true, idx, sts);
+            let k = match k {
+                Ok(k) => k,
+                Err(e) => return Err(e),
+            };
+            // SAFETY: MPI: `outcount` points to an int.
+            unsafe { ffi::put(outcount, k) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Testsome`.
+    fn MPI_Testsome / PMPI_Testsome(n: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status) -> c_int {
+        run_req("MPI_Testsome", || {
+            // SAFETY: MPI: `reqs` holds `n` handles, `indices` and `sts` room for `n`.
+            let hs = unsafe { handles(reqs, n) }?;
+            let len = hs.len();
+            // SAFETY: as above.
+            let idx = unsafe { ffi::array_mut(indices, len) }?;
+            // SAFETY: as above.
+            let sts = unsafe { statuses(sts, len) }?;
+            let k = some(hs, false, idx, sts)?;
+            // SAFETY: MPI: `outcount` points to an int.
+            unsafe { ffi::put(outcount, k) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Cancel`: a receive not yet matched is cancelled (its wait
+    /// returns with the cancelled flag); see `adi`'s `Comm::cancel` for
+    /// sends.
+    fn MPI_Cancel / PMPI_Cancel(request: *mut MPI_Request) -> c_int {
+        run_req("MPI_Cancel", || {
+            // SAFETY: MPI: `request` points to a request handle.
+            let h = unsafe { ffi::get(request) }?;
+            let obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "cancel of MPI_REQUEST_NULL"))?;
+            let w = world()?;
+            let mut req = obj.lock();
+            let r = match &mut *req {
+                Req::Op { r } | Req::Recv { r, .. } => Some(w.comm.cancel(r)),
+                Req::Persistent(p) => match p.active.as_deref_mut() {
+                    Some(Req::Op { r } | Req::Recv { r, .. }) => Some(w.comm.cancel(r)),
+                    _ => None,
+                },
+                Req::Grequest(g) => {
+                    // SAFETY: the program's cancel callback, called as MPI
+                    // calls it.
+                    let rc = unsafe {
+                        core::mem::transmute::<usize, CancelFn>(g.cancel)(g.extra as *mut _, c_int::from(g.complete))
+                    };
+                    check(rc == MPI_SUCCESS, rc, "generalized request cancel callback failed")?;
+                    None
+                }
+                // A collective cannot be cancelled (MPI: erroneous).
+                Req::Coll { .. } | Req::Done(_) => None,
+            };
+            if let Some(Err(e)) = r {
+                return Err(with_comm(e.into(), obj.comm));
+            }
+            Ok(())
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Request_free`: the operation still completes (a receive's data
+    /// are still delivered).
+    fn MPI_Request_free / PMPI_Request_free(request: *mut MPI_Request) -> c_int {
+        run_req("MPI_Request_free", || {
+            // SAFETY: MPI: `request` points to a request handle.
+            let h = unsafe { ffi::get(request) }?;
+            check(h != MPI_REQUEST_NULL, MPI_ERR_REQUEST, "free of MPI_REQUEST_NULL")?;
+            let obj = REQS.remove(h).ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))?;
+            let req = std::mem::replace(&mut *obj.lock(), Req::Done((empty_status(), None)));
+            let pending = match req {
+                r @ Req::Recv { .. } => Some(r),
+                Req::Persistent(p) => p.active.map(|a| *a).filter(|a| matches!(a, Req::Recv { .. })),
+                _ => None,
+            };
+            if let Some(r) = pending {
+                ORPHANS.lock().unwrap_or_else(PoisonError::into_inner).push(r);
+            }
+            // SAFETY: as above.
+            unsafe { ffi::put(request, MPI_REQUEST_NULL) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Test_cancelled`.
+    fn MPI_Test_cancelled / PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
+        run("MPI_Test_cancelled", On::World, || {
+            // SAFETY: MPI: `status` points to a status, `flag` to an int.
+            unsafe {
+                let st = ffi::get(status)?;
+                ffi::put(flag, ffi::flag(st.cancelled()))
+            }
+        })
+    }
+}
+
+/// Starts persistent request `h`.
+fn start(h: MPI_Request) -> R<()> {
+    let obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "start of MPI_REQUEST_NULL"))?;
+    let mut req = obj.lock();
+    let Req::Persistent(p) = &mut *req else {
+        return Err(err(
+            MPI_ERR_REQUEST,
+            "start of a request that is not persistent",
+        ));
+    };
+    check(
+        p.active.is_none(),
+        MPI_ERR_REQUEST,
+        "start of an active persistent request",
+    )?;
+    let inner = crate::p2p::start_persistent(p).map_err(|e| with_comm(e, obj.comm))?;
+    p.active = Some(Box::new(inner));
+    Ok(())
+}
+
+mpi_fn! {
+    /// `MPI_Start`.
+    fn MPI_Start / PMPI_Start(request: *mut MPI_Request) -> c_int {
+        run_req("MPI_Start", || {
+            // SAFETY: MPI: `request` points to a request handle.
+            let h = unsafe { ffi::get(request) }?;
+            start(h)
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Startall`.
+    fn MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut MPI_Request) -> c_int {
+        run_req("MPI_Startall", || {
+            // SAFETY: MPI: `reqs` holds `n` handles.
+            let hs = unsafe { handles(reqs, n) }?;
+            hs.iter().try_for_each(|&h| start(h))
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Grequest_start`.
+    fn MPI_Grequest_start / PMPI_Grequest_start(query: *const core::ffi::c_void, free: *const core::ffi::c_void, cancel: *const core::ffi::c_void, extra: *mut core::ffi::c_void, request: *mut MPI_Request) -> c_int {
+        run("MPI_Grequest_start", On::World, || {
+            check(!query.is_null() && !free.is_null() && !cancel.is_null(), MPI_ERR_ARG, "null callback")?;
+            let g = Greq { query: query as usize, free: free as usize, cancel: cancel as usize, extra: extra as usize, complete: false };
+            let h = new_request(MPI_COMM_WORLD, Req::Grequest(Box::new(g)))?;
+            // SAFETY: MPI: `request` points to a handle.
+            unsafe { ffi::put(request, h) }
+        })
+    }
+}
+
+mpi_fn! {
+    /// `MPI_Grequest_complete`: the request's waits may now return.
+    fn MPI_Grequest_complete / PMPI_Grequest_complete(request: MPI_Request) -> c_int {
+        run("MPI_Grequest_complete", On::World, || {
+            let obj = lookup(request)?.ok_or_else(|| err(MPI_ERR_REQUEST, "MPI_REQUEST_NULL"))?;
+            let mut req = obj.lock();
+            match &mut *req {
+                Req::Grequest(g) => {
+                    g.complete = true;
+                    Ok(())
+                }
+                _ => Err(err(MPI_ERR_REQUEST, "not a generalized request")),
+            }
+        })
+    }
+}
+
+/// Frees every request (finalize), completing orphaned receives first.
+pub(crate) fn finalize() {
+    drain_orphans(true);
+    REQS.clear();
+}
