@@ -14,8 +14,12 @@
 //! internal transport seam; matching and protocols are the transports'. On top:
 //! blocking, nonblocking, synchronous, ready
 //! and buffered sends, probes and matched probes, cancel, persistent
-//! requests, datatype sends, communicators ([`Comm::dup`], [`Comm::split`])
-//! and minimal collectives.
+//! requests, datatype sends, `sendrecv`; groups ([`Group`]),
+//! communicators ([`Comm::dup`], [`Comm::split`], [`Comm::create`], ...),
+//! intercommunicators ([`InterComm`]), topologies ([`topo`]), and every
+//! MPI collective, blocking and nonblocking, on packed data for any
+//! [`Op`] and datatype (algorithms chosen by size and process count as
+//! MPICH does; [`ENV_COLL_ALGORITHMS`]).
 //!
 //! ```
 //! // Without a launcher this is a singleton (rank 0 of 1): talk to itself.
@@ -33,9 +37,11 @@
 //! The building blocks stand on their own:
 //!
 //! - [`datatype`]: [`Datatype`] constructors (contiguous, vector, hvector,
-//!   indexed, hindexed, struct, resized, nested), bounds, commit, a flattened
-//!   form, pack/unpack with resumable byte-offset parts, and the paper's
-//!   three-case [`plan_send`] for non-contiguous sends.
+//!   indexed, hindexed, indexed_block, hindexed_block, struct, subarray,
+//!   darray, resized, dup, nested), envelope and contents, bounds, commit,
+//!   a flattened form, pack/unpack with resumable byte-offset parts,
+//!   `external32`, and the paper's three-case [`plan_send`] for
+//!   non-contiguous sends.
 //! - [`mod@request`]: the [`Request`]/[`Completer`] pair (made by [`request()`]) and its loom-checked
 //!   completion hand-off, [`Status`], the [`Progress`] hook, and
 //!   test/wait/waitall/waitany/waitsome/testall/testany/testsome.

@@ -10,9 +10,9 @@
 //! its inclusive count by `REPS * WINDOW` for the cost per message.
 //!
 //! ```text
-//! cargo build --release -p shmem-onesided --example path_cost
+//! cargo build --release -p shmem-onesided --example endpoint_cost
 //! valgrind --tool=callgrind --callgrind-out-file=cg.out \
-//!     target/release/examples/path_cost [bytes...]
+//!     target/release/examples/endpoint_cost [bytes...]
 //! callgrind_annotate --inclusive=yes cg.out | grep phase_
 //! ```
 //!
