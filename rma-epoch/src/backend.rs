@@ -144,6 +144,25 @@ pub enum DirectAction {
     },
 }
 
+/// The answer of [`crate::Engine::fence_direct_now`]: the short path of
+/// `fence` for a driver that carries out the barrier itself, at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectFence {
+    /// The short path does not apply (a rank not direct, operations or a
+    /// barrier in flight, steps queued): nothing changed, run
+    /// [`crate::Engine::fence`].
+    General,
+    /// The fence is over: nothing to synchronize (`MODE_NOPRECEDE |
+    /// MODE_NOSUCCEED`), or the barrier completed at once.
+    Done,
+    /// The barrier ([`DirectAction::Barrier`], started by the driver, not
+    /// queued for [`crate::Engine::poll_direct`]) did not complete at once:
+    /// wait until it does, then report
+    /// [`crate::Engine::handle_barrier_complete`]; until then the window is
+    /// not ready (the gate answers [`Gate::Wait`]).
+    Barrier,
+}
+
 /// What a target-side operation does to the window memory
 /// ([`crate::WindowMemory::with_range`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -472,11 +472,9 @@ impl Engine {
     }
 
     fn ctx(&mut self, win: WinId) -> Result<Ctx<'_>, Error> {
-        let w = self
-            .windows
-            .get_mut(win as usize)
-            .and_then(Option::as_mut)
-            .ok_or(Error::NoSuchWindow(win))?;
+        let Some(Some(w)) = self.windows.get_mut(win as usize) else {
+            return Err(Error::NoSuchWindow(win));
+        };
         Ok(Ctx {
             w: &mut w.core,
             ops: Pools {
@@ -494,11 +492,10 @@ impl Engine {
     }
 
     fn core(&self, win: WinId) -> Result<&WinCore, Error> {
-        self.windows
-            .get(win as usize)
-            .and_then(Option::as_ref)
-            .map(|w| &w.core)
-            .ok_or(Error::NoSuchWindow(win))
+        match self.windows.get(win as usize) {
+            Some(Some(w)) => Ok(&w.core),
+            _ => Err(Error::NoSuchWindow(win)),
+        }
     }
 
     /// Starts a user call that may block: checks nothing is in progress, runs
@@ -597,63 +594,20 @@ impl Engine {
     // ----- active target: PSCW -----
 
     /// `MPI_Win_start(group, assert)`: opens an access epoch to `group`.
+    #[inline]
     pub fn start(&mut self, win: WinId, group: &[Rank], assert: u32) -> Result<CallStatus, Error> {
-        self.call(win, |c| {
-            use AccessState::*;
-            if !matches!(c.w.access, Unset | FenceIssued | FenceGranted) {
-                return Err(c.w.wrong("start"));
-            }
-            for &r in group {
-                c.w.check_rank(r)?;
-            }
-            // The group and its post flags keep their buffers from epoch to
-            // epoch.
-            let g = &mut c.w.group;
-            g.clear();
-            g.extend_from_slice(group);
-            g.sort_unstable();
-            g.dedup();
-            let n = g.len();
-            c.w.posted.clear();
-            c.w.posted.resize(n, false);
-            c.w.direct.post_requested.clear();
-            if assert & assert::NOCHECK != 0 {
-                c.w.posts_missing = 0;
-            } else {
-                c.w.posts_missing = c.w.group.len();
-                // Posts that arrived before start.
-                let mut i = 0;
-                while i < c.w.early_posts.len() {
-                    let r = c.w.early_posts[i];
-                    if c.w.mark_posted(r) {
-                        c.w.early_posts.swap_remove(i);
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            c.w.access = if c.w.posts_missing == 0 {
-                PscwGranted
-            } else {
-                // Direct targets' posts are seen when asked for: ask now, as
-                // MPICH waits for same-node posts inside start.
-                for i in 0..c.w.group.len() {
-                    let (Some(&r), Some(false)) = (c.w.group.get(i), c.w.posted.get(i).copied())
-                    else {
-                        continue;
-                    };
-                    if c.is_direct(r) {
-                        c.w.direct.request_post(r);
-                    }
-                }
-                PscwIssued
-            };
-            Ok(None)
-        })
+        if let Some(st) = self.start_direct(win, group, assert)? {
+            return Ok(st);
+        }
+        self.call(win, |c| c.w.begin_start(group, assert).map(|()| None))
     }
 
     /// `MPI_Win_complete`: ends the PSCW access epoch.
+    #[inline]
     pub fn complete(&mut self, win: WinId) -> Result<CallStatus, Error> {
+        if let Some(st) = self.complete_direct(win)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             if !matches!(
                 c.w.access,
@@ -666,51 +620,33 @@ impl Engine {
     }
 
     /// `MPI_Win_post(group, assert)`: exposes this window to `group`.
+    #[inline]
     pub fn post(&mut self, win: WinId, group: &[Rank], assert: u32) -> Result<CallStatus, Error> {
+        if let Some(st) = self.post_direct(win, group, assert)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
-            if c.w.exposure != ExposureState::None {
-                return Err(Error::WrongExposure {
-                    win: c.w.id,
-                    call: "post",
-                    exposed: true,
-                });
-            }
-            let mut g = group.to_vec();
-            g.sort_unstable();
-            g.dedup();
-            for &r in &g {
-                c.w.check_rank(r)?;
-            }
-            c.w.exposure = ExposureState::PscwExpo;
-            c.w.side.at_completion_counter += g.len() as i64;
-            let nocheck = assert & assert::NOCHECK != 0;
-            for &r in &g {
-                if c.is_direct(r) {
-                    // A direct origin always signals its complete; only
-                    // the post may be skipped.
-                    c.w.direct.completes.push((r, false));
-                    if !nocheck {
-                        c.w.direct
-                            .out
-                            .push_back(crate::DirectAction::Post { origin: r });
-                    }
-                } else if !nocheck {
-                    emit(c.out, r, RmaHeader::new(RmaKind::Post, c.w.id), &[]);
-                }
+            if is_set(group) {
+                c.w.begin_post(group, assert, c.out)?;
+            } else {
+                let mut g = group.to_vec();
+                g.sort_unstable();
+                g.dedup();
+                c.w.begin_post(&g, assert, c.out)?;
             }
             Ok(None)
         })
     }
 
     /// `MPI_Win_wait`: ends the exposure epoch once every origin completed.
+    #[inline]
     pub fn wait(&mut self, win: WinId) -> Result<CallStatus, Error> {
+        if let Some(st) = self.wait_direct(win)? {
+            return Ok(st);
+        }
         self.call(win, |c| {
             if c.w.exposure != ExposureState::PscwExpo {
-                return Err(Error::WrongExposure {
-                    win: c.w.id,
-                    call: "wait",
-                    exposed: false,
-                });
+                return Err(c.w.wrong_exposure("wait"));
             }
             Ok(Some(Blocked::Wait))
         })
@@ -721,11 +657,7 @@ impl Engine {
     pub fn test(&mut self, win: WinId) -> Result<bool, Error> {
         let c = self.ctx(win)?;
         if c.w.exposure != ExposureState::PscwExpo {
-            return Err(Error::WrongExposure {
-                win: c.w.id,
-                call: "test",
-                exposed: false,
-            });
+            return Err(c.w.wrong_exposure("test"));
         }
         if c.w.side.at_completion_counter <= 0 {
             c.w.exposure = ExposureState::None;
@@ -1048,6 +980,107 @@ impl WinCore {
         }
     }
 
+    fn wrong_exposure(&self, call: &'static str) -> Error {
+        Error::WrongExposure {
+            win: self.id,
+            call,
+            exposed: self.exposure != ExposureState::None,
+        }
+    }
+
+    /// The body of `start`: the access epoch to `group` opens (granted if
+    /// every post is in or `MODE_NOCHECK`; else the direct targets' posts
+    /// are asked for).
+    fn begin_start(&mut self, group: &[Rank], assert: u32) -> Result<(), Error> {
+        use AccessState::*;
+        if !matches!(self.access, Unset | FenceIssued | FenceGranted) {
+            return Err(self.wrong("start"));
+        }
+        for &r in group {
+            self.check_rank(r)?;
+        }
+        // The group and its post flags keep their buffers from epoch to
+        // epoch.
+        let g = &mut self.group;
+        g.clear();
+        g.extend_from_slice(group);
+        if !is_set(g) {
+            g.sort_unstable();
+            g.dedup();
+        }
+        let n = g.len();
+        self.posted.clear();
+        self.posted.resize(n, false);
+        self.direct.post_requested.clear();
+        if assert & assert::NOCHECK != 0 {
+            self.posts_missing = 0;
+        } else {
+            self.posts_missing = n;
+            // Posts that arrived before start.
+            let mut i = 0;
+            while i < self.early_posts.len() {
+                let r = self.early_posts[i];
+                if self.mark_posted(r) {
+                    self.early_posts.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        self.access = if self.posts_missing == 0 {
+            PscwGranted
+        } else {
+            // Direct targets' posts are seen when asked for: ask now, as
+            // MPICH waits for same-node posts inside start.
+            for i in 0..self.group.len() {
+                let (Some(&r), Some(false)) = (self.group.get(i), self.posted.get(i).copied())
+                else {
+                    continue;
+                };
+                if self.direct.is_direct(r) {
+                    self.direct.request_post(r);
+                }
+            }
+            PscwIssued
+        };
+        Ok(())
+    }
+
+    /// The body of `post` (`group` sorted, no duplicates): the exposure
+    /// epoch opens and the posts go out (direct origins: a
+    /// [`crate::DirectAction::Post`] each; others: a packet).
+    fn begin_post(
+        &mut self,
+        group: &[Rank],
+        assert: u32,
+        out: &mut VecDeque<Action>,
+    ) -> Result<(), Error> {
+        if self.exposure != ExposureState::None {
+            return Err(self.wrong_exposure("post"));
+        }
+        for &r in group {
+            self.check_rank(r)?;
+        }
+        self.exposure = ExposureState::PscwExpo;
+        self.side.at_completion_counter += group.len() as i64;
+        let nocheck = assert & assert::NOCHECK != 0;
+        for &r in group {
+            if self.direct.is_direct(r) {
+                // A direct origin always signals its complete; only the
+                // post may be skipped.
+                self.direct.completes.push((r, false));
+                if !nocheck {
+                    self.direct
+                        .out
+                        .push_back(crate::DirectAction::Post { origin: r });
+                }
+            } else if !nocheck {
+                emit(out, r, RmaHeader::new(RmaKind::Post, self.id), &[]);
+            }
+        }
+        Ok(())
+    }
+
     fn check_rank(&self, rank: Rank) -> Result<(), Error> {
         if rank < self.cfg.comm_size {
             Ok(())
@@ -1092,4 +1125,11 @@ impl WinCore {
             AccessState::FenceIssued | AccessState::PscwIssued | AccessState::LockAllIssued
         )
     }
+}
+
+/// Whether `g` is sorted with no duplicates (a group as the engine keeps
+/// it).
+#[inline]
+fn is_set(g: &[Rank]) -> bool {
+    g.windows(2).all(|w| w[0] < w[1])
 }

@@ -96,7 +96,7 @@ mod error;
 mod pool;
 mod target;
 
-pub use backend::{Access, Backends, DirectAction, Gate};
+pub use backend::{Access, Backends, DirectAction, DirectFence, Gate};
 pub use config::{GlobalConfig, WindowConfig};
 pub use counters::Counters;
 pub use engine::{assert, AccessState, Engine, ExposureState, Posted, TargetState, WindowMemory};

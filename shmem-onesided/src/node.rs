@@ -390,14 +390,18 @@ impl NodeView {
     }
 
     fn pid(&self, pe: u32) -> Result<u32> {
-        self.pids.get(pe as usize).copied().ok_or(Error::BadPe {
-            pe,
-            size: self.size(),
-        })
+        self.pids
+            .get(pe as usize)
+            .copied()
+            .ok_or_else(|| Error::BadPe {
+                pe,
+                size: self.size(),
+            })
     }
 
+    #[inline]
     fn heap_range(&self, pe: u32, addr: SymAddr, len: usize) -> Result<*mut u8> {
-        let base = *self.heaps.get(pe as usize).ok_or(Error::BadPe {
+        let base = *self.heaps.get(pe as usize).ok_or_else(|| Error::BadPe {
             pe,
             size: self.size(),
         })?;
@@ -421,6 +425,7 @@ impl NodeView {
     }
 
     /// Copies `src` into `pe`'s symmetric memory at `dst`. Complete on return.
+    #[inline]
     pub fn put(&self, pe: u32, dst: SymAddr, src: &[u8]) -> Result<()> {
         let p = self.heap_range(pe, dst, src.len())?;
         // SAFETY: `p..p+len` is inside the shared mapping (checked) and cannot
@@ -433,6 +438,7 @@ impl NodeView {
     }
 
     /// Copies `dst.len()` bytes from `pe`'s symmetric memory at `src`.
+    #[inline]
     pub fn get(&self, pe: u32, src: SymAddr, dst: &mut [u8]) -> Result<()> {
         let p = self.heap_range(pe, src, dst.len())?;
         // SAFETY: as in `put`, with the roles swapped; `dst` is an exclusive
@@ -443,6 +449,7 @@ impl NodeView {
 
     /// A 64-bit atomic in `pe`'s symmetric memory (`addr` 8-byte aligned),
     /// for signals, counters and locks.
+    #[inline]
     pub fn atomic_u64(&self, pe: u32, addr: SymAddr) -> Result<&AtomicU64> {
         if addr.0 % 8 != 0 {
             return Err(Error::InvalidArgument(
@@ -458,6 +465,7 @@ impl NodeView {
 
     /// `n` consecutive 64-bit atomics in `pe`'s symmetric memory from
     /// `addr` (8-byte aligned): tables of counters or regions.
+    #[inline]
     pub fn atomic_u64_slice(&self, pe: u32, addr: SymAddr, n: usize) -> Result<&[AtomicU64]> {
         if addr.0 % 8 != 0 {
             return Err(Error::InvalidArgument(

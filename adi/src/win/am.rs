@@ -120,7 +120,6 @@ impl Slot {
             barrier: None,
             polls: Vec::new(),
             seen: Seen {
-                fence_no: 0,
                 posts: vec![0; n],
                 completes: vec![0; n],
             },

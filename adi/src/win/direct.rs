@@ -149,11 +149,10 @@ pub(super) enum Started {
     Wait(Poll),
 }
 
-/// What the driver keeps of the shared-memory protocols of one window:
-/// its fence count and the PSCW counts it consumed.
+/// What the driver keeps of the PSCW protocol of one window: the counts
+/// it consumed (its fence count is [`DirectWin`]'s).
 #[derive(Debug, Default)]
 pub(super) struct Seen {
-    pub(super) fence_no: u64,
     pub(super) posts: Vec<u64>,
     pub(super) completes: Vec<u64>,
 }
@@ -176,6 +175,14 @@ pub(super) struct DirectWin {
     attached: Mutex<Vec<(u64, Vec<u8>, usize)>>,
     /// Read-modify-write buffer of accumulates (reused).
     scratch: Mutex<Vec<u8>>,
+    /// Fence barriers this rank arrived at (changed only under the
+    /// device's RMA lock, see [`bump_locked`]).
+    fence_no: AtomicU64,
+    /// Fence words (node index, address) of this rank and of every other
+    /// rank of the window, looked up once; `others` is `None` if a rank is
+    /// not direct (no shared-memory barrier then).
+    fence_own: Option<(u32, SymAddr)>,
+    fence_others: Option<Vec<(u32, SymAddr)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -190,6 +197,17 @@ impl DirectWin {
         own: Vec<u8>,
         heap_block: Option<SymAddr>,
     ) -> DirectWin {
+        let fence_word = |t: &Target| (t.pe, t.cb.offset(CB_FENCE));
+        let fence_own = targets
+            .get(me as usize)
+            .and_then(Option::as_ref)
+            .map(fence_word);
+        let fence_others = targets
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| *r != me as usize)
+            .map(|(_, t)| t.as_ref().map(fence_word))
+            .collect();
         DirectWin {
             view,
             me,
@@ -198,6 +216,9 @@ impl DirectWin {
             heap_block,
             attached: Mutex::new(Vec::new()),
             scratch: Mutex::new(Vec::new()),
+            fence_no: AtomicU64::new(0),
+            fence_own,
+            fence_others,
         }
     }
 
@@ -212,6 +233,7 @@ impl DirectWin {
         matches!(self.targets.get(rank as usize), Some(Some(_)))
     }
 
+    #[inline]
     fn t(&self, rank: u32) -> Result<&Target, Error> {
         match self.targets.get(rank as usize) {
             Some(Some(t)) => Ok(t),
@@ -222,11 +244,13 @@ impl DirectWin {
         }
     }
 
+    #[inline]
     fn word(&self, rank: u32, off: u64) -> Result<&AtomicU64, Error> {
         let t = self.t(rank)?;
         Ok(self.view.atomic_u64(t.pe, t.cb.offset(off))?)
     }
 
+    #[inline]
     fn rw(&self, rank: u32, base: u64) -> Result<RwTicket<'_>, Error> {
         let t = self.t(rank)?;
         match self
@@ -284,25 +308,43 @@ impl DirectWin {
                 }
                 return Ok(Started::Done);
             }
-            DirectAction::Barrier => Poll::Barrier {
-                no: self.arrive(seen)?,
-            },
+            DirectAction::Barrier => Poll::Barrier { no: self.arrive()? },
             DirectAction::Post { origin } => {
                 winsync::signal(self.word(origin, CB_POST + 8 * u64::from(self.me))?);
                 return Ok(Started::Done);
             }
-            DirectAction::AwaitPost { target } => Poll::Post {
-                target,
-                seen: seen.posts.get(target as usize).copied().unwrap_or(0),
-            },
+            // The waits for a signal are tried here directly (what
+            // `try_fire` does, without its second dispatch).
+            DirectAction::AwaitPost { target } => {
+                let slot = seen.posts.get_mut(target as usize);
+                let s = slot.as_deref().copied().unwrap_or(0);
+                let p = Poll::Post { target, seen: s };
+                let w = self.word(self.me, CB_POST + 8 * u64::from(target))?;
+                if !winsync::observed(w, s) {
+                    return Ok(Started::Wait(p));
+                }
+                if let Some(c) = slot {
+                    *c = s + 1;
+                }
+                return Ok(Started::Held(p));
+            }
             DirectAction::Complete { target } => {
                 winsync::signal(self.word(target, cb_complete(n) + 8 * u64::from(self.me))?);
                 return Ok(Started::Done);
             }
-            DirectAction::AwaitComplete { origin } => Poll::Complete {
-                origin,
-                seen: seen.completes.get(origin as usize).copied().unwrap_or(0),
-            },
+            DirectAction::AwaitComplete { origin } => {
+                let slot = seen.completes.get_mut(origin as usize);
+                let s = slot.as_deref().copied().unwrap_or(0);
+                let p = Poll::Complete { origin, seen: s };
+                let w = self.word(self.me, cb_complete(n) + 8 * u64::from(origin))?;
+                if !winsync::observed(w, s) {
+                    return Ok(Started::Wait(p));
+                }
+                if let Some(c) = slot {
+                    *c = s + 1;
+                }
+                return Ok(Started::Held(p));
+            }
         };
         Ok(if self.try_fire(&p, seen)? {
             Started::Held(p)
@@ -312,26 +354,28 @@ impl DirectWin {
     }
 
     /// Arrives at the next fence barrier ([`DirectAction::Barrier`] without
-    /// the generality of [`DirectWin::start`]); returns its number.
+    /// the generality of [`DirectWin::start`]; under the device's RMA
+    /// lock); returns its number.
     #[inline]
-    pub(super) fn arrive(&self, seen: &mut Seen) -> Result<u64, Error> {
+    pub(super) fn arrive(&self) -> Result<u64, Error> {
         bump_locked(&GLOBAL.fences);
-        seen.fence_no += 1;
-        winsync::arrive(self.word(self.me, CB_FENCE)?, seen.fence_no);
-        Ok(seen.fence_no)
+        let Some((pe, a)) = self.fence_own else {
+            return Err(Error::Abandoned);
+        };
+        let no = self.fence_no.load(Ordering::Relaxed) + 1;
+        self.fence_no.store(no, Ordering::Relaxed);
+        winsync::arrive(self.view.atomic_u64(pe, a)?, no);
+        Ok(no)
     }
 
     /// Whether every other rank arrived at fence barrier `no`.
     #[inline]
     pub(super) fn all_arrived(&self, no: u64) -> Result<bool, Error> {
-        for (r, t) in self.targets.iter().enumerate() {
-            if r as u32 == self.me {
-                continue;
-            }
-            let Some(t) = t else {
-                return Err(Error::Abandoned);
-            };
-            if !winsync::arrived(self.view.atomic_u64(t.pe, t.cb.offset(CB_FENCE))?, no) {
+        let Some(others) = &self.fence_others else {
+            return Err(Error::Abandoned);
+        };
+        for &(pe, a) in others {
+            if !winsync::arrived(self.view.atomic_u64(pe, a)?, no) {
                 return Ok(false);
             }
         }
@@ -340,6 +384,7 @@ impl DirectWin {
 
     /// Whether `p` holds now, without consuming it (what a waiter spins
     /// on, outside every lock).
+    #[inline]
     pub(super) fn may_fire(&self, p: &Poll) -> Result<bool, Error> {
         let n = self.n();
         Ok(match *p {
@@ -361,6 +406,7 @@ impl DirectWin {
 
     /// Consumes `p` if it holds (enters the lock, counts the post or
     /// complete as seen); the caller then reports it to the epoch machine.
+    #[inline]
     pub(super) fn try_fire(&self, p: &Poll, seen: &mut Seen) -> Result<bool, Error> {
         let fired = match *p {
             Poll::Lock {
@@ -446,7 +492,7 @@ impl DirectWin {
                 let mut own = lock(&self.own);
                 let d = disp as usize;
                 own.get_mut(d..d + data.len())
-                    .ok_or(Error::Abandoned)?
+                    .ok_or_else(|| Error::Abandoned)?
                     .copy_from_slice(data);
             }
             Mem::User(base) => self.view.cma_write(t.pe, base + disp, data)?,
@@ -473,7 +519,7 @@ impl DirectWin {
             Mem::User(_) if rank == self.me => {
                 let own = lock(&self.own);
                 let d = disp as usize;
-                buf.copy_from_slice(own.get(d..d + buf.len()).ok_or(Error::Abandoned)?);
+                buf.copy_from_slice(own.get(d..d + buf.len()).ok_or_else(|| Error::Abandoned)?);
             }
             Mem::User(base) => self.view.cma_read(t.pe, base + disp, buf)?,
             Mem::Dynamic if rank == self.me => {
@@ -641,7 +687,7 @@ impl DirectWin {
         let words =
             self.view
                 .atomic_u64_slice(t.pe, t.cb.offset(cb_regions(n)), winsync::REGION_WORDS)?;
-        RegionTable::new(words).ok_or(Error::Abandoned)
+        RegionTable::new(words).ok_or_else(|| Error::Abandoned)
     }
 
     /// Checks `[addr, addr + len)` against `rank`'s attached regions.

@@ -71,7 +71,7 @@ impl Win {
         f: impl FnOnce(&mut Engine, WinId) -> Result<Posted, rma_epoch::Error>,
     ) -> Result<Request, Error> {
         let r = self.post_op(Some((target, None)), f)?;
-        r.ok_or(Error::Abandoned)
+        r.ok_or_else(|| Error::Abandoned)
     }
 
     /// `MPI_Put` of `data` at byte displacement `disp` of `target`. The
@@ -192,7 +192,7 @@ impl Win {
             return Ok(completed_read(target, buf));
         }
         let r = self.post_op(Some((target, Some(buf))), |e, w| e.get(w, t, disp, len))?;
-        r.ok_or(Error::Abandoned)
+        r.ok_or_else(|| Error::Abandoned)
     }
 
     /// `MPI_Rget`: the same as [`Win::get`] (both return a request).

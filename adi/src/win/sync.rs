@@ -7,7 +7,7 @@ use super::am::{self, RmaState};
 use super::direct::{self, DirectWin, Poll, Started};
 use super::{LockType, Win};
 use crate::Error;
-use rma_epoch::{CallStatus, DirectAction, Engine, Gate, WinId};
+use rma_epoch::{CallStatus, DirectFence, Engine, Gate, WinId};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::MutexGuard;
 
@@ -196,16 +196,23 @@ impl Win {
     /// The gate of an operation to the direct target `t`: returns once the
     /// epoch allows it (after taking a lazy lock, seeing a post or the end
     /// of a barrier if needed).
-    #[inline]
+    #[inline(always)]
     pub(super) fn gate(&self, t: u32) -> Result<(), Error> {
         let mut g = am::lock(&self.comm.dev().rma.state);
         direct::bump_locked(&direct::GLOBAL.ops);
         match g.engine.direct_access(self.id, t)? {
             Gate::Open => Ok(()),
-            Gate::Wait => self.drive(g, |st| {
-                Ok(st.engine.direct_access(self.id, t)? == Gate::Open)
-            }),
+            Gate::Wait => self.gate_wait(g, t),
         }
+    }
+
+    /// The gate's wait (out of line: the open gate is the data path).
+    #[cold]
+    #[inline(never)]
+    fn gate_wait(&self, g: MutexGuard<'_, RmaState>, t: u32) -> Result<(), Error> {
+        self.drive(g, |st| {
+            Ok(st.engine.direct_access(self.id, t)? == Gate::Open)
+        })
     }
 
     // ----------------------------------------------- synchronization
@@ -220,70 +227,129 @@ impl Win {
     }
 
     /// `fence` of a window whose ranks are all direct: the epoch machine
-    /// answers with the shared-memory barrier, which this thread carries
-    /// out itself (arrive, wait for the others outside the lock, report).
+    /// lets this thread carry out the shared-memory barrier itself
+    /// ([`Engine::fence_direct_now`]: arrive under the lock; if a rank has
+    /// not arrived yet, [`DirectFence::Barrier`]: wait for it outside the
+    /// lock, then report).
+    #[inline]
     fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
-        let dev = self.comm.dev();
         let id = self.id;
-        let mut g = am::lock(&dev.rma.state);
-        let st = g.engine.fence(id, assert)?;
-        if st != CallStatus::Done || g.engine.has_actions() {
-            return self.drive(g, |st| self.settled(st));
-        }
-        match g.engine.poll_direct(id) {
-            // NOPRECEDE | NOSUCCEED: nothing to synchronize.
-            None => return Ok(()),
-            Some(DirectAction::Barrier) if !g.engine.has_direct(id) => {
-                let no = d.arrive(&mut g.slot(id)?.seen)?;
-                if !d.all_arrived(no)? {
-                    // Wait for the others outside the lock.
-                    drop(g);
-                    let p = Poll::Barrier { no };
-                    let mut idle = 0u32;
-                    while !d.may_fire(&p)? {
-                        self.wait_for(d, &p, &mut idle)?;
-                    }
-                    g = am::lock(&dev.rma.state);
-                }
-                g.engine.handle_barrier_complete(id)?;
-                // The lean answer leaves nothing else to do.
-                if !(g.engine.has_actions() || g.engine.has_direct(id) || g.engine.is_blocked(id)) {
-                    return Ok(());
+        let mut g = am::lock(&self.comm.dev().rma.state);
+        // General if steps are queued (none between calls, normally): they
+        // go first. Otherwise this thread arrives at the barrier (under the
+        // lock) and the fence is over if every rank arrived already.
+        let mut no = 0;
+        let mut failed = None;
+        let fd = g.engine.fence_direct_now(id, assert, || {
+            match d.arrive().and_then(|n| {
+                no = n;
+                d.all_arrived(n)
+            }) {
+                Ok(all) => all,
+                Err(e) => {
+                    failed = Some(e);
+                    false
                 }
             }
-            Some(a) => match d.start(a, &mut g.slot(id)?.seen)? {
-                Started::Done => {}
-                Started::Held(p) => report(&mut g.engine, id, p)?,
-                Started::Wait(p) => g.slot(id)?.polls.push(p),
-            },
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
         }
-        if g.engine.has_direct(id) || g.engine.has_actions() || !self.settled(&mut g)? {
-            return self.drive(g, |st| self.settled(st));
+        match fd {
+            DirectFence::General => {
+                drop(g);
+                return self.fence_general(assert);
+            }
+            DirectFence::Done => {}
+            DirectFence::Barrier => {
+                drop(g);
+                g = self.fence_wait(d, no)?;
+                g.engine.handle_barrier_complete(id)?;
+            }
+        }
+        // The lean answer leaves nothing else to do (unless another thread
+        // started something meanwhile).
+        if g.engine.has_actions() || !g.engine.is_idle(id) {
+            return self.fence_drive(g);
         }
         Ok(())
     }
 
-    fn group(&self, group: &[i32]) -> Result<Vec<u32>, Error> {
+    /// `fence` by the general algorithm (and its driver).
+    #[cold]
+    #[inline(never)]
+    fn fence_general(&self, assert: u32) -> Result<(), Error> {
+        self.call(|e, w| e.fence(w, assert))
+    }
+
+    /// Waits (outside the lock) until every rank arrived at fence barrier
+    /// `no`; returns the RMA lock again.
+    #[cold]
+    #[inline(never)]
+    fn fence_wait(&self, d: &DirectWin, no: u64) -> Result<MutexGuard<'_, RmaState>, Error> {
+        let p = Poll::Barrier { no };
+        let mut idle = 0u32;
+        while !d.may_fire(&p)? {
+            self.wait_for(d, &p, &mut idle)?;
+        }
+        Ok(am::lock(&self.comm.dev().rma.state))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fence_drive(&self, g: MutexGuard<'_, RmaState>) -> Result<(), Error> {
+        self.drive(g, |st| self.settled(st))
+    }
+
+    /// A PSCW group as the epoch machine's ranks (`PROC_NULL` is not a
+    /// member), sorted without duplicates, given to `f`: on the stack for
+    /// small groups (no allocation per epoch).
+    #[inline]
+    fn with_group<T>(
+        &self,
+        group: &[i32],
+        f: impl FnOnce(&[u32]) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        const INLINE: usize = 16;
+        let rank = |r: i32| match self.target(r)? {
+            rma_epoch::PROC_NULL => Err(Error::InvalidRank {
+                rank: r,
+                size: self.size(),
+            }),
+            t => Ok(t),
+        };
+        if group.len() <= INLINE {
+            let mut buf = [0u32; INLINE];
+            for (b, r) in buf.iter_mut().zip(group) {
+                *b = rank(*r)?;
+            }
+            let g = &mut buf[..group.len()];
+            if g.windows(2).all(|w| w[0] < w[1]) {
+                return f(g);
+            }
+            g.sort_unstable();
+            let mut n = 0;
+            for i in 0..g.len() {
+                if n == 0 || g[i] != g[n - 1] {
+                    g[n] = g[i];
+                    n += 1;
+                }
+            }
+            return f(&g[..n]);
+        }
         let mut g = group
             .iter()
-            .map(|r| match self.target(*r)? {
-                rma_epoch::PROC_NULL => Err(Error::InvalidRank {
-                    rank: *r,
-                    size: self.size(),
-                }),
-                t => Ok(t),
-            })
+            .map(|r| rank(*r))
             .collect::<Result<Vec<u32>, Error>>()?;
         g.sort_unstable();
         g.dedup();
-        Ok(g)
+        f(&g)
     }
 
     /// `MPI_Win_start`: an access epoch to the ranks of `group` (waits for
     /// the posts of the direct ones, as MPICH does for same-node targets).
     pub fn start(&self, group: &[i32], assert: u32) -> Result<(), Error> {
-        let g = self.group(group)?;
-        self.call(|e, w| e.start(w, &g, assert))
+        self.with_group(group, |g| self.call(|e, w| e.start(w, g, assert)))
     }
 
     /// `MPI_Win_complete`.
@@ -293,8 +359,7 @@ impl Win {
 
     /// `MPI_Win_post`: an exposure epoch to the ranks of `group`.
     pub fn post(&self, group: &[i32], assert: u32) -> Result<(), Error> {
-        let g = self.group(group)?;
-        self.call(|e, w| e.post(w, &g, assert))
+        self.with_group(group, |g| self.call(|e, w| e.post(w, g, assert)))
     }
 
     /// `MPI_Win_wait`.

@@ -11,12 +11,15 @@
 //! list), whose posts were asked for, and whose completes are awaited.
 //!
 //! The calls that the same-node data path makes per operation and per
-//! epoch (the gate, `lock`/`unlock`, `flush`, `fence` of a window whose
-//! ranks are all direct) have short paths here that leave the same state
-//! as the general algorithms would, without running them.
+//! epoch (the gate, `lock`/`unlock`, `flush`, and, on a window whose ranks
+//! are all direct, `fence` and `post`/`start`/`complete`/`wait`) have short
+//! paths here that leave the same state, steps and errors as the general
+//! algorithms would, without running them. [`Engine::fence_direct_now`]
+//! hands the fence barrier to a driver that carries it out at once instead
+//! of queuing it.
 
 use super::*;
-use crate::backend::{Backends, DirectAction, Gate};
+use crate::backend::{Backends, DirectAction, DirectFence, Gate};
 
 /// How a direct target's lock is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,11 +243,12 @@ impl Engine {
 
     #[inline]
     pub(super) fn core_mut(&mut self, win: WinId) -> Result<&mut WinCore, Error> {
-        self.windows
-            .get_mut(win as usize)
-            .and_then(Option::as_mut)
-            .map(|w| &mut w.core)
-            .ok_or(Error::NoSuchWindow(win))
+        // A match, not `ok_or`: the error is built only when it is returned
+        // (this is on every call's path).
+        match self.windows.get_mut(win as usize) {
+            Some(Some(w)) => Ok(&mut w.core),
+            _ => Err(Error::NoSuchWindow(win)),
+        }
     }
 
     /// Whether `target` is reached directly in `win`.
@@ -373,6 +377,17 @@ impl Engine {
             .is_some_and(|w| w.core.blocked.is_some())
     }
 
+    /// Whether `win` has neither a call in progress nor steps waiting in
+    /// [`Engine::poll_direct`] (as `!is_blocked && !has_direct`, one
+    /// look-up).
+    #[inline]
+    pub fn is_idle(&self, win: WinId) -> bool {
+        self.windows
+            .get(win as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| w.core.blocked.is_none() && w.core.direct.out.is_empty())
+    }
+
     /// Whether `win` has steps waiting in [`Engine::poll_direct`].
     #[inline]
     pub fn has_direct(&self, win: WinId) -> bool {
@@ -446,6 +461,18 @@ impl Engine {
                 c.counters.stray_packets += 1;
                 return Ok(());
             }
+        }
+        if matches!(c.blocked, Some(Blocked::Wait)) && c.direct.all && c.active.is_empty() {
+            // The short path of a pending `wait` (what progress would do).
+            if c.side.at_completion_counter <= 0 {
+                c.exposure = ExposureState::None;
+                c.blocked = None;
+                self.out.push_back(Action::Completed {
+                    win,
+                    call: Call::Wait,
+                });
+            }
+            return Ok(());
         }
         if c.blocked.is_some() {
             self.ctx(win)?.progress();
@@ -594,18 +621,63 @@ impl Engine {
     }
 
     /// `fence` of a window whose ranks are all direct and that has nothing
-    /// in flight: the barrier is [`DirectAction::Barrier`]. `None` when the
-    /// general algorithm runs.
+    /// in flight: the barrier is [`DirectAction::Barrier`] (queued). `None`
+    /// when the general algorithm runs.
     #[inline]
     pub(super) fn fence_direct(
         &mut self,
         win: WinId,
         assert: u32,
     ) -> Result<Option<CallStatus>, Error> {
+        Ok(match self.fence_lean(win, assert, None::<fn() -> bool>)? {
+            DirectFence::General => None,
+            DirectFence::Done => Some(CallStatus::Done),
+            DirectFence::Barrier => {
+                self.core_mut(win)?
+                    .direct
+                    .out
+                    .push_back(DirectAction::Barrier);
+                Some(CallStatus::Done)
+            }
+        })
+    }
+
+    /// `fence` of a window whose ranks are all direct and that has nothing
+    /// in flight (no steps waiting in [`Engine::poll_direct`] either), for a
+    /// driver that carries out the barrier itself, at once: `barrier` is
+    /// called (only if a barrier is needed) to start it (arrive) and says
+    /// whether it completed already (every rank arrived); see
+    /// [`DirectFence`]. [`Engine::fence`] is this with the barrier queued
+    /// as a [`DirectAction`]. Errors as [`Engine::fence`] (found before
+    /// `barrier` is called).
+    #[inline]
+    pub fn fence_direct_now(
+        &mut self,
+        win: WinId,
+        assert: u32,
+        barrier: impl FnOnce() -> bool,
+    ) -> Result<DirectFence, Error> {
+        self.fence_lean(win, assert, Some(barrier))
+    }
+
+    /// The short path of `fence`. With `now`, only if no direct step is
+    /// queued (they would have to go first), and `now` starts the barrier
+    /// (if it completes at once, so does the fence).
+    #[inline]
+    fn fence_lean(
+        &mut self,
+        win: WinId,
+        assert: u32,
+        now: Option<impl FnOnce() -> bool>,
+    ) -> Result<DirectFence, Error> {
         use AccessState::*;
         let c = self.core_mut(win)?;
-        if !c.direct.all || !c.active.is_empty() || c.barriers_in_flight > 0 {
-            return Ok(None);
+        if !c.direct.all
+            || !c.active.is_empty()
+            || c.barriers_in_flight > 0
+            || (now.is_some() && !c.direct.out.is_empty())
+        {
+            return Ok(DirectFence::General);
         }
         if let Some(b) = &c.blocked {
             return Err(Error::CallInProgress {
@@ -617,27 +689,30 @@ impl Engine {
             return Err(c.wrong("fence"));
         }
         if c.exposure != ExposureState::None {
-            return Err(Error::WrongExposure {
-                win,
-                call: "fence",
-                exposed: true,
-            });
+            return Err(c.wrong_exposure("fence"));
         }
         let both = assert::NOPRECEDE | assert::NOSUCCEED;
         if assert & both == both {
             c.access = Unset;
-            return Ok(Some(CallStatus::Done));
+            return Ok(DirectFence::Done);
         }
         // Nothing to complete first (every operation is complete when it
         // returns): the barrier goes out now and the call is done, as a
         // `NOPRECEDE` fence is. Until the barrier completes the window is
         // not ready (the gate waits); then the epoch opens, or ends with
         // `NOSUCCEED`.
+        let ends = assert & assert::NOSUCCEED != 0;
+        if let Some(barrier) = now {
+            if barrier() {
+                // Every rank arrived already: the barrier is over.
+                c.access = if ends { Unset } else { FenceGranted };
+                return Ok(DirectFence::Done);
+            }
+        }
         c.barriers_in_flight += 1;
-        c.direct.out.push_back(DirectAction::Barrier);
-        c.direct.fence_ends_epoch = assert & assert::NOSUCCEED != 0;
+        c.direct.fence_ends_epoch = ends;
         c.access = FenceIssued;
-        Ok(Some(CallStatus::Done))
+        Ok(DirectFence::Barrier)
     }
 
     /// [`Engine::handle_barrier_complete`] of a window whose ranks are all
@@ -646,6 +721,21 @@ impl Engine {
     #[inline]
     pub(super) fn barrier_complete_direct(&mut self, win: WinId) -> Result<bool, Error> {
         let c = self.core_mut(win)?;
+        // The common case first: the one barrier of a fence that returned.
+        if c.barriers_in_flight == 1
+            && c.access == AccessState::FenceIssued
+            && c.blocked.is_none()
+            && c.direct.all
+            && c.active.is_empty()
+        {
+            c.barriers_in_flight = 0;
+            c.access = if std::mem::take(&mut c.direct.fence_ends_epoch) {
+                AccessState::Unset
+            } else {
+                AccessState::FenceGranted
+            };
+            return Ok(true);
+        }
         if !c.direct.all
             || !c.active.is_empty()
             || !matches!(
@@ -682,6 +772,98 @@ impl Engine {
         Ok(true)
     }
 
+    /// The window's core if its ranks are all direct and nothing is in
+    /// flight or in progress (no active-message target, no pending call):
+    /// the state in which the PSCW calls have short paths.
+    #[inline]
+    fn lean_core(&mut self, win: WinId) -> Option<&mut WinCore> {
+        lean(&mut self.windows, win)
+    }
+
+    /// `start` of a window whose ranks are all direct (see
+    /// [`Engine::lean_core`]): the general body without the call machinery
+    /// (there is nothing for progress to do). `None` when the general
+    /// algorithm runs.
+    #[inline]
+    pub(super) fn start_direct(
+        &mut self,
+        win: WinId,
+        group: &[Rank],
+        assert: u32,
+    ) -> Result<Option<CallStatus>, Error> {
+        let Some(c) = self.lean_core(win) else {
+            return Ok(None);
+        };
+        c.begin_start(group, assert)?;
+        Ok(Some(CallStatus::Done))
+    }
+
+    /// `post` of a window whose ranks are all direct, `group` sorted
+    /// without duplicates. `None` when the general algorithm runs.
+    #[inline]
+    pub(super) fn post_direct(
+        &mut self,
+        win: WinId,
+        group: &[Rank],
+        assert: u32,
+    ) -> Result<Option<CallStatus>, Error> {
+        if !super::is_set(group) {
+            return Ok(None);
+        }
+        let Some(c) = lean(&mut self.windows, win) else {
+            return Ok(None);
+        };
+        // Every rank is direct: no packet goes out.
+        c.begin_post(group, assert, &mut self.out)?;
+        Ok(Some(CallStatus::Done))
+    }
+
+    /// `complete` of a window whose ranks are all direct, every post seen:
+    /// its operations completed when they returned, so the completes are
+    /// signalled ([`DirectAction::Complete`]) and the epoch ends at once.
+    /// `None` when the general algorithm runs.
+    #[inline]
+    pub(super) fn complete_direct(&mut self, win: WinId) -> Result<Option<CallStatus>, Error> {
+        let Some(c) = self.lean_core(win) else {
+            return Ok(None);
+        };
+        if c.access != AccessState::PscwGranted || c.outstanding_acks != 0 {
+            return Ok(None);
+        }
+        for &rank in &c.group {
+            c.direct
+                .out
+                .push_back(DirectAction::Complete { target: rank });
+        }
+        c.access = AccessState::Unset;
+        c.group.clear();
+        c.posted.clear();
+        c.direct.post_requested.clear();
+        Ok(Some(CallStatus::Done))
+    }
+
+    /// `wait` of a window whose ranks are all direct: done if every
+    /// complete was seen; otherwise the completes are asked for
+    /// ([`DirectAction::AwaitComplete`]) and the call is pending until
+    /// [`Engine::handle_complete`] has seen the last. `None` when the
+    /// general algorithm runs.
+    #[inline]
+    pub(super) fn wait_direct(&mut self, win: WinId) -> Result<Option<CallStatus>, Error> {
+        let Some(c) = self.lean_core(win) else {
+            return Ok(None);
+        };
+        if c.exposure != ExposureState::PscwExpo {
+            return Err(c.wrong_exposure("wait"));
+        }
+        if c.side.at_completion_counter <= 0 {
+            c.exposure = ExposureState::None;
+            return Ok(Some(CallStatus::Done));
+        }
+        c.direct.request_completes();
+        c.blocked = Some(Blocked::Wait);
+        Ok(Some(CallStatus::Pending))
+    }
+
     /// `unlock_all` of a window whose ranks are all direct, every lazy lock
     /// granted: released at once. `None` when the general algorithm runs.
     pub(super) fn unlock_all_direct(&mut self, win: WinId) -> Result<Option<CallStatus>, Error> {
@@ -706,6 +888,13 @@ impl Engine {
         c.access = Unset;
         Ok(Some(CallStatus::Done))
     }
+}
+
+/// [`Engine::lean_core`] on the engine's windows.
+#[inline]
+fn lean(windows: &mut [Option<Box<Window>>], win: WinId) -> Option<&mut WinCore> {
+    let c = &mut windows.get_mut(win as usize)?.as_mut()?.core;
+    (c.direct.all && c.active.is_empty() && c.blocked.is_none()).then_some(c)
 }
 
 impl Ctx<'_> {
