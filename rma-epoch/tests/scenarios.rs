@@ -1138,6 +1138,33 @@ fn d04_misuse_of_direct_targets_is_typed() {
     );
 }
 
+/// On a window whose targets are all direct, `lock_all`'s lazy shared
+/// locks are taken in rank order, one at a time: touching target 2 takes
+/// 0, 1 and then 2 (a rank never waits for a lock while holding a higher
+/// one, so FIFO ticket locks cannot deadlock against another rank's
+/// exclusive lock; the simulator found such a cycle when the locks were
+/// taken in the order of the operations).
+#[test]
+fn d05b_all_direct_lock_all_takes_locks_in_rank_order() {
+    use common::DirectOp;
+    let mut s = sim_split(4, 4, 5, 1);
+    one(&mut s, 0, Call::UnlockAll, |e| e.lock_all(W, 0));
+    assert!(s.polls[0].is_empty(), "lock_all takes nothing at once");
+    s.direct_op(0, 2, DirectOp::Put { cell: 0, val: 5 })
+        .unwrap();
+    for (t, held) in [(0, Some(true)), (1, Some(true)), (2, Some(true)), (3, None)] {
+        assert_eq!(s.procs[0].direct_lock(W, t), held, "target {t}");
+    }
+    one(&mut s, 0, Call::UnlockAll, |e| e.unlock_all(W));
+    s.drive(0);
+    s.settle(10_000);
+    assert_eq!(s.read_u64(2, W, 0), 5);
+    for t in 0..3 {
+        assert!(s.shm[&W].locks[t].idle(), "lock {t} released");
+    }
+    assert!(s.procs[0].is_quiescent(W));
+}
+
 #[test]
 fn d05_lock_all_takes_direct_locks_lazily_and_releases_them() {
     use common::DirectOp;

@@ -308,14 +308,38 @@ impl Engine {
                     match c.direct.lock_of(target) {
                         Some(i) if c.direct.locks[i].granted => Gate::Open,
                         Some(_) => Gate::Wait,
+                        // A lazy lock is still being waited for: one at a
+                        // time (see below).
+                        None if c.direct.all && c.direct.locks.iter().any(|l| !l.granted) => {
+                            Gate::Wait
+                        }
                         None => {
+                            // On a window whose targets are all direct, the
+                            // shared locks of a `lock_all` epoch are taken
+                            // one at a time in increasing rank order (every
+                            // target below `target` first): a rank never
+                            // waits for a lock while it holds a higher one.
+                            // The locks are FIFO ticket locks, so taking
+                            // them in the order of the operations could close
+                            // a cycle through another rank's exclusive lock
+                            // waiting in between. (A mixed window's lazy
+                            // locks are still taken in the order of the
+                            // operations: its active-message locks would
+                            // need the same order.)
+                            let next = if c.direct.all {
+                                (0..target)
+                                    .find(|r| c.direct.lock_of(*r).is_none())
+                                    .unwrap_or(target)
+                            } else {
+                                target
+                            };
                             c.direct.locks.push(DirectLock {
-                                rank: target,
+                                rank: next,
                                 mode: LockMode::Shared,
                                 granted: false,
                             });
                             c.direct.out.push_back(DirectAction::Lock {
-                                target,
+                                target: next,
                                 exclusive: false,
                             });
                             Gate::Wait
