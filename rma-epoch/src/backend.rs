@@ -103,7 +103,12 @@ pub enum Gate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DirectAction {
     /// Take `target`'s lock (shared or exclusive); report
-    /// [`crate::Engine::handle_direct_lock_granted`] once held.
+    /// [`crate::Engine::handle_direct_lock_granted`] once held. Readers
+    /// first, as MPICH grants: a shared request may queue, an exclusive one
+    /// enters only when the lock is idle and holds no place in the queue
+    /// while it waits, so no shared request ever waits behind a waiting
+    /// exclusive one (lock_all and nested shared epochs rely on it to be
+    /// free of deadlock).
     Lock {
         /// The target.
         target: Rank,

@@ -195,7 +195,12 @@ pub enum Action {
     /// Take this process's own lock of `win` in shared memory (the one its
     /// direct origins take), on behalf of active-message origins, and report
     /// [`Engine::handle_target_lock_granted`] once held (see
-    /// [`crate::backend`]).
+    /// [`crate::backend`]), with the mode entered. Exclusive: enter only
+    /// when the lock is idle, taking no place in its queue, because a later
+    /// `TargetLock` (shared) replaces a request not granted yet. A
+    /// `TargetLock` that arrives while the lock is held is stale (the
+    /// request it replaced was granted first, and reported so): ignore it.
+    /// A shared request is never replaced.
     TargetLock {
         /// The window.
         win: WinId,

@@ -14,9 +14,17 @@
 //! same lock on behalf of its active-message holders: before it grants any, it
 //! asks the driver for the lock in their mode ([`Action::TargetLock`]) and
 //! waits for [`crate::Engine::handle_target_lock_granted`]; when the last of
-//! them releases, it gives it back ([`Action::TargetUnlock`]). Shared requests
-//! join a shared hold only while nobody queues, so a waiting exclusive
-//! request is not overtaken.
+//! them releases, it gives it back ([`Action::TargetUnlock`]). The grant rule
+//! stays MPICH's: readers first. The shared-memory lock admits a writer only
+//! when it is idle, so no direct reader waits behind a waiting writer; here a
+//! shared request joins any shared hold, a waiting exclusive request for the
+//! shared-memory lock is replaced by a shared one as soon as a shared request
+//! queues, and queued shared requests are granted before queued exclusive
+//! ones (each mode has its own bound of queue entries, so shared requests
+//! are never refused for want of room taken by exclusive ones). A waiting
+//! exclusive request is overtaken, as in MPICH, and a lock_all epoch or
+//! nested shared locks never wait behind one, whatever order they take
+//! their targets in.
 
 use std::collections::VecDeque;
 
@@ -105,44 +113,67 @@ impl TargetSide {
         self.target_lock == TargetLock::Free
     }
 
-    /// The driver holds the lock asked for: grant what waits for it.
+    /// The driver holds the lock in mode `exclusive`: grant what waits for
+    /// it. (An exclusive request replaced by a shared one may be granted
+    /// before the driver saw the replacement: it is taken as granted; the
+    /// driver ignores the replacing request.)
     pub(crate) fn target_lock_granted<M: WindowMemory + ?Sized>(
         &mut self,
+        exclusive: bool,
         mem: &mut MemView<'_, M>,
         c: &mut Counters,
         out: &mut VecDeque<Action>,
     ) {
         match self.target_lock {
-            TargetLock::Requested { exclusive } => {
-                self.target_lock = TargetLock::Held { exclusive };
-                self.drain(mem, c, out);
-                // Nothing could use it (cannot happen: it was asked for the
-                // queue's front): give it back.
-                if self.lock == LockHolder::Free {
-                    self.give_back(out);
+            TargetLock::Requested { exclusive: asked } => {
+                if asked != exclusive {
+                    debug!(
+                        win = self.win,
+                        exclusive, "own lock granted in the mode it was first asked for"
+                    );
                 }
+                self.target_lock = TargetLock::Held { exclusive };
+                // Grants what the mode admits; gives it back if nothing
+                // could use it.
+                self.drain(mem, c, out);
             }
             _ => c.stray_packets += 1,
         }
     }
 
-    /// Asks for the shared-memory lock if requests wait and nothing holds
-    /// it.
+    /// Asks for the shared-memory lock if requests wait and no
+    /// active-message origin holds it: shared if any queued request is
+    /// shared (readers first), else exclusive. A waiting exclusive request
+    /// is replaced by a shared one once a shared request queues (the driver
+    /// holds no place in the lock's queue for it).
     fn want_target_lock(&mut self, out: &mut VecDeque<Action>) {
-        if !self.shared_lock
-            || self.target_lock != TargetLock::Free
-            || self.lock != LockHolder::Free
-        {
+        if !self.shared_lock || self.lock != LockHolder::Free || self.queue.is_empty() {
             return;
         }
-        if let Some(front) = self.queue.front() {
-            let exclusive = front.header.flags.contains(RmaFlags::LOCK_EXCLUSIVE);
-            self.target_lock = TargetLock::Requested { exclusive };
-            out.push_back(Action::TargetLock {
-                win: self.win,
-                exclusive,
-            });
+        let any_shared = self.queued_shared() > 0;
+        match self.target_lock {
+            TargetLock::Free => {}
+            TargetLock::Requested { exclusive: true } if any_shared => {
+                debug!(
+                    win = self.win,
+                    "own lock: a shared request overtakes the waiting exclusive one"
+                );
+            }
+            _ => return,
         }
+        let exclusive = !any_shared;
+        self.target_lock = TargetLock::Requested { exclusive };
+        out.push_back(Action::TargetLock {
+            win: self.win,
+            exclusive,
+        });
+    }
+
+    fn queued_shared(&self) -> usize {
+        self.queue
+            .iter()
+            .filter(|e| !e.header.flags.contains(RmaFlags::LOCK_EXCLUSIVE))
+            .count()
     }
 
     /// Gives the shared-memory lock back once no active-message origin holds
@@ -236,20 +267,11 @@ impl TargetSide {
         }
     }
 
+    /// MPICH's `Try_acquire_win_lock`: shared joins a free or shared lock,
+    /// exclusive takes a free one; with direct origins, only inside the
+    /// shared-memory lock held in that mode.
     fn try_acquire(&mut self, from: Rank, exclusive: bool) -> bool {
-        let nobody_queues = self.queue.is_empty();
-        self.try_acquire_as(from, exclusive, nobody_queues)
-    }
-
-    /// [`TargetSide::try_acquire`] for the front of the lock queue.
-    fn try_acquire_front(&mut self, from: Rank, exclusive: bool) -> bool {
-        self.try_acquire_as(from, exclusive, true)
-    }
-
-    fn try_acquire_as(&mut self, from: Rank, exclusive: bool, first_in_line: bool) -> bool {
         if self.shared_lock {
-            // Only inside the shared-memory lock, in its mode; shared
-            // requests join only while nobody queues.
             let held = match self.target_lock {
                 TargetLock::Held { exclusive } => Some(exclusive),
                 _ => None,
@@ -263,7 +285,7 @@ impl TargetSide {
                     };
                     true
                 }
-                (LockHolder::Shared(v), Some(false)) if !exclusive && first_in_line => {
+                (LockHolder::Shared(v), Some(false)) if !exclusive => {
                     v.push(from);
                     true
                 }
@@ -311,27 +333,28 @@ impl TargetSide {
         }
     }
 
-    /// Grants queued requests in FIFO order while they are compatible.
+    /// Grants queued requests: in FIFO order while they are compatible; with
+    /// direct origins, every queued request the held mode admits (readers
+    /// first, see the module docs), then gives the shared-memory lock back
+    /// or asks for it as the queue needs.
     fn drain<M: WindowMemory + ?Sized>(
         &mut self,
         mem: &mut MemView<'_, M>,
         c: &mut Counters,
         out: &mut VecDeque<Action>,
     ) {
-        while let Some(front) = self.queue.front() {
-            let excl = front.header.flags.contains(RmaFlags::LOCK_EXCLUSIVE);
-            let from = front.from;
-            if !self.try_acquire_front(from, excl) {
-                if self.lock == LockHolder::Free
-                    && matches!(self.target_lock, TargetLock::Held { exclusive } if exclusive != excl)
-                {
-                    // Held in the other mode: give it back, ask again.
-                    self.give_back(out);
+        let mut i = 0;
+        while let Some(e) = self.queue.get(i) {
+            let excl = e.header.flags.contains(RmaFlags::LOCK_EXCLUSIVE);
+            let from = e.from;
+            if !self.try_acquire(from, excl) {
+                if !self.shared_lock {
+                    break;
                 }
-                self.want_target_lock(out);
-                break;
+                i += 1;
+                continue;
             }
-            let Some(e) = self.queue.pop_front() else {
+            let Some(e) = self.queue.remove(i) else {
                 break;
             };
             self.data_bytes = self.data_bytes.saturating_sub(e.data.len());
@@ -354,6 +377,16 @@ impl TargetSide {
                 self.perform(from, &e.header, &e.data, mem, true, true, c, out);
             }
         }
+        if self.shared_lock {
+            if self.lock == LockHolder::Free && matches!(self.target_lock, TargetLock::Held { .. })
+            {
+                // Held, and nothing queued can use it: give it back (and ask
+                // again in the mode the queue needs).
+                self.give_back(out);
+            } else {
+                self.want_target_lock(out);
+            }
+        }
     }
 
     fn enqueue(
@@ -365,14 +398,21 @@ impl TargetSide {
         out: &mut VecDeque<Action>,
     ) {
         // A window whose lock is shared with direct origins grants nothing
-        // without queueing first: it keeps one entry even when configured
-        // with none.
-        let cap = if self.shared_lock {
-            self.queue_cap.max(1)
+        // without queueing first: it keeps one entry per mode even when
+        // configured with none, and bounds each mode on its own, so shared
+        // requests always find room to overtake queued exclusive ones.
+        let full = if self.shared_lock {
+            let cap = self.queue_cap.max(1);
+            let shared = self.queued_shared();
+            if h.flags.contains(RmaFlags::LOCK_EXCLUSIVE) {
+                self.queue.len() - shared >= cap
+            } else {
+                shared >= cap
+            }
         } else {
-            self.queue_cap
+            self.queue.len() >= self.queue_cap
         };
-        if self.queue.len() >= cap {
+        if full {
             c.locks_discarded += 1;
             debug!(
                 win = self.win,

@@ -1138,31 +1138,75 @@ fn d04_misuse_of_direct_targets_is_typed() {
     );
 }
 
-/// On a window whose targets are all direct, `lock_all`'s lazy shared
-/// locks are taken in rank order, one at a time: touching target 2 takes
-/// 0, 1 and then 2 (a rank never waits for a lock while holding a higher
-/// one, so FIFO ticket locks cannot deadlock against another rank's
-/// exclusive lock; the simulator found such a cycle when the locks were
-/// taken in the order of the operations).
+/// Readers first, as MPICH grants: a shared lock is granted while another
+/// rank waits for an exclusive one on the same target, on a window whose
+/// targets are all direct (the shared-memory lock) and on one split over
+/// two nodes (the target's engine holding that lock for its
+/// active-message origins). Granting in FIFO order instead lets lock_all
+/// epochs and exclusive locks close a cycle (the simulator found one with
+/// four ranks on three nodes).
 #[test]
-fn d05b_all_direct_lock_all_takes_locks_in_rank_order() {
+fn d05b_shared_locks_pass_a_waiting_exclusive_one() {
     use common::DirectOp;
-    let mut s = sim_split(4, 4, 5, 1);
-    one(&mut s, 0, Call::UnlockAll, |e| e.lock_all(W, 0));
-    assert!(s.polls[0].is_empty(), "lock_all takes nothing at once");
-    s.direct_op(0, 2, DirectOp::Put { cell: 0, val: 5 })
-        .unwrap();
-    for (t, held) in [(0, Some(true)), (1, Some(true)), (2, Some(true)), (3, None)] {
-        assert_eq!(s.procs[0].direct_lock(W, t), held, "target {t}");
+    for split in [1, 2] {
+        // split 2: ranks 0 and 2 on one node, 1 and 3 on the other.
+        let mut s = sim_split(4, 4, 5, split);
+        // Rank 2 reaches 0 directly in both windows: it holds S(0).
+        one(&mut s, 2, Call::UnlockAll, |e| e.lock_all(W, 0));
+        s.direct_op(2, 0, DirectOp::Put { cell: 0, val: 5 })
+            .unwrap();
+        // Rank 1 asks for X(0): directly or by a message to rank 0.
+        one(&mut s, 1, Call::Lock, |e| e.lock(W, true, 0, 0));
+        let direct = s.is_direct(1, W, 0);
+        if direct {
+            let g = s.procs[1].direct_access(W, 0).unwrap();
+            assert_eq!(g, rma_epoch::Gate::Wait);
+            s.pump(1);
+        } else {
+            op(&mut s, 1, |e| e.put(W, 0, 8, &u64b(7)));
+        }
+        s.settle(10_000);
+        assert_eq!(s.read_u64(0, W, 1), 0, "the exclusive lock waits");
+        // Rank 3 (the other node when split) and rank 0 (direct) take S(0)
+        // beside rank 2, ahead of the waiting writer.
+        for r in [3, 0] {
+            one(&mut s, r, Call::UnlockAll, |e| e.lock_all(W, 0));
+            if s.is_direct(r, W, 0) {
+                s.direct_op(
+                    r,
+                    0,
+                    DirectOp::Put {
+                        cell: 2 + r % 2,
+                        val: 10 + r as u64,
+                    },
+                )
+                .unwrap();
+            } else {
+                op(&mut s, r, |e| {
+                    e.put(W, 0, 8 * (2 + r % 2) as u64, &u64b(10 + r as u64))
+                });
+                one(&mut s, r, Call::Flush, |e| e.flush(W, 0));
+            }
+            assert_eq!(s.read_u64(0, W, 1), 0, "split {split}: rank {r}");
+        }
+        for r in [3, 0, 2] {
+            one(&mut s, r, Call::UnlockAll, |e| e.unlock_all(W));
+            s.drive(r);
+        }
+        if direct {
+            s.direct_op(1, 0, DirectOp::Put { cell: 1, val: 7 })
+                .unwrap();
+        }
+        one(&mut s, 1, Call::Unlock, |e| e.unlock(W, 0));
+        s.settle(10_000);
+        assert_eq!(s.read_u64(0, W, 0), 5);
+        assert_eq!(s.read_u64(0, W, 1), 7, "the writer got in at last");
+        assert_eq!((s.read_u64(0, W, 2), s.read_u64(0, W, 3)), (10, 13));
+        assert!(s.shm[&W].locks[0].idle(), "split {split}");
+        for r in 0..4 {
+            assert!(s.procs[r].is_quiescent(W), "rank {r}");
+        }
     }
-    one(&mut s, 0, Call::UnlockAll, |e| e.unlock_all(W));
-    s.drive(0);
-    s.settle(10_000);
-    assert_eq!(s.read_u64(2, W, 0), 5);
-    for t in 0..3 {
-        assert!(s.shm[&W].locks[t].idle(), "lock {t} released");
-    }
-    assert!(s.procs[0].is_quiescent(W));
 }
 
 #[test]

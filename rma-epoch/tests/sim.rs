@@ -307,3 +307,29 @@ fn default_pools_many_seeds() {
         run(p).unwrap();
     }
 }
+
+/// Four ranks on three simulated nodes, lock_all epochs beside exclusive
+/// locks, one-element pools: granting shared locks in FIFO order behind a
+/// waiting exclusive request closed a cycle here (rank 3 holding its own
+/// lock and waiting for rank 2's behind rank 0's exclusive request, rank 2
+/// holding its own and waiting for rank 3's behind rank 1's).
+#[test]
+fn lock_all_beside_exclusive_locks_across_three_nodes() {
+    run(Params {
+        seed: 5977517116411149658,
+        n: 4,
+        phases: 2,
+        max_ops: 8,
+        op_pool: 1,
+        target_pool: 1,
+        global_ops: 0,
+        global_targets: 0,
+        lock_entries: 0,
+        lock_data: 0,
+        threshold: 0,
+        delay: false,
+        slots: 1,
+        split: Some(3),
+    })
+    .unwrap();
+}

@@ -7,10 +7,13 @@
 //! ticket reader-writer lock, per-rank completion counters and
 //! post bitmaps):
 //!
-//! - [`RwTicket`]: a FIFO-fair ticket reader-writer lock (Mellor-Crummey /
-//!   Scott) over three words, for `MPI_Win_lock` (shared or exclusive) and,
-//!   used exclusively, for the per-target accumulate lock that makes
-//!   accumulates atomic per element.
+//! - [`RwTicket`]: a ticket reader-writer lock (Mellor-Crummey / Scott)
+//!   over three words. `MPI_Win_lock` takes it with readers first: shared
+//!   holds queue by ticket, exclusive ones enter only when the lock is idle
+//!   ([`RwTicket::try_exclusive_idle`]), so a waiting writer never blocks a
+//!   reader (MPICH's grant rule, which keeps lock_all and nested shared
+//!   locks deadlock-free). The per-target accumulate lock, only ever taken
+//!   exclusively and never nested, uses it FIFO with tickets.
 //! - [`arrive`] / [`arrived`]: a counter barrier (each rank stores its own
 //!   epoch number, then waits for every other rank's) for `MPI_Win_fence`.
 //! - [`signal`] / [`observed`]: monotone per-pair counters for PSCW (the
@@ -40,11 +43,14 @@ pub const RW_WORDS: usize = 3;
 /// first): `next` (the ticket dispenser), `write` (the next ticket allowed
 /// in as a writer) and `read` (the next ticket allowed in as a reader).
 ///
-/// Tickets are served in order, so neither readers nor writers starve.
-/// A writer with ticket `t` enters once every earlier holder released
-/// (`write == t`); a reader with ticket `t` enters once every earlier
-/// reader entered and every earlier writer released (`read == t`), and then
-/// admits the next reader at once.
+/// Tickets are served in order: a writer with ticket `t` enters once every
+/// earlier holder released (`write == t`); a reader with ticket `t` enters
+/// once every earlier reader entered and every earlier writer released
+/// (`read == t`), and then admits the next reader at once. Used that way
+/// (every holder with a ticket) neither readers nor writers starve. A writer
+/// may instead enter only when the lock is idle, without a ticket
+/// ([`RwTicket::try_exclusive_idle`]): readers are then never held up by a
+/// waiting writer, and the writer may wait while readers overlap.
 #[derive(Debug, Clone, Copy)]
 pub struct RwTicket<'a> {
     next: &'a AtomicU64,
@@ -68,6 +74,45 @@ impl<'a> RwTicket<'a> {
     /// holders' stores are visible once this returns `true`).
     pub fn try_exclusive(&self, ticket: u64) -> bool {
         self.write.load(Ordering::Acquire) == ticket
+    }
+
+    /// Enters as a writer without queueing, if the lock is idle (nobody
+    /// holds it, nobody waits): returns the ticket now held (release it with
+    /// [`RwTicket::release_exclusive`]), or `None`, leaving the lock
+    /// untouched. Acquire: the previous holders' stores are visible on
+    /// `Some`.
+    ///
+    /// This is how window locks take exclusive holds: a writer that waits
+    /// holds no place in the queue, so readers arriving meanwhile are let in
+    /// (MPICH's grant rule: a shared request is granted whenever nobody holds
+    /// the lock exclusively). Shared requests then never wait behind a
+    /// waiting writer, which is what keeps `MPI_Win_lock_all` epochs and
+    /// nested shared locks free of deadlock whatever order they take their
+    /// targets in; the price is that a writer may wait as long as readers
+    /// keep overlapping.
+    pub fn try_exclusive_idle(&self) -> Option<u64> {
+        let n = self.next.load(Ordering::Relaxed);
+        if self.write.load(Ordering::Acquire) != n {
+            return None;
+        }
+        self.next
+            .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+    }
+
+    /// Negative control for loom: [`RwTicket::try_exclusive_idle`] with a
+    /// `Relaxed` load of the release word, too weak to see the previous
+    /// holder's stores. `tests/loom.rs` asserts that loom rejects it.
+    #[cfg(tmx_shmem_loom)]
+    #[doc(hidden)]
+    pub fn try_exclusive_idle_relaxed(&self) -> Option<u64> {
+        let n = self.next.load(Ordering::Relaxed);
+        if self.write.load(Ordering::Relaxed) != n {
+            return None;
+        }
+        self.next
+            .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
     }
 
     /// Whether `ticket` may enter as a reader now; on `true` it has also
@@ -121,8 +166,9 @@ impl<'a> RwTicket<'a> {
         self.write.fetch_add(1, Ordering::Release);
     }
 
-    /// Whether nobody holds or waits for the lock (a diagnostic: true
-    /// only when every ticket taken was released).
+    /// Whether nobody holds or waits for the lock: true only when every
+    /// ticket taken was released. A diagnostic, and what a writer waiting
+    /// with [`RwTicket::try_exclusive_idle`] spins on.
     pub fn is_idle(&self) -> bool {
         let n = self.next.load(Ordering::Acquire);
         self.write.load(Ordering::Acquire) == n
@@ -289,6 +335,32 @@ mod tests {
         l.release_exclusive();
         assert!(l.try_shared(r3));
         l.release_shared();
+        assert!(l.is_idle());
+    }
+
+    #[test]
+    fn idle_writers_never_hold_up_readers() {
+        let w = words();
+        let l = RwTicket::new(&w[0], &w[1], &w[2]);
+        let r1 = l.ticket();
+        assert!(l.try_shared(r1));
+        assert_eq!(l.try_exclusive_idle(), None, "a reader holds");
+        let r2 = l.ticket();
+        assert!(l.try_shared(r2), "no waiting writer in front of a reader");
+        l.release_shared();
+        assert_eq!(l.try_exclusive_idle(), None, "one reader still holds");
+        l.release_shared();
+        let x = l.try_exclusive_idle().expect("idle: the writer enters");
+        assert_eq!(l.try_exclusive_idle(), None, "a second writer waits");
+        let r3 = l.ticket();
+        assert!(!l.try_shared(r3), "a reader waits while the writer holds");
+        l.release_exclusive();
+        assert!(l.try_shared(r3));
+        assert!(r3 > x);
+        l.release_shared();
+        assert!(l.is_idle());
+        assert!(l.try_exclusive_idle().is_some());
+        l.release_exclusive();
         assert!(l.is_idle());
     }
 

@@ -813,6 +813,78 @@ fn win_lock_two_readers_one_writer() {
     });
 }
 
+/// `MPI_Win_lock(EXCLUSIVE)` as windows take it (no ticket: enter only when
+/// the lock is idle), a put that increments the word, unlock.
+fn put_locked_idle(win: &LockedWin, enter: fn(&RwTicket<'_>) -> Option<u64>) -> u64 {
+    let l = win.lock();
+    let t = loop {
+        if let Some(t) = enter(&l) {
+            break t;
+        }
+        thread::yield_now();
+    };
+    // SAFETY: (test) the exclusive hold orders every other access.
+    win.data.with_mut(|p| unsafe { *p += 1 });
+    l.release_exclusive();
+    t
+}
+
+fn idle_writers_model(enter: fn(&RwTicket<'_>) -> Option<u64>) {
+    loom::model(move || {
+        let win = LockedWin::new();
+        let w2 = win.clone();
+        let t = thread::spawn(move || put_locked_idle(&w2, enter));
+        put_locked_idle(&win, enter);
+        t.join().unwrap();
+        // SAFETY: (test) the join orders the other origin's put.
+        assert_eq!(win.data.with(|p| unsafe { *p }), 2, "lost update");
+        assert!(win.lock().is_idle());
+    });
+}
+
+/// Two writers entering only when the lock is idle: mutual exclusion, the
+/// first one's store visible to the second.
+#[test]
+fn win_lock_idle_writers_exclude() {
+    idle_writers_model(|l| l.try_exclusive_idle());
+}
+
+/// Negative control: entering on a `Relaxed` load of the release word does
+/// not see the previous holder's store; loom must report it.
+#[test]
+fn win_lock_idle_writer_relaxed_is_rejected() {
+    let msg = loom_rejects(|| idle_writers_model(|l| l.try_exclusive_idle_relaxed()));
+    assert!(
+        msg.contains("Causality violation"),
+        "rejected for another reason: {msg}"
+    );
+}
+
+/// A reader (ticket) against a writer entering only when idle: the reader
+/// sees the store exactly when its ticket comes after the writer's, never a
+/// race.
+#[test]
+fn win_lock_reader_and_idle_writer() {
+    loom::model(|| {
+        let win = LockedWin::new();
+        let w2 = win.clone();
+        let reader = thread::spawn(move || w2.get_shared());
+        let l = win.lock();
+        let wt = loop {
+            if let Some(t) = l.try_exclusive_idle() {
+                break t;
+            }
+            thread::yield_now();
+        };
+        // SAFETY: (test) the exclusive hold orders every other access.
+        win.data.with_mut(|p| unsafe { *p = 7 });
+        l.release_exclusive();
+        let (rt, rv) = reader.join().unwrap();
+        assert_eq!(rv, if rt > wt { 7 } else { 0 }, "reader ticket {rt}");
+        assert!(win.lock().is_idle());
+    });
+}
+
 /// One rank of the fence model: its arrival word and its window word.
 struct FenceRank {
     word: AtomicU64,

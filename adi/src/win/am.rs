@@ -101,9 +101,20 @@ pub(super) struct Slot {
     pub(super) polls: Vec<Poll>,
     /// Fence and PSCW counts of the shared-memory protocols.
     pub(super) seen: Seen,
-    /// This rank's own lock, asked for (ticket, mode) or held on behalf of
-    /// active-message origins.
-    target_ticket: Option<(u64, bool, bool)>,
+    /// This rank's own lock, asked for or held on behalf of active-message
+    /// origins.
+    target_ticket: Option<OwnLock>,
+}
+
+/// This rank's own window lock, taken in shared memory on behalf of its
+/// active-message origins ([`Action::TargetLock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnLock {
+    /// Shared: a ticket taken, entered once `held`.
+    Shared { ticket: u64, held: bool },
+    /// Exclusive: entered only when the lock is idle (no ticket while
+    /// waiting, so the request may be replaced by a shared one).
+    Exclusive { held: bool },
 }
 
 impl Slot {
@@ -352,14 +363,26 @@ fn poll_target_lock(st: &mut RmaState, win: WinId) -> Result<(), Error> {
     let Some(slot) = st.slots.get_mut(win as usize).and_then(Option::as_mut) else {
         return Ok(());
     };
-    let (Some((ticket, exclusive, false)), SlotMem::Direct(d)) = (slot.target_ticket, &slot.mem)
-    else {
+    let SlotMem::Direct(d) = &slot.mem else {
         return Ok(());
     };
-    if d.own_lock_try(ticket, exclusive)? {
-        slot.target_ticket = Some((ticket, exclusive, true));
+    let entered = match slot.target_ticket {
+        Some(OwnLock::Shared {
+            ticket,
+            held: false,
+        }) => d
+            .own_lock_try_shared(ticket)?
+            .then_some(OwnLock::Shared { ticket, held: true }),
+        Some(OwnLock::Exclusive { held: false }) => d
+            .own_lock_try_exclusive()?
+            .then_some(OwnLock::Exclusive { held: true }),
+        _ => None,
+    };
+    if let Some(now) = entered {
+        slot.target_ticket = Some(now);
+        let exclusive = matches!(now, OwnLock::Exclusive { .. });
         st.engine
-            .handle_target_lock_granted(win, &mut Mems(&mut st.slots))?;
+            .handle_target_lock_granted(win, exclusive, &mut Mems(&mut st.slots))?;
     }
     Ok(())
 }
@@ -423,12 +446,36 @@ pub(super) fn drain_actions(dev: &Device, st: &mut RmaState) -> Result<usize, Er
                 done += 1;
             }
             Action::TargetLock { win, exclusive } => {
+                // Polled by the next progress pass, not here: the engine may
+                // replace a waiting exclusive request by a shared one before
+                // this drain is over, and a grant must answer the latest.
                 let slot = st.slot(win)?;
                 if let SlotMem::Direct(d) = &slot.mem {
-                    let ticket = d.own_lock_ticket()?;
                     tracing::debug!(win, exclusive, "own lock asked for active-message origins");
-                    slot.target_ticket = Some((ticket, exclusive, false));
-                    poll_target_lock(st, win)?;
+                    slot.target_ticket = match slot.target_ticket {
+                        None | Some(OwnLock::Exclusive { held: false }) if exclusive => {
+                            Some(OwnLock::Exclusive { held: false })
+                        }
+                        None | Some(OwnLock::Exclusive { held: false }) => Some(OwnLock::Shared {
+                            ticket: d.own_lock_ticket()?,
+                            held: false,
+                        }),
+                        // Held: the request this one replaced was granted
+                        // first (and reported so); it is stale.
+                        Some(
+                            held @ (OwnLock::Exclusive { held: true }
+                            | OwnLock::Shared { held: true, .. }),
+                        ) => {
+                            tracing::debug!(win, exclusive, "stale own-lock request ignored");
+                            Some(held)
+                        }
+                        // A waiting shared request (a ticket taken) is never
+                        // replaced by the engine.
+                        Some(other) => {
+                            tracing::error!(win, ?other, exclusive, "own lock asked for again");
+                            Some(other)
+                        }
+                    };
                 }
             }
             Action::TargetUnlock { win, exclusive } => {

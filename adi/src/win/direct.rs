@@ -18,8 +18,11 @@
 //!   its fence arrival word, and one PSCW `post` and `complete` counter per
 //!   rank of the window (and, for a dynamic window, its region table).
 //! - **Synchronization** is [`shmem_onesided::winsync`], started and polled
-//!   as the epoch machine's [`DirectAction`]s say: a lock is a ticket
-//!   taken, then polled until granted; the fence barrier is an arrival,
+//!   as the epoch machine's [`DirectAction`]s say: a shared lock is a
+//!   ticket taken, then polled until granted; an exclusive lock is polled
+//!   until the lock is idle and entered then, without queueing (readers
+//!   first, as MPICH grants, so no shared lock waits behind a waiting
+//!   writer); the fence barrier is an arrival,
 //!   then every other rank's arrival polled; `post` bumps a counter in
 //!   each origin's block and `complete` one in each target's. Each grant or
 //!   observation is an `Acquire` load and each release, arrival or signal a
@@ -123,7 +126,8 @@ pub(super) struct Global {
 /// [`DirectAction`] and reported to the epoch machine once it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Poll {
-    /// `target`'s lock, ticket taken.
+    /// `target`'s lock: shared with its ticket taken; exclusive without
+    /// one (`ticket` unused), entered once the lock is idle.
     Lock {
         target: u32,
         ticket: u64,
@@ -283,14 +287,16 @@ impl DirectWin {
             DirectAction::Lock { target, exclusive } => {
                 bump_locked(&GLOBAL.locks);
                 let l = self.rw(target, CB_LOCK)?;
-                let ticket = l.ticket();
+                // Readers queue by ticket; a writer takes none and enters
+                // only when the lock is idle (see `winsync::RwTicket`).
+                let ticket = if exclusive { 0 } else { l.ticket() };
                 let p = Poll::Lock {
                     target,
                     ticket,
                     exclusive,
                 };
                 let held = if exclusive {
-                    l.try_exclusive(ticket)
+                    l.try_exclusive_idle().is_some()
                 } else {
                     l.try_shared(ticket)
                 };
@@ -392,7 +398,14 @@ impl DirectWin {
                 target,
                 ticket,
                 exclusive,
-            } => self.rw(target, CB_LOCK)?.may_enter(ticket, exclusive),
+            } => {
+                let l = self.rw(target, CB_LOCK)?;
+                if exclusive {
+                    l.is_idle()
+                } else {
+                    l.may_enter(ticket, false)
+                }
+            }
             Poll::Barrier { no } => self.all_arrived(no)?,
             Poll::Post { target, seen } => {
                 winsync::observed(self.word(self.me, CB_POST + 8 * u64::from(target))?, seen)
@@ -416,7 +429,7 @@ impl DirectWin {
             } => {
                 let l = self.rw(target, CB_LOCK)?;
                 if exclusive {
-                    l.try_exclusive(ticket)
+                    l.try_exclusive_idle().is_some()
                 } else {
                     l.try_shared(ticket)
                 }
@@ -450,19 +463,20 @@ impl DirectWin {
     }
 
     /// This rank's own lock, for the target side of active messages: a
-    /// ticket taken in `exclusive` mode.
+    /// ticket taken for a shared hold.
     pub(super) fn own_lock_ticket(&self) -> Result<u64, Error> {
         Ok(self.rw(self.me, CB_LOCK)?.ticket())
     }
 
-    /// Whether this rank's own lock ticket entered (enters it if so).
-    pub(super) fn own_lock_try(&self, ticket: u64, exclusive: bool) -> Result<bool, Error> {
-        let l = self.rw(self.me, CB_LOCK)?;
-        Ok(if exclusive {
-            l.try_exclusive(ticket)
-        } else {
-            l.try_shared(ticket)
-        })
+    /// Whether this rank's own lock ticket entered as a reader (enters it if
+    /// so).
+    pub(super) fn own_lock_try_shared(&self, ticket: u64) -> Result<bool, Error> {
+        Ok(self.rw(self.me, CB_LOCK)?.try_shared(ticket))
+    }
+
+    /// Enters this rank's own lock exclusively if it is idle.
+    pub(super) fn own_lock_try_exclusive(&self) -> Result<bool, Error> {
+        Ok(self.rw(self.me, CB_LOCK)?.try_exclusive_idle().is_some())
     }
 
     /// Releases this rank's own lock taken for active-message origins.

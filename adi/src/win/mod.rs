@@ -13,9 +13,10 @@
 //!   private memory and are reached by CMA single copy. The engine only
 //!   checks that the epoch allows the access (a gate per operation) and
 //!   asks for the synchronization, which is atomics in a per-rank control
-//!   block (`shmem_onesided::winsync`, loom-checked): a FIFO ticket
-//!   reader-writer lock per target for `lock`/`unlock` (and one for
-//!   accumulates, which makes them atomic per element), a counter barrier
+//!   block (`shmem_onesided::winsync`, loom-checked): a ticket
+//!   reader-writer lock per target for `lock`/`unlock`, readers first
+//!   (writers enter only when it is idle, as MPICH grants), and one for
+//!   accumulates (FIFO, which makes them atomic per element), a counter barrier
 //!   for `fence`, per-pair post/complete counters for PSCW; `flush*` and
 //!   `sync` are a full memory barrier, since every direct operation is
 //!   complete when its call returns. This is MPICH's direct execution on

@@ -308,38 +308,14 @@ impl Engine {
                     match c.direct.lock_of(target) {
                         Some(i) if c.direct.locks[i].granted => Gate::Open,
                         Some(_) => Gate::Wait,
-                        // A lazy lock is still being waited for: one at a
-                        // time (see below).
-                        None if c.direct.all && c.direct.locks.iter().any(|l| !l.granted) => {
-                            Gate::Wait
-                        }
                         None => {
-                            // On a window whose targets are all direct, the
-                            // shared locks of a `lock_all` epoch are taken
-                            // one at a time in increasing rank order (every
-                            // target below `target` first): a rank never
-                            // waits for a lock while it holds a higher one.
-                            // The locks are FIFO ticket locks, so taking
-                            // them in the order of the operations could close
-                            // a cycle through another rank's exclusive lock
-                            // waiting in between. (A mixed window's lazy
-                            // locks are still taken in the order of the
-                            // operations: its active-message locks would
-                            // need the same order.)
-                            let next = if c.direct.all {
-                                (0..target)
-                                    .find(|r| c.direct.lock_of(*r).is_none())
-                                    .unwrap_or(target)
-                            } else {
-                                target
-                            };
                             c.direct.locks.push(DirectLock {
-                                rank: next,
+                                rank: target,
                                 mode: LockMode::Shared,
                                 granted: false,
                             });
                             c.direct.out.push_back(DirectAction::Lock {
-                                target: next,
+                                target,
                                 exclusive: false,
                             });
                             Gate::Wait
@@ -505,19 +481,24 @@ impl Engine {
     }
 
     /// The driver holds this process's own window lock (in shared memory) in
-    /// the mode [`Action::TargetLock`] asked for: lock requests of
-    /// active-message origins waiting for it are granted now (queued
-    /// operations are applied to `mem`).
+    /// mode `exclusive`, as an [`Action::TargetLock`] asked: lock requests
+    /// of active-message origins waiting for it are granted now (queued
+    /// operations are applied to `mem`). The mode is the one the driver
+    /// entered: an exclusive request replaced by a shared one may still be
+    /// granted before the driver saw the replacement, and is then taken as
+    /// granted (the driver ignores a `TargetLock` that arrives while it
+    /// holds the lock).
     pub fn handle_target_lock_granted<M: WindowMemory + ?Sized>(
         &mut self,
         win: WinId,
+        exclusive: bool,
         mem: &mut M,
     ) -> Result<(), Error> {
         let mut c = self.ctx(win)?;
         let size = c.w.cfg.size;
         let mut view = MemView { win, size, mem };
         c.w.side
-            .target_lock_granted(&mut view, &mut c.w.counters, c.out);
+            .target_lock_granted(exclusive, &mut view, &mut c.w.counters, c.out);
         c.progress();
         self.reap_freed();
         Ok(())

@@ -5,7 +5,7 @@
 //! Windows may have direct targets ([`Sim::create_window_split`]): ranks on
 //! the same simulated node reach each other's memory directly, and the
 //! simulator plays the direct backend: a model of the shared-memory ticket
-//! lock per rank (checking at every grant that holders never conflict), the
+//! lock per rank (readers by ticket, writers entering when idle) (checking at every grant that holders never conflict), the
 //! fence barrier's arrival words, and the PSCW post/complete counters. A
 //! started condition (a lock to take, a post to see, ...) is a pending
 //! event that the random schedule fires once it holds.
@@ -52,15 +52,19 @@ impl Ticket {
         self.next += 1;
         self.next - 1
     }
+    /// Shared: `t` is the reader's ticket. Exclusive: writers take no
+    /// ticket and enter only when the lock is idle (`try_exclusive_idle`).
     fn ready(&self, t: u64, exclusive: bool) -> bool {
         if exclusive {
-            self.write == t
+            self.idle()
         } else {
             self.read == t
         }
     }
     fn enter(&mut self, exclusive: bool) {
-        if !exclusive {
+        if exclusive {
+            self.take();
+        } else {
             self.read += 1;
         }
     }
@@ -289,7 +293,11 @@ impl Sim {
                 let sh = self.shm(w);
                 match d {
                     DirectAction::Lock { target, exclusive } => {
-                        let ticket = sh.locks[target as usize].take();
+                        let ticket = if exclusive {
+                            0
+                        } else {
+                            sh.locks[target as usize].take()
+                        };
                         self.polls[p].push((
                             w,
                             Poll::Lock {
@@ -381,7 +389,7 @@ impl Sim {
                 sh.locks[p].enter(exclusive);
                 hold(sh, p, n + p, exclusive);
                 self.procs[p]
-                    .handle_target_lock_granted(w, &mut self.mem[p])
+                    .handle_target_lock_granted(w, exclusive, &mut self.mem[p])
                     .unwrap();
             }
             Poll::Barrier { .. } => self.procs[p].handle_barrier_complete(w).unwrap(),
@@ -482,7 +490,29 @@ impl Sim {
                 }
                 Action::Completed { win, call } => self.completed[p].push((win, call)),
                 Action::TargetLock { win, exclusive } => {
-                    let ticket = self.shm(win).locks[p].take();
+                    // A waiting exclusive request may be replaced (it holds
+                    // no ticket); a shared one never is.
+                    if let Some(i) = self.polls[p]
+                        .iter()
+                        .position(|(w, q)| *w == win && matches!(q, Poll::TargetLock { .. }))
+                    {
+                        assert!(
+                            matches!(
+                                self.polls[p][i].1,
+                                Poll::TargetLock {
+                                    exclusive: true,
+                                    ..
+                                }
+                            ),
+                            "rank {p}: a waiting shared own-lock request replaced"
+                        );
+                        self.polls[p].swap_remove(i);
+                    }
+                    let ticket = if exclusive {
+                        0
+                    } else {
+                        self.shm(win).locks[p].take()
+                    };
                     self.polls[p].push((win, Poll::TargetLock { ticket, exclusive }));
                 }
                 Action::TargetUnlock { win, exclusive } => {
