@@ -446,8 +446,17 @@ impl Transport for VerbsTransport {
 
     fn finalize(self) -> Result<Vec<(&'static str, String)>, Error> {
         let name = self.ep.provider_name().to_string();
+        let wire = match self.ep.provider() {
+            AnyProvider::Soft(live) => Some(live.wire_stats()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
         let c = self.ep.finalize().map_err(map_err)?;
-        Ok(vec![("verbs-tm counters", format!("provider {name}: {c}"))])
+        let mut lines = vec![("verbs-tm counters", format!("provider {name}: {c}"))];
+        if let Some(w) = wire {
+            lines.push(("verbs-tm soft-live wire", w.to_string()));
+        }
+        Ok(lines)
     }
 }
 

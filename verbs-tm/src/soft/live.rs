@@ -1,7 +1,7 @@
 //! [`Live`]: the software device over TCP.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -13,8 +13,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use tracing::{debug, info, warn};
 
 use super::handoff::{helper_loop, Handoff, HelperWorld};
-use super::nic::{Frame, Nic, NicStats};
-use super::wire::{self, Wire};
+use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
+use super::wire::{self, Wire, WireRef};
 use super::SoftConfig;
 use crate::config::var_size;
 use crate::verbs::{
@@ -97,22 +97,47 @@ enum Phase {
     Bound,
 }
 
+/// Small frames are copied into the outbox's open chunk (many frames, one
+/// write); payloads larger than this are queued as they are.
+const COALESCE: usize = 16 << 10;
+/// The largest open chunk of the outbox.
+const CHUNK_MAX: usize = 256 << 10;
+/// Outbox chunks gathered by one `writev`.
+const IOV_MAX: usize = 32;
+/// A READ request waits (in order with the frames after it) while its
+/// connection has this many bytes unsent: READ responses are produced as
+/// the socket takes them, not all at once.
+const READ_BACKLOG: usize = 4 << 20;
+/// Bytes asked of the socket per read, at least.
+const READ_CHUNK: usize = 256 << 10;
+
 #[derive(Debug)]
 struct Conn {
     stream: TcpStream,
     /// Received bytes are `rbuf[rpos..rend]`; `rbuf` stays allocated (and
-    /// zeroed once) so that a read needs no initialisation.
+    /// zeroed once) so that a read needs no initialisation. Frames are
+    /// parsed and delivered in place.
     rbuf: Vec<u8>,
     rpos: usize,
     rend: usize,
+    /// Bytes waiting for the socket, in chunks: coalesced small frames and
+    /// large payloads (not copied again), gathered by one `writev`.
     out: VecDeque<Vec<u8>>,
+    /// Whether the back chunk of `out` takes more small frames.
+    back_open: bool,
     out_off: usize,
+    out_bytes: usize,
+    /// Emptied small chunks, for reuse.
+    spare: Vec<Vec<u8>>,
+    /// Large payloads written, for the device's reuse.
+    written: Vec<Vec<u8>>,
     qp: Option<QpId>,
     phase: Phase,
     /// An acceptor's parsed HELLO, waiting for `connect` of its QP.
     hello: Option<(u32, u32, u32)>,
     saw_close: bool,
     dead: bool,
+    stats: WireStats,
 }
 
 impl Conn {
@@ -123,41 +148,155 @@ impl Conn {
             rpos: 0,
             rend: 0,
             out: VecDeque::new(),
+            back_open: false,
             out_off: 0,
+            out_bytes: 0,
+            spare: Vec::new(),
+            written: Vec::new(),
             qp: None,
             phase: Phase::Handshake { deadline },
             hello: None,
             saw_close: false,
             dead: false,
+            stats: WireStats::default(),
         }
     }
 
+    /// Appends bytes to the open chunk (opening one if needed).
+    fn append(&mut self, b: &[u8]) {
+        let open = self.back_open
+            && self
+                .out
+                .back()
+                .is_some_and(|v| v.len() + b.len() <= CHUNK_MAX);
+        if !open {
+            let mut v = self.spare.pop().unwrap_or_default();
+            v.clear();
+            self.out.push_back(v);
+            self.back_open = true;
+        }
+        if let Some(v) = self.out.back_mut() {
+            v.extend_from_slice(b);
+        }
+        self.out_bytes += b.len();
+    }
+
+    /// Queues a frame.
     fn push(&mut self, w: Wire) {
         let (h, p) = wire::encode(w);
-        self.out.push_back(h);
-        if !p.is_empty() {
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += (h.len() + p.len()) as u64;
+        self.append(&h);
+        if p.len() <= COALESCE {
+            self.append(&p);
+        } else {
+            self.out_bytes += p.len();
             self.out.push_back(p);
+            self.back_open = false;
         }
     }
 
-    /// Writes as much of the outbox as the socket takes.
+    /// Writes as much of the outbox as the socket takes, several chunks
+    /// per `writev`. Large payloads written wait in `written` for reuse.
     fn flush(&mut self) -> std::io::Result<()> {
-        while let Some(front) = self.out.front() {
-            match (&self.stream).write(&front[self.out_off..]) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => {
+        while !self.out.is_empty() {
+            let mut iov = [IoSlice::new(&[]); IOV_MAX];
+            let mut k = 0;
+            let mut want = 0;
+            for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
+                let b = if i == 0 { &ch[self.out_off..] } else { &ch[..] };
+                iov[k] = IoSlice::new(b);
+                want += b.len();
+                k += 1;
+            }
+            self.stats.writes += 1;
+            let mut n = match (&self.stream).write_vectored(&iov[..k]) {
+                Ok(0) if want > 0 => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let wrote = n;
+            self.out_bytes -= n.min(self.out_bytes);
+            while n > 0 {
+                let Some(front) = self.out.front() else { break };
+                let left = front.len() - self.out_off;
+                if n < left {
                     self.out_off += n;
-                    if self.out_off == front.len() {
-                        self.out.pop_front();
-                        self.out_off = 0;
+                    n = 0;
+                } else {
+                    n -= left;
+                    self.out_off = 0;
+                    if let Some(v) = self.out.pop_front() {
+                        self.done_chunk(v);
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+            }
+            // Empty chunks (a frame without payload never makes one).
+            while self.out.front().is_some_and(Vec::is_empty) && self.out_off == 0 {
+                if let Some(v) = self.out.pop_front() {
+                    self.done_chunk(v);
+                }
+            }
+            if self.out.is_empty() {
+                self.back_open = false;
+            }
+            if wrote < want {
+                // A short write: the socket is full; a second try would
+                // only say so.
+                return Ok(());
             }
         }
         Ok(())
+    }
+
+    fn done_chunk(&mut self, v: Vec<u8>) {
+        if v.capacity() <= CHUNK_MAX {
+            if self.spare.len() < 4 {
+                self.spare.push(v);
+            }
+        } else {
+            self.written.push(v);
+        }
+    }
+}
+
+/// Counters of a [`Live`] device's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireStats {
+    /// Frames queued for peers (device frames and connection control).
+    pub frames_out: u64,
+    /// Frames received and parsed.
+    pub frames_in: u64,
+    /// Bytes of frames queued (headers included).
+    pub bytes_out: u64,
+    /// Bytes received.
+    pub bytes_in: u64,
+    /// `writev` calls (each may carry many frames).
+    pub writes: u64,
+    /// `read` calls that returned data or end of file.
+    pub reads: u64,
+}
+
+impl std::fmt::Display for WireStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}",
+            self.frames_out, self.frames_in, self.bytes_out, self.bytes_in, self.writes, self.reads
+        )
+    }
+}
+
+impl WireStats {
+    fn add(&mut self, o: &WireStats) {
+        self.frames_out += o.frames_out;
+        self.frames_in += o.frames_in;
+        self.bytes_out += o.bytes_out;
+        self.bytes_in += o.bytes_in;
+        self.writes += o.writes;
+        self.reads += o.reads;
     }
 }
 
@@ -337,22 +476,31 @@ impl Core {
         }
     }
 
-    /// Reads what a connection has and parses its frames.
+    /// Reads what a connection has (one large read per pass when the
+    /// socket holds less than the buffer's room) and parses its frames.
     fn read_conn(&mut self, c: usize) {
-        const CHUNK: usize = 256 << 10;
         let mut eof = None;
         loop {
             let conn = &mut self.conns[c];
             if conn.dead {
                 return;
             }
-            if conn.rbuf.len() - conn.rend < CHUNK / 4 {
-                let want = conn.rend + CHUNK;
-                conn.rbuf.resize(want, 0);
+            if conn.rbuf.len() - conn.rend < READ_CHUNK / 4 {
+                if conn.rpos > 0 {
+                    conn.rbuf.copy_within(conn.rpos..conn.rend, 0);
+                    conn.rend -= conn.rpos;
+                    conn.rpos = 0;
+                }
+                if conn.rbuf.len() - conn.rend < READ_CHUNK / 4 {
+                    let want = conn.rend + READ_CHUNK;
+                    conn.rbuf.resize(want, 0);
+                }
             }
+            let room = conn.rbuf.len() - conn.rend;
             let r = (&conn.stream).read(&mut conn.rbuf[conn.rend..]);
             match r {
                 Ok(0) => {
+                    conn.stats.reads += 1;
                     eof = Some(
                         "connection closed by the peer without CLOSE (its process died?)"
                             .to_string(),
@@ -360,8 +508,16 @@ impl Core {
                     break;
                 }
                 Ok(n) => {
+                    conn.stats.reads += 1;
+                    conn.stats.bytes_in += n as u64;
                     conn.rend += n;
                     self.parse(c);
+                    if n < room {
+                        // The socket had less than the room: it is
+                        // (most likely) empty; what comes later is read
+                        // in the next pass, without an EAGAIN now.
+                        break;
+                    }
                 }
                 Err(e) => match e.kind() {
                     ErrorKind::WouldBlock => break,
@@ -379,6 +535,36 @@ impl Core {
         }
     }
 
+    /// Whether frames of `qp` wait (RNR or READ backlog): later frames of
+    /// the QP queue behind them.
+    fn held(&self, qp: QpId) -> bool {
+        self.hold.get(&qp.0).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Hands the device a frame that borrows nothing from a connection (a
+    /// held frame, a READ request); `Err(Rnr)` if it must wait.
+    fn deliver(&mut self, qp: QpId, f: FrameRef<'_>) -> core::result::Result<(), Rnr> {
+        if let FrameRef::ReadReq { .. } = f {
+            let backlog = self
+                .qp_conn
+                .get(&qp.0)
+                .and_then(|&c| self.conns.get(c))
+                .map_or(0, |c| c.out_bytes);
+            if backlog >= READ_BACKLOG {
+                return Err(Rnr);
+            }
+            self.nic.receive(qp, f)?;
+            // The response goes to the outbox now, so that the next READ
+            // request sees it in the backlog.
+            self.route();
+            return Ok(());
+        }
+        self.nic.receive(qp, f)
+    }
+
+    /// Parses the frames received on a connection, in place: device
+    /// frames go to the device straight from the receive buffer (one copy,
+    /// into the memory they land in), unless they must wait.
     fn parse(&mut self, c: usize) {
         loop {
             let conn = &mut self.conns[c];
@@ -395,6 +581,7 @@ impl Core {
                 self.fail_conn(c, "protocol error: frame too large".into());
                 return;
             }
+            let end = start + wire::HDR + plen;
             if avail < wire::HDR + plen {
                 // Make room for the whole frame at once.
                 let need = wire::HDR + plen;
@@ -408,11 +595,29 @@ impl Core {
                 }
                 break;
             }
-            let w = wire::decode(&conn.rbuf[start..start + wire::HDR + plen]);
-            conn.rpos += wire::HDR + plen;
-            match w {
-                Ok(w) => self.on_wire(c, w),
-                Err(why) => {
+            conn.stats.frames_in += 1;
+            let qp = conn.qp;
+            match (wire::decode(&conn.rbuf[start..end]), qp) {
+                (Ok(WireRef::Dev(FrameRef::ReadReq { id, va, rkey, len })), Some(qp)) => {
+                    conn.rpos = end;
+                    let f = FrameRef::ReadReq { id, va, rkey, len };
+                    if self.held(qp) || self.deliver(qp, f).is_err() {
+                        self.hold.entry(qp.0).or_default().push_back(f.to_owned());
+                    }
+                }
+                (Ok(WireRef::Dev(f)), Some(qp)) => {
+                    let held = self.hold.get(&qp.0).is_some_and(|q| !q.is_empty());
+                    if held || self.nic.receive(qp, f).is_err() {
+                        self.hold.entry(qp.0).or_default().push_back(f.to_owned());
+                    }
+                    conn.rpos = end;
+                }
+                (Ok(w), _) => {
+                    let w = w.to_owned();
+                    conn.rpos = end;
+                    self.on_wire(c, w);
+                }
+                (Err(why), _) => {
                     self.fail_conn(c, format!("protocol error: {why}"));
                     return;
                 }
@@ -428,7 +633,6 @@ impl Core {
     fn on_wire(&mut self, c: usize, w: Wire) {
         let (job, me) = (self.cfg.job_id, self.cfg.rank);
         match (w, self.conns[c].qp) {
-            (Wire::Dev(f), Some(qp)) => self.hold.entry(qp.0).or_default().push_back(f),
             (
                 Wire::Hello {
                     job: j,
@@ -477,8 +681,8 @@ impl Core {
         }
     }
 
-    /// Moves the device's frames to their connections and writes.
-    fn route_and_flush(&mut self) {
+    /// Moves the device's frames to their connections' outboxes.
+    fn route(&mut self) {
         while let Some((qp, f)) = self.nic.take_out() {
             match self.qp_conn.get(&qp.0) {
                 Some(&c) if !self.conns[c].dead => self.conns[c].push(Wire::Dev(f)),
@@ -486,11 +690,20 @@ impl Core {
                 None => self.pre_out.entry(qp.0).or_default().push(Wire::Dev(f)),
             }
         }
+    }
+
+    /// Moves the device's frames to their connections and writes.
+    fn route_and_flush(&mut self) {
+        self.route();
         for c in 0..self.conns.len() {
             if self.conns[c].dead || self.conns[c].out.is_empty() {
                 continue;
             }
-            if let Err(e) = self.conns[c].flush() {
+            let r = self.conns[c].flush();
+            for v in self.conns[c].written.drain(..) {
+                self.nic.recycle(v);
+            }
+            if let Err(e) = r {
                 self.fail_conn(c, format!("send failed: {e}"));
             }
         }
@@ -502,25 +715,30 @@ impl Core {
         if self.accepting() {
             self.accept();
         }
-        for c in 0..self.conns.len() {
-            self.read_conn(c);
-        }
-        let mut qps: Vec<u32> = self
-            .hold
-            .iter()
-            .filter(|(_, q)| !q.is_empty())
-            .map(|(k, _)| *k)
-            .collect();
-        qps.sort_unstable();
-        for qp in qps {
-            while let Some(f) = self.hold.get_mut(&qp).and_then(VecDeque::pop_front) {
-                if let Err(back) = self.nic.receive(QpId(qp), f) {
-                    if let Some(q) = self.hold.get_mut(&qp) {
-                        q.push_front(back);
+        // Frames held first (they precede what the sockets have).
+        if self.hold.values().any(|q| !q.is_empty()) {
+            // A flush first: a READ held for the backlog may go now.
+            self.route_and_flush();
+            let mut qps: Vec<u32> = self
+                .hold
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(k, _)| *k)
+                .collect();
+            qps.sort_unstable();
+            for qp in qps {
+                while let Some(f) = self.hold.get_mut(&qp).and_then(VecDeque::pop_front) {
+                    if self.deliver(QpId(qp), f.as_ref()).is_err() {
+                        if let Some(q) = self.hold.get_mut(&qp) {
+                            q.push_front(f);
+                        }
+                        break;
                     }
-                    break;
                 }
             }
+        }
+        for c in 0..self.conns.len() {
+            self.read_conn(c);
         }
         for srq in self.nic.srqs_with_ops() {
             self.nic.exec_ops(srq, usize::MAX);
@@ -777,6 +995,17 @@ impl Live {
     /// Device counters.
     pub fn stats(&self) -> NicStats {
         self.shared.lock().nic.stats()
+    }
+
+    /// Counters of the connections (open and closed since the device
+    /// opened): frames and bytes each way, `writev` and `read` calls.
+    pub fn wire_stats(&self) -> WireStats {
+        let core = self.shared.lock();
+        let mut w = WireStats::default();
+        for c in &core.conns {
+            w.add(&c.stats);
+        }
+        w
     }
 
     /// Bytes and frames written to the connections' outboxes and not yet

@@ -30,7 +30,7 @@ pub(crate) mod tm;
 mod wire;
 
 pub use handoff::Handoff;
-pub use live::{Live, LiveConfig};
+pub use live::{Live, LiveConfig, WireStats};
 pub use nic::NicStats;
 pub use sim::{Sim, TmSnapshot};
 

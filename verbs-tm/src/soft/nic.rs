@@ -44,6 +44,71 @@ pub(crate) enum Frame {
     },
 }
 
+impl Frame {
+    /// The frame's borrowed view, as [`Nic::receive`] takes it.
+    pub(crate) fn as_ref(&self) -> FrameRef<'_> {
+        match self {
+            Frame::Send { imm, data } => FrameRef::Send { imm: *imm, data },
+            Frame::ReadReq { id, va, rkey, len } => FrameRef::ReadReq {
+                id: *id,
+                va: *va,
+                rkey: *rkey,
+                len: *len,
+            },
+            Frame::ReadResp { id, status, data } => FrameRef::ReadResp {
+                id: *id,
+                status: *status,
+                data,
+            },
+        }
+    }
+}
+
+/// An arriving frame, borrowed from where it was received (a connection's
+/// receive buffer, parsed in place): the device copies the payload once,
+/// into the memory it lands in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameRef<'a> {
+    /// SEND or SEND_WITH_IMM.
+    Send { imm: Option<u32>, data: &'a [u8] },
+    /// An RDMA READ request.
+    ReadReq {
+        id: u64,
+        va: u64,
+        rkey: u32,
+        len: u32,
+    },
+    /// The answer to a READ.
+    ReadResp {
+        id: u64,
+        status: WcStatus,
+        data: &'a [u8],
+    },
+}
+
+impl FrameRef<'_> {
+    /// An owned copy (a frame that must wait: RNR).
+    pub(crate) fn to_owned(self) -> Frame {
+        match self {
+            FrameRef::Send { imm, data } => Frame::Send {
+                imm,
+                data: data.to_vec(),
+            },
+            FrameRef::ReadReq { id, va, rkey, len } => Frame::ReadReq { id, va, rkey, len },
+            FrameRef::ReadResp { id, status, data } => Frame::ReadResp {
+                id,
+                status,
+                data: data.to_vec(),
+            },
+        }
+    }
+}
+
+/// The device cannot take an arriving SEND yet (no SRQ buffer: RNR);
+/// nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rnr;
+
 /// Most SGEs an untagged WQE may have.
 const MAX_SRQ_SGE: u32 = 16;
 
@@ -181,7 +246,17 @@ pub(crate) struct Nic {
     out: VecDeque<(QpId, Frame)>,
     misuse: Vec<String>,
     stats: NicStats,
+    /// Large payload buffers given back by the driver once written, for
+    /// the next READ response or SEND (no allocation, no page faults).
+    pool: Vec<Vec<u8>>,
 }
+
+/// Payloads at least this large come from (and go back to) the pool.
+const POOL_MIN: usize = 64 << 10;
+/// Buffers kept in the pool.
+const POOL_BUFS: usize = 8;
+/// Largest buffer kept in the pool.
+const POOL_MAX: usize = 16 << 20;
 
 fn flags_imm(imm: Option<u32>) -> (u32, u32) {
     match imm {
@@ -207,6 +282,29 @@ impl Nic {
             out: VecDeque::new(),
             misuse: Vec::new(),
             stats: NicStats::default(),
+            pool: Vec::new(),
+        }
+    }
+
+    /// An empty buffer for a payload of `len` bytes.
+    fn buf(&mut self, len: usize) -> Vec<u8> {
+        if len >= POOL_MIN {
+            if let Some(i) = self.pool.iter().position(|v| v.capacity() >= len) {
+                return self.pool.swap_remove(i);
+            }
+            if let Some(mut v) = self.pool.pop() {
+                v.reserve(len);
+                return v;
+            }
+        }
+        Vec::with_capacity(len)
+    }
+
+    /// Takes back a payload buffer the driver has written.
+    pub fn recycle(&mut self, mut v: Vec<u8>) {
+        if (POOL_MIN..=POOL_MAX).contains(&v.capacity()) && self.pool.len() < POOL_BUFS {
+            v.clear();
+            self.pool.push(v);
         }
     }
 
@@ -708,7 +806,8 @@ impl Nic {
         }
         match wr.opcode {
             WrOpcode::SEND | WrOpcode::SEND_WITH_IMM => {
-                let mut data = Vec::new();
+                let total: usize = wr.sg_list.iter().map(|g| g.length as usize).sum();
+                let mut data = self.buf(total);
                 for g in wr.sg_list {
                     if !self.check_sge(g, 0) {
                         self.push_cqe(
@@ -893,10 +992,10 @@ impl Nic {
 
     // --------------------------------------------------------- arrivals ---
 
-    /// The device processes one frame arriving on `qp`. `Err(frame)` hands
-    /// it back when it cannot be accepted yet (no SRQ buffer: RNR); nothing
-    /// changed then.
-    pub fn receive(&mut self, qp: QpId, frame: Frame) -> core::result::Result<(), Frame> {
+    /// The device processes one frame arriving on `qp`. `Err(Rnr)` when it
+    /// cannot be accepted yet (no SRQ buffer); nothing changed then and the
+    /// caller keeps the frame.
+    pub fn receive(&mut self, qp: QpId, frame: FrameRef<'_>) -> core::result::Result<(), Rnr> {
         let Some(Some(q)) = self.qps.get(qp.0 as usize) else {
             self.misuse(format!("frame for unknown QP {}", qp.0));
             return Ok(());
@@ -906,13 +1005,13 @@ impl Nic {
             return Ok(());
         }
         match frame {
-            Frame::Send { imm, data } => self.receive_send(qp, imm, data),
-            Frame::ReadReq { id, va, rkey, len } => {
+            FrameRef::Send { imm, data } => self.receive_send(qp, imm, data),
+            FrameRef::ReadReq { id, va, rkey, len } => {
                 self.serve_read(qp, id, va, rkey, len);
                 Ok(())
             }
-            Frame::ReadResp { id, status, data } => {
-                self.finish_read(id, status, &data);
+            FrameRef::ReadResp { id, status, data } => {
+                self.finish_read(id, status, data);
                 Ok(())
             }
         }
@@ -933,18 +1032,21 @@ impl Nic {
             ));
             return;
         }
-        let region = self
-            .keys
-            .get(&rkey)
-            .and_then(|i| self.mrs.get(*i as usize))
-            .and_then(|m| m.as_ref());
-        let data = region.and_then(|m| {
+        let range = self.keys.get(&rkey).and_then(|&i| {
+            let m = self.mrs.get(i as usize)?.as_ref()?;
             if m.access & IBV_ACCESS_REMOTE_READ == 0 {
                 return None;
             }
-            let off = va.checked_sub(m.base)?;
-            let end = off.checked_add(u64::from(len))?;
-            m.buf.get(off as usize..end as usize).map(<[u8]>::to_vec)
+            let off = usize::try_from(va.checked_sub(m.base)?).ok()?;
+            let end = off.checked_add(len as usize)?;
+            (end <= m.buf.len()).then_some((i, off, end))
+        });
+        let data = range.map(|(i, off, end)| {
+            let mut v = self.buf(end - off);
+            if let Some(Some(m)) = self.mrs.get(i as usize) {
+                v.extend_from_slice(&m.buf[off..end]);
+            }
+            v
         });
         let (status, data) = match data {
             Some(d) => (WcStatus::SUCCESS, d),
@@ -1103,8 +1205,8 @@ impl Nic {
         &mut self,
         qp: QpId,
         imm: Option<u32>,
-        data: Vec<u8>,
-    ) -> core::result::Result<(), Frame> {
+        data: &[u8],
+    ) -> core::result::Result<(), Rnr> {
         let Some(Some(q)) = self.qps.get(qp.0 as usize) else {
             return Ok(());
         };
@@ -1135,7 +1237,7 @@ impl Nic {
         if matches!(opcode, Opcode::NoTag | Opcode::Fin) {
             return self.deliver_untagged(qp, srq, cq, WcOpcode::TM_NO_TAG, imm, data, false);
         }
-        let tmh = match Tmh::decode(&data) {
+        let tmh = match Tmh::decode(data) {
             Ok(t) => t,
             Err(e) => {
                 self.misuse(format!("tagged message shorter than a TMH: {e}"));
@@ -1323,9 +1425,9 @@ impl Nic {
         cq: CqId,
         opcode: WcOpcode,
         imm: Option<u32>,
-        data: Vec<u8>,
+        data: &[u8],
         tagged: bool,
-    ) -> core::result::Result<(), Frame> {
+    ) -> core::result::Result<(), Rnr> {
         let qpn = self.qp_num(qp).unwrap_or(0);
         let Some(Some(s)) = self.srqs.get_mut(srq.0 as usize) else {
             return Ok(());
@@ -1333,7 +1435,7 @@ impl Nic {
         let Some(wqe) = s.wqes.pop_front() else {
             self.stats.rnr += 1;
             debug!(qpn, "verbs-tm soft: no SRQ buffer, RNR");
-            return Err(Frame::Send { imm, data });
+            return Err(Rnr);
         };
         let cap: u64 = wqe.sges.iter().map(|g| u64::from(g.length)).sum();
         let (imm_flag, imm_data) = flags_imm(imm);
@@ -1362,7 +1464,7 @@ impl Nic {
             );
             return Ok(());
         }
-        let status = match self.scatter(&wqe.sges, &data) {
+        let status = match self.scatter(&wqe.sges, data) {
             Ok(_) => WcStatus::SUCCESS,
             Err(s) => s,
         };

@@ -41,11 +41,11 @@ impl Fabric {
             let Some(frame) = self.wires.get_mut(&(nic, qp)).and_then(VecDeque::pop_front) else {
                 break;
             };
-            match self.nics[nic].receive(QpId(qp), frame) {
+            match self.nics[nic].receive(QpId(qp), frame.as_ref()) {
                 Ok(()) => done += 1,
-                Err(back) => {
+                Err(_rnr) => {
                     if let Some(w) = self.wires.get_mut(&(nic, qp)) {
-                        w.push_front(back);
+                        w.push_front(frame);
                     }
                     break;
                 }

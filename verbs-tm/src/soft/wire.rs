@@ -22,7 +22,7 @@
 //! | 6 `HELLO_ACK` | 0 accepted, else refused | job id | rank | the acceptor's QPN (u32) |
 //! | 7 `CLOSE` | 0 | 0 | 0 | empty: an orderly close |
 
-use super::nic::Frame;
+use super::nic::{Frame, FrameRef};
 use crate::verbs::WcStatus;
 
 pub(crate) const HDR: usize = 24;
@@ -60,6 +60,61 @@ pub(crate) enum Wire {
     Close,
 }
 
+/// A frame decoded in place: device frames borrow their payload from the
+/// receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WireRef<'a> {
+    Dev(FrameRef<'a>),
+    Hello {
+        job: u64,
+        rank: u32,
+        src_qpn: u32,
+        dst_qpn: u32,
+        version: u32,
+    },
+    HelloAck {
+        refused: u32,
+        job: u64,
+        rank: u32,
+        qpn: u32,
+    },
+    Close,
+}
+
+impl WireRef<'_> {
+    /// An owned copy.
+    pub(crate) fn to_owned(self) -> Wire {
+        match self {
+            WireRef::Dev(f) => Wire::Dev(f.to_owned()),
+            WireRef::Hello {
+                job,
+                rank,
+                src_qpn,
+                dst_qpn,
+                version,
+            } => Wire::Hello {
+                job,
+                rank,
+                src_qpn,
+                dst_qpn,
+                version,
+            },
+            WireRef::HelloAck {
+                refused,
+                job,
+                rank,
+                qpn,
+            } => Wire::HelloAck {
+                refused,
+                job,
+                rank,
+                qpn,
+            },
+            WireRef::Close => Wire::Close,
+        }
+    }
+}
+
 fn header(kind: u8, a: u32, b: u64, c: u32, len: usize) -> [u8; HDR] {
     let mut h = [0u8; HDR];
     h[0] = kind;
@@ -72,7 +127,7 @@ fn header(kind: u8, a: u32, b: u64, c: u32, len: usize) -> [u8; HDR] {
 
 /// Encodes a frame as a header and a payload (kept apart, so that a large
 /// payload is not copied again).
-pub(crate) fn encode(w: Wire) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn encode(w: Wire) -> ([u8; HDR], Vec<u8>) {
     let (h, p) = match w {
         Wire::Dev(Frame::Send { imm, data }) => match imm {
             Some(i) => (header(SEND_IMM, i, 0, 0, data.len()), data),
@@ -108,7 +163,7 @@ pub(crate) fn encode(w: Wire) -> (Vec<u8>, Vec<u8>) {
         ),
         Wire::Close => (header(CLOSE, 0, 0, 0, 0), Vec::new()),
     };
-    (h.to_vec(), p)
+    (h, p)
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -121,47 +176,48 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
-/// The payload length announced by a complete header.
+/// The payload length announced by a complete header (`hdr` holds at
+/// least [`HDR`] bytes).
 pub(crate) fn payload_len(hdr: &[u8]) -> usize {
     u32_at(hdr, 20) as usize
 }
 
-/// Decodes one frame from `buf` (which holds at least the header and the
-/// payload it announces). `Err` names a protocol error.
-pub(crate) fn decode(buf: &[u8]) -> Result<Wire, &'static str> {
+/// Decodes one frame from `buf`, in place. `Err` names a protocol error
+/// (also a `buf` shorter than the header and the payload it announces).
+pub(crate) fn decode(buf: &[u8]) -> Result<WireRef<'_>, &'static str> {
+    if buf.len() < HDR {
+        return Err("truncated frame header");
+    }
     let (h, p) = buf.split_at(HDR);
     let (a, b, c) = (u32_at(h, 4), u64_at(h, 8), u32_at(h, 16));
-    let p = &p[..payload_len(h)];
+    let p = p.get(..payload_len(h)).ok_or("truncated frame")?;
     Ok(match h[0] {
-        SEND => Wire::Dev(Frame::Send {
-            imm: None,
-            data: p.to_vec(),
-        }),
-        SEND_IMM => Wire::Dev(Frame::Send {
+        SEND => WireRef::Dev(FrameRef::Send { imm: None, data: p }),
+        SEND_IMM => WireRef::Dev(FrameRef::Send {
             imm: Some(a),
-            data: p.to_vec(),
+            data: p,
         }),
         READ_REQ => {
             if p.len() != 8 {
                 return Err("READ request of the wrong size");
             }
-            Wire::Dev(Frame::ReadReq {
+            WireRef::Dev(FrameRef::ReadReq {
                 id: b,
                 va: u64_at(p, 0),
                 rkey: a,
                 len: c,
             })
         }
-        READ_RESP => Wire::Dev(Frame::ReadResp {
+        READ_RESP => WireRef::Dev(FrameRef::ReadResp {
             id: b,
             status: WcStatus(a),
-            data: p.to_vec(),
+            data: p,
         }),
         HELLO => {
             if a != MAGIC || p.len() != 12 {
                 return Err("not a verbs-tm handshake");
             }
-            Wire::Hello {
+            WireRef::Hello {
                 job: b,
                 rank: c,
                 version: u32_at(p, 0),
@@ -173,14 +229,14 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Wire, &'static str> {
             if p.len() != 4 {
                 return Err("handshake answer of the wrong size");
             }
-            Wire::HelloAck {
+            WireRef::HelloAck {
                 refused: a,
                 job: b,
                 rank: c,
                 qpn: u32_at(p, 0),
             }
         }
-        CLOSE => Wire::Close,
+        CLOSE => WireRef::Close,
         _ => return Err("unknown frame kind"),
     })
 }
@@ -227,10 +283,15 @@ mod tests {
             Wire::Close,
         ];
         for f in frames {
-            let (mut h, p) = encode(f.clone());
+            let (h, p) = encode(f.clone());
             assert_eq!(payload_len(&h), p.len());
-            h.extend_from_slice(&p);
-            assert_eq!(decode(&h), Ok(f));
+            let mut b = h.to_vec();
+            b.extend_from_slice(&p);
+            assert_eq!(decode(&b).map(WireRef::to_owned), Ok(f));
+            // Short buffers are protocol errors, not panics.
+            for cut in 0..b.len() {
+                assert!(decode(&b[..cut]).is_err(), "{cut} of {} bytes", b.len());
+            }
         }
         let mut bad = encode(Wire::Close).0;
         bad[0] = 99;
