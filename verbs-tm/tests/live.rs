@@ -1,6 +1,8 @@
 //! `soft::Live` over loopback: endpoints in one process, and between two
 //! processes (the binary is its own child, `TMX_VERBS_TEST_ROLE`): eager
-//! traffic, an 8 MiB rendezvous that completes while the sender computes
+//! traffic (one frame per message), a window of rendezvous and eager
+//! messages whose READ requests wait for the unsent bytes, an 8 MiB
+//! rendezvous that completes while the sender computes
 //! without calling in (the helper thread serves the READ), and a peer
 //! killed with SIGKILL, reported as a typed error within a second.
 
@@ -25,8 +27,13 @@ fn cfg() -> EndpointConfig {
 }
 
 fn live(job: u64, rank: u32) -> Endpoint<Live> {
+    live_with(job, rank, |_| {})
+}
+
+fn live_with(job: u64, rank: u32, f: impl FnOnce(&mut LiveConfig)) -> Endpoint<Live> {
     let mut lc = LiveConfig::new(job, rank);
     lc.listen = "127.0.0.1:0".parse().unwrap();
+    f(&mut lc);
     Endpoint::new(Live::new(lc).unwrap(), cfg(), rank, 2).unwrap()
 }
 
@@ -63,6 +70,28 @@ fn wait(ep: &mut Endpoint<Live>, id: u64, limit: Duration) -> Finished {
         assert!(Instant::now() < until, "request {id} did not finish");
         std::thread::yield_now();
     }
+}
+
+/// Progresses until every request of `ids` finishes; their completions in
+/// the order of `ids`.
+fn wait_all(ep: &mut Endpoint<Live>, ids: &[u64], limit: Duration) -> Vec<Finished> {
+    let until = Instant::now() + limit;
+    let mut done = Vec::new();
+    while !ids
+        .iter()
+        .all(|id| done.iter().any(|f: &Finished| f.id == *id))
+    {
+        ep.progress().unwrap();
+        ep.take_completions(&mut done);
+        assert!(Instant::now() < until, "requests {ids:?} did not finish");
+        std::thread::yield_now();
+    }
+    ids.iter()
+        .map(|id| {
+            let i = done.iter().position(|f| f.id == *id).unwrap();
+            done.swap_remove(i)
+        })
+        .collect()
 }
 
 fn recv(ep: &mut Endpoint<Live>, s: MatchSpec, cap: usize) -> Finished {
@@ -220,6 +249,63 @@ fn eager_between_processes() {
         assert_eq!(f.buf[..f.result.unwrap().len], data(i, len)[..], "echo {i}");
     }
     assert_eq!(peer.line(), "DONE");
+    // One frame per eager message (no acknowledgement frames), and no more
+    // writes than frames: HELLO or HELLO_ACK, then the 200 messages.
+    let w = ep.provider().wire_stats();
+    assert_eq!(w.frames_out, 201, "{w}");
+    assert!(w.writes <= w.frames_out, "{w}");
+    assert_eq!(w.frames_in, 201, "{w}");
+    ep.finalize().unwrap();
+    peer.finish();
+}
+
+/// Sizes of the window of `stream_between_processes`: rendezvous of 3 MiB
+/// (several READ responses more than the 4 MiB a connection may have
+/// unsent, so READ requests wait) between eager and empty messages.
+const STREAM: [usize; 12] = [
+    3 << 20,
+    10,
+    3 << 20,
+    4000,
+    (3 << 20) + 7,
+    0,
+    3 << 20,
+    1,
+    70_000,
+    3 << 20,
+    2,
+    3,
+];
+
+fn stream_between_processes() {
+    let job = job_id();
+    let mut peer = Peer::start("stream_recv", job);
+    // A READ request waits while a single byte is unsent: the requests that
+    // come together are answered one after another. No helper thread: the
+    // READ requests pile up in the socket while this process sleeps.
+    let mut ep = live_with(job, 0, |c| {
+        c.read_backlog = 1;
+        c.helper = false;
+    });
+    peer.connect(&mut ep);
+    let mut ids = Vec::new();
+    let mut sums = Vec::new();
+    for (i, len) in STREAM.into_iter().enumerate() {
+        let d = data(100 + i as u32, len);
+        sums.push(format!("{:016x}", checksum(&d)));
+        if let SendStart::Pending(id) = ep.isend(1, i as u32, 0, d, SendMode::Standard).unwrap() {
+            ids.push(id);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for f in wait_all(&mut ep, &ids, Duration::from_secs(60)) {
+        f.result.unwrap();
+    }
+    assert_eq!(peer.line(), format!("SUMS {}", sums.join(",")));
+    let w = ep.provider().wire_stats();
+    let big: u64 = STREAM.iter().map(|&l| l as u64).sum();
+    assert!(w.bytes_out >= big, "{w}");
+    assert!(w.read_waits > 0, "{w}");
     ep.finalize().unwrap();
     peer.finish();
 }
@@ -325,6 +411,35 @@ fn child(role: &str) {
             assert_eq!(f.result.unwrap().len, EIGHT_MIB);
             println!("GOT {:016x}", checksum(&f.buf));
         }
+        "stream_recv" => {
+            // Half the receives posted before the messages come (matched
+            // by the device or in software), half after (unexpected).
+            let mut got = vec![None; STREAM.len()];
+            let mut pending = Vec::new();
+            for (i, len) in STREAM.into_iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+                match ep.irecv(spec(0, i as u32), vec![0; len]).unwrap() {
+                    RecvStart::Pending(id) => pending.push((i, id)),
+                    RecvStart::Done(r, buf) => got[i] = Some((r.unwrap().len, buf)),
+                }
+            }
+            let ids: Vec<u64> = pending.iter().map(|p| p.1).collect();
+            let fs = wait_all(&mut ep, &ids, Duration::from_secs(60));
+            for ((i, _), f) in pending.into_iter().zip(fs) {
+                got[i] = Some((f.result.unwrap().len, f.buf));
+            }
+            for (i, len) in STREAM.into_iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+                let f = recv(&mut ep, spec(0, i as u32), len);
+                got[i] = Some((f.result.unwrap().len, f.buf));
+            }
+            let sums: Vec<String> = got
+                .into_iter()
+                .map(|g| {
+                    let (n, buf) = g.unwrap();
+                    format!("{:016x}", checksum(&buf[..n]))
+                })
+                .collect();
+            println!("SUMS {}", sums.join(","));
+        }
         "sleep" => {
             ep.progress().unwrap();
             println!("READY");
@@ -346,6 +461,7 @@ fn main() -> ExitCode {
     let tests: &[(&str, fn())] = &[
         ("in_process_pair", in_process_pair),
         ("eager_between_processes", eager_between_processes),
+        ("stream_between_processes", stream_between_processes),
         (
             "rendezvous_while_the_sender_computes",
             rendezvous_while_the_sender_computes,

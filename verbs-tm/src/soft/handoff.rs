@@ -13,8 +13,13 @@
 //!    back to 1: the owner runs the device;
 //! 3. otherwise it blocks in poll(2) on the sockets until one is ready (a
 //!    level-triggered readiness: a frame the owner did not take is seen
-//!    again), runs the device once under the device lock, and goes back
-//!    to 1.
+//!    again); unless the owner has called in meanwhile (it runs the device
+//!    itself then: no contention for the device lock), it runs the device
+//!    once under the device lock; back to 1.
+//!
+//! Every call of the owner into the device counts as a poll
+//! ([`Handoff::owner_enter`]), not only `poll_cq`: an owner posting sends
+//! or registering memory is not computing.
 //!
 //! It never spins: step 1 sleeps for the idle time, step 3 blocks. Frames
 //! are never lost: readiness is level-triggered, so a frame that arrived
@@ -90,7 +95,7 @@ pub fn helper_loop<W: HelperWorld>(h: &Handoff, w: &mut W) {
         if h.owner_active_since(seen) {
             continue;
         }
-        if w.wait_ready() && !h.stopped() {
+        if w.wait_ready() && !h.stopped() && !h.owner_active_since(seen) {
             w.step();
         }
     }

@@ -41,11 +41,16 @@ pub struct LiveConfig {
     pub connect_timeout: Duration,
     /// Whether to start the helper thread (on by default).
     pub helper: bool,
+    /// A READ request from the peer waits (in order with the frames after
+    /// it) while its connection has at least this many bytes unsent, so
+    /// that READ responses are produced as the socket takes them (4 MiB).
+    pub read_backlog: usize,
 }
 
 impl LiveConfig {
     /// The defaults: [`SoftConfig::large`], listening on every address on
-    /// a free port, 1 ms idle time, 30 s connect timeout, with the helper.
+    /// a free port, 1 ms idle time, 30 s connect timeout, with the helper,
+    /// a 4 MiB READ backlog.
     pub const fn new(job_id: u64, rank: u32) -> Self {
         LiveConfig {
             soft: SoftConfig::large(),
@@ -55,6 +60,7 @@ impl LiveConfig {
             helper_idle: Duration::from_micros(1000),
             connect_timeout: Duration::from_secs(30),
             helper: true,
+            read_backlog: READ_BACKLOG,
         }
     }
 
@@ -104,9 +110,7 @@ const COALESCE: usize = 16 << 10;
 const CHUNK_MAX: usize = 256 << 10;
 /// Outbox chunks gathered by one `writev`.
 const IOV_MAX: usize = 32;
-/// A READ request waits (in order with the frames after it) while its
-/// connection has this many bytes unsent: READ responses are produced as
-/// the socket takes them, not all at once.
+/// [`LiveConfig::read_backlog`]'s default.
 const READ_BACKLOG: usize = 4 << 20;
 /// Bytes asked of the socket per read, at least.
 const READ_CHUNK: usize = 256 << 10;
@@ -277,14 +281,23 @@ pub struct WireStats {
     pub writes: u64,
     /// `read` calls that returned data or end of file.
     pub reads: u64,
+    /// READ requests that waited for the connection's unsent bytes to
+    /// fall under [`LiveConfig::read_backlog`].
+    pub read_waits: u64,
 }
 
 impl std::fmt::Display for WireStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}",
-            self.frames_out, self.frames_in, self.bytes_out, self.bytes_in, self.writes, self.reads
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}",
+            self.frames_out,
+            self.frames_in,
+            self.bytes_out,
+            self.bytes_in,
+            self.writes,
+            self.reads,
+            self.read_waits
         )
     }
 }
@@ -297,6 +310,7 @@ impl WireStats {
         self.bytes_in += o.bytes_in;
         self.writes += o.writes;
         self.reads += o.reads;
+        self.read_waits += o.read_waits;
     }
 }
 
@@ -545,12 +559,10 @@ impl Core {
     /// held frame, a READ request); `Err(Rnr)` if it must wait.
     fn deliver(&mut self, qp: QpId, f: FrameRef<'_>) -> core::result::Result<(), Rnr> {
         if let FrameRef::ReadReq { .. } = f {
-            let backlog = self
-                .qp_conn
-                .get(&qp.0)
-                .and_then(|&c| self.conns.get(c))
-                .map_or(0, |c| c.out_bytes);
-            if backlog >= READ_BACKLOG {
+            let limit = self.cfg.read_backlog;
+            let conn = self.qp_conn.get(&qp.0).and_then(|&c| self.conns.get_mut(c));
+            if let Some(conn) = conn.filter(|c| c.out_bytes >= limit) {
+                conn.stats.read_waits += 1;
                 return Err(Rnr);
             }
             self.nic.receive(qp, f)?;
@@ -1018,12 +1030,19 @@ impl Live {
 
     /// Runs the device once, as the owner (what `poll_cq` does first).
     pub fn step(&self) {
+        self.owner().step();
+    }
+
+    /// The device, for the owner: every call of the owner counts as a
+    /// poll of the hand-off (the owner is not computing), so the helper
+    /// thread stays out of its way (no lock contention while it calls in).
+    fn owner(&self) -> MutexGuard<'_, Core> {
         self.shared.handoff.owner_enter();
-        self.shared.lock().step();
+        self.shared.lock()
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Nic) -> T) -> T {
-        let mut core = self.shared.lock();
+        let mut core = self.owner();
         let r = f(&mut core.nic);
         core.route_and_flush();
         r
@@ -1078,7 +1097,7 @@ impl Provider for Live {
     }
 
     fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
-        let mut core = self.shared.lock();
+        let mut core = self.owner();
         if let Some(c) = core.qp_conn.remove(&qp.0) {
             let conn = &mut core.conns[c];
             if !conn.dead {
@@ -1122,7 +1141,7 @@ impl Provider for Live {
 
     fn connect(&mut self, qp: QpId, remote: &[u8]) -> Result<()> {
         let (raddr, job, rrank, rqpn) = decode_addr(remote)?;
-        let mut core = self.shared.lock();
+        let mut core = self.owner();
         if job != core.cfg.job_id {
             return Err(Error::BadAddress(format!(
                 "address of job {job:#x}, this is job {:#x}",
@@ -1199,19 +1218,19 @@ impl Provider for Live {
     }
 
     fn reg_mr(&mut self, buf: Vec<u8>, access: u32) -> core::result::Result<Mr, (Error, Vec<u8>)> {
-        self.shared.lock().nic.reg_mr(buf, access)
+        self.owner().nic.reg_mr(buf, access)
     }
 
     fn dereg_mr(&mut self, mr: Mr) -> Result<Vec<u8>> {
-        self.shared.lock().nic.dereg_mr(mr)
+        self.owner().nic.dereg_mr(mr)
     }
 
     fn mr_read(&self, mr: &Mr, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.shared.lock().nic.mr_read(mr, offset, dst)
+        self.owner().nic.mr_read(mr, offset, dst)
     }
 
     fn mr_write(&mut self, mr: &Mr, offset: usize, src: &[u8]) -> Result<()> {
-        self.shared.lock().nic.mr_write(mr, offset, src)
+        self.owner().nic.mr_write(mr, offset, src)
     }
 
     fn poll_cq(&mut self, cq: CqId, out: &mut Vec<Wc>, max: usize) -> Result<usize> {
