@@ -142,6 +142,9 @@ fn in_process_pair() {
         }
         let f = recv(&mut b, spec(0, 99), 16);
         assert_eq!(f.result.unwrap().len, 0);
+        // The 300 KB READ response went straight into the receive buffer.
+        let w = b.provider().wire_stats();
+        assert!(w.direct >= 1, "{w}");
         b.finalize().unwrap()
     });
     for (i, len) in [0usize, 5, 4096, 4097, 300_000].into_iter().enumerate() {

@@ -19,7 +19,7 @@ use super::SoftConfig;
 use crate::config::var_size;
 use crate::verbs::{
     errno, CqId, CqInitAttr, DeviceCaps, OpsWr, QpId, QpInitAttr, QpState, RecvWr, SendWr, SrqId,
-    SrqInitAttr, Wc,
+    SrqInitAttr, Wc, WcStatus,
 };
 use crate::{Error, Mr, Provider, Result};
 
@@ -114,6 +114,23 @@ const IOV_MAX: usize = 32;
 const READ_BACKLOG: usize = 4 << 20;
 /// Bytes asked of the socket per read, at least.
 const READ_CHUNK: usize = 256 << 10;
+/// READ responses at least this large are received straight into the
+/// requester's memory region (no copy through the receive buffer).
+const DIRECT_MIN: usize = 64 << 10;
+
+/// A READ response being received straight into memory: `len` bytes at
+/// `off` of region `mr` (key `key`), `got` of them so far; `ok` false once
+/// the region went away (the rest is read and dropped).
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    id: u64,
+    mr: u32,
+    key: u32,
+    off: usize,
+    len: usize,
+    got: usize,
+    ok: bool,
+}
 
 #[derive(Debug)]
 struct Conn {
@@ -142,6 +159,8 @@ struct Conn {
     saw_close: bool,
     dead: bool,
     stats: WireStats,
+    /// A READ response's payload being read straight into memory.
+    direct: Option<Direct>,
 }
 
 impl Conn {
@@ -163,6 +182,7 @@ impl Conn {
             saw_close: false,
             dead: false,
             stats: WireStats::default(),
+            direct: None,
         }
     }
 
@@ -281,23 +301,28 @@ pub struct WireStats {
     pub writes: u64,
     /// `read` calls that returned data or end of file.
     pub reads: u64,
-    /// READ requests that waited for the connection's unsent bytes to
-    /// fall under [`LiveConfig::read_backlog`].
+    /// Times a READ request found the connection's unsent bytes at
+    /// [`LiveConfig::read_backlog`] or more and waited (a request that waits
+    /// over several passes counts once per pass).
     pub read_waits: u64,
+    /// READ responses received straight into the requester's memory
+    /// (64 KiB and more, one scatter entry).
+    pub direct: u64,
 }
 
 impl std::fmt::Display for WireStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}",
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}",
             self.frames_out,
             self.frames_in,
             self.bytes_out,
             self.bytes_in,
             self.writes,
             self.reads,
-            self.read_waits
+            self.read_waits,
+            self.direct
         )
     }
 }
@@ -311,6 +336,7 @@ impl WireStats {
         self.writes += o.writes;
         self.reads += o.reads;
         self.read_waits += o.read_waits;
+        self.direct += o.direct;
     }
 }
 
@@ -499,6 +525,59 @@ impl Core {
             if conn.dead {
                 return;
             }
+            if let Some(mut d) = conn.direct {
+                let want = d.len - d.got;
+                let dst = if d.ok {
+                    self.nic.region_mut(d.mr, d.key, d.off + d.got, want)
+                } else {
+                    None
+                };
+                let r = match dst {
+                    Some(dst) => (&conn.stream).read(dst),
+                    None => {
+                        // The region went away: read and drop.
+                        d.ok = false;
+                        if conn.rbuf.len() < READ_CHUNK {
+                            conn.rbuf.resize(READ_CHUNK, 0);
+                        }
+                        let n = want.min(conn.rbuf.len());
+                        (&conn.stream).read(&mut conn.rbuf[..n])
+                    }
+                };
+                match r {
+                    Ok(0) => {
+                        conn.stats.reads += 1;
+                        eof = Some(
+                            "connection closed by the peer without CLOSE (its process died?)"
+                                .to_string(),
+                        );
+                        break;
+                    }
+                    Ok(n) => {
+                        conn.stats.reads += 1;
+                        conn.stats.bytes_in += n as u64;
+                        d.got += n;
+                        if d.got == d.len {
+                            conn.direct = None;
+                            self.nic.finish_read_placed(d.id, d.len, d.ok);
+                            continue;
+                        }
+                        conn.direct = Some(d);
+                        if n < want {
+                            break;
+                        }
+                        continue;
+                    }
+                    Err(e) => match e.kind() {
+                        ErrorKind::WouldBlock => break,
+                        ErrorKind::Interrupted => continue,
+                        _ => {
+                            eof = Some(format!("connection failed: {e}"));
+                            break;
+                        }
+                    },
+                }
+            }
             if conn.rbuf.len() - conn.rend < READ_CHUNK / 4 {
                 if conn.rpos > 0 {
                     conn.rbuf.copy_within(conn.rpos..conn.rend, 0);
@@ -580,7 +659,7 @@ impl Core {
     fn parse(&mut self, c: usize) {
         loop {
             let conn = &mut self.conns[c];
-            if conn.dead || conn.hello.is_some() {
+            if conn.dead || conn.hello.is_some() || conn.direct.is_some() {
                 break;
             }
             let avail = conn.rend - conn.rpos;
@@ -594,6 +673,43 @@ impl Core {
                 return;
             }
             let end = start + wire::HDR + plen;
+            if plen >= DIRECT_MIN && conn.direct.is_none() {
+                if let (Some((id, WcStatus::SUCCESS)), Some(qp)) =
+                    (wire::read_resp_header(&conn.rbuf[start..]), conn.qp)
+                {
+                    let held = self.hold.get(&qp.0).is_some_and(|q| !q.is_empty());
+                    if let Some((mr, key, off)) = self.nic.read_target(id, plen).filter(|_| !held) {
+                        // Straight into memory: what is here, then the
+                        // rest from the socket.
+                        let have = (avail - wire::HDR).min(plen);
+                        let from = start + wire::HDR;
+                        let ok = match self.nic.region_mut(mr, key, off, have) {
+                            Some(dst) => {
+                                dst.copy_from_slice(&conn.rbuf[from..from + have]);
+                                true
+                            }
+                            None => false,
+                        };
+                        conn.stats.frames_in += 1;
+                        conn.stats.direct += 1;
+                        conn.rpos = from + have;
+                        if have == plen {
+                            self.nic.finish_read_placed(id, plen, ok);
+                        } else {
+                            conn.direct = Some(Direct {
+                                id,
+                                mr,
+                                key,
+                                off,
+                                len: plen,
+                                got: have,
+                                ok,
+                            });
+                        }
+                        continue;
+                    }
+                }
+            }
             if avail < wire::HDR + plen {
                 // Make room for the whole frame at once.
                 let need = wire::HDR + plen;

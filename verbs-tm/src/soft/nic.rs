@@ -251,6 +251,14 @@ pub(crate) struct Nic {
     pool: Vec<Vec<u8>>,
 }
 
+/// Where a READ response's data is: in the frame, or already written to
+/// the requester's memory by the driver ([`Nic::read_target`]).
+#[derive(Debug, Clone, Copy)]
+enum ReadData<'a> {
+    Frame(&'a [u8]),
+    Placed(usize),
+}
+
 /// Payloads at least this large come from (and go back to) the pool.
 const POOL_MIN: usize = 64 << 10;
 /// Buffers kept in the pool.
@@ -1061,6 +1069,60 @@ impl Nic {
     }
 
     fn finish_read(&mut self, id: u64, status: WcStatus, data: &[u8]) {
+        self.finish_read_with(id, status, ReadData::Frame(data));
+    }
+
+    /// Where the data of READ `id`'s response of `len` bytes may be written
+    /// directly (a driver that receives it straight into memory): the
+    /// region's index, key and offset, when the READ waits, targets one
+    /// scatter entry of at least `len` bytes, and that entry is valid.
+    pub fn read_target(&self, id: u64, len: usize) -> Option<(u32, u32, usize)> {
+        let sge = match self.reads.get(&id)? {
+            PendingRead::Sw { sges, .. } => match sges.as_slice() {
+                [g] => *g,
+                _ => return None,
+            },
+            PendingRead::Hw { sge, .. } => (*sge)?,
+        };
+        if (sge.length as usize) < len || !self.check_sge(&sge, IBV_ACCESS_LOCAL_WRITE) {
+            return None;
+        }
+        let (mr, off) = self.locate(sge.addr, sge.lkey)?;
+        Some((mr, sge.lkey, off))
+    }
+
+    /// The bytes `off..off + len` of region `mr` (with key `key`), for
+    /// writing; `None` if the region is gone or the range outside it.
+    pub fn region_mut(&mut self, mr: u32, key: u32, off: usize, len: usize) -> Option<&mut [u8]> {
+        let m = self.mrs.get_mut(mr as usize)?.as_mut()?;
+        if m.key != key {
+            return None;
+        }
+        let end = off.checked_add(len)?;
+        m.buf.get_mut(off..end)
+    }
+
+    /// Completes READ `id` whose `len` bytes the driver wrote at
+    /// [`Nic::read_target`] (`ok`), or failed to (`!ok`: the region went
+    /// away meanwhile, a local protection error).
+    pub fn finish_read_placed(&mut self, id: u64, len: usize, ok: bool) {
+        if !self.reads.contains_key(&id) {
+            // Flushed meanwhile (the QP failed): as a frame on a QP in
+            // error, dropped.
+            debug!(
+                id,
+                "verbs-tm soft: READ response for a flushed READ dropped"
+            );
+            return;
+        }
+        if ok {
+            self.finish_read_with(id, WcStatus::SUCCESS, ReadData::Placed(len));
+        } else {
+            self.finish_read_with(id, WcStatus::LOC_PROT_ERR, ReadData::Placed(0));
+        }
+    }
+
+    fn finish_read_with(&mut self, id: u64, status: WcStatus, data: ReadData<'_>) {
         let Some(r) = self.reads.remove(&id) else {
             self.misuse(format!("READ response for unknown request {id}"));
             return;
@@ -1080,9 +1142,12 @@ impl Nic {
                 let mut status = status;
                 let mut len = 0;
                 if status == WcStatus::SUCCESS {
-                    match self.scatter(&sges, data) {
-                        Ok(n) => len = n as u32,
-                        Err(s) => status = s,
+                    match data {
+                        ReadData::Frame(d) => match self.scatter(&sges, d) {
+                            Ok(n) => len = n as u32,
+                            Err(s) => status = s,
+                        },
+                        ReadData::Placed(n) => len = n as u32,
                     }
                 }
                 if status != WcStatus::SUCCESS && status != WcStatus::WR_FLUSH_ERR {
@@ -1120,8 +1185,10 @@ impl Nic {
                 let qpn = self.qp_num(qp).unwrap_or(0);
                 let mut status = status;
                 if status == WcStatus::SUCCESS {
-                    if let Err(s) = self.scatter(sge.as_slice(), data) {
-                        status = s;
+                    if let ReadData::Frame(d) = data {
+                        if let Err(s) = self.scatter(sge.as_slice(), d) {
+                            status = s;
+                        }
                     }
                 }
                 if status == WcStatus::SUCCESS {

@@ -182,6 +182,13 @@ pub(crate) fn payload_len(hdr: &[u8]) -> usize {
     u32_at(hdr, 20) as usize
 }
 
+/// The request id and status of a READ response's header (`hdr` holds at
+/// least [`HDR`] bytes); `None` for other frames.
+pub(crate) fn read_resp_header(hdr: &[u8]) -> Option<(u64, WcStatus)> {
+    (hdr.first() == Some(&READ_RESP) && hdr.len() >= HDR)
+        .then(|| (u64_at(hdr, 8), WcStatus(u32_at(hdr, 4))))
+}
+
 /// Decodes one frame from `buf`, in place. `Err` names a protocol error
 /// (also a `buf` shorter than the header and the payload it announces).
 pub(crate) fn decode(buf: &[u8]) -> Result<WireRef<'_>, &'static str> {
@@ -287,11 +294,16 @@ mod tests {
             assert_eq!(payload_len(&h), p.len());
             let mut b = h.to_vec();
             b.extend_from_slice(&p);
-            assert_eq!(decode(&b).map(WireRef::to_owned), Ok(f));
+            assert_eq!(decode(&b).map(WireRef::to_owned), Ok(f.clone()));
             // Short buffers are protocol errors, not panics.
             for cut in 0..b.len() {
                 assert!(decode(&b[..cut]).is_err(), "{cut} of {} bytes", b.len());
             }
+            let resp = match f {
+                Wire::Dev(Frame::ReadResp { id, status, .. }) => Some((id, status)),
+                _ => None,
+            };
+            assert_eq!(read_resp_header(&b), resp);
         }
         let mut bad = encode(Wire::Close).0;
         bad[0] = 99;
