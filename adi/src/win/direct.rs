@@ -37,6 +37,7 @@
 //!   of origin ([`DirectWin::target_access`]): they are atomic per element
 //!   with respect to each other from every rank.
 
+use super::mem::WinBuf;
 use super::{LockType, ANY_TAG};
 use crate::request::{Request, Status};
 use crate::Error;
@@ -170,7 +171,7 @@ pub(super) struct DirectWin {
     /// Ranks of the window; `None` for a rank reached by active messages.
     targets: Vec<Option<Target>>,
     /// This rank's window memory when it is private (`Mem::User`).
-    own: Mutex<Vec<u8>>,
+    own: Mutex<WinBuf>,
     /// The block of this rank's heap holding window memory (freed at
     /// `free`); `None` for private memory and for the segments of a
     /// contiguous shared window other than rank 0's.
@@ -198,7 +199,7 @@ impl DirectWin {
         view: NodeView,
         me: u32,
         targets: Vec<Option<Target>>,
-        own: Vec<u8>,
+        own: WinBuf,
         heap_block: Option<SymAddr>,
     ) -> DirectWin {
         let fence_word = |t: &Target| (t.pe, t.cb.offset(CB_FENCE));
@@ -835,11 +836,23 @@ impl DirectWin {
         res
     }
 
+    /// The address of `rank`'s window memory in this process, if this
+    /// process can load and store it: its own private memory, or any
+    /// segment in the symmetric heap of a process of this node.
+    pub(super) fn local_ptr(&self, rank: u32) -> Result<Option<*mut u8>, Error> {
+        let t = self.t(rank)?;
+        Ok(match t.mem {
+            Mem::Heap(a) => Some(self.view.heap_ptr(t.pe, a, t.size as usize)?),
+            Mem::User(_) if rank == self.me => Some(lock(&self.own).addr() as *mut u8),
+            Mem::User(_) | Mem::Dynamic => None,
+        })
+    }
+
     /// This rank's memory, taken out of the window (at free).
     pub(super) fn take_own(&self) -> Result<Vec<u8>, Error> {
         let t = self.t(self.me)?;
         match t.mem {
-            Mem::User(_) | Mem::Dynamic => Ok(std::mem::take(&mut *lock(&self.own))),
+            Mem::User(_) | Mem::Dynamic => Ok(std::mem::take(&mut *lock(&self.own)).into_vec()),
             Mem::Heap(a) => {
                 let mut v = vec![0u8; t.size as usize];
                 self.view.get(t.pe, a, &mut v)?;

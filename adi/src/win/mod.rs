@@ -58,6 +58,8 @@
 mod am;
 mod create;
 mod direct;
+#[allow(unsafe_code)]
+mod mem;
 mod ops;
 mod shared;
 mod sync;
@@ -329,6 +331,32 @@ impl Win {
             am::SlotMem::Private(v) => Ok(f(v)),
             am::SlotMem::Direct(d) => d.with_local(f),
         }
+    }
+
+    /// The address of this rank's window memory in this process (`None`
+    /// for a dynamic window, which has none of its own): for a program
+    /// that loads and stores it in place, as a C program does through
+    /// `MPI_Win_allocate`'s base pointer. It stays valid until
+    /// [`Win::free`]: an allocated window's memory is in the symmetric
+    /// heap (where same-node origins store directly) or in a private
+    /// buffer that never moves; a [`Win::create_raw`] window's is the
+    /// caller's; a [`Win::create`] window's may be a heap copy of the
+    /// given `Vec` (`TMX_RMA_HEAP_WINDOWS`).
+    ///
+    /// Reading or writing through it is the caller's `unsafe`, under MPI's
+    /// rules: local accesses that conflict with RMA operations are
+    /// separated from them by the synchronization of an epoch (remote
+    /// updates are visible after it; [`Win::with_local`] is the safe,
+    /// accumulate-atomic form).
+    pub fn local_base(&self) -> Result<Option<*mut u8>, Error> {
+        if let Some(d) = &self.direct {
+            return d.local_ptr(self.comm.rank() as u32);
+        }
+        let mut g = am::lock(&self.comm.dev().rma.state);
+        Ok(match &mut g.slot(self.id)?.mem {
+            am::SlotMem::Private(v) => Some(v.as_mut_ptr()),
+            am::SlotMem::Direct(d) => d.local_ptr(self.comm.rank() as u32)?,
+        })
     }
 
     /// A copy of this rank's window memory.
