@@ -177,7 +177,7 @@ pub(super) struct DirectWin {
     /// contiguous shared window other than rank 0's.
     heap_block: Option<SymAddr>,
     /// Regions attached to a dynamic window: (address, memory, table slot).
-    attached: Mutex<Vec<(u64, Vec<u8>, usize)>>,
+    attached: Mutex<Vec<(u64, WinBuf, usize)>>,
     /// Read-modify-write buffer of accumulates (reused).
     scratch: Mutex<Vec<u8>>,
     /// Fence barriers this rank arrived at (changed only under the
@@ -760,7 +760,7 @@ impl DirectWin {
         })
     }
 
-    pub(super) fn attach(&self, mem: Vec<u8>) -> Result<u64, Error> {
+    pub(super) fn attach(&self, mem: WinBuf) -> Result<u64, Error> {
         let table = self.regions(self.me)?;
         let mut regions = lock(&self.attached);
         let slot = (0..table.slots())
@@ -770,7 +770,12 @@ impl DirectWin {
             })?;
         // A zero-length Vec has a dangling (but non-zero) address: it gets
         // a slot like any other region and matches only empty accesses.
-        let base = mem.as_ptr() as u64;
+        let base = mem.addr();
+        if regions.iter().any(|(b, _, _)| *b == base) {
+            return Err(Error::InvalidArgument {
+                what: "attach: a region is already attached at this address",
+            });
+        }
         table.set(slot, base, mem.len() as u64);
         regions.push((base, mem, slot));
         tracing::debug!(base, slot, "region attached");
@@ -788,7 +793,7 @@ impl DirectWin {
             })?;
         let (_, mem, slot) = regions.swap_remove(i);
         table.set(slot, 0, 0);
-        Ok(mem)
+        Ok(mem.into_vec())
     }
 
     pub(super) fn with_attached<T>(

@@ -252,7 +252,36 @@ impl Win {
     /// Local (not collective).
     pub fn attach(&self, mem: Vec<u8>) -> Result<u64, Error> {
         match &self.direct {
-            Some(d) if d.is_dynamic() => d.attach(mem),
+            Some(d) if d.is_dynamic() => d.attach(mem::WinBuf::Owned(mem)),
+            _ => Err(Error::InvalidArgument {
+                what: "attach: not a dynamic window",
+            }),
+        }
+    }
+
+    /// `MPI_Win_attach` of memory the caller keeps: exposes the `len`
+    /// bytes at `base` through this dynamic window; origins reach them at
+    /// displacement `base as u64` (the address, which this returns). Local.
+    /// [`detach`](Win::detach) of that address withdraws them (and
+    /// returns an empty `Vec`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Win::create_raw`]: for `len > 0`, the memory is this
+    /// process's, readable and writable, valid and not moved until it is
+    /// detached (or the window freed), and the caller's accesses to it
+    /// follow MPI's rules on conflicting accesses.
+    // An unsafe fn for its contract only: its body has no unsafe code.
+    #[allow(unsafe_code)]
+    pub unsafe fn attach_raw(&self, base: *mut u8, len: usize) -> Result<u64, Error> {
+        if base.is_null() {
+            return Err(Error::InvalidArgument {
+                what: "attach_raw: null base",
+            });
+        }
+        let addr = base as usize;
+        match &self.direct {
+            Some(d) if d.is_dynamic() => d.attach(mem::WinBuf::Raw { addr, len }),
             _ => Err(Error::InvalidArgument {
                 what: "attach: not a dynamic window",
             }),
