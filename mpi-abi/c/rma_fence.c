@@ -84,7 +84,10 @@ int main(int argc, char **argv)
     OK(MPI_Barrier(MPI_COMM_WORLD));
     OK(MPI_Type_free(&vec));
 
-    /* Request-based forms inside the epoch. */
+    /* Request-based forms (valid in passive-target epochs only): the
+     * fence epochs end, lock_all, then fences again. */
+    OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+    OK(MPI_Win_lock_all(0, win));
     MPI_Request rq[3];
     int rv = 7 * me, rg = -5, old[2] = {-9, -9};
     OK(MPI_Rput(&rv, 1, MPI_INT, right, right * N + 6, 1, MPI_INT, win, &rq[0]));
@@ -92,9 +95,11 @@ int main(int argc, char **argv)
     int inc[2] = {1, 2};
     OK(MPI_Raccumulate(inc, 2, MPI_INT, right, right * N + 4, 2, MPI_INT, MPI_SUM, win, &rq[2]));
     OK(MPI_Waitall(3, rq, MPI_STATUSES_IGNORE));
-    OK(MPI_Win_fence(0, win));
+    OK(MPI_Win_unlock_all(win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
     say("rget %d, rput landed %d, raccumulate %d %d", rg, buf[me * N + 6], buf[me * N + 4], buf[me * N + 5]);
     OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
 
     /* Get_accumulate: NO_OP reads, REPLACE swaps. */
     int neu = 1000 + me;

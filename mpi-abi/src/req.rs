@@ -294,7 +294,7 @@ impl Req {
                     Some(a) => a.progress(block),
                 }
             }
-            Req::Rma(r) => match r.progress_world(c, block) {
+            Req::Rma(r) => match r.progress_request(c, block) {
                 Ok(false) => None,
                 Ok(true) => Some((empty_status(), None)),
                 Err(e) => {

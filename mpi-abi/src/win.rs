@@ -143,6 +143,8 @@ impl WinObj {
 /// where their bytes go.
 #[derive(Debug)]
 pub(crate) struct Read {
+    /// The window's handle.
+    win: MPI_Win,
     target: c_int,
     parts: Vec<adi::Request>,
     /// Parts completed (waited or tested), in order.
@@ -172,6 +174,21 @@ impl Read {
         }
         self.deliver()?;
         Ok(true)
+    }
+
+    /// Advances a request-based read (`MPI_Wait`/`MPI_Test` on it): an
+    /// operation the epoch machine still holds back (to piggyback it on
+    /// the epoch's closing message, as MPICH's RMA design does) is pushed
+    /// out by a local flush to its target, which MPI's local completion of
+    /// the request needs.
+    pub(crate) fn progress_request(&mut self, c: &adi::Comm, block: bool) -> R<bool> {
+        if self.progress_world(c, false)? {
+            return Ok(true);
+        }
+        if let Some(o) = WINS.get(self.win) {
+            o.with(|i| Ok(i.win().flush_local(self.target)?))?;
+        }
+        self.progress_world(c, block)
     }
 
     fn deliver(&mut self) -> R<()> {
@@ -802,6 +819,7 @@ unsafe fn get(
             .map(|&(d, len)| w.get(rank, d, len))
             .collect::<Result<Vec<_>, _>>()?;
         let r = Read {
+            win: h,
             target: rank,
             parts,
             done: 0,
@@ -899,6 +917,7 @@ unsafe fn get_accumulate(
             })?
         };
         let r = Read {
+            win: h,
             target: rank,
             parts,
             done: 0,
@@ -1015,7 +1034,7 @@ mpi_fn! {
                 } else {
                     vec![w.fetch_and_op(rank, o.byte_disp(disp)?, &data, e, a)?]
                 };
-                let r = Read { target: rank, parts, done: 0, to: Some((raddr as usize, 1, Arc::clone(&ty))) };
+                let r = Read { win: h, target: rank, parts, done: 0, to: Some((raddr as usize, 1, Arc::clone(&ty))) };
                 finish_read(&o, w, r, None)
             })
         })
@@ -1045,7 +1064,7 @@ mpi_fn! {
                 } else {
                     vec![w.compare_and_swap(rank, o.byte_disp(disp)?, new, cmp, e)?]
                 };
-                let r = Read { target: rank, parts, done: 0, to: Some((raddr as usize, 1, Arc::clone(&ty))) };
+                let r = Read { win: h, target: rank, parts, done: 0, to: Some((raddr as usize, 1, Arc::clone(&ty))) };
                 finish_read(&o, w, r, None)
             })
         })
