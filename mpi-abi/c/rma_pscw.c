@@ -1,6 +1,6 @@
 /* ranks: 2 3 4 */
 /* General active-target synchronization (post/start/complete/wait and
- * Win_test) on a ring, and a dynamic window over attached memory. */
+ * Win_test) on a ring. */
 #include "tmx_test.h"
 
 int main(int argc, char **argv)
@@ -40,32 +40,6 @@ int main(int argc, char **argv)
     OK(MPI_Group_free(&world));
     OK(MPI_Win_free(&win));
 
-    /* A dynamic window: attach, exchange addresses, put by address. */
-    MPI_Win dw;
-    OK(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dw));
-    int *flavor, flag;
-    OK(MPI_Win_get_attr(dw, MPI_WIN_CREATE_FLAVOR, &flavor, &flag));
-    say("flavor dynamic %d", *flavor == MPI_WIN_FLAVOR_DYNAMIC);
-    int *region = calloc(4, sizeof(int));
-    OK(MPI_Win_attach(dw, region, 4 * sizeof(int)));
-    MPI_Aint mine, *all = malloc(sizeof(MPI_Aint) * n);
-    OK(MPI_Get_address(region, &mine));
-    OK(MPI_Allgather(&mine, 1, MPI_AINT, all, 1, MPI_AINT, MPI_COMM_WORLD));
-    OK(MPI_Win_fence(0, dw));
-    int v[2] = {me, 100 + me};
-    OK(MPI_Put(v, 2, MPI_INT, right, MPI_Aint_add(all[right], sizeof(int)), 2, MPI_INT, dw));
-    OK(MPI_Win_fence(0, dw));
-    say("dynamic region %d %d %d %d", region[0], region[1], region[2], region[3]);
-    int got = -1;
-    OK(MPI_Win_lock(MPI_LOCK_SHARED, left, 0, dw));
-    OK(MPI_Get(&got, 1, MPI_INT, left, MPI_Aint_add(all[left], 2 * sizeof(int)), 1, MPI_INT, dw));
-    OK(MPI_Win_unlock(left, dw));
-    say("dynamic get %d", got);
-    OK(MPI_Barrier(MPI_COMM_WORLD));
-    OK(MPI_Win_detach(dw, region));
-    OK(MPI_Win_free(&dw));
-    free(region);
-    free(all);
     MPI_Finalize();
     return 0;
 }
