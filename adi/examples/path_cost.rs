@@ -8,6 +8,8 @@
 //! Two ranks. Each measured function runs while the other rank is blocked
 //! in a receive, so the measured rank takes the same path every time:
 //! `post_pending` (64 `irecv_into` that stay pending, then cancelled),
+//! `idle_passes` (64 `test`s of one of them: a progress pass with 64
+//! receives pending and nothing arriving),
 //! `post_matched` (64 `irecv_into` of messages already here),
 //! `recv_matched` (64 blocking `recv` of messages already here),
 //! `send_window` (64 `isend_into` of `LEN` bytes, inline) and
@@ -36,6 +38,15 @@ fn post_pending(w: &Comm, reqs: &mut [Request], pool: &mut Vec<Vec<u8>>, peer: i
     for r in reqs.iter_mut() {
         let b = pool.pop().unwrap_or_else(|| vec![0u8; 1]);
         w.irecv_into(r, b, peer, 9).unwrap();
+    }
+}
+
+/// 64 progress passes (`test` of a pending receive) while 64 receives
+/// are pending and nothing arrives.
+#[inline(never)]
+fn idle_passes(w: &Comm, reqs: &mut [Request]) {
+    for _ in 0..WINDOW {
+        assert!(w.test(&mut reqs[0]).unwrap().is_none());
     }
 }
 
@@ -101,6 +112,7 @@ fn main() {
         if me == 1 {
             // Pending posts (rank 0 waits for the token), then cancelled.
             post_pending(&w, &mut reqs, &mut pool, peer);
+            idle_passes(&w, &mut reqs);
             for r in reqs.iter_mut() {
                 w.cancel(r).unwrap();
             }

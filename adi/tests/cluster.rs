@@ -230,6 +230,42 @@ fn role_kill(w: &Comm) {
     panic!("a receive from a killed rank returned");
 }
 
+/// `MPI_Cancel` of sends across hosts (each rank of the first half sends
+/// to its counterpart): a rendezvous send the receiver holds unmatched is
+/// withdrawn (its status says cancelled, and it never arrives: the
+/// receiver gets the next message of that tag); an eager send is out
+/// already (cancel says no, and it arrives).
+fn role_send_cancel(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let peer = across(w);
+    let big = 1 << 20;
+    if me < n / 2 {
+        let rndv = w.isend(pattern(1, big), peer, 1).unwrap();
+        let eager = w.isend(pattern(2, 100), peer, 2).unwrap();
+        assert!(
+            w.cancel(&rndv).unwrap(),
+            "an unmatched rendezvous send is withdrawn"
+        );
+        assert!(!w.cancel(&eager).unwrap(), "an eager send is out already");
+        let mut reqs = vec![rndv, eager];
+        let sts = w.waitall(&mut reqs).unwrap();
+        assert!(sts[0].cancelled && !sts[1].cancelled, "{sts:?}");
+        w.barrier().unwrap();
+        w.send(&pattern(3, big), peer, 1).unwrap();
+    } else {
+        // In the barrier, the receiver's progress answers the cancel.
+        w.barrier().unwrap();
+        let mut b = vec![0u8; big];
+        let st = w.recv(&mut b, peer, 2).unwrap();
+        assert_eq!(b[..st.count], pattern(2, 100)[..]);
+        let st = w.recv(&mut b, peer, 1).unwrap();
+        assert_eq!(st.count, big);
+        assert!(b == pattern(3, big), "the cancelled send arrived");
+        assert!(w.iprobe(Source::Rank(peer), Tag::Any).unwrap().is_none());
+    }
+    w.barrier().unwrap();
+}
+
 /// A role: its name and what a rank runs.
 type Role = (&'static str, fn(&Comm));
 
@@ -254,6 +290,7 @@ fn roles() -> Vec<Role> {
         ("pingpong_sizes", role_pingpong_sizes),
         ("collectives", role_collectives),
         ("kill", role_kill),
+        ("send_cancel", role_send_cancel),
     ]
 }
 

@@ -1238,10 +1238,16 @@ fn offer_unposted_decides_with_the_queues_it_holds() {
         off.offer_unposted(&want, &e(0, 1, 7), false, true),
         Unposted::Queue
     );
-    // A queued message it does not match is no obstacle.
+    // Any queued message, even one it does not match, sends it the
+    // general way (posting matches the queue once).
     assert!(off.improbe(&want).is_some());
     off.arrive(e(0, 2, 7), 2).unwrap();
     completions(&mut off);
+    assert_eq!(
+        off.offer_unposted(&want, &e(0, 1, 7), true, true),
+        Unposted::Queue
+    );
+    assert!(off.improbe(&s(0, Some(2), Some(7))).is_some());
     assert_eq!(
         off.offer_unposted(&want, &e(0, 1, 7), true, true),
         Unposted::Taken

@@ -8,7 +8,8 @@
 //!   TM users such as UCX.
 //! - [`Message`]: the four message kinds a TM-SRQ distinguishes (eager,
 //!   rendezvous request, FIN, no-tag), decoded without copying and encoded into a
-//!   caller's buffer.
+//!   caller's buffer; [`Control`]: the driver's own messages (a send's
+//!   cancellation) in a no-tag message's body.
 //! - [`TagLayout`]: the MPI envelope `(context id, source, tag)` packed into the
 //!   64-bit TM tag, and a receive's [`MatchSpec`] turned into a [`TagMask`] so that
 //!   `((msg_tag ^ tag) & mask) == 0` is exactly MPI matching.
@@ -36,6 +37,7 @@
 #![warn(missing_docs)]
 #![no_std]
 
+mod control;
 mod envelope;
 mod error;
 mod fixed;
@@ -43,6 +45,7 @@ mod header;
 mod message;
 pub mod rma;
 
+pub use control::{Control, CONTROL_LEN};
 pub use envelope::{Envelope, MatchSpec, Source, Tag, TagLayout, TagMask};
 pub use error::{Error, Field};
 pub use header::{Opcode, Rvh, Tmh};

@@ -146,8 +146,8 @@ pub mod verbs;
 pub use auto::{probe_hardware, AnyProvider};
 pub use config::{EndpointConfig, ProviderChoice};
 pub use endpoint::{
-    CancelOutcome, Counters, Endpoint, Finished, MessageHandle, RecvStart, SendMode, SendStart,
-    SharedStart, Status,
+    CancelOutcome, CancelSend, Counters, Endpoint, Finished, MessageHandle, RecvStart, SendMode,
+    SendStart, SharedStart, Status,
 };
 pub use error::{errno_name, Error, Result};
 pub use provider::{Mr, Provider};

@@ -640,3 +640,87 @@ fn zero_length_rendezvous_matched_by_the_device() {
     assert!(find(&sent, s).result.is_ok(), "the FIN completes the send");
     assert!(b.provider().misuse().is_empty() && a.provider().misuse().is_empty());
 }
+
+/// `MPI_Cancel` of sends: a rendezvous request the receiver holds
+/// unexpected is withdrawn (no receive ever gets it, no READ, no FIN; the
+/// sender gets its buffer back), one the receiver matched is not (it
+/// completes normally), and a synchronous send to self is withdrawn from
+/// the unexpected queue.
+#[test]
+fn send_cancel_withdraws_unmatched_rendezvous_requests_only() {
+    use verbs_tm::CancelSend;
+    let (mut a, mut b) = sim_pair(SoftConfig::small(), EndpointConfig::for_tests());
+    // Unexpected at b: withdrawn.
+    let data = payload(7, 5000);
+    let SendStart::Pending(s) = a.isend(1, 5, 0, data.clone(), SendMode::Standard).unwrap() else {
+        panic!("rendezvous");
+    };
+    settle(&mut [&mut a, &mut b]);
+    assert_eq!(b.unexpected_len(), 1);
+    assert_eq!(a.start_cancel_send(s).unwrap(), CancelSend::Asked);
+    assert_eq!(a.cancel_send_answer(s), None, "the peer has not answered");
+    settle(&mut [&mut a, &mut b]);
+    assert_eq!(a.cancel_send_answer(s), Some(true));
+    assert_eq!(b.unexpected_len(), 0, "withdrawn from b's queue");
+    let got = take(&mut a);
+    assert_eq!(ok_status(find(&got, s)).len, 0);
+    assert_eq!(find(&got, s).buf, data, "the buffer comes back");
+    assert_eq!(a.stats().cancelled_sends, 1);
+    // Nothing reaches a receive posted afterwards; a later send does.
+    let r = pending(b.irecv(spec(Some(0), Some(5)), vec![0; 8000]).unwrap());
+    let SendStart::Pending(s2) = a
+        .isend(1, 5, 0, payload(8, 6000), SendMode::Standard)
+        .unwrap()
+    else {
+        panic!("rendezvous");
+    };
+    settle(&mut [&mut a, &mut b]);
+    let got = take(&mut b);
+    assert_eq!(
+        ok_status(find(&got, r)).len,
+        6000,
+        "the second send, not the cancelled one"
+    );
+    assert!(take(&mut a).iter().any(|f| f.id == s2));
+    assert_eq!(b.stats().sw_reads + b.stats().device_receives, 1);
+    // Matched already: not withdrawn, completes normally.
+    let r = pending(b.irecv(spec(Some(0), Some(6)), vec![0; 8000]).unwrap());
+    let SendStart::Pending(s3) = a
+        .isend(1, 6, 0, payload(9, 7000), SendMode::Synchronous)
+        .unwrap()
+    else {
+        panic!("pending");
+    };
+    settle(&mut [&mut a, &mut b]);
+    assert!(take(&mut b).iter().any(|f| f.id == r));
+    assert_eq!(a.start_cancel_send(s3).unwrap(), CancelSend::Done(false));
+    assert!(take(&mut a).iter().any(|f| f.id == s3));
+    // Matched while the question travels: the answer is no, and the send
+    // completes by its FIN.
+    let SendStart::Pending(s4) = a
+        .isend(1, 7, 0, payload(1, 9000), SendMode::Standard)
+        .unwrap()
+    else {
+        panic!("rendezvous");
+    };
+    settle(&mut [&mut a, &mut b]);
+    assert_eq!(a.start_cancel_send(s4).unwrap(), CancelSend::Asked);
+    let r = pending(b.irecv(spec(Some(0), Some(7)), vec![0; 9000]).unwrap());
+    settle(&mut [&mut a, &mut b]);
+    assert_eq!(a.cancel_send_answer(s4), Some(false));
+    assert_eq!(ok_status(find(&take(&mut b), r)).len, 9000);
+    assert!(take(&mut a).iter().any(|f| f.id == s4));
+    // A synchronous send to self, unexpected: withdrawn at once.
+    let SendStart::Pending(s5) = a
+        .isend(0, 8, 0, payload(2, 10), SendMode::Synchronous)
+        .unwrap()
+    else {
+        panic!("pending until matched");
+    };
+    assert!(a.cancel_send(s5).unwrap());
+    assert_eq!(find(&take(&mut a), s5).buf, payload(2, 10));
+    assert!(a.iprobe(spec(Some(0), Some(8))).unwrap().is_none());
+    // Unknown or finished requests: no.
+    assert!(!a.cancel_send(s5).unwrap());
+    assert_eq!(a.stats().cancelled_sends, 2);
+}

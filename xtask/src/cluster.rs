@@ -77,6 +77,8 @@ fn jobs(seed: u64) -> Vec<Job> {
         job("cluster", "pingpong_sizes", 4, 2),
         job("cluster", "pingpong_sizes", 2, 1),
         job("cluster", "collectives", 4, 2),
+        job("cluster", "send_cancel", 2, 1),
+        job("cluster", "send_cancel", 4, 2),
     ];
     let mut stress = job("stress", "stress", 4, 2);
     stress.args = [

@@ -38,7 +38,9 @@
 //! keeps them, and every later receive that overlaps one, in software.
 //! Datatype receives are unpacked by the device after completion (the
 //! in-place consumer is not used). A dead peer (connection lost, queue pair
-//! in error) is [`Error::PeerDied`].
+//! in error) is [`Error::PeerDied`]. `MPI_Cancel` of a send withdraws a
+//! rendezvous request the receiver holds unmatched (the endpoint asks the
+//! peer and waits for its answer); eager sends are complete once out.
 
 use super::{
     Alive, InPlace, RecvStart, RecvStatus, SendMode, SendStart, SharedStart, Sink, Transport,
@@ -293,6 +295,19 @@ impl Transport for VerbsTransport {
                 Ok(SendStart::Pending(seam(id)))
             }
         }
+    }
+
+    /// Withdrawn by the peer if it holds the request unmatched
+    /// ([`verbs_tm::Endpoint::cancel_send`]); the withdrawn send's
+    /// completion (with its buffer) comes through the feed.
+    fn cancel_send(&mut self, id: u64) -> Result<bool, Error> {
+        if id & FEED_ID != 0 {
+            // Sent within its call: nothing left to withdraw.
+            return Ok(false);
+        }
+        let ok = self.ep.cancel_send(local(id)).map_err(map_err)?;
+        tracing::debug!(id = local(id), ok, "verbs: send cancel");
+        Ok(ok)
     }
 
     fn send_borrowed(

@@ -76,8 +76,7 @@ impl Endpoint {
     /// that matches `want` is delivered into `buf` at once, without
     /// queueing it as unexpected and posting against it, when the model
     /// allows it ([`Offload::offer_unposted`]: no receive posted or
-    /// deferred, nothing parked, no older queued message that `want`
-    /// matches).
+    /// deferred, nothing parked, nothing queued).
     /// Returns the events and that receive's result.
     pub(super) fn progress_want(
         &mut self,

@@ -365,7 +365,7 @@ impl Endpoint {
     /// - `spec` names one other rank, the source is not under eager
     ///   pressure, and the matching model gives a receive posted nowhere
     ///   its turn ([`Offload::unposted_turn`]: no receive posted or
-    ///   deferred, nothing parked, no queued message that `spec` matches),
+    ///   deferred, nothing parked, nothing queued),
     ///   and
     /// - the next header of that rank's ring is an inline, inline-ext or
     ///   eager message (well formed, not synchronous, one the model can

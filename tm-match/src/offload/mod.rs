@@ -82,7 +82,8 @@
 //!   ([`Unposted::Taken`]), whether the message is not its own
 //!   ([`Unposted::NotMine`]), or whether it must go through the model
 //!   ([`Unposted::Queue`]: a posted or deferred receive, a parked message or
-//!   an older queued message that the receive matches comes first).
+//!   a queued message exists; the receive then posts, and the model
+//!   matches it against the queue once).
 //! - **A message a posted software receive takes at once**:
 //!   [`Offload::take_matching_posted`].
 //! - **Deferred receives** ([`Offload::defer`], [`Offload::take_deferred`],
@@ -894,20 +895,16 @@ impl<R, M> Offload<R, M> {
     /// Whether a receive for `spec` that is not posted may take an arrival
     /// directly now (what [`Offload::unposted_turn`] checks): no receive is
     /// posted (software, engine or deferred), nothing is parked, and no
-    /// queued message that `spec` matches is older.
+    /// message is queued. (With messages queued the receive takes the
+    /// general path, which matches the queue once: looking for an older
+    /// match here first would search the queue twice exactly when one is
+    /// there, the common case of a receive posted after its message came.)
     #[inline(always)]
-    pub fn unposted_may_take(&self, spec: &MatchSpec) -> bool {
+    pub fn unposted_may_take(&self, _spec: &MatchSpec) -> bool {
         self.shadow.posted_len() == 0
             && self.parked_len() == 0
             && self.deferred.is_empty()
-            && (self.shadow.unexpected_len() == 0 || !self.queued_match(spec))
-    }
-
-    /// Whether a queued message matches `spec` (out of line: the fast
-    /// paths run with nothing queued).
-    #[inline(never)]
-    fn queued_match(&self, spec: &MatchSpec) -> bool {
-        self.shadow.probe(spec).is_some()
+            && self.shadow.unexpected_len() == 0
     }
 
     /// The turn of a receive for `spec` that is not posted, for a caller

@@ -1,9 +1,11 @@
 //! [`Endpoint`]: the TM-SRQ driver, generic over a [`Provider`].
 
+mod cancel;
 mod rx;
 mod shared;
 mod tx;
 
+pub use cancel::CancelSend;
 pub use shared::SharedStart;
 
 use std::collections::{HashMap, VecDeque};
@@ -145,6 +147,8 @@ pub struct Counters {
     pub sends_held: u64,
     /// Self sends (through the matcher, no device).
     pub self_sends: u64,
+    /// Sends withdrawn by `MPI_Cancel` ([`Endpoint::cancel_send`]).
+    pub cancelled_sends: u64,
 }
 
 impl fmt::Display for Counters {
@@ -154,7 +158,7 @@ impl fmt::Display for Counters {
             f,
             "verbs-tm: eager {} rndv {} self {} | device receives {} sw reads {} (rndv incomplete {}) | \
              adds {} deletes {} syncs {} engine matches {} sw matches {} unexpected {} withdrawals {} delete races {} | \
-             ops held {} sends held {}",
+             ops held {} sends held {} cancelled sends {}",
             self.eager_sends,
             self.rndv_sends,
             self.self_sends,
@@ -170,7 +174,8 @@ impl fmt::Display for Counters {
             o.withdrawals,
             o.delete_races,
             self.ops_held,
-            self.sends_held
+            self.sends_held,
+            self.cancelled_sends
         )
     }
 }
@@ -263,6 +268,11 @@ enum Outgoing {
     Fin {
         dest: u32,
         bytes: [u8; tm_proto::FIN_LEN],
+    },
+    /// A driver control message ([`tm_proto::Control`]), untagged.
+    Control {
+        dest: u32,
+        bytes: [u8; tm_proto::CONTROL_LEN],
     },
 }
 
@@ -387,6 +397,10 @@ pub struct Endpoint<P: Provider> {
     stalled: VecDeque<Stalled>,
     proposals: Vec<(u64, Status)>,
     dead: HashMap<u32, Error>,
+    /// Send cancellations asked of a peer: request `app_ctx` → send id.
+    cancels_asked: HashMap<u32, u64>,
+    /// Their answers (send id → withdrawn), until collected.
+    cancel_answers: HashMap<u64, bool>,
     next_id: u64,
     wcs: Vec<Wc>,
     counters: Counters,
@@ -505,6 +519,8 @@ impl<P: Provider> Endpoint<P> {
             stalled: VecDeque::new(),
             proposals: Vec::new(),
             dead: HashMap::new(),
+            cancels_asked: HashMap::new(),
+            cancel_answers: HashMap::new(),
             next_id: 1,
             wcs: Vec::with_capacity(64),
             counters: Counters::default(),

@@ -305,7 +305,7 @@ impl<P: Provider> Endpoint<P> {
         Ok(Some((tmh.tag, msg, wc.has(IBV_WC_TM_SYNC_REQ))))
     }
 
-    /// A no-tag message: for this driver, a FIN.
+    /// A no-tag message: a FIN, or a control message.
     fn on_no_tag(&mut self, wc: &Wc) -> Result<()> {
         if wc.status != WcStatus::SUCCESS {
             self.lost(wc, "no-tag message");
@@ -331,6 +331,13 @@ impl<P: Provider> Endpoint<P> {
                     });
                 }
             }
+            Ok(Message::NoTag { body }) => match tm_proto::Control::decode(body) {
+                Ok(c) => {
+                    let peer = self.peer_of(wc.qp_num).unwrap_or(u32::MAX);
+                    self.on_control(peer, c)?;
+                }
+                Err(e) => debug!(%e, "verbs-tm: no-tag message ignored"),
+            },
             other => debug!(?other, "verbs-tm: no-tag message ignored"),
         }
         Ok(())

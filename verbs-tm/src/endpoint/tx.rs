@@ -252,7 +252,8 @@ impl<P: Provider> Endpoint<P> {
         let dest = match &o {
             Outgoing::Eager { dest, .. }
             | Outgoing::Rndv { dest, .. }
-            | Outgoing::Fin { dest, .. } => *dest,
+            | Outgoing::Fin { dest, .. }
+            | Outgoing::Control { dest, .. } => *dest,
         };
         if let Some(e) = self.dead.get(&dest).cloned() {
             self.fail_outgoing(o, e);
@@ -304,6 +305,10 @@ impl<P: Provider> Endpoint<P> {
                 self.p.mr_write(mr, off, bytes)?;
                 bytes.len()
             }
+            Outgoing::Control { bytes, .. } => {
+                self.p.mr_write(mr, off, bytes)?;
+                bytes.len()
+            }
         };
         let Some(sge) = mr.sge(off, len) else {
             return Err(Error::verbs("ibv_post_send", errno::EINVAL));
@@ -340,7 +345,7 @@ impl<P: Provider> Endpoint<P> {
                 buf: data,
             }),
             Outgoing::Rndv { id, .. } => self.fail_send(id, e),
-            Outgoing::Fin { .. } => {}
+            Outgoing::Fin { .. } | Outgoing::Control { .. } => {}
         }
     }
 
