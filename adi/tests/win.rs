@@ -1348,6 +1348,48 @@ fn role_raw(w: &Comm) {
         (0..n as i64).map(|r| 7 * r).collect::<Vec<_>>()
     );
     win.free().unwrap();
+    if across_nodes(n) {
+        return; // shared and dynamic windows are one node's
+    }
+
+    // A shared window's segments by address: every rank stores its own,
+    // loads everyone's.
+    let sw = Win::allocate_shared(w, 8).unwrap();
+    wr(sw.base_ptr(me).unwrap().cast(), 0, 50 + me as i64);
+    sw.barrier().unwrap();
+    for r in 0..n {
+        let q = sw.base_ptr(r).unwrap().cast::<i64>();
+        assert_eq!(rd(q, 0), 50 + r as i64, "segment {r} by address");
+    }
+    assert_eq!(sw.base_ptr(n).unwrap_err().class(), ErrorClass::Rank);
+    sw.barrier().unwrap();
+    sw.free().unwrap();
+
+    // A dynamic window over the caller's memory: origins put at its
+    // address, the owner sees the bytes in place.
+    let dw = Win::create_dynamic(w).unwrap();
+    let mut region: Box<[i64]> = vec![0i64; nu].into_boxed_slice();
+    let rp = region.as_mut_ptr();
+    // SAFETY: `region` stays alive and unmoved until after the detach
+    // below; the test reads it only after the closing fence.
+    let addr = unsafe { dw.attach_raw(rp.cast(), 8 * nu) }.unwrap();
+    assert_eq!(addr, rp as u64);
+    let mut raw = vec![0u8; 8 * nu];
+    w.allgather_into(&addr.to_ne_bytes(), &mut raw).unwrap();
+    let all: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    dw.fence(0).unwrap();
+    dw.put(nb, all[nb as usize] + 8 * me as u64, &one(60 + me as i64))
+        .unwrap();
+    dw.fence(0).unwrap();
+    let from = (me + n - 1) % n;
+    assert_eq!(rd(rp, from as usize), 60 + from as i64, "put by address");
+    w.barrier().unwrap();
+    assert_eq!(dw.detach(addr).unwrap(), Vec::<u8>::new());
+    dw.free().unwrap();
+    drop(region);
 }
 
 type Role = (&'static str, fn(&Comm));
