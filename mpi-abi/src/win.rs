@@ -35,6 +35,7 @@ use crate::req::{new_request, Req};
 use crate::types::{dtype, TypeObj};
 use adi::{AccOp, BasicType, ElemType};
 use core::ffi::{c_char, c_int, c_void};
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 /// The `adi` window behind a handle.
@@ -636,14 +637,20 @@ fn target_blocks(o: &WinObj, disp: MPI_Aint, count: i64, t: &TypeObj) -> R<Vec<(
         .collect()
 }
 
-/// The origin's bytes, packed.
+/// The origin's bytes: the program's memory itself when contiguous (no
+/// copy: `adi` copies the data before the call returns), else packed.
 ///
 /// # Safety
-/// `addr` holds `count` elements of `t`.
-unsafe fn origin(addr: *const c_void, count: c_int, t: &TypeObj) -> R<Vec<u8>> {
+/// `addr` holds `count` elements of `t`, unchanged while the result is
+/// used.
+unsafe fn origin<'a>(addr: *const c_void, count: c_int, t: &TypeObj) -> R<Cow<'a, [u8]>> {
     let n = ffi::count(count)? as i64;
+    if let Some((start, len)) = t.contig(n)? {
+        // SAFETY: the caller's contract; a contiguous range of it.
+        return Ok(Cow::Borrowed(unsafe { ffi::bytes(addr, start, len) }));
+    }
     // SAFETY: the caller's contract.
-    unsafe { t.pack_from(addr, n) }
+    Ok(Cow::Owned(unsafe { t.pack_from(addr, n) }?))
 }
 
 /// The accumulate operation of `op`.
@@ -858,7 +865,7 @@ unsafe fn accumulate(
         }
         let blocks = target_blocks(&o, disp, ffi::count(tcount)? as i64, &tt)?;
         let data = if a == AccOp::NoOp {
-            zeros(&blocks)
+            Cow::Owned(zeros(&blocks))
         } else {
             data
         };
@@ -908,7 +915,7 @@ unsafe fn get_accumulate(
         } else {
             target_blocks(&o, disp, ffi::count(tcount)? as i64, &tt)?
         };
-        let data = data.unwrap_or_else(|| zeros(&blocks));
+        let data = data.unwrap_or_else(|| Cow::Owned(zeros(&blocks)));
         let parts = if rank == MPI_PROC_NULL {
             Vec::new()
         } else {
