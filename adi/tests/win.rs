@@ -461,6 +461,26 @@ fn role_lock_all_requests(w: &Comm) {
     w.barrier().unwrap();
     let expect: Vec<i64> = (0..n as i64).map(|r| 1000 + r).collect();
     assert_eq!(i64s(&win.local_copy().unwrap()), expect);
+    // A request-based read completes by its wait alone (no flush, no
+    // unlock first): alone in its epoch (a lone op the engine could hold
+    // for the unlock to ride along), and behind other queued reads.
+    let t = (me + 1) % n;
+    win.lock(LockType::Shared, t, 0).unwrap();
+    let mut g = win.rget(t, 8 * me as u64, 8).unwrap();
+    win.wait_request(&mut g).unwrap();
+    assert_eq!(i64s(&g.take_buffer().unwrap())[0], 1000 + me as i64);
+    win.unlock(t).unwrap();
+    win.lock(LockType::Shared, t, 0).unwrap();
+    let mut first = win.get(t, 8 * t as u64, 8).unwrap();
+    let mut g = win
+        .rget_accumulate(t, 8 * me as u64, &one(0), ElemType::I64, AccOp::NoOp)
+        .unwrap();
+    win.wait_request(&mut g).unwrap();
+    assert_eq!(i64s(&g.take_buffer().unwrap())[0], 1000 + me as i64);
+    win.wait_request(&mut first).unwrap();
+    assert_eq!(i64s(&first.take_buffer().unwrap())[0], 1000 + t as i64);
+    win.unlock(t).unwrap();
+    w.barrier().unwrap();
     win.free().unwrap();
 }
 
