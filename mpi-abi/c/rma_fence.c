@@ -49,8 +49,9 @@ int main(int argc, char **argv)
     OK(MPI_Win_fence(0, win));
     for (int r = 0; r < n; r++)
         say("after put slot %d = %d", r * N, buf[r * N]);
-    /* Local reads of exposed memory end before the next epoch's
-     * operations may start (a fence does not order them). */
+    /* A fence(0) also opens the next epoch: local reads of exposed
+     * memory after it would race with that epoch's remote puts (an
+     * erroneous program), so every rank reads before anyone goes on. */
     OK(MPI_Barrier(MPI_COMM_WORLD));
 
     /* Local stores, then gets from the right neighbour. */
