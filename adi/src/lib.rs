@@ -77,10 +77,12 @@
 //! # Ok::<(), adi::Error>(())
 //! ```
 //!
-//! `unsafe` code only in the private `core_cell` module: the device core
+//! `unsafe` code only in two private modules: `core_cell`, the device core
 //! owned by one thread under [`ThreadLevel::Funneled`] (a `RefCell` plus a
-//! thread check, instead of a lock). Buffers are slices and every access is
-//! bounds-checked before any byte moves.
+//! thread check, instead of a lock), and `win::mem`, the slice over memory
+//! a window borrows from its caller ([`Win::create_raw`],
+//! [`Win::attach_raw`], whose contracts make it sound). Buffers are slices
+//! and every access is bounds-checked before any byte moves.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 // `option.ok_or(Error::…)` builds the error before it knows it is needed,

@@ -461,6 +461,26 @@ fn role_lock_all_requests(w: &Comm) {
     w.barrier().unwrap();
     let expect: Vec<i64> = (0..n as i64).map(|r| 1000 + r).collect();
     assert_eq!(i64s(&win.local_copy().unwrap()), expect);
+    // A request-based read completes by its wait alone (no flush, no
+    // unlock first): alone in its epoch (a lone op the engine could hold
+    // for the unlock to ride along), and behind other queued reads.
+    let t = (me + 1) % n;
+    win.lock(LockType::Shared, t, 0).unwrap();
+    let mut g = win.rget(t, 8 * me as u64, 8).unwrap();
+    win.wait_request(&mut g).unwrap();
+    assert_eq!(i64s(&g.take_buffer().unwrap())[0], 1000 + me as i64);
+    win.unlock(t).unwrap();
+    win.lock(LockType::Shared, t, 0).unwrap();
+    let mut first = win.get(t, 8 * t as u64, 8).unwrap();
+    let mut g = win
+        .rget_accumulate(t, 8 * me as u64, &one(0), ElemType::I64, AccOp::NoOp)
+        .unwrap();
+    win.wait_request(&mut g).unwrap();
+    assert_eq!(i64s(&g.take_buffer().unwrap())[0], 1000 + me as i64);
+    win.wait_request(&mut first).unwrap();
+    assert_eq!(i64s(&first.take_buffer().unwrap())[0], 1000 + t as i64);
+    win.unlock(t).unwrap();
+    w.barrier().unwrap();
     win.free().unwrap();
 }
 
@@ -1239,6 +1259,159 @@ fn role_dropped_window(w: &Comm) {
     win.free().unwrap();
 }
 
+/// Reads slot `i` of the i64 array at `p` (memory a window exposes).
+fn rd(p: *const i64, i: usize) -> i64 {
+    // SAFETY: the test's own array of at least i + 1 slots, alive for the
+    // test; read between epochs, as MPI allows.
+    unsafe { p.add(i).read_volatile() }
+}
+
+/// Writes slot `i` of the i64 array at `p`.
+fn wr(p: *mut i64, i: usize, v: i64) {
+    // SAFETY: as in `rd`, for a write.
+    unsafe { p.add(i).write_volatile(v) }
+}
+
+/// Windows over the caller's memory (`Win::create_raw`, what C's
+/// `MPI_Win_create` needs) and an allocated window's local base
+/// (`Win::local_base`, C's `MPI_Win_allocate` base pointer): remote puts
+/// and accumulates change the program's memory itself, and the program's
+/// stores are what remote gets read.
+fn role_raw(w: &Comm) {
+    let (me, n) = (w.rank(), w.size());
+    let nu = n as usize;
+    let mut mem: Box<[i64]> = vec![-1i64; nu + 2].into_boxed_slice();
+    let p = mem.as_mut_ptr();
+    // SAFETY: `mem` lives until after `free` below and is not moved
+    // (a boxed slice); the test accesses it only between epochs.
+    let win = unsafe { Win::create_raw(w, p.cast(), 8 * (nu + 2)) }.unwrap();
+    assert_eq!(win.path(), expected_path(n));
+    assert_eq!(win.local_base().unwrap(), Some(p.cast::<u8>()));
+    win.fence(NOPRECEDE).unwrap();
+    for t in 0..n {
+        win.put(t, 8 * me as u64, &one(100 + me as i64)).unwrap();
+    }
+    win.fence(0).unwrap();
+    for r in 0..nu {
+        assert_eq!(
+            rd(p, r),
+            100 + r as i64,
+            "put landed in the caller's memory"
+        );
+    }
+    assert_eq!(rd(p, nu), -1, "untouched slot");
+    // The program's own store is what a remote get reads.
+    wr(p, nu, 1000 + me as i64);
+    win.fence(0).unwrap();
+    let nb = (me + 1) % n;
+    let mut g = win.get(nb, 8 * nu as u64, 8).unwrap();
+    win.fence(0).unwrap();
+    assert_eq!(i64s(&data(&win, &mut g)), vec![1000 + nb as i64]);
+    // Passive target: accumulate and fetch-and-op on rank 0's last slot.
+    win.fence(NOSUCCEED).unwrap();
+    if me == 0 {
+        wr(p, nu + 1, 0);
+    }
+    w.barrier().unwrap();
+    win.lock(LockType::Shared, 0, 0).unwrap();
+    win.accumulate(
+        0,
+        8 * (nu + 1) as u64,
+        &one(me as i64 + 1),
+        ElemType::I64,
+        AccOp::Sum,
+    )
+    .unwrap();
+    let mut f = win
+        .fetch_and_op(0, 8 * (nu + 1) as u64, &one(10), ElemType::I64, AccOp::Sum)
+        .unwrap();
+    win.unlock(0).unwrap();
+    let old = i64s(&data(&win, &mut f))[0];
+    assert!((0..=(n as i64 * 11)).contains(&old), "fetched {old}");
+    w.barrier().unwrap();
+    if me == 0 {
+        win.sync().unwrap();
+        let total: i64 = (1..=n as i64).sum::<i64>() + 10 * n as i64;
+        assert_eq!(rd(p, nu + 1), total, "accumulates in the caller's memory");
+    }
+    assert_eq!(
+        win.free().unwrap(),
+        Vec::<u8>::new(),
+        "the memory stays the caller's"
+    );
+    assert_eq!(mem[nu], 1000 + me as i64);
+    drop(mem);
+
+    // An allocated window's local base: the program loads and stores it.
+    let win = Win::allocate(w, 8 * nu).unwrap();
+    let b = win.local_base().unwrap().unwrap().cast::<i64>();
+    assert_eq!(b as usize % 8, 0, "aligned base");
+    wr(b, me as usize, 7 * me as i64);
+    win.fence(NOPRECEDE).unwrap();
+    let mut g = win.get(nb, 8 * nb as u64, 8).unwrap();
+    for t in 0..n {
+        if t != me {
+            win.put(t, 8 * me as u64, &one(7 * me as i64)).unwrap();
+        }
+    }
+    win.fence(NOSUCCEED).unwrap();
+    assert_eq!(
+        i64s(&data(&win, &mut g)),
+        vec![7 * nb as i64],
+        "get saw a local store"
+    );
+    for r in 0..nu {
+        assert_eq!(rd(b, r), 7 * r as i64, "puts visible to local loads");
+    }
+    assert_eq!(
+        i64s(&win.local_copy().unwrap()),
+        (0..n as i64).map(|r| 7 * r).collect::<Vec<_>>()
+    );
+    win.free().unwrap();
+    if across_nodes(n) {
+        return; // shared and dynamic windows are one node's
+    }
+
+    // A shared window's segments by address: every rank stores its own,
+    // loads everyone's.
+    let sw = Win::allocate_shared(w, 8).unwrap();
+    wr(sw.base_ptr(me).unwrap().cast(), 0, 50 + me as i64);
+    sw.barrier().unwrap();
+    for r in 0..n {
+        let q = sw.base_ptr(r).unwrap().cast::<i64>();
+        assert_eq!(rd(q, 0), 50 + r as i64, "segment {r} by address");
+    }
+    assert_eq!(sw.base_ptr(n).unwrap_err().class(), ErrorClass::Rank);
+    sw.barrier().unwrap();
+    sw.free().unwrap();
+
+    // A dynamic window over the caller's memory: origins put at its
+    // address, the owner sees the bytes in place.
+    let dw = Win::create_dynamic(w).unwrap();
+    let mut region: Box<[i64]> = vec![0i64; nu].into_boxed_slice();
+    let rp = region.as_mut_ptr();
+    // SAFETY: `region` stays alive and unmoved until after the detach
+    // below; the test reads it only after the closing fence.
+    let addr = unsafe { dw.attach_raw(rp.cast(), 8 * nu) }.unwrap();
+    assert_eq!(addr, rp as u64);
+    let mut raw = vec![0u8; 8 * nu];
+    w.allgather_into(&addr.to_ne_bytes(), &mut raw).unwrap();
+    let all: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    dw.fence(0).unwrap();
+    dw.put(nb, all[nb as usize] + 8 * me as u64, &one(60 + me as i64))
+        .unwrap();
+    dw.fence(0).unwrap();
+    let from = (me + n - 1) % n;
+    assert_eq!(rd(rp, from as usize), 60 + from as i64, "put by address");
+    w.barrier().unwrap();
+    assert_eq!(dw.detach(addr).unwrap(), Vec::<u8>::new());
+    dw.free().unwrap();
+    drop(region);
+}
+
 type Role = (&'static str, fn(&Comm));
 
 fn roles() -> Vec<Role> {
@@ -1264,6 +1437,7 @@ fn roles() -> Vec<Role> {
         ("huge_windows", role_huge_windows),
         ("mixed_counter", role_mixed_counter),
         ("dropped_window", role_dropped_window),
+        ("raw", role_raw),
     ]
 }
 
@@ -1307,6 +1481,8 @@ fn main() -> ExitCode {
     let base: Vec<(&str, &str, usize)> = vec![
         ("fence_2_ranks", "fence", 2),
         ("fence_4_ranks", "fence", 4),
+        ("raw_memory_windows_3_ranks", "raw", 3),
+        ("raw_memory_windows_1_rank", "raw", 1),
         ("acc_ops_4_ranks", "acc_ops", 4),
         ("pscw_3_ranks", "pscw", 3),
         ("lock_contention_3_ranks", "lock_contention", 3),

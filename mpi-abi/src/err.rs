@@ -57,6 +57,8 @@ pub(crate) fn check(ok: bool, code: c_int, msg: &str) -> R<()> {
 pub(crate) enum On {
     /// A communicator (an invalid one raises on `MPI_COMM_WORLD`).
     Comm(MPI_Comm),
+    /// A window (an invalid one raises on `MPI_COMM_WORLD`).
+    Win(MPI_Win),
     /// No object: `MPI_COMM_WORLD`.
     World,
 }
@@ -124,6 +126,10 @@ fn raise(func: &str, on: On, e: MpiErr) -> c_int {
     let (handle, h) = match on {
         On::Comm(c) => match crate::comm::errhandler_of(c) {
             Some(h) => (c, h),
+            None => (MPI_COMM_WORLD, world_handler()),
+        },
+        On::Win(w) => match crate::win::errhandler_of(w) {
+            Some(h) => (w, h),
             None => (MPI_COMM_WORLD, world_handler()),
         },
         On::World => (MPI_COMM_WORLD, world_handler()),

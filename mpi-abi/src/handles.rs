@@ -101,6 +101,7 @@ pub(crate) mod prefix {
     pub(crate) const ERRHANDLER: u32 = 0xd400_0000;
     pub(crate) const OP: u32 = 0xd800_0000;
     pub(crate) const INFO: u32 = 0xdc00_0000;
+    pub(crate) const WIN: u32 = 0xe000_0000;
     pub(crate) const KEYVAL: u32 = 0xe400_0000;
     pub(crate) const REQUEST: u32 = 0xec00_0000;
     /// Messages (MPICH's kind 12, unused by MPICH's own handles).

@@ -71,6 +71,7 @@ mpi_fn! {
             // callbacks are the programs' finalize hooks).
             crate::attr::delete_all(crate::attr::Kind::Comm, MPI_COMM_SELF)?;
             crate::req::finalize();
+            crate::win::finalize();
             crate::types::finalize();
             crate::op::finalize();
             crate::group::finalize();

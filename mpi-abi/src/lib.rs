@@ -54,3 +54,4 @@ mod p2p;
 mod req;
 mod topo;
 mod types;
+mod win;

@@ -63,6 +63,9 @@ pub(crate) enum Req {
     Persistent(Box<Persistent>),
     /// A generalized request (`MPI_Grequest_start`).
     Grequest(Box<Greq>),
+    /// A request-based RMA read (`MPI_Rget`, `MPI_Rget_accumulate`):
+    /// its data go to the program's result buffer at completion.
+    Rma(Box<crate::win::Read>),
 }
 
 /// A generalized request: the program's callbacks, its extra state, and
@@ -291,6 +294,15 @@ impl Req {
                     Some(a) => a.progress(block),
                 }
             }
+            Req::Rma(r) => match r.progress_request(c, block) {
+                Ok(false) => None,
+                Ok(true) => Some((empty_status(), None)),
+                Err(e) => {
+                    let mut st = empty_status();
+                    st.error = e.code;
+                    Some((st, Some(e)))
+                }
+            },
             Req::Grequest(g) => {
                 // Completed by the program (`MPI_Grequest_complete`),
                 // possibly from another thread: a blocking wait polls.
@@ -811,7 +823,7 @@ mpi_fn! {
                     None
                 }
                 // A collective cannot be cancelled (MPI: erroneous).
-                Req::Coll { .. } | Req::Done(_) => None,
+                Req::Coll { .. } | Req::Rma(_) | Req::Done(_) => None,
             };
             if let Some(Err(e)) = r {
                 return Err(with_comm(e.into(), obj.comm));
@@ -832,7 +844,7 @@ mpi_fn! {
             let obj = REQS.remove(h).ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))?;
             let req = std::mem::replace(&mut *obj.lock(), Req::Done((empty_status(), None)));
             let pending = match req {
-                r @ Req::Recv { .. } => Some(r),
+                r @ (Req::Recv { .. } | Req::Rma(_)) => Some(r),
                 Req::Persistent(p) => p.active.map(|a| *a).filter(|a| matches!(a, Req::Recv { .. })),
                 _ => None,
             };

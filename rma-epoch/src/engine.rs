@@ -159,6 +159,9 @@ struct TargetElem {
     win_complete: bool,
     unlock_sent: bool,
     evicting: bool,
+    /// Issue the pending ops now ([`Engine::issue_now`]), without waiting
+    /// for a synchronization or the batching threshold.
+    urgent: bool,
 }
 
 /// A user op waiting to enter the op table.
@@ -827,6 +830,23 @@ impl Engine {
                 },
             }))
         })
+    }
+
+    /// Issues the operations queued for `rank` now (taking its lock if the
+    /// epoch takes it lazily) instead of holding them for the closing
+    /// synchronization or the batching threshold: what a request-based
+    /// operation (`MPI_Rget`, `MPI_Rget_accumulate`) needs, whose wait must
+    /// complete without a later synchronization call. Nothing to issue (or
+    /// an unknown target) is no error.
+    pub fn issue_now(&mut self, win: WinId, rank: Rank) -> Result<(), Error> {
+        let mut c = self.ctx(win)?;
+        if let Some(r) = c.find(rank) {
+            if let Some(t) = c.tg.get_mut(r) {
+                t.urgent = !t.pending.is_empty();
+            }
+            c.progress();
+        }
+        Ok(())
     }
 
     /// `MPI_Win_flush(rank)`: remote completion of every op to `rank`.

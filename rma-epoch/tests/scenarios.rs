@@ -1235,3 +1235,41 @@ fn d05_lock_all_takes_direct_locks_lazily_and_releases_them() {
     assert!(s.shm[&W].locks[2].idle(), "the lazy lock was released");
     assert!(s.procs[0].is_quiescent(W));
 }
+
+/// `issue_now` (request-based reads): an op the engine would hold (a lone
+/// op waiting for the unlock to ride along, or ops under the batching
+/// threshold) goes out at once, and its result arrives with no
+/// synchronization call.
+#[test]
+fn s31_issue_now_sends_held_operations() {
+    for delay in [true, false] {
+        let mut s = sim_with(2, 4, 31, |c| {
+            c.delay_issuing = delay;
+            c.piggyback_threshold = 8;
+        });
+        s.write_u64(1, W, 2, 42);
+        one(&mut s, 0, Call::Lock, |e| e.lock(W, false, 1, 0));
+        let g = op(&mut s, 0, |e| e.get(W, 1, 16, 8));
+        s.settle(100);
+        if delay {
+            assert!(!s.results[0].contains_key(&g.token.0), "held");
+        }
+        s.procs[0].issue_now(W, 1).unwrap();
+        s.pump(0);
+        s.settle(100);
+        assert_eq!(s.result_u64(0, g), 42, "delay {delay}");
+        // Behind the lock's grant: two reads below the threshold.
+        let g2 = op(&mut s, 0, |e| e.get(W, 1, 16, 8));
+        let g3 = op(&mut s, 0, |e| e.get(W, 1, 16, 8));
+        s.settle(100);
+        assert!(!s.results[0].contains_key(&g3.token.0), "batched");
+        s.procs[0].issue_now(W, 1).unwrap();
+        s.pump(0);
+        s.settle(100);
+        assert_eq!((s.result_u64(0, g2), s.result_u64(0, g3)), (42, 42));
+        one(&mut s, 0, Call::Unlock, |e| e.unlock(W, 1));
+        s.settle(100);
+        assert_eq!(*s.procs[1].lock_holder(W).unwrap(), LockHolder::Free);
+        assert!(s.procs[0].is_quiescent(W));
+    }
+}

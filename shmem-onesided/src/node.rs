@@ -424,6 +424,16 @@ impl NodeView {
         Ok(unsafe { self.map.as_mut_ptr().add((base + addr.0) as usize) })
     }
 
+    /// The address, in this process's mapping, of `len` bytes at `addr`
+    /// of `pe`'s symmetric heap (bounds checked), valid while this view
+    /// (or any clone of it) lives. For a caller that hands the memory to
+    /// code loading and storing through pointers (a C program's
+    /// `MPI_Win_allocate` base): dereferencing it is that caller's
+    /// `unsafe`, and concurrent accesses are ordered as for [`put`](Self::put).
+    pub fn heap_ptr(&self, pe: u32, addr: SymAddr, len: usize) -> Result<*mut u8> {
+        self.heap_range(pe, addr, len)
+    }
+
     /// Copies `src` into `pe`'s symmetric memory at `dst`. Complete on return.
     #[inline]
     pub fn put(&self, pe: u32, dst: SymAddr, src: &[u8]) -> Result<()> {

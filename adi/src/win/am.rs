@@ -31,6 +31,7 @@
 //!   ([`Win::with_local`](super::Win::with_local)) take one or the other.
 
 use super::direct::{DirectWin, Poll, Seen};
+use super::mem::WinBuf;
 use super::ANY_TAG;
 use crate::device::{Device, Group, Mode, RecvInto, SendData};
 use crate::request::{Completer, Request, Status};
@@ -75,8 +76,8 @@ pub(super) struct RmaState {
 /// The memory the target side of active messages accesses.
 #[derive(Debug)]
 pub(super) enum SlotMem {
-    /// Private memory owned by the engine path.
-    Private(Vec<u8>),
+    /// Private memory of the engine path.
+    Private(WinBuf),
     /// The direct backend's memory (heap or private, shared with the
     /// direct origins).
     Direct(Arc<DirectWin>),
@@ -141,7 +142,7 @@ impl Slot {
     /// The private memory of an engine window.
     pub(super) fn take_private(&mut self) -> Option<Vec<u8>> {
         match &mut self.mem {
-            SlotMem::Private(v) => Some(std::mem::take(v)),
+            SlotMem::Private(v) => Some(std::mem::take(v).into_vec()),
             SlotMem::Direct(_) => None,
         }
     }
@@ -160,7 +161,7 @@ pub(super) struct Mems<'a>(pub(super) &'a mut Vec<Option<Box<Slot>>>);
 impl rma_epoch::WindowMemory for Mems<'_> {
     fn window_mut(&mut self, win: WinId) -> Option<&mut [u8]> {
         match self.0.get_mut(win as usize)?.as_mut()?.mem {
-            SlotMem::Private(ref mut v) => Some(v.as_mut_slice()),
+            SlotMem::Private(ref mut v) => Some(&mut v[..]),
             SlotMem::Direct(_) => None,
         }
     }

@@ -4,6 +4,7 @@
 
 use super::am::{self, Slot, SlotMem};
 use super::direct::{self, DirectWin, Mem, Target};
+use super::mem::WinBuf;
 use super::{
     env, env_switch, test_split, Win, ENV_DIRECT, ENV_HEAP_WINDOWS, WINDOWS_DIRECT, WINDOWS_ENGINE,
     WINDOWS_MIXED,
@@ -34,7 +35,8 @@ static SERIAL: AtomicU64 = AtomicU64::new(0);
 
 /// The memory a window is created with.
 pub(super) enum Memory {
-    Given(Vec<u8>),
+    /// `create` (owned) and `create_raw` (the program's memory).
+    Given(WinBuf),
     Alloc(usize),
     /// `allocate_shared`: in the heap, direct path, or an error;
     /// `contiguous`: every rank's segment follows the previous rank's in
@@ -70,7 +72,42 @@ impl Win {
     /// `MPI_Win_create`: exposes `mem` (owned by the window until
     /// [`Win::free`] returns it). Collective over `comm`.
     pub fn create(comm: &Comm, mem: Vec<u8>) -> Result<Win, Error> {
-        Win::build(comm, Memory::Given(mem))
+        Win::build(comm, Memory::Given(WinBuf::Owned(mem)))
+    }
+
+    /// `MPI_Win_create` over memory the caller keeps: exposes the `len`
+    /// bytes at `base` (what C's `MPI_Win_create(base, size, ...)` does).
+    /// Remote puts and accumulates change that memory itself, and the
+    /// caller's loads see them after the synchronization that completes
+    /// them (MPI's unified model); the caller's stores between epochs are
+    /// what remote gets read. Collective over `comm`.
+    ///
+    /// The memory is never copied to the symmetric heap: same-node origins
+    /// reach it by CMA single copy (or, without CMA, every target takes
+    /// active messages), and this rank's own operations and the target
+    /// side of active messages access it in place. [`Win::free`] returns
+    /// an empty `Vec` (the memory stays the caller's).
+    ///
+    /// # Safety
+    ///
+    /// For `len > 0`, `base..base + len` is memory of this process,
+    /// readable and writable, that stays valid and is not moved or freed
+    /// until [`Win::free`] returns (or, if the window is dropped without
+    /// `free`, for the rest of the process: other ranks may still access
+    /// it). The caller's own accesses to it follow MPI's rules: no access
+    /// that conflicts with an RMA operation of an epoch until the epoch's
+    /// synchronization has completed it (the window may read and write the
+    /// memory from any of its calls meanwhile).
+    // An unsafe fn for its contract only: its body has no unsafe code.
+    #[allow(unsafe_code)]
+    pub unsafe fn create_raw(comm: &Comm, base: *mut u8, len: usize) -> Result<Win, Error> {
+        let addr = if len == 0 { 0 } else { base as usize };
+        if len > 0 && base.is_null() {
+            return Err(Error::InvalidArgument {
+                what: "create_raw: null base with a nonzero length",
+            });
+        }
+        Win::build(comm, Memory::Given(WinBuf::Raw { addr, len }))
     }
 
     /// `MPI_Win_allocate`: a window of `size` zeroed bytes owned by the
@@ -193,13 +230,15 @@ impl Win {
                     // may live in the heap meanwhile (copied in here, out
                     // at free): origins then load and store it directly
                     // instead of paying a CMA system call per operation.
-                    Memory::Given(v) if heap_windows => match node.malloc(v.len().max(1) as u64) {
-                        Ok(a) => {
-                            node.put(pe, a, v)?;
-                            Some(a)
+                    Memory::Given(v) if heap_windows && v.is_owned() => {
+                        match node.malloc(v.len().max(1) as u64) {
+                            Ok(a) => {
+                                node.put(pe, a, v)?;
+                                Some(a)
+                            }
+                            Err(_) => None,
                         }
-                        Err(_) => None,
-                    },
+                    }
                     Memory::Given(_) | Memory::Dynamic => None,
                 };
                 Ok(Some((pe, heap, cb)))
@@ -211,20 +250,20 @@ impl Win {
         // (A given Vec is kept even when copied to the heap: it is the
         // window's memory if every target takes active messages.)
         let mut nomem = None;
-        let own: Vec<u8> = match (memory, heap) {
+        let own: WinBuf = match (memory, heap) {
             (Memory::Given(v), _) => v,
-            (Memory::Dynamic, _) => Vec::new(),
-            (Memory::Alloc(_) | Memory::Shared(..), Some(_)) => Vec::new(),
+            (Memory::Dynamic, _) => WinBuf::default(),
+            (Memory::Alloc(_) | Memory::Shared(..), Some(_)) => WinBuf::default(),
             (Memory::Alloc(s), None) => match zeroed(s, "Win::allocate") {
-                Ok(v) => v,
+                Ok(v) => WinBuf::Owned(v),
                 Err(e) => {
                     nomem = Some(e);
-                    Vec::new()
+                    WinBuf::default()
                 }
             },
             // Never exposed: a shared window without heap memory fails below
             // (or, contiguous, lives in rank 0's block).
-            (Memory::Shared(..), None) => Vec::new(),
+            (Memory::Shared(..), None) => WinBuf::default(),
         };
         let (mut flags, pe, addr, cb) = match prep {
             Some((pe, heap, cb)) => {
@@ -233,7 +272,7 @@ impl Win {
                     None if dynamic => (F_USER | F_DYNAMIC, 0),
                     // A contiguous shared segment other than rank 0's.
                     None if contig_sizes.is_some() && me != 0 => (0, 0),
-                    None => (F_USER, own.as_ptr() as u64),
+                    None => (F_USER, own.addr()),
                 };
                 (F_CB | if cma { F_CMA } else { 0 } | user, pe, addr, cb.0)
             }
@@ -338,7 +377,11 @@ impl Win {
                 Backends::direct((0..n).filter(|r| same_node(*r)))
             };
             let view = dev.with_node(|node| Ok(node.view()))?;
-            let own = if heap.is_some() { Vec::new() } else { own };
+            let own = if heap.is_some() {
+                WinBuf::default()
+            } else {
+                own
+            };
             let d = Arc::new(DirectWin::new(view, me, targets, own, heap));
             let win = Win::register(
                 wcomm.clone(),
@@ -384,7 +427,7 @@ impl Win {
             });
         }
         let mem = match (heap, given) {
-            (Some(_), false) => zeroed(size, "Win::allocate")?,
+            (Some(_), false) => WinBuf::Owned(zeroed(size, "Win::allocate")?),
             _ => own,
         };
         Win::register(

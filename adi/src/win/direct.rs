@@ -37,6 +37,7 @@
 //!   of origin ([`DirectWin::target_access`]): they are atomic per element
 //!   with respect to each other from every rank.
 
+use super::mem::WinBuf;
 use super::{LockType, ANY_TAG};
 use crate::request::{Request, Status};
 use crate::Error;
@@ -170,13 +171,13 @@ pub(super) struct DirectWin {
     /// Ranks of the window; `None` for a rank reached by active messages.
     targets: Vec<Option<Target>>,
     /// This rank's window memory when it is private (`Mem::User`).
-    own: Mutex<Vec<u8>>,
+    own: Mutex<WinBuf>,
     /// The block of this rank's heap holding window memory (freed at
     /// `free`); `None` for private memory and for the segments of a
     /// contiguous shared window other than rank 0's.
     heap_block: Option<SymAddr>,
     /// Regions attached to a dynamic window: (address, memory, table slot).
-    attached: Mutex<Vec<(u64, Vec<u8>, usize)>>,
+    attached: Mutex<Vec<(u64, WinBuf, usize)>>,
     /// Read-modify-write buffer of accumulates (reused).
     scratch: Mutex<Vec<u8>>,
     /// Fence barriers this rank arrived at (changed only under the
@@ -198,7 +199,7 @@ impl DirectWin {
         view: NodeView,
         me: u32,
         targets: Vec<Option<Target>>,
-        own: Vec<u8>,
+        own: WinBuf,
         heap_block: Option<SymAddr>,
     ) -> DirectWin {
         let fence_word = |t: &Target| (t.pe, t.cb.offset(CB_FENCE));
@@ -759,7 +760,7 @@ impl DirectWin {
         })
     }
 
-    pub(super) fn attach(&self, mem: Vec<u8>) -> Result<u64, Error> {
+    pub(super) fn attach(&self, mem: WinBuf) -> Result<u64, Error> {
         let table = self.regions(self.me)?;
         let mut regions = lock(&self.attached);
         let slot = (0..table.slots())
@@ -769,7 +770,12 @@ impl DirectWin {
             })?;
         // A zero-length Vec has a dangling (but non-zero) address: it gets
         // a slot like any other region and matches only empty accesses.
-        let base = mem.as_ptr() as u64;
+        let base = mem.addr();
+        if regions.iter().any(|(b, _, _)| *b == base) {
+            return Err(Error::InvalidArgument {
+                what: "attach: a region is already attached at this address",
+            });
+        }
         table.set(slot, base, mem.len() as u64);
         regions.push((base, mem, slot));
         tracing::debug!(base, slot, "region attached");
@@ -787,7 +793,7 @@ impl DirectWin {
             })?;
         let (_, mem, slot) = regions.swap_remove(i);
         table.set(slot, 0, 0);
-        Ok(mem)
+        Ok(mem.into_vec())
     }
 
     pub(super) fn with_attached<T>(
@@ -835,11 +841,23 @@ impl DirectWin {
         res
     }
 
+    /// The address of `rank`'s window memory in this process, if this
+    /// process can load and store it: its own private memory, or any
+    /// segment in the symmetric heap of a process of this node.
+    pub(super) fn local_ptr(&self, rank: u32) -> Result<Option<*mut u8>, Error> {
+        let t = self.t(rank)?;
+        Ok(match t.mem {
+            Mem::Heap(a) => Some(self.view.heap_ptr(t.pe, a, t.size as usize)?),
+            Mem::User(_) if rank == self.me => Some(lock(&self.own).addr() as *mut u8),
+            Mem::User(_) | Mem::Dynamic => None,
+        })
+    }
+
     /// This rank's memory, taken out of the window (at free).
     pub(super) fn take_own(&self) -> Result<Vec<u8>, Error> {
         let t = self.t(self.me)?;
         match t.mem {
-            Mem::User(_) | Mem::Dynamic => Ok(std::mem::take(&mut *lock(&self.own))),
+            Mem::User(_) | Mem::Dynamic => Ok(std::mem::take(&mut *lock(&self.own)).into_vec()),
             Mem::Heap(a) => {
                 let mut v = vec![0u8; t.size as usize];
                 self.view.get(t.pe, a, &mut v)?;

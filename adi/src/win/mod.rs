@@ -58,6 +58,8 @@
 mod am;
 mod create;
 mod direct;
+#[allow(unsafe_code)]
+mod mem;
 mod ops;
 mod shared;
 mod sync;
@@ -250,7 +252,36 @@ impl Win {
     /// Local (not collective).
     pub fn attach(&self, mem: Vec<u8>) -> Result<u64, Error> {
         match &self.direct {
-            Some(d) if d.is_dynamic() => d.attach(mem),
+            Some(d) if d.is_dynamic() => d.attach(mem::WinBuf::Owned(mem)),
+            _ => Err(Error::InvalidArgument {
+                what: "attach: not a dynamic window",
+            }),
+        }
+    }
+
+    /// `MPI_Win_attach` of memory the caller keeps: exposes the `len`
+    /// bytes at `base` through this dynamic window; origins reach them at
+    /// displacement `base as u64` (the address, which this returns). Local.
+    /// [`detach`](Win::detach) of that address withdraws them (and
+    /// returns an empty `Vec`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Win::create_raw`]: for `len > 0`, the memory is this
+    /// process's, readable and writable, valid and not moved until it is
+    /// detached (or the window freed), and the caller's accesses to it
+    /// follow MPI's rules on conflicting accesses.
+    // An unsafe fn for its contract only: its body has no unsafe code.
+    #[allow(unsafe_code)]
+    pub unsafe fn attach_raw(&self, base: *mut u8, len: usize) -> Result<u64, Error> {
+        if base.is_null() {
+            return Err(Error::InvalidArgument {
+                what: "attach_raw: null base",
+            });
+        }
+        let addr = base as usize;
+        match &self.direct {
+            Some(d) if d.is_dynamic() => d.attach(mem::WinBuf::Raw { addr, len }),
             _ => Err(Error::InvalidArgument {
                 what: "attach: not a dynamic window",
             }),
@@ -329,6 +360,32 @@ impl Win {
             am::SlotMem::Private(v) => Ok(f(v)),
             am::SlotMem::Direct(d) => d.with_local(f),
         }
+    }
+
+    /// The address of this rank's window memory in this process (`None`
+    /// for a dynamic window, which has none of its own): for a program
+    /// that loads and stores it in place, as a C program does through
+    /// `MPI_Win_allocate`'s base pointer. It stays valid until
+    /// [`Win::free`]: an allocated window's memory is in the symmetric
+    /// heap (where same-node origins store directly) or in a private
+    /// buffer that never moves; a [`Win::create_raw`] window's is the
+    /// caller's; a [`Win::create`] window's may be a heap copy of the
+    /// given `Vec` (`TMX_RMA_HEAP_WINDOWS`).
+    ///
+    /// Reading or writing through it is the caller's `unsafe`, under MPI's
+    /// rules: local accesses that conflict with RMA operations are
+    /// separated from them by the synchronization of an epoch (remote
+    /// updates are visible after it; [`Win::with_local`] is the safe,
+    /// accumulate-atomic form).
+    pub fn local_base(&self) -> Result<Option<*mut u8>, Error> {
+        if let Some(d) = &self.direct {
+            return d.local_ptr(self.comm.rank() as u32);
+        }
+        let mut g = am::lock(&self.comm.dev().rma.state);
+        Ok(match &mut g.slot(self.id)?.mem {
+            am::SlotMem::Private(v) => Some(v.as_mut_ptr()),
+            am::SlotMem::Direct(d) => d.local_ptr(self.comm.rank() as u32)?,
+        })
     }
 
     /// A copy of this rank's window memory.

@@ -195,9 +195,45 @@ impl Win {
         r.ok_or_else(|| Error::Abandoned)
     }
 
-    /// `MPI_Rget`: the same as [`Win::get`] (both return a request).
+    /// `MPI_Rget`: [`Win::get`], issued at once, so that waiting for the
+    /// request completes it without a later synchronization call (a plain
+    /// `get` to a target reached by messages may wait in a batch until a
+    /// flush or the end of the epoch).
     pub fn rget(&self, target: i32, disp: u64, len: usize) -> Result<Request, Error> {
-        self.get(target, disp, len)
+        let r = self.get(target, disp, len)?;
+        self.issue_now(target)?;
+        Ok(r)
+    }
+
+    /// `MPI_Rget_accumulate`: [`Win::get_accumulate`], issued at once (see
+    /// [`Win::rget`]).
+    pub fn rget_accumulate(
+        &self,
+        target: i32,
+        disp: u64,
+        data: &[u8],
+        elem: ElemType,
+        op: AccOp,
+    ) -> Result<Request, Error> {
+        let r = self.get_accumulate(target, disp, data, elem, op)?;
+        self.issue_now(target)?;
+        Ok(r)
+    }
+
+    /// Issues what is queued for `target` now ([`Engine::issue_now`]).
+    fn issue_now(&self, target: i32) -> Result<(), Error> {
+        let t = self.target(target)?;
+        if t == rma_epoch::PROC_NULL || self.direct_to(t).is_some() {
+            return Ok(());
+        }
+        let _one_call = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let dev = self.comm.dev();
+        let mut g = am::lock(&dev.rma.state);
+        g.engine.issue_now(self.id, t)?;
+        if g.engine.has_actions() {
+            am::drain_actions(dev, &mut g)?;
+        }
+        Ok(())
     }
 
     /// `MPI_Accumulate`: `target[disp..] = target[disp..] op data` element

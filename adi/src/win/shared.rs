@@ -116,6 +116,21 @@ impl SharedWin {
             })
     }
 
+    /// The address of `rank`'s segment in this process's mapping of the
+    /// node segment (what `MPI_Win_shared_query` gives a C program), valid
+    /// until [`SharedWin::free`]. Loads and stores through it are the
+    /// caller's `unsafe`, ordered by [`SharedWin::sync`] and the window's
+    /// synchronizations.
+    pub fn base_ptr(&self, rank: i32) -> Result<*mut u8, Error> {
+        let r = self.shared_query(rank)?;
+        let d = self.win.direct.as_ref().ok_or(Error::InvalidRank {
+            rank,
+            size: self.size(),
+        })?;
+        Ok(d.view
+            .heap_ptr(r.pe, shmem_onesided::SymAddr(r.offset), r.size as usize)?)
+    }
+
     /// This rank in the window's group.
     pub fn rank(&self) -> i32 {
         self.win.comm.rank()

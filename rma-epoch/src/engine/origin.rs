@@ -158,6 +158,7 @@ impl Ctx<'_> {
         t.win_complete = false;
         t.unlock_sent = false;
         t.evicting = false;
+        t.urgent = false;
         let n = self.w.slots.len().max(1);
         if let Some(s) = self.w.slots.get_mut(rank as usize % n) {
             s.push(r);
@@ -240,7 +241,8 @@ impl Ctx<'_> {
                         && t.pending.len() == 1
                         && cand
                         && t.sync == SyncFlag::None
-                        && !t.evicting;
+                        && !t.evicting
+                        && !t.urgent;
                     if hold {
                         // Single short op: wait for the unlock to ride along.
                         return;
@@ -269,10 +271,14 @@ impl Ctx<'_> {
                 }
             },
             TargetState::Active | TargetState::LockGranted => {
-                let go = t.sync != SyncFlag::None || t.evicting || t.pending.len() > threshold;
+                let go = t.sync != SyncFlag::None
+                    || t.evicting
+                    || t.urgent
+                    || t.pending.len() > threshold;
                 if !go {
                     return;
                 }
+                t.urgent = false;
                 while let Some(o) = t.pending.pop_front() {
                     let flags = if t.pending.is_empty() {
                         closing_flags(t, &mut self.w.counters)
