@@ -1027,10 +1027,26 @@ impl HelperWorld for LiveWorld {
 /// Everything is nonblocking: sends that do not fit the socket wait in the
 /// connection's outbox.
 ///
+/// Costs per message: one frame (a message is one SEND; there are no
+/// acknowledgement frames: a SEND completes when it is posted, its bytes
+/// copied, and TCP delivers it or the connection fails); one `writev` per pass carries every frame queued on a
+/// connection (small frames are copied into the outbox with their headers,
+/// payloads over 16 KiB are gathered as they are); one `read` per pass
+/// takes what the socket has into a per-connection buffer (256 KiB and up)
+/// whose frames are parsed and delivered in place, so the payload is
+/// copied once, into the memory it lands in. A READ response of 64 KiB or
+/// more is read from the socket straight into the requester's memory
+/// region, in one frame for the whole READ; the responder copies it out of
+/// its region into a pooled buffer, and answers a READ request only while
+/// fewer than [`LiveConfig::read_backlog`] bytes wait to be sent on that
+/// connection. [`Live::wire_stats`] counts frames, bytes and calls.
+///
 /// The device runs in the owner's [`Provider::poll_cq`] (which never blocks:
 /// if the helper thread holds the device it returns no completion), and in
-/// the helper thread when the owner has been idle for
-/// `TMX_VERBS_HELPER_IDLE_US` (see [`super::Handoff`]).
+/// the helper thread when the owner has not called into the device (any
+/// call but queries) for `TMX_VERBS_HELPER_IDLE_US` (see
+/// [`super::Handoff`]). While the owner calls in, the device lock is
+/// uncontended: the owner's poll is one `try_lock`, no system call.
 ///
 /// While the owner computes, the helper thread serves READs and sends FINs;
 /// messages that arrive for the owner (FINs of its rendezvous sends,
