@@ -22,92 +22,12 @@ use crate::verbs::{
     IBV_SRQ_INIT_ATTR_TM, IBV_SRQ_INIT_ATTR_TYPE, IBV_WC_EX_WITH_TM_INFO, IBV_WC_TM_DATA_VALID,
     IBV_WC_TM_MATCH, IBV_WC_TM_SYNC_REQ, IBV_WC_WITH_IMM,
 };
-use crate::{Error, Mr, Result};
+use crate::{Error, Result};
 
-/// What travels between two connected QPs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Frame {
-    /// SEND or SEND_WITH_IMM.
-    Send { imm: Option<u32>, data: Vec<u8> },
-    /// An RDMA READ request.
-    ReadReq {
-        id: u64,
-        va: u64,
-        rkey: u32,
-        len: u32,
-    },
-    /// The answer to a READ: the data, or an error status.
-    ReadResp {
-        id: u64,
-        status: WcStatus,
-        data: Vec<u8>,
-    },
-}
+mod frame;
+mod mr;
 
-impl Frame {
-    /// The frame's borrowed view, as [`Nic::receive`] takes it.
-    pub(crate) fn as_ref(&self) -> FrameRef<'_> {
-        match self {
-            Frame::Send { imm, data } => FrameRef::Send { imm: *imm, data },
-            Frame::ReadReq { id, va, rkey, len } => FrameRef::ReadReq {
-                id: *id,
-                va: *va,
-                rkey: *rkey,
-                len: *len,
-            },
-            Frame::ReadResp { id, status, data } => FrameRef::ReadResp {
-                id: *id,
-                status: *status,
-                data,
-            },
-        }
-    }
-}
-
-/// An arriving frame, borrowed from where it was received (a connection's
-/// receive buffer, parsed in place): the device copies the payload once,
-/// into the memory it lands in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FrameRef<'a> {
-    /// SEND or SEND_WITH_IMM.
-    Send { imm: Option<u32>, data: &'a [u8] },
-    /// An RDMA READ request.
-    ReadReq {
-        id: u64,
-        va: u64,
-        rkey: u32,
-        len: u32,
-    },
-    /// The answer to a READ.
-    ReadResp {
-        id: u64,
-        status: WcStatus,
-        data: &'a [u8],
-    },
-}
-
-impl FrameRef<'_> {
-    /// An owned copy (a frame that must wait: RNR).
-    pub(crate) fn to_owned(self) -> Frame {
-        match self {
-            FrameRef::Send { imm, data } => Frame::Send {
-                imm,
-                data: data.to_vec(),
-            },
-            FrameRef::ReadReq { id, va, rkey, len } => Frame::ReadReq { id, va, rkey, len },
-            FrameRef::ReadResp { id, status, data } => Frame::ReadResp {
-                id,
-                status,
-                data: data.to_vec(),
-            },
-        }
-    }
-}
-
-/// The device cannot take an arriving SEND yet (no SRQ buffer: RNR);
-/// nothing changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Rnr;
+pub(crate) use frame::{Frame, FrameRef, Rnr};
 
 /// Most SGEs an untagged WQE may have.
 const MAX_SRQ_SGE: u32 = 16;
@@ -259,13 +179,6 @@ enum ReadData<'a> {
     Placed(usize),
 }
 
-/// Payloads at least this large come from (and go back to) the pool.
-const POOL_MIN: usize = 64 << 10;
-/// Buffers kept in the pool.
-const POOL_BUFS: usize = 8;
-/// Largest buffer kept in the pool.
-const POOL_MAX: usize = 16 << 20;
-
 fn flags_imm(imm: Option<u32>) -> (u32, u32) {
     match imm {
         Some(v) => (IBV_WC_WITH_IMM, v),
@@ -291,28 +204,6 @@ impl Nic {
             misuse: Vec::new(),
             stats: NicStats::default(),
             pool: Vec::new(),
-        }
-    }
-
-    /// An empty buffer for a payload of `len` bytes.
-    fn buf(&mut self, len: usize) -> Vec<u8> {
-        if len >= POOL_MIN {
-            if let Some(i) = self.pool.iter().position(|v| v.capacity() >= len) {
-                return self.pool.swap_remove(i);
-            }
-            if let Some(mut v) = self.pool.pop() {
-                v.reserve(len);
-                return v;
-            }
-        }
-        Vec::with_capacity(len)
-    }
-
-    /// Takes back a payload buffer the driver has written.
-    pub fn recycle(&mut self, mut v: Vec<u8>) {
-        if (POOL_MIN..=POOL_MAX).contains(&v.capacity()) && self.pool.len() < POOL_BUFS {
-            v.clear();
-            self.pool.push(v);
         }
     }
 
@@ -890,114 +781,6 @@ impl Nic {
         }
     }
 
-    // ------------------------------------------------------------- MRs ---
-
-    pub fn reg_mr(
-        &mut self,
-        buf: Vec<u8>,
-        access: u32,
-    ) -> core::result::Result<Mr, (Error, Vec<u8>)> {
-        if buf.len() as u64 > self.cfg.caps.max_mr_size {
-            return Err((Error::verbs("ibv_reg_mr", errno::EINVAL), buf));
-        }
-        let idx = match self.free_mrs.pop() {
-            Some(i) => i,
-            None => {
-                self.mrs.push(None);
-                (self.mrs.len() - 1) as u32
-            }
-        };
-        // Each region its own 4 GiB window of the device address space.
-        let base = (u64::from(idx) + 1) << 32;
-        let key = self.next_key;
-        self.next_key = self.next_key.wrapping_add(1).max(0x100);
-        let len = buf.len();
-        self.keys.insert(key, idx);
-        self.mrs[idx as usize] = Some(MrEntry {
-            buf,
-            base,
-            access,
-            key,
-        });
-        Ok(Mr::new(idx, base, len, key, key))
-    }
-
-    pub fn dereg_mr(&mut self, mr: Mr) -> Result<Vec<u8>> {
-        match self.mrs.get_mut(mr.id() as usize) {
-            Some(slot @ Some(_)) if slot.as_ref().is_some_and(|m| m.key == mr.lkey()) => {
-                let Some(m) = slot.take() else {
-                    return Err(Error::verbs("ibv_dereg_mr", errno::EINVAL));
-                };
-                self.keys.remove(&m.key);
-                self.free_mrs.push(mr.id());
-                Ok(m.buf)
-            }
-            _ => Err(Error::verbs("ibv_dereg_mr", errno::EINVAL)),
-        }
-    }
-
-    fn mr_entry(&self, mr: &Mr) -> Result<&MrEntry> {
-        match self.mrs.get(mr.id() as usize) {
-            Some(Some(m)) if m.key == mr.lkey() => Ok(m),
-            _ => Err(Error::verbs("mr access", errno::EINVAL)),
-        }
-    }
-
-    pub fn mr_read(&self, mr: &Mr, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let m = self.mr_entry(mr)?;
-        let src = offset
-            .checked_add(dst.len())
-            .and_then(|end| m.buf.get(offset..end))
-            .ok_or(Error::verbs("mr read", errno::EFAULT))?;
-        dst.copy_from_slice(src);
-        Ok(())
-    }
-
-    pub fn mr_write(&mut self, mr: &Mr, offset: usize, src: &[u8]) -> Result<()> {
-        match self.mrs.get_mut(mr.id() as usize) {
-            Some(Some(m)) if m.key == mr.lkey() => {
-                let dst = offset
-                    .checked_add(src.len())
-                    .and_then(|end| m.buf.get_mut(offset..end))
-                    .ok_or(Error::verbs("mr write", errno::EFAULT))?;
-                dst.copy_from_slice(src);
-                Ok(())
-            }
-            _ => Err(Error::verbs("mr write", errno::EINVAL)),
-        }
-    }
-
-    /// The region and offset of a local address.
-    fn locate(&self, addr: u64, lkey: u32) -> Option<(u32, usize)> {
-        let idx = *self.keys.get(&lkey)?;
-        let m = self.mrs.get(idx as usize)?.as_ref()?;
-        let off = addr.checked_sub(m.base)?;
-        (off <= m.buf.len() as u64).then_some((idx, off as usize))
-    }
-
-    /// Writes `data` across `sges` (at most their total length); the bytes
-    /// written, or `LOC_PROT_ERR`.
-    fn scatter(&mut self, sges: &[Sge], mut data: &[u8]) -> core::result::Result<usize, WcStatus> {
-        let mut n = 0;
-        for g in sges {
-            if data.is_empty() {
-                break;
-            }
-            if !self.check_sge(g, IBV_ACCESS_LOCAL_WRITE) {
-                return Err(WcStatus::LOC_PROT_ERR);
-            }
-            let (mr, off) = self.locate(g.addr, g.lkey).ok_or(WcStatus::LOC_PROT_ERR)?;
-            let take = data.len().min(g.length as usize);
-            let Some(Some(m)) = self.mrs.get_mut(mr as usize) else {
-                return Err(WcStatus::LOC_PROT_ERR);
-            };
-            m.buf[off..off + take].copy_from_slice(&data[..take]);
-            data = &data[take..];
-            n += take;
-        }
-        Ok(n)
-    }
-
     // --------------------------------------------------------- arrivals ---
 
     /// The device processes one frame arriving on `qp`. `Err(Rnr)` when it
@@ -1089,17 +872,6 @@ impl Nic {
         }
         let (mr, off) = self.locate(sge.addr, sge.lkey)?;
         Some((mr, sge.lkey, off))
-    }
-
-    /// The bytes `off..off + len` of region `mr` (with key `key`), for
-    /// writing; `None` if the region is gone or the range outside it.
-    pub fn region_mut(&mut self, mr: u32, key: u32, off: usize, len: usize) -> Option<&mut [u8]> {
-        let m = self.mrs.get_mut(mr as usize)?.as_mut()?;
-        if m.key != key {
-            return None;
-        }
-        let end = off.checked_add(len)?;
-        m.buf.get_mut(off..end)
     }
 
     /// Completes READ `id` whose `len` bytes the driver wrote at
