@@ -1,7 +1,7 @@
 //! [`Live`]: the software device over TCP.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -526,22 +526,29 @@ impl Core {
                 return;
             }
             if let Some(mut d) = conn.direct {
+                // The rest of the READ response straight into memory, and
+                // what follows it into the receive buffer, in one call.
                 let want = d.len - d.got;
+                if conn.rbuf.len() < READ_CHUNK {
+                    conn.rbuf.resize(READ_CHUNK, 0);
+                }
                 let dst = if d.ok {
                     self.nic.region_mut(d.mr, d.key, d.off + d.got, want)
                 } else {
                     None
                 };
-                let r = match dst {
-                    Some(dst) => (&conn.stream).read(dst),
+                let (r, room) = match dst {
+                    Some(dst) => {
+                        let tail = &mut conn.rbuf[conn.rend..];
+                        let room = want + tail.len();
+                        let mut iov = [IoSliceMut::new(dst), IoSliceMut::new(tail)];
+                        ((&conn.stream).read_vectored(&mut iov), room)
+                    }
                     None => {
                         // The region went away: read and drop.
                         d.ok = false;
-                        if conn.rbuf.len() < READ_CHUNK {
-                            conn.rbuf.resize(READ_CHUNK, 0);
-                        }
                         let n = want.min(conn.rbuf.len());
-                        (&conn.stream).read(&mut conn.rbuf[..n])
+                        ((&conn.stream).read(&mut conn.rbuf[..n]), n)
                     }
                 };
                 match r {
@@ -556,14 +563,20 @@ impl Core {
                     Ok(n) => {
                         conn.stats.reads += 1;
                         conn.stats.bytes_in += n as u64;
-                        d.got += n;
+                        let placed = n.min(want);
+                        d.got += placed;
+                        if d.ok {
+                            // Bytes past the response landed in `rbuf`.
+                            conn.rend += n - placed;
+                        }
                         if d.got == d.len {
                             conn.direct = None;
                             self.nic.finish_read_placed(d.id, d.len, d.ok);
-                            continue;
+                            self.parse(c);
+                        } else {
+                            conn.direct = Some(d);
                         }
-                        conn.direct = Some(d);
-                        if n < want {
+                        if n < room {
                             break;
                         }
                         continue;
