@@ -45,7 +45,19 @@ fn ranks<T: Send + 'static>(
     let hs: Vec<_> = (0..size)
         .map(|r| {
             let (job, cfg, f) = (job.to_owned(), cfg.clone(), f.clone());
-            std::thread::spawn(move || f(r, Node::init(&job, r, size, cfg)))
+            std::thread::spawn(move || {
+                let run = || f(r, Node::init(&job, r, size, cfg));
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                    Ok(v) => v,
+                    Err(_) => {
+                        // In-process ranks have no liveness: its peers
+                        // would wait for this rank forever. Fail now (the
+                        // panic's message is printed above).
+                        eprintln!("rank {r} of job {job} panicked: ending the test binary");
+                        std::process::exit(101);
+                    }
+                }
+            })
         })
         .collect();
     hs.into_iter().map(|h| h.join().unwrap()).collect()
