@@ -98,7 +98,10 @@ fn role_pingpong_sizes(w: &Comm) {
         }
     }
     // Both transports at once: every rank sends to every other, receives
-    // from anyone, checks it got one of each.
+    // from anyone, checks it got one of each. The barrier first: a rank
+    // still in the loop above receives with ANY_SOURCE and ANY_TAG, which
+    // an early tag-77 message from a faster rank would match.
+    w.barrier().unwrap();
     let n = w.size();
     let mut reqs = Vec::new();
     for d in (0..n).filter(|&d| d != me) {
