@@ -61,16 +61,14 @@ impl Deref for WinBuf {
         match self {
             WinBuf::Owned(v) => v,
             WinBuf::Raw { len: 0, .. } => &[],
-            // SAFETY: `Win::create_raw`'s contract: `addr..addr + len` is
-            // memory of this process, valid and not moved until the window
-            // is freed (this value lives no longer than the window). Its
-            // bytes may change under other processes' CMA writes and the
-            // program's own stores, which MPI's rules on conflicting
-            // accesses order with this read (an epoch's synchronization);
-            // bytes are valid at any value.
-            WinBuf::Raw { addr, len } => unsafe {
-                std::slice::from_raw_parts(*addr as *const u8, *len)
-            },
+            WinBuf::Raw { addr, len } => {
+                // SAFETY: `Win::create_raw`'s contract: this process's
+                // memory, valid and unmoved until the window (which this
+                // value does not outlive) is freed; CMA writes and the
+                // program's stores are ordered with this read by MPI's
+                // epochs, and bytes are valid at any value.
+                unsafe { std::slice::from_raw_parts(*addr as *const u8, *len) }
+            }
         }
     }
 }
