@@ -46,8 +46,9 @@ const ROUNDS: usize = 2;
 const WARMUP: usize = 8;
 /// Timed round trips per size, path and round.
 const TIMED: usize = 48;
-/// Bound on the whole calibration (about 10 ms on the EPYC VM); after it
-/// every rank keeps the static thresholds.
+/// Default bound on the whole calibration (about 10 ms on the EPYC VM);
+/// after it every rank keeps the static thresholds
+/// ([`Config::calibrate_deadline`]).
 pub const DEADLINE: Duration = Duration::from_secs(2);
 /// The eager path must be this much faster (eager × 11 < CMA × 10) to
 /// raise the thresholds past a size.
@@ -182,7 +183,7 @@ pub(crate) fn run(seg: &Segment, cfg: &Config, cma_available: bool) -> Option<Ca
         return None;
     }
     let start = Instant::now();
-    let deadline = start + DEADLINE;
+    let deadline = start + cfg.calibrate_deadline;
     // The leader's source buffer lives in `leader`, which returns only
     // after the partner's last answer, so after its last read of it.
     let points = match me {

@@ -176,6 +176,12 @@ pub struct Config {
     /// variable says `off` or `TMX_SHMEM_TUNE=inline_reply` is set. See
     /// [`crate::ReplyCalibration`].
     pub inline_calibrate: bool,
+    /// Bound on the CMA calibration at init (default 2 s; about 10 ms is
+    /// typical); the inline reply calibration is bounded by half of it.
+    /// Past the bound every rank keeps the configured thresholds. Raise it
+    /// where ranks are descheduled for long stretches (an oversubscribed
+    /// or heavily loaded node) and the calibration should still run.
+    pub calibrate_deadline: Duration,
     /// Attach timeout.
     pub attach_timeout: Duration,
     /// Peer liveness check interval while blocked.
@@ -206,6 +212,7 @@ impl Default for Config {
             cma_duplex: 6 << 10,
             cma_calibrate: false,
             inline_calibrate: false,
+            calibrate_deadline: crate::calibrate::DEADLINE,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }

@@ -19,7 +19,7 @@
 //! The messages use a context id the caller reserves for it, so that
 //! nothing of them can match a user's receive even when a deadline cut the
 //! exchange short (a message left over stays queued under that context).
-//! Every wait is bounded by [`DEADLINE`]; after it the configured cap
+//! Every wait is bounded by half of [`crate::Config::calibrate_deadline`]; after it the configured cap
 //! stands. The endpoint's counters are restored afterwards: they count the
 //! application's traffic only.
 
@@ -37,8 +37,6 @@ const ROUNDS: usize = 3;
 const WARMUP: usize = 8;
 /// Timed round trips per size, way and round.
 const TIMED: usize = 40;
-/// Bound on the measurement (about 1 ms on the EPYC VM).
-pub const REPLY_DEADLINE: Duration = Duration::from_secs(1);
 /// The eager blocks must be this much faster (eager × 21 < inline × 20) to
 /// lower the cap below a size.
 const MARGIN: (u64, u64) = (21, 20);
@@ -154,7 +152,8 @@ impl Endpoint {
         }
         let saved = self.counters();
         let start = Instant::now();
-        let deadline = start + REPLY_DEADLINE;
+        let bound = self.node().config().calibrate_deadline / 2;
+        let deadline = start + bound;
         let word = match me {
             0 => {
                 let points = self.reply_leader(context, &sizes, cap, deadline)?;
@@ -187,9 +186,7 @@ impl Endpoint {
                     tag: Tag::Value(TAG_OUTCOME),
                 };
                 let mut b = [0u8; 8];
-                let got = poll(deadline + REPLY_DEADLINE, me != 1, || {
-                    self.recv_now(spec, &mut b)
-                })?;
+                let got = poll(deadline + bound, me != 1, || self.recv_now(spec, &mut b))?;
                 match got {
                     Some(st) if st.len == 8 && u64::from_le_bytes(b) != SKIPPED => {
                         Some((u64::from_le_bytes(b), Vec::new()))

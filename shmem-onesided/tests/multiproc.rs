@@ -521,7 +521,16 @@ fn child_trunc_probe_cancel() {
 /// report what it decided, then one message of every size it measured and
 /// one above them, rank 0 to rank 1, bytes checked.
 fn child_calib() {
-    let mut ep = init();
+    // A deadline far beyond the calibration's ~10 ms: under a loaded CI
+    // machine the default 2 s can pass while a rank is descheduled, and
+    // this test is about the outcome, not the bound.
+    let rank: u32 = std::env::var("RANK").unwrap().parse().unwrap();
+    let job = std::env::var("TMX_JOB_ID").unwrap();
+    let c = Config {
+        calibrate_deadline: Duration::from_secs(60),
+        ..Config::from_env().unwrap()
+    };
+    let mut ep = Endpoint::new(Node::init(&job, rank, 2, c).unwrap());
     let me = ep.node().rank();
     let cal = ep.node().calibration().cloned();
     let c = ep.node().config().clone();
