@@ -14,6 +14,14 @@
 //! rounds. The tables give per size the median of the per-round ratios
 //! new / base (> 1: the new build is better) with the lowest and highest,
 //! and list every median below [`TOLERANCE`].
+//!
+//! This kind of VM flips between a fast and a slow state (a cache-line
+//! round trip of ~150 ns against ~450 ns, see `xtask/src/state.rs`) at
+//! random moments, and a program run in the slow state is up to 3× slower
+//! at small sizes: a round whose two `osu` runs fell in different states
+//! says nothing about the builds. The state is therefore probed before
+//! each `osu` run, and the pt2pt table is printed twice: over all rounds,
+//! and over the rounds whose two runs started in the same state.
 
 use super::*;
 
@@ -125,6 +133,8 @@ pub(super) fn run_ab(args: &[String]) -> Result<(), String> {
 fn run_rounds(rev: &str, base: &Path, new: &Path) -> Result<(), String> {
     let rounds = bench_rounds(ADI_BENCH_ROUNDS)?;
     let mut all = Vec::with_capacity(rounds);
+    // Per round, the machine's state before `osu` of (new, base).
+    let mut states: Vec<(State, State)> = Vec::with_capacity(rounds);
     for round in 1..=rounds {
         let mut r = Round::default();
         let order = if round % 2 == 1 {
@@ -134,13 +144,22 @@ fn run_rounds(rev: &str, base: &Path, new: &Path) -> Result<(), String> {
         };
         for (i, example) in EXAMPLES.iter().enumerate() {
             let (mut n, mut b) = (String::new(), String::new());
+            let (mut sn, mut sb) = (State::Unknown, State::Unknown);
             for is_new in order {
+                let st = if i == 0 {
+                    state::probe()
+                } else {
+                    State::Unknown
+                };
                 let out = run_tmrun_pair(if is_new { new } else { base }, example)?;
                 if is_new {
-                    n = out;
+                    (n, sn) = (out, st);
                 } else {
-                    b = out;
+                    (b, sb) = (out, st);
                 }
+            }
+            if i == 0 {
+                states.push((sn, sb));
             }
             if i == 0 {
                 r.pt2pt.0.merge(&n, "tmx");
@@ -160,27 +179,40 @@ fn run_rounds(rev: &str, base: &Path, new: &Path) -> Result<(), String> {
          base (> 1: new is better); median, lowest–highest ====\n"
     );
     let pairs: Vec<&(Figures, Figures)> = all.iter().map(|r| &r.pt2pt).collect();
-    let rows = paired_rows(&pairs);
-    let mut s = String::from(
-        "| size | lat median | lat lowest–highest | bw median | bw lowest–highest | bibw median | bibw lowest–highest |\n|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
     let mut below = Vec::new();
-    for (b, cells) in &rows {
-        s.push_str(&format!("| {} |", size_name(*b)));
-        for (kind, cell) in PAIRED_KINDS.iter().zip(cells) {
-            match cell {
-                Some((m, lo, hi)) => {
-                    s.push_str(&format!(" {m:.2} | {lo:.2}–{hi:.2} |"));
-                    if *m < TOLERANCE {
-                        below.push(format!("{kind} {} ({m:.2})", size_name(*b)));
-                    }
-                }
-                None => s.push_str(" – | – |"),
-            }
+    print!("{}", pt2pt_table(&pairs, &mut below));
+    let same: Vec<&(Figures, Figures)> = all
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| same_state(s))
+        .map(|(r, _)| &r.pt2pt)
+        .collect();
+    let described: Vec<String> = states
+        .iter()
+        .map(|(n, b)| format!("{}/{}", n.describe(), b.describe()))
+        .collect();
+    println!(
+        "\nThe machine's state before each round's two `osu` runs (new/base): {}.",
+        described.join(", ")
+    );
+    if same.is_empty() {
+        println!("No round's two `osu` runs started in the same state.");
+    } else {
+        println!(
+            "\n==== A/B osu, the {} of {rounds} rounds whose two runs started in the same state ====\n",
+            same.len()
+        );
+        let mut below_same = Vec::new();
+        print!("{}", pt2pt_table(&same, &mut below_same));
+        if below_same.is_empty() {
+            println!("\nSame-state rounds: every paired median is at or above {TOLERANCE}.");
+        } else {
+            println!(
+                "\nSame-state rounds, paired medians below {TOLERANCE}: {}.",
+                below_same.join(", ")
+            );
         }
-        s.push('\n');
     }
-    print!("{s}");
     for (i, example) in EXAMPLES.iter().enumerate().skip(1) {
         println!("\n==== A/B {example}: per-round ratios new / base ====\n");
         let mut s =
@@ -221,4 +253,38 @@ fn run_rounds(rev: &str, base: &Path, new: &Path) -> Result<(), String> {
         println!("\nPaired medians below {TOLERANCE}: {}.", below.join(", "));
     }
     Ok(())
+}
+
+/// Whether both runs of a round started in the same known state.
+fn same_state(s: &(State, State)) -> bool {
+    matches!(
+        s,
+        (State::Fast(_), State::Fast(_)) | (State::Slow(_), State::Slow(_))
+    )
+}
+
+/// The pt2pt table of `pairs` (per size: median, lowest and highest of
+/// the per-round ratios); the medians below [`TOLERANCE`] are pushed to
+/// `below`.
+fn pt2pt_table(pairs: &[&(Figures, Figures)], below: &mut Vec<String>) -> String {
+    let rows = paired_rows(pairs);
+    let mut s = String::from(
+        "| size | lat median | lat lowest–highest | bw median | bw lowest–highest | bibw median | bibw lowest–highest |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (b, cells) in &rows {
+        s.push_str(&format!("| {} |", size_name(*b)));
+        for (kind, cell) in PAIRED_KINDS.iter().zip(cells) {
+            match cell {
+                Some((m, lo, hi)) => {
+                    s.push_str(&format!(" {m:.2} | {lo:.2}–{hi:.2} |"));
+                    if *m < TOLERANCE {
+                        below.push(format!("{kind} {} ({m:.2})", size_name(*b)));
+                    }
+                }
+                None => s.push_str(" – | – |"),
+            }
+        }
+        s.push('\n');
+    }
+    s
 }
