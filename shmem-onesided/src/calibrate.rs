@@ -49,7 +49,7 @@ const TIMED: usize = 48;
 /// Default bound on the whole calibration (about 10 ms on the EPYC VM);
 /// after it every rank keeps the static thresholds
 /// ([`Config::calibrate_deadline`]).
-pub const DEADLINE: Duration = Duration::from_secs(2);
+pub const DEADLINE: Duration = crate::config::CALIBRATE_DEADLINE;
 /// The eager path must be this much faster (eager × 11 < CMA × 10) to
 /// raise the thresholds past a size.
 const MARGIN: (u64, u64) = (11, 10);

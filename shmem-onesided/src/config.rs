@@ -83,6 +83,9 @@ pub const RING_SLOTS_SMALL_NODE: u32 = 128;
 /// [`AUTO`] ring slots on a larger node, where rings are one per ordered
 /// pair of ranks (`n × (n − 1)` of them) and the memory matters more.
 pub const RING_SLOTS_LARGE_NODE: u32 = 64;
+/// Default of [`Config::calibrate_deadline`]: the bound on the init
+/// calibrations, after which every rank keeps the static thresholds.
+pub const CALIBRATE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Transport parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,7 +215,7 @@ impl Default for Config {
             cma_duplex: 6 << 10,
             cma_calibrate: false,
             inline_calibrate: false,
-            calibrate_deadline: crate::calibrate::DEADLINE,
+            calibrate_deadline: CALIBRATE_DEADLINE,
             attach_timeout: Duration::from_secs(30),
             liveness_interval: Duration::from_millis(20),
         }
