@@ -26,7 +26,9 @@
 //! the ranks' [`RankInfo`](crate::segment) records carry the
 //! ping-pong (Release after the data, Acquire before reading it) and one
 //! word in the segment header carries the outcome; every wait is bounded
-//! by [`DEADLINE`], after which the static thresholds are kept.
+//! by [`Config::calibrate_deadline`] (default
+//! [`CALIBRATE_DEADLINE`](crate::config::CALIBRATE_DEADLINE), 2 s), after
+//! which the static thresholds are kept.
 
 use crate::config::Config;
 use crate::copy;
@@ -46,10 +48,6 @@ const ROUNDS: usize = 2;
 const WARMUP: usize = 8;
 /// Timed round trips per size, path and round.
 const TIMED: usize = 48;
-/// Default bound on the whole calibration (about 10 ms on the EPYC VM);
-/// after it every rank keeps the static thresholds
-/// ([`Config::calibrate_deadline`]).
-pub const DEADLINE: Duration = crate::config::CALIBRATE_DEADLINE;
 /// The eager path must be this much faster (eager × 11 < CMA × 10) to
 /// raise the thresholds past a size.
 const MARGIN: (u64, u64) = (11, 10);
