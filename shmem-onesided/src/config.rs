@@ -13,6 +13,7 @@
 //! | `TMX_SHMEM_CMA` | `auto` | single copy by `process_vm_readv`/`writev`: `auto` (probe at init, fall back if not permitted), `on` (fail if not permitted), `off` |
 //! | `TMX_SHMEM_ATTACH_TIMEOUT_MS` | `30000` | how long init waits for every local rank to attach |
 //! | `TMX_SHMEM_LIVENESS_MS` | `20` | how often a blocked rank checks that the peers it waits for are alive |
+//! | `TMX_SHMEM_CALIBRATE_MS` | `2000` | bound on the init-time calibrations ([`Config::calibrate_deadline`]); past it the static thresholds are kept |
 //! | `TMX_SHMEM_TUNE` | empty | protocol tuning, `key=value` pairs separated by commas (keys below) |
 //!
 //! `TMX_SHMEM_TUNE` keys are the names of [`Config`]'s fields. Sizes are
@@ -180,7 +181,8 @@ pub struct Config {
     /// [`crate::ReplyCalibration`].
     pub inline_calibrate: bool,
     /// Bound on the CMA calibration at init (default 2 s; about 10 ms is
-    /// typical); the inline reply calibration is bounded by half of it.
+    /// typical; `TMX_SHMEM_CALIBRATE_MS`); the inline reply calibration is
+    /// bounded by half of it.
     /// Past the bound every rank keeps the configured thresholds. Raise it
     /// where ranks are descheduled for long stretches (an oversubscribed
     /// or heavily loaded node) and the calibration should still run.
@@ -427,6 +429,7 @@ impl Config {
         for (var, field) in [
             ("TMX_SHMEM_ATTACH_TIMEOUT_MS", &mut c.attach_timeout),
             ("TMX_SHMEM_LIVENESS_MS", &mut c.liveness_interval),
+            ("TMX_SHMEM_CALIBRATE_MS", &mut c.calibrate_deadline),
         ] {
             if let Some(v) = get(var) {
                 *field = v
@@ -612,6 +615,7 @@ mod tests {
             ("TMX_SHMEM_CMA", "off"),
             ("TMX_SHMEM_ATTACH_TIMEOUT_MS", "500"),
             ("TMX_SHMEM_LIVENESS_MS", " 7 "),
+            ("TMX_SHMEM_CALIBRATE_MS", "60000"),
         ])
         .unwrap();
         assert_eq!(
@@ -621,6 +625,7 @@ mod tests {
         assert_eq!(c.cma, CmaMode::Off);
         assert_eq!(c.attach_timeout, Duration::from_millis(500));
         assert_eq!(c.liveness_interval, Duration::from_millis(7));
+        assert_eq!(c.calibrate_deadline, Duration::from_secs(60));
         assert_eq!(with(&[("TMX_SHMEM_CMA", "On")]).unwrap().cma, CmaMode::On);
         assert_eq!(
             with(&[("TMX_SHMEM_CMA", "auto")]).unwrap().cma,
@@ -738,6 +743,7 @@ mod tests {
             ("TMX_SHMEM_CMA", "maybe"),
             ("TMX_SHMEM_ATTACH_TIMEOUT_MS", "soon"),
             ("TMX_SHMEM_LIVENESS_MS", "0"),
+            ("TMX_SHMEM_CALIBRATE_MS", "2s"),
             (TUNE, "cma_threshold"),
         ] {
             let (var, value, _) = refused(with(&[(k, v)]));
