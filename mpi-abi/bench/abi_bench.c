@@ -6,7 +6,11 @@
  *     <test> <ranks> <bytes> <microseconds>
  * pt2pt: latency (half round trip of a ping-pong between ranks 0 and 1),
  * bw and bibw (a window of 64 nonblocking sends, as OSU's; the figure is
- * microseconds per message, lower is better); collectives: allreduce
+ * microseconds per message, lower is better); one-sided, as OSU's
+ * defaults (a passive-target epoch of MPI_Win_lock_all on a window of
+ * MPI_Win_allocate): put, get and accumulate latency (one operation and
+ * MPI_Win_flush to rank 1) and put bandwidth (64 puts, then one flush;
+ * microseconds per put); collectives: allreduce
  * (MPI_SUM of doubles), bcast, alltoall (bytes per peer) and barrier, the
  * median over the ranks' maxima per iteration window.
  *
@@ -89,6 +93,47 @@ static void pt2pt(char *buf, char *buf2)
     }
 }
 
+/* One-sided: rank 0 reaches rank 1's window; rank 1 only waits. */
+static void onesided(char *buf, size_t max)
+{
+    static const size_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, 4194304};
+    char *base;
+    MPI_Win win;
+    MPI_Win_allocate(max, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    MPI_Win_lock_all(0, win);
+    for (unsigned k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        int it = iters(n), warm = it / 10 + 1;
+        for (int op = 0; op < 4; op++) {
+            static const char *names[] = {"put_latency", "get_latency", "acc_latency", "put_bw"};
+            double t = 0;
+            if (rank == 0) {
+                int reps = op == 3 ? it / 64 + 2 : it + warm;
+                int start = op == 3 ? 1 : warm;
+                for (int i = 0; i < reps; i++) {
+                    if (i == start)
+                        t = MPI_Wtime();
+                    if (op == 0)
+                        MPI_Put(buf, n, MPI_CHAR, 1, 0, n, MPI_CHAR, win);
+                    else if (op == 1)
+                        MPI_Get(buf, n, MPI_CHAR, 1, 0, n, MPI_CHAR, win);
+                    else if (op == 2)
+                        MPI_Accumulate(buf, n / 8, MPI_DOUBLE, 1, 0, n / 8, MPI_DOUBLE, MPI_SUM, win);
+                    else
+                        for (int j = 0; j < 64; j++)
+                            MPI_Put(buf, n, MPI_CHAR, 1, 0, n, MPI_CHAR, win);
+                    MPI_Win_flush(1, win);
+                }
+                t = (MPI_Wtime() - t) * 1e6 / (op == 3 ? (double)(reps - start) * 64 : it);
+            }
+            report(names[op], n, t);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    MPI_Win_unlock_all(win);
+    MPI_Win_free(&win);
+}
+
 static void colls(char *buf, char *buf2)
 {
     static const size_t sizes[] = {8, 1024, 65536, 1048576};
@@ -134,8 +179,10 @@ int main(int argc, char **argv)
     quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     size_t max = 4194304;
     char *buf = calloc(max, 1), *buf2 = calloc(max, 1);
-    if (size >= 2)
+    if (size >= 2) {
         pt2pt(buf, buf2);
+        onesided(buf, max);
+    }
     colls(buf, buf2);
     free(buf);
     free(buf2);

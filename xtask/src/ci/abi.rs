@@ -1,6 +1,7 @@
 //! `cargo xtask bench abi [--quick]`: one compiled MPI program, run on
 //! MPICH's library and on tmx's (`mpi-abi`'s `libmpich.so.12`), and on
-//! Open MPI when it is installed.
+//! Open MPI when it is installed: point-to-point, one-sided (put, get,
+//! accumulate latency and put bandwidth) and collectives.
 //!
 //! `mpi-abi/bench/abi_bench.c` is compiled once with `mpicc.mpich`; the
 //! same binary runs under `mpiexec.hydra` (Debian's MPICH) and under
@@ -237,11 +238,15 @@ fn table(sides: &[Side], all: &[Vec<Times>], rounds: usize, quick: bool) -> Stri
         .first()
         .map(|r| r[tmx].keys().cloned().collect())
         .unwrap_or_default();
-    // The program's order: point-to-point first, then the collectives.
-    const ORDER: [&str; 7] = [
+    // The program's order: point-to-point, one-sided, then the collectives.
+    const ORDER: [&str; 11] = [
         "latency",
         "bw",
         "bibw",
+        "put_latency",
+        "get_latency",
+        "acc_latency",
+        "put_bw",
         "allreduce",
         "bcast",
         "alltoall",
