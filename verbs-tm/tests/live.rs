@@ -157,6 +157,62 @@ fn in_process_pair() {
     assert_eq!(ca.rndv_sends, 3, "4097 B, 300 KB and the synchronous send");
 }
 
+/// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
+/// with both owners polling, then 200 ms with both computing, it wakes a
+/// handful of times at most (a helper that checked on the owner every
+/// idle time, 1 ms, would wake 200 times in each).
+fn idle_helper_sleeps() {
+    let job = (u64::from(std::process::id()) << 8) | 1;
+    let mut a = live(job, 0);
+    let mut b = live(job, 1);
+    connect_pair(&mut a, &mut b);
+    // One message each way, then let the connection settle.
+    send(&mut a, 1, 1, data(1, 64), SendMode::Standard);
+    let f = recv(&mut b, spec(0, 1), 64);
+    assert_eq!(f.buf, data(1, 64));
+    let settle = Instant::now() + Duration::from_millis(20);
+    while Instant::now() < settle {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    let wakes = |a: &Endpoint<Live>, b: &Endpoint<Live>| {
+        a.provider().wire_stats().helper_wakes + b.provider().wire_stats().helper_wakes
+    };
+    let before = wakes(&a, &b);
+    let until = Instant::now() + Duration::from_millis(200);
+    let mut polls = 0u64;
+    while Instant::now() < until {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        polls += 1;
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let polling = wakes(&a, &b) - before;
+    let before = wakes(&a, &b);
+    std::thread::sleep(Duration::from_millis(200));
+    let computing = wakes(&a, &b) - before;
+    eprintln!("idle helper wakes: {polling} polling, {computing} computing, {polls} polls");
+    assert!(polls > 100, "the owners polled {polls} times");
+    assert!(
+        polling <= 10 && computing <= 10,
+        "helper wake-ups over 200 ms: {polling} while the owners polled, {computing} while they computed"
+    );
+    // Still working: a rendezvous after the idle time, its READ served by
+    // the sender's helper thread (the sender does not call in meanwhile).
+    let SendStart::Pending(id) = a
+        .isend(1, 2, 0, data(2, 100_000), SendMode::Standard)
+        .unwrap()
+    else {
+        panic!("100 KB goes by rendezvous");
+    };
+    let f = recv(&mut b, spec(0, 2), 100_000);
+    assert_eq!(f.buf, data(2, 100_000));
+    wait(&mut a, id, Duration::from_secs(10)).result.unwrap();
+    assert!(a.provider().wire_stats().helper_steps >= 1);
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
 // ------------------------------------------------------------ two processes
 
 struct Peer {
@@ -463,6 +519,7 @@ fn main() -> ExitCode {
     }
     let tests: &[(&str, fn())] = &[
         ("in_process_pair", in_process_pair),
+        ("idle_helper_sleeps", idle_helper_sleeps),
         ("eager_between_processes", eager_between_processes),
         ("stream_between_processes", stream_between_processes),
         (

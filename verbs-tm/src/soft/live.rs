@@ -5,6 +5,7 @@ use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::handoff::{helper_loop, Handoff, HelperWorld};
 use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
-use super::wire::{self, Wire, WireRef};
+use super::wire::{self, FrameError, Wire, WireRef};
 use super::SoftConfig;
 use crate::config::var_size;
 use crate::verbs::{
@@ -158,6 +159,8 @@ struct Conn {
     hello: Option<(u32, u32, u32)>,
     saw_close: bool,
     dead: bool,
+    /// The peer's rank, once known (handshake).
+    peer: Option<u32>,
     stats: WireStats,
     /// A READ response's payload being read straight into memory.
     direct: Option<Direct>,
@@ -181,6 +184,7 @@ impl Conn {
             hello: None,
             saw_close: false,
             dead: false,
+            peer: None,
             stats: WireStats::default(),
             direct: None,
         }
@@ -308,13 +312,19 @@ pub struct WireStats {
     /// READ responses received straight into the requester's memory
     /// (64 KiB and more, one scatter entry).
     pub direct: u64,
+    /// Returns of the helper thread from poll(2): socket readiness, a
+    /// deadline, the owner's signal, or the end of an idle-time sleep.
+    /// Zero while the device is idle, whether its owner polls or computes.
+    pub helper_wakes: u64,
+    /// Times the helper thread ran the device (the owner had been idle).
+    pub helper_steps: u64,
 }
 
 impl std::fmt::Display for WireStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}",
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}, helper wakes {} steps {}",
             self.frames_out,
             self.frames_in,
             self.bytes_out,
@@ -322,7 +332,9 @@ impl std::fmt::Display for WireStats {
             self.writes,
             self.reads,
             self.read_waits,
-            self.direct
+            self.direct,
+            self.helper_wakes,
+            self.helper_steps
         )
     }
 }
@@ -337,6 +349,8 @@ impl WireStats {
         self.reads += o.reads;
         self.read_waits += o.read_waits;
         self.direct += o.direct;
+        self.helper_wakes += o.helper_wakes;
+        self.helper_steps += o.helper_steps;
     }
 }
 
@@ -364,6 +378,55 @@ struct Core {
     hold: HashMap<u32, VecDeque<Frame>>,
     /// Bumped whenever the set of sockets changes.
     gen: u64,
+    /// Protocol errors of peers, for [`Live::frame_errors`].
+    frame_errors: Vec<(Option<u32>, FrameError)>,
+    /// What the helper thread watches, as last published.
+    published: Watch,
+    sig: Arc<Signals>,
+}
+
+/// What the helper thread must watch: published by the device (the owner
+/// or the helper) after each run, read by the helper without the device
+/// lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Watch {
+    gen: u64,
+    /// Bit `i` (`i < 63`): connection `i` has bytes waiting for its socket;
+    /// bit 63: some connection numbered 63 or above has.
+    out: u64,
+    accepting: bool,
+    /// The earliest connect deadline, in ms after [`Signals::base`]
+    /// (rounded up); `u64::MAX`: none.
+    deadline: u64,
+}
+
+/// The published [`Watch`], the wake-up descriptor and the helper's
+/// counters.
+#[derive(Debug)]
+struct Signals {
+    gen: AtomicU64,
+    out: AtomicU64,
+    accepting: AtomicBool,
+    deadline: AtomicU64,
+    base: Instant,
+    /// The output bits the helper is blocked on (`u64::MAX` while it is not
+    /// blocked: it reads [`Signals::out`] again before it blocks).
+    watching: AtomicU64,
+    wake: UnixStream,
+    helper_wakes: AtomicU64,
+    helper_steps: AtomicU64,
+}
+
+impl Signals {
+    fn wake(&self) {
+        let _ = (&self.wake).write(&[1]);
+    }
+
+    fn ms(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.base);
+        let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+        u64::try_from(ms).unwrap_or(u64::MAX - 1)
+    }
 }
 
 fn set_keepalive(s: &TcpStream) {
@@ -426,6 +489,63 @@ fn decode_addr(b: &[u8]) -> Result<(SocketAddr, u64, u32, u32)> {
 impl Core {
     fn bump(&mut self) {
         self.gen = self.gen.wrapping_add(1);
+    }
+
+    /// Publishes what the helper must watch, and wakes it when it should
+    /// watch more than it does: other sockets, the listener, output on a
+    /// socket it is blocked on without, or an earlier deadline.
+    fn publish(&mut self) {
+        let mut out = 0u64;
+        for (i, c) in self.conns.iter().enumerate() {
+            if !c.dead && !c.out.is_empty() {
+                out |= 1 << i.min(63);
+            }
+        }
+        let mut deadline = None;
+        let handshakes = self.conns.iter().filter_map(|c| match c.phase {
+            Phase::Handshake { deadline } if !c.dead && c.qp.is_some() => Some(deadline),
+            _ => None,
+        });
+        for d in self.expect.values().map(|e| e.deadline).chain(handshakes) {
+            deadline = Some(deadline.map_or(d, |m: Instant| m.min(d)));
+        }
+        let w = Watch {
+            gen: self.gen,
+            out,
+            accepting: self.accepting(),
+            deadline: deadline.map_or(u64::MAX, |d| self.sig.ms(d)),
+        };
+        let old = self.published;
+        if w == old {
+            return;
+        }
+        self.published = w;
+        let sig = &self.sig;
+        sig.gen.store(w.gen, Ordering::SeqCst);
+        sig.accepting.store(w.accepting, Ordering::SeqCst);
+        sig.deadline.store(w.deadline, Ordering::SeqCst);
+        sig.out.store(w.out, Ordering::SeqCst);
+        let new_out = w.out & !sig.watching.load(Ordering::SeqCst);
+        let wake = w.gen != old.gen
+            || (w.accepting && !old.accepting)
+            || w.deadline < old.deadline
+            || new_out != 0;
+        if wake {
+            debug!(
+                gen = w.gen,
+                out = w.out,
+                "verbs-tm soft-live: waking the helper thread"
+            );
+            sig.wake();
+        }
+    }
+
+    /// A peer broke the wire protocol: recorded, and the connection fails.
+    fn frame_error(&mut self, c: usize, e: FrameError) {
+        let peer = self.conns[c].peer;
+        warn!(?peer, error = %e, "verbs-tm soft-live: protocol error");
+        self.frame_errors.push((peer, e.clone()));
+        self.fail_conn(c, format!("protocol error: {e}"));
     }
 
     fn fail_conn(&mut self, c: usize, reason: String) {
@@ -680,10 +800,31 @@ impl Core {
                 break;
             }
             let start = conn.rpos;
-            let plen = wire::payload_len(&conn.rbuf[start..]);
-            if plen > wire::MAX_PAYLOAD {
-                self.fail_conn(c, "protocol error: frame too large".into());
-                return;
+            // The caps, from the header alone: nothing is buffered for an
+            // oversized frame.
+            let plen = match wire::check_header(&conn.rbuf[start..]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.frame_error(c, e);
+                    return;
+                }
+            };
+            if let (Some((id, _)), Some(qp)) =
+                (wire::read_resp_header(&conn.rbuf[start..]), conn.qp)
+            {
+                // A READ response is at most what its READ asked for (and
+                // only an answer to a READ that waits has any data), unless
+                // the QP left the ready state (the device drops it then).
+                let max = self.nic.read_len(id).unwrap_or(0);
+                if plen > max && self.nic.qp_state(qp) == QpState::Ready {
+                    let e = FrameError::TooLarge {
+                        kind: "READ_RESP",
+                        len: plen,
+                        max,
+                    };
+                    self.frame_error(c, e);
+                    return;
+                }
             }
             let end = start + wire::HDR + plen;
             if plen >= DIRECT_MIN && conn.direct.is_none() {
@@ -758,8 +899,8 @@ impl Core {
                     conn.rpos = end;
                     self.on_wire(c, w);
                 }
-                (Err(why), _) => {
-                    self.fail_conn(c, format!("protocol error: {why}"));
+                (Err(e), _) => {
+                    self.frame_error(c, e);
                     return;
                 }
             }
@@ -800,6 +941,7 @@ impl Core {
                     return;
                 }
                 self.conns[c].hello = Some((rank, src_qpn, dst_qpn));
+                self.conns[c].peer = Some(rank);
                 self.try_bind(c);
             }
             (Wire::HelloAck { refused, qpn, .. }, Some(qp)) => {
@@ -848,6 +990,7 @@ impl Core {
                 self.fail_conn(c, format!("send failed: {e}"));
             }
         }
+        self.publish();
     }
 
     /// Runs the device once: accept, read, deliver, execute list
@@ -912,6 +1055,7 @@ impl Core {
                 }
             }
         }
+        self.publish();
     }
 }
 
@@ -919,7 +1063,7 @@ impl Core {
 struct Shared {
     core: Mutex<Core>,
     handoff: Handoff,
-    wake: UnixStream,
+    sig: Arc<Signals>,
 }
 
 impl Shared {
@@ -932,7 +1076,7 @@ impl Shared {
     }
 
     fn wake(&self) {
-        let _ = (&self.wake).write(&[1]);
+        self.sig.wake();
     }
 }
 
@@ -961,42 +1105,82 @@ impl LiveWorld {
         while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
     }
 
-    /// The connections' "has output" flags, and whether the listener is
-    /// asked (see [`Core::accepting`]).
-    fn refresh(&mut self) -> (Vec<bool>, bool) {
+    fn woke(&self) {
+        self.shared.sig.helper_wakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The sockets, cloned again (under the device lock) when the set
+    /// changed.
+    fn refresh(&mut self) {
+        let gen = self.shared.sig.gen.load(Ordering::SeqCst);
+        if self.gen == Some(gen) {
+            return;
+        }
         let core = self.shared.lock();
-        if self.gen != Some(core.gen) {
-            self.gen = Some(core.gen);
-            self.listener = core.listener.try_clone().ok();
-            self.socks = core
-                .conns
+        self.gen = Some(core.gen);
+        self.listener = core.listener.try_clone().ok();
+        self.socks = core
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.dead)
+            .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
+            .collect();
+    }
+
+    /// Which sockets to ask for writability: from the published bits, or,
+    /// for connections numbered 63 and above, from the device.
+    fn want_out(&self, out: u64) -> Vec<bool> {
+        if out & (1 << 63) == 0 {
+            return self
+                .socks
                 .iter()
-                .enumerate()
-                .filter(|(_, c)| !c.dead)
-                .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
+                .map(|(_, i)| out & (1 << i) != 0)
                 .collect();
         }
-        let out = self
-            .socks
+        let core = self.shared.lock();
+        self.socks
             .iter()
             .map(|(_, i)| core.conns.get(*i).is_some_and(|c| !c.out.is_empty()))
-            .collect();
-        (out, core.accepting())
+            .collect()
     }
 }
 
 impl HelperWorld for LiveWorld {
     fn wait_idle(&mut self) {
         let mut fds = [PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        if let Ok(n) = poll(&mut fds, timeout(Some(self.idle))) {
-            if n > 0 {
-                self.drain_wake();
-            }
+        let r = poll(&mut fds, timeout(Some(self.idle)));
+        self.woke();
+        if matches!(r, Ok(n) if n > 0) {
+            // A signal: what it announces is published, and read again
+            // before the next wait.
+            self.drain_wake();
         }
     }
 
     fn wait_ready(&mut self) -> bool {
-        let (want_out, accepting) = self.refresh();
+        let sig = Arc::clone(&self.shared.sig);
+        self.drain_wake();
+        self.refresh();
+        // The output bits this wait covers, announced before they are read
+        // again: an owner that queues output on another socket afterwards
+        // sees them and signals.
+        let mut out = sig.out.load(Ordering::SeqCst);
+        loop {
+            sig.watching.store(out, Ordering::SeqCst);
+            let now = sig.out.load(Ordering::SeqCst);
+            if now & !out == 0 {
+                break;
+            }
+            out |= now;
+        }
+        let want_out = self.want_out(out);
+        let accepting = sig.accepting.load(Ordering::SeqCst);
+        let deadline = sig.deadline.load(Ordering::SeqCst);
+        let wait = (deadline != u64::MAX).then(|| {
+            let at = sig.base + Duration::from_millis(deadline);
+            at.saturating_duration_since(Instant::now())
+        });
         let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
         if let Some(l) = self.listener.as_ref().filter(|_| accepting) {
             fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
@@ -1008,23 +1192,24 @@ impl HelperWorld for LiveWorld {
             }
             fds.push(PollFd::new(s.as_fd(), ev));
         }
-        // Wake once a second anyway: connect timeouts.
-        match poll(&mut fds, timeout(Some(Duration::from_secs(1)))) {
+        let r = match wait {
+            Some(d) if d.is_zero() => Ok(0),
+            _ => poll(&mut fds, timeout(wait)),
+        };
+        sig.watching.store(u64::MAX, Ordering::SeqCst);
+        self.woke();
+        match r {
+            // A deadline: the device runs its timeouts.
             Ok(0) => true,
-            Ok(_) => {
-                let woken = fds[0].revents().is_some_and(|r| !r.is_empty());
-                if woken {
-                    self.drain_wake();
-                }
-                fds[1..]
-                    .iter()
-                    .any(|f| f.revents().is_some_and(|r| !r.is_empty()))
-            }
+            Ok(_) => fds[1..]
+                .iter()
+                .any(|f| f.revents().is_some_and(|r| !r.is_empty())),
             Err(_) => false,
         }
     }
 
     fn step(&mut self) {
+        self.shared.sig.helper_steps.fetch_add(1, Ordering::Relaxed);
         let mut core = self.shared.lock();
         core.step();
     }
@@ -1097,6 +1282,17 @@ impl Live {
             s.set_nonblocking(true)
                 .map_err(|e| Error::io("wake-up pipe", e))?;
         }
+        let sig = Arc::new(Signals {
+            gen: AtomicU64::new(0),
+            out: AtomicU64::new(0),
+            accepting: AtomicBool::new(false),
+            deadline: AtomicU64::new(u64::MAX),
+            base: Instant::now(),
+            watching: AtomicU64::new(u64::MAX),
+            wake: wake_w,
+            helper_wakes: AtomicU64::new(0),
+            helper_steps: AtomicU64::new(0),
+        });
         let core = Core {
             nic: Nic::new(cfg.soft),
             cfg,
@@ -1109,11 +1305,19 @@ impl Live {
             expect: HashMap::new(),
             hold: HashMap::new(),
             gen: 0,
+            frame_errors: Vec::new(),
+            published: Watch {
+                gen: 0,
+                out: 0,
+                accepting: false,
+                deadline: u64::MAX,
+            },
+            sig: Arc::clone(&sig),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             handoff: Handoff::new(),
-            wake: wake_w,
+            sig,
         });
         let helper = if cfg.helper {
             let mut world = LiveWorld {
@@ -1144,6 +1348,13 @@ impl Live {
         self.shared.lock().addr
     }
 
+    /// Protocol errors of peers since the last call (each failed its
+    /// connection): the peer's rank when its handshake had named it, and
+    /// what was wrong (an oversized frame, an unknown kind, ...).
+    pub fn frame_errors(&self) -> Vec<(Option<u32>, FrameError)> {
+        std::mem::take(&mut self.shared.lock().frame_errors)
+    }
+
     /// Misuse recorded since the last call.
     pub fn misuse(&self) -> Vec<String> {
         self.shared.lock().nic.take_misuse()
@@ -1162,6 +1373,8 @@ impl Live {
         for c in &core.conns {
             w.add(&c.stats);
         }
+        w.helper_wakes = self.shared.sig.helper_wakes.load(Ordering::Relaxed);
+        w.helper_steps = self.shared.sig.helper_steps.load(Ordering::Relaxed);
         w
     }
 
@@ -1269,8 +1482,7 @@ impl Provider for Live {
         core.pre_out.remove(&qp.0);
         core.hold.remove(&qp.0);
         let r = core.nic.destroy_qp(qp);
-        drop(core);
-        self.shared.wake();
+        core.publish();
         r
     }
 
@@ -1316,6 +1528,7 @@ impl Provider for Live {
             prepare(&s)?;
             let mut conn = Conn::new(s, deadline);
             conn.qp = Some(qp);
+            conn.peer = Some(rrank);
             conn.push(Wire::Hello {
                 job,
                 rank: core.cfg.rank,
@@ -1349,8 +1562,6 @@ impl Provider for Live {
             }
         }
         core.route_and_flush();
-        drop(core);
-        self.shared.wake();
         Ok(())
     }
 

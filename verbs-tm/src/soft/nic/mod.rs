@@ -874,6 +874,15 @@ impl Nic {
         Some((mr, sge.lkey, off))
     }
 
+    /// The length READ `id` asked for, `None` if no such READ waits: the
+    /// cap of its response.
+    pub fn read_len(&self, id: u64) -> Option<usize> {
+        Some(match self.reads.get(&id)? {
+            PendingRead::Sw { sges, .. } => sges.iter().map(|g| g.length as usize).sum(),
+            PendingRead::Hw { rvh, .. } => rvh.len as usize,
+        })
+    }
+
     /// Completes READ `id` whose `len` bytes the driver wrote at
     /// [`Nic::read_target`] (`ok`), or failed to (`!ok`: the region went
     /// away meanwhile, a local protection error).
