@@ -133,6 +133,15 @@ struct Direct {
     ok: bool,
 }
 
+/// Bytes queued on a connection: coalesced small frames (`payload`
+/// false: reused by the connection), or one large payload as the device
+/// made it (`payload`: back to the device's pool once written).
+#[derive(Debug)]
+struct Chunk {
+    data: Vec<u8>,
+    payload: bool,
+}
+
 #[derive(Debug)]
 struct Conn {
     stream: TcpStream,
@@ -144,14 +153,14 @@ struct Conn {
     rend: usize,
     /// Bytes waiting for the socket, in chunks: coalesced small frames and
     /// large payloads (not copied again), gathered by one `writev`.
-    out: VecDeque<Vec<u8>>,
+    out: VecDeque<Chunk>,
     /// Whether the back chunk of `out` takes more small frames.
     back_open: bool,
     out_off: usize,
     out_bytes: usize,
     /// Emptied small chunks, for reuse.
     spare: Vec<Vec<u8>>,
-    /// Large payloads written, for the device's reuse.
+    /// Payload buffers written or copied, for the device's pool.
     written: Vec<Vec<u8>>,
     qp: Option<QpId>,
     phase: Phase,
@@ -196,15 +205,18 @@ impl Conn {
             && self
                 .out
                 .back()
-                .is_some_and(|v| v.len() + b.len() <= CHUNK_MAX);
+                .is_some_and(|v| v.data.len() + b.len() <= CHUNK_MAX);
         if !open {
-            let mut v = self.spare.pop().unwrap_or_default();
-            v.clear();
-            self.out.push_back(v);
+            let mut data = self.spare.pop().unwrap_or_default();
+            data.clear();
+            self.out.push_back(Chunk {
+                data,
+                payload: false,
+            });
             self.back_open = true;
         }
         if let Some(v) = self.out.back_mut() {
-            v.extend_from_slice(b);
+            v.data.extend_from_slice(b);
         }
         self.out_bytes += b.len();
     }
@@ -217,9 +229,14 @@ impl Conn {
         self.append(&h);
         if p.len() <= COALESCE {
             self.append(&p);
+            // Copied: the buffer goes back to the device's pool.
+            self.written.push(p);
         } else {
             self.out_bytes += p.len();
-            self.out.push_back(p);
+            self.out.push_back(Chunk {
+                data: p,
+                payload: true,
+            });
             self.back_open = false;
         }
     }
@@ -232,7 +249,11 @@ impl Conn {
             let mut k = 0;
             let mut want = 0;
             for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
-                let b = if i == 0 { &ch[self.out_off..] } else { &ch[..] };
+                let b = if i == 0 {
+                    &ch.data[self.out_off..]
+                } else {
+                    &ch.data[..]
+                };
                 iov[k] = IoSlice::new(b);
                 want += b.len();
                 k += 1;
@@ -249,7 +270,7 @@ impl Conn {
             self.out_bytes -= n.min(self.out_bytes);
             while n > 0 {
                 let Some(front) = self.out.front() else { break };
-                let left = front.len() - self.out_off;
+                let left = front.data.len() - self.out_off;
                 if n < left {
                     self.out_off += n;
                     n = 0;
@@ -262,7 +283,7 @@ impl Conn {
                 }
             }
             // Empty chunks (a frame without payload never makes one).
-            while self.out.front().is_some_and(Vec::is_empty) && self.out_off == 0 {
+            while self.out.front().is_some_and(|c| c.data.is_empty()) && self.out_off == 0 {
                 if let Some(v) = self.out.pop_front() {
                     self.done_chunk(v);
                 }
@@ -279,13 +300,11 @@ impl Conn {
         Ok(())
     }
 
-    fn done_chunk(&mut self, v: Vec<u8>) {
-        if v.capacity() <= CHUNK_MAX {
-            if self.spare.len() < 4 {
-                self.spare.push(v);
-            }
-        } else {
-            self.written.push(v);
+    fn done_chunk(&mut self, c: Chunk) {
+        if c.payload {
+            self.written.push(c.data);
+        } else if self.spare.len() < 4 {
+            self.spare.push(c.data);
         }
     }
 }
@@ -979,15 +998,13 @@ impl Core {
     fn route_and_flush(&mut self) {
         self.route();
         for c in 0..self.conns.len() {
-            if self.conns[c].dead || self.conns[c].out.is_empty() {
-                continue;
+            if !self.conns[c].dead && !self.conns[c].out.is_empty() {
+                if let Err(e) = self.conns[c].flush() {
+                    self.fail_conn(c, format!("send failed: {e}"));
+                }
             }
-            let r = self.conns[c].flush();
             for v in self.conns[c].written.drain(..) {
                 self.nic.recycle(v);
-            }
-            if let Err(e) = r {
-                self.fail_conn(c, format!("send failed: {e}"));
             }
         }
         self.publish();
