@@ -35,8 +35,8 @@ pub struct LiveConfig {
     pub rank: u32,
     /// The address the listener binds (`TMX_VERBS_LISTEN`).
     pub listen: SocketAddr,
-    /// How long the owner may go without polling before the helper thread
-    /// runs the device (`TMX_VERBS_HELPER_IDLE_US`).
+    /// Once a socket is ready, how long the helper thread leaves it to the
+    /// owner before it runs the device (`TMX_VERBS_HELPER_IDLE_US`).
     pub helper_idle: Duration,
     /// How long a QP may stay connecting (`TMX_VERBS_CONNECT_TIMEOUT_MS`).
     pub connect_timeout: Duration,
@@ -1258,10 +1258,13 @@ impl HelperWorld for LiveWorld {
 ///
 /// The device runs in the owner's [`Provider::poll_cq`] (which never blocks:
 /// if the helper thread holds the device it returns no completion), and in
-/// the helper thread when the owner has not called into the device (any
-/// call but queries) for `TMX_VERBS_HELPER_IDLE_US` (see
-/// [`super::Handoff`]). While the owner calls in, the device lock is
-/// uncontended: the owner's poll is one `try_lock`, no system call.
+/// the helper thread when a socket is ready and the owner has not called
+/// into the device (any call but queries) for `TMX_VERBS_HELPER_IDLE_US`
+/// since (see [`super::Handoff`]). The helper blocks in poll(2) without a
+/// timer: what it watches is published by the device in atomics, and the
+/// device signals it only when it must watch more. While the owner calls
+/// in, the device lock is uncontended: the owner's poll is one `try_lock`,
+/// no system call.
 ///
 /// While the owner computes, the helper thread serves READs and sends FINs;
 /// messages that arrive for the owner (FINs of its rendezvous sends,
