@@ -1,19 +1,23 @@
 //! [`Live`]: the software device over TCP.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
+use std::io::{ErrorKind, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use tracing::{debug, info, warn};
 
-use super::handoff::{helper_loop, Handoff, HelperWorld};
+mod conn;
+mod helper;
+
+pub use self::conn::WireStats;
+use self::conn::{Conn, Direct, Phase};
+use self::helper::{LiveWorld, Signals, Watch};
+use super::handoff::{helper_loop, Handoff};
 use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
 use super::wire::{self, FrameError, Wire, WireRef};
 use super::SoftConfig;
@@ -95,22 +99,6 @@ impl LiveConfig {
     }
 }
 
-#[derive(Debug)]
-enum Phase {
-    /// Waiting for the peer's HELLO (acceptor) or HELLO_ACK (initiator).
-    Handshake {
-        deadline: Instant,
-    },
-    Bound,
-}
-
-/// Small frames are copied into the outbox's open chunk (many frames, one
-/// write); payloads larger than this are queued as they are.
-const COALESCE: usize = 16 << 10;
-/// The largest open chunk of the outbox.
-const CHUNK_MAX: usize = 256 << 10;
-/// Outbox chunks gathered by one `writev`.
-const IOV_MAX: usize = 32;
 /// [`LiveConfig::read_backlog`]'s default.
 const READ_BACKLOG: usize = 4 << 20;
 /// Bytes asked of the socket per read, at least.
@@ -118,260 +106,6 @@ const READ_CHUNK: usize = 256 << 10;
 /// READ responses at least this large are received straight into the
 /// requester's memory region (no copy through the receive buffer).
 const DIRECT_MIN: usize = 64 << 10;
-
-/// A READ response being received straight into memory: `len` bytes at
-/// `off` of region `mr` (key `key`), `got` of them so far; `ok` false once
-/// the region went away (the rest is read and dropped).
-#[derive(Debug, Clone, Copy)]
-struct Direct {
-    id: u64,
-    mr: u32,
-    key: u32,
-    off: usize,
-    len: usize,
-    got: usize,
-    ok: bool,
-}
-
-/// Bytes queued on a connection: coalesced small frames (`payload`
-/// false: reused by the connection), or one large payload as the device
-/// made it (`payload`: back to the device's pool once written).
-#[derive(Debug)]
-struct Chunk {
-    data: Vec<u8>,
-    payload: bool,
-}
-
-#[derive(Debug)]
-struct Conn {
-    stream: TcpStream,
-    /// Received bytes are `rbuf[rpos..rend]`; `rbuf` stays allocated (and
-    /// zeroed once) so that a read needs no initialisation. Frames are
-    /// parsed and delivered in place.
-    rbuf: Vec<u8>,
-    rpos: usize,
-    rend: usize,
-    /// Bytes waiting for the socket, in chunks: coalesced small frames and
-    /// large payloads (not copied again), gathered by one `writev`.
-    out: VecDeque<Chunk>,
-    /// Whether the back chunk of `out` takes more small frames.
-    back_open: bool,
-    out_off: usize,
-    out_bytes: usize,
-    /// Emptied small chunks, for reuse.
-    spare: Vec<Vec<u8>>,
-    /// Payload buffers written or copied, for the device's pool.
-    written: Vec<Vec<u8>>,
-    qp: Option<QpId>,
-    phase: Phase,
-    /// An acceptor's parsed HELLO, waiting for `connect` of its QP.
-    hello: Option<(u32, u32, u32)>,
-    saw_close: bool,
-    dead: bool,
-    /// The peer's rank, once known (handshake).
-    peer: Option<u32>,
-    stats: WireStats,
-    /// A READ response's payload being read straight into memory.
-    direct: Option<Direct>,
-}
-
-impl Conn {
-    fn new(stream: TcpStream, deadline: Instant) -> Self {
-        Conn {
-            stream,
-            rbuf: Vec::new(),
-            rpos: 0,
-            rend: 0,
-            out: VecDeque::new(),
-            back_open: false,
-            out_off: 0,
-            out_bytes: 0,
-            spare: Vec::new(),
-            written: Vec::new(),
-            qp: None,
-            phase: Phase::Handshake { deadline },
-            hello: None,
-            saw_close: false,
-            dead: false,
-            peer: None,
-            stats: WireStats::default(),
-            direct: None,
-        }
-    }
-
-    /// Appends bytes to the open chunk (opening one if needed).
-    fn append(&mut self, b: &[u8]) {
-        let open = self.back_open
-            && self
-                .out
-                .back()
-                .is_some_and(|v| v.data.len() + b.len() <= CHUNK_MAX);
-        if !open {
-            let mut data = self.spare.pop().unwrap_or_default();
-            data.clear();
-            self.out.push_back(Chunk {
-                data,
-                payload: false,
-            });
-            self.back_open = true;
-        }
-        if let Some(v) = self.out.back_mut() {
-            v.data.extend_from_slice(b);
-        }
-        self.out_bytes += b.len();
-    }
-
-    /// Queues a frame.
-    fn push(&mut self, w: Wire) {
-        let (h, p) = wire::encode(w);
-        self.stats.frames_out += 1;
-        self.stats.bytes_out += (h.len() + p.len()) as u64;
-        self.append(&h);
-        if p.len() <= COALESCE {
-            self.append(&p);
-            // Copied: the buffer goes back to the device's pool.
-            self.written.push(p);
-        } else {
-            self.out_bytes += p.len();
-            self.out.push_back(Chunk {
-                data: p,
-                payload: true,
-            });
-            self.back_open = false;
-        }
-    }
-
-    /// Writes as much of the outbox as the socket takes, several chunks
-    /// per `writev`. Large payloads written wait in `written` for reuse.
-    fn flush(&mut self) -> std::io::Result<()> {
-        while !self.out.is_empty() {
-            let mut iov = [IoSlice::new(&[]); IOV_MAX];
-            let mut k = 0;
-            let mut want = 0;
-            for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
-                let b = if i == 0 {
-                    &ch.data[self.out_off..]
-                } else {
-                    &ch.data[..]
-                };
-                iov[k] = IoSlice::new(b);
-                want += b.len();
-                k += 1;
-            }
-            self.stats.writes += 1;
-            let mut n = match (&self.stream).write_vectored(&iov[..k]) {
-                Ok(0) if want > 0 => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            let wrote = n;
-            self.out_bytes -= n.min(self.out_bytes);
-            while n > 0 {
-                let Some(front) = self.out.front() else { break };
-                let left = front.data.len() - self.out_off;
-                if n < left {
-                    self.out_off += n;
-                    n = 0;
-                } else {
-                    n -= left;
-                    self.out_off = 0;
-                    if let Some(v) = self.out.pop_front() {
-                        self.done_chunk(v);
-                    }
-                }
-            }
-            // Empty chunks (a frame without payload never makes one).
-            while self.out.front().is_some_and(|c| c.data.is_empty()) && self.out_off == 0 {
-                if let Some(v) = self.out.pop_front() {
-                    self.done_chunk(v);
-                }
-            }
-            if self.out.is_empty() {
-                self.back_open = false;
-            }
-            if wrote < want {
-                // A short write: the socket is full; a second try would
-                // only say so.
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    fn done_chunk(&mut self, c: Chunk) {
-        if c.payload {
-            self.written.push(c.data);
-        } else if self.spare.len() < 4 {
-            self.spare.push(c.data);
-        }
-    }
-}
-
-/// Counters of a [`Live`] device's connections.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WireStats {
-    /// Frames queued for peers (device frames and connection control).
-    pub frames_out: u64,
-    /// Frames received and parsed.
-    pub frames_in: u64,
-    /// Bytes of frames queued (headers included).
-    pub bytes_out: u64,
-    /// Bytes received.
-    pub bytes_in: u64,
-    /// `writev` calls (each may carry many frames).
-    pub writes: u64,
-    /// `read` calls that returned data or end of file.
-    pub reads: u64,
-    /// Times a READ request found the connection's unsent bytes at
-    /// [`LiveConfig::read_backlog`] or more and waited (a request that waits
-    /// over several passes counts once per pass).
-    pub read_waits: u64,
-    /// READ responses received straight into the requester's memory
-    /// (64 KiB and more, one scatter entry).
-    pub direct: u64,
-    /// Returns of the helper thread from poll(2): socket readiness, a
-    /// deadline, the owner's signal, or the end of an idle-time sleep.
-    /// Zero while the device is idle, whether its owner polls or computes.
-    pub helper_wakes: u64,
-    /// Times the helper thread ran the device (the owner had been idle).
-    pub helper_steps: u64,
-}
-
-impl std::fmt::Display for WireStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}, helper wakes {} steps {}",
-            self.frames_out,
-            self.frames_in,
-            self.bytes_out,
-            self.bytes_in,
-            self.writes,
-            self.reads,
-            self.read_waits,
-            self.direct,
-            self.helper_wakes,
-            self.helper_steps
-        )
-    }
-}
-
-impl WireStats {
-    fn add(&mut self, o: &WireStats) {
-        self.frames_out += o.frames_out;
-        self.frames_in += o.frames_in;
-        self.bytes_out += o.bytes_out;
-        self.bytes_in += o.bytes_in;
-        self.writes += o.writes;
-        self.reads += o.reads;
-        self.read_waits += o.read_waits;
-        self.direct += o.direct;
-        self.helper_wakes += o.helper_wakes;
-        self.helper_steps += o.helper_steps;
-    }
-}
 
 /// A QP that waits for its peer to connect.
 #[derive(Debug)]
@@ -402,50 +136,6 @@ struct Core {
     /// What the helper thread watches, as last published.
     published: Watch,
     sig: Arc<Signals>,
-}
-
-/// What the helper thread must watch: published by the device (the owner
-/// or the helper) after each run, read by the helper without the device
-/// lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Watch {
-    gen: u64,
-    /// Bit `i` (`i < 63`): connection `i` has bytes waiting for its socket;
-    /// bit 63: some connection numbered 63 or above has.
-    out: u64,
-    accepting: bool,
-    /// The earliest connect deadline, in ms after [`Signals::base`]
-    /// (rounded up); `u64::MAX`: none.
-    deadline: u64,
-}
-
-/// The published [`Watch`], the wake-up descriptor and the helper's
-/// counters.
-#[derive(Debug)]
-struct Signals {
-    gen: AtomicU64,
-    out: AtomicU64,
-    accepting: AtomicBool,
-    deadline: AtomicU64,
-    base: Instant,
-    /// The output bits the helper is blocked on (`u64::MAX` while it is not
-    /// blocked: it reads [`Signals::out`] again before it blocks).
-    watching: AtomicU64,
-    wake: UnixStream,
-    helper_wakes: AtomicU64,
-    helper_steps: AtomicU64,
-}
-
-impl Signals {
-    fn wake(&self) {
-        let _ = (&self.wake).write(&[1]);
-    }
-
-    fn ms(&self, t: Instant) -> u64 {
-        let d = t.saturating_duration_since(self.base);
-        let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
-        u64::try_from(ms).unwrap_or(u64::MAX - 1)
-    }
 }
 
 fn set_keepalive(s: &TcpStream) {
@@ -508,55 +198,6 @@ fn decode_addr(b: &[u8]) -> Result<(SocketAddr, u64, u32, u32)> {
 impl Core {
     fn bump(&mut self) {
         self.gen = self.gen.wrapping_add(1);
-    }
-
-    /// Publishes what the helper must watch, and wakes it when it should
-    /// watch more than it does: other sockets, the listener, output on a
-    /// socket it is blocked on without, or an earlier deadline.
-    fn publish(&mut self) {
-        let mut out = 0u64;
-        for (i, c) in self.conns.iter().enumerate() {
-            if !c.dead && !c.out.is_empty() {
-                out |= 1 << i.min(63);
-            }
-        }
-        let mut deadline = None;
-        let handshakes = self.conns.iter().filter_map(|c| match c.phase {
-            Phase::Handshake { deadline } if !c.dead && c.qp.is_some() => Some(deadline),
-            _ => None,
-        });
-        for d in self.expect.values().map(|e| e.deadline).chain(handshakes) {
-            deadline = Some(deadline.map_or(d, |m: Instant| m.min(d)));
-        }
-        let w = Watch {
-            gen: self.gen,
-            out,
-            accepting: self.accepting(),
-            deadline: deadline.map_or(u64::MAX, |d| self.sig.ms(d)),
-        };
-        let old = self.published;
-        if w == old {
-            return;
-        }
-        self.published = w;
-        let sig = &self.sig;
-        sig.gen.store(w.gen, Ordering::SeqCst);
-        sig.accepting.store(w.accepting, Ordering::SeqCst);
-        sig.deadline.store(w.deadline, Ordering::SeqCst);
-        sig.out.store(w.out, Ordering::SeqCst);
-        let new_out = w.out & !sig.watching.load(Ordering::SeqCst);
-        let wake = w.gen != old.gen
-            || (w.accepting && !old.accepting)
-            || w.deadline < old.deadline
-            || new_out != 0;
-        if wake {
-            debug!(
-                gen = w.gen,
-                out = w.out,
-                "verbs-tm soft-live: waking the helper thread"
-            );
-            sig.wake();
-        }
     }
 
     /// A peer broke the wire protocol: recorded, and the connection fails.
@@ -1094,141 +735,6 @@ impl Shared {
 
     fn wake(&self) {
         self.sig.wake();
-    }
-}
-
-/// The helper thread's view of the device.
-struct LiveWorld {
-    shared: Arc<Shared>,
-    wake: UnixStream,
-    idle: Duration,
-    gen: Option<u64>,
-    socks: Vec<(TcpStream, usize)>,
-    listener: Option<TcpListener>,
-}
-
-fn timeout(d: Option<Duration>) -> PollTimeout {
-    match d {
-        None => PollTimeout::NONE,
-        Some(d) => {
-            PollTimeout::try_from(d.max(Duration::from_millis(1))).unwrap_or(PollTimeout::MAX)
-        }
-    }
-}
-
-impl LiveWorld {
-    fn drain_wake(&self) {
-        let mut b = [0u8; 64];
-        while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
-    }
-
-    fn woke(&self) {
-        self.shared.sig.helper_wakes.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The sockets, cloned again (under the device lock) when the set
-    /// changed.
-    fn refresh(&mut self) {
-        let gen = self.shared.sig.gen.load(Ordering::SeqCst);
-        if self.gen == Some(gen) {
-            return;
-        }
-        let core = self.shared.lock();
-        self.gen = Some(core.gen);
-        self.listener = core.listener.try_clone().ok();
-        self.socks = core
-            .conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.dead)
-            .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
-            .collect();
-    }
-
-    /// Which sockets to ask for writability: from the published bits, or,
-    /// for connections numbered 63 and above, from the device.
-    fn want_out(&self, out: u64) -> Vec<bool> {
-        if out & (1 << 63) == 0 {
-            return self
-                .socks
-                .iter()
-                .map(|(_, i)| out & (1 << i) != 0)
-                .collect();
-        }
-        let core = self.shared.lock();
-        self.socks
-            .iter()
-            .map(|(_, i)| core.conns.get(*i).is_some_and(|c| !c.out.is_empty()))
-            .collect()
-    }
-}
-
-impl HelperWorld for LiveWorld {
-    fn wait_idle(&mut self) {
-        let mut fds = [PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        let r = poll(&mut fds, timeout(Some(self.idle)));
-        self.woke();
-        if matches!(r, Ok(n) if n > 0) {
-            // A signal: what it announces is published, and read again
-            // before the next wait.
-            self.drain_wake();
-        }
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let sig = Arc::clone(&self.shared.sig);
-        self.drain_wake();
-        self.refresh();
-        // The output bits this wait covers, announced before they are read
-        // again: an owner that queues output on another socket afterwards
-        // sees them and signals.
-        let mut out = sig.out.load(Ordering::SeqCst);
-        loop {
-            sig.watching.store(out, Ordering::SeqCst);
-            let now = sig.out.load(Ordering::SeqCst);
-            if now & !out == 0 {
-                break;
-            }
-            out |= now;
-        }
-        let want_out = self.want_out(out);
-        let accepting = sig.accepting.load(Ordering::SeqCst);
-        let deadline = sig.deadline.load(Ordering::SeqCst);
-        let wait = (deadline != u64::MAX).then(|| {
-            let at = sig.base + Duration::from_millis(deadline);
-            at.saturating_duration_since(Instant::now())
-        });
-        let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        if let Some(l) = self.listener.as_ref().filter(|_| accepting) {
-            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
-        }
-        for ((s, _), out) in self.socks.iter().zip(&want_out) {
-            let mut ev = PollFlags::POLLIN;
-            if *out {
-                ev |= PollFlags::POLLOUT;
-            }
-            fds.push(PollFd::new(s.as_fd(), ev));
-        }
-        let r = match wait {
-            Some(d) if d.is_zero() => Ok(0),
-            _ => poll(&mut fds, timeout(wait)),
-        };
-        sig.watching.store(u64::MAX, Ordering::SeqCst);
-        self.woke();
-        match r {
-            // A deadline: the device runs its timeouts.
-            Ok(0) => true,
-            Ok(_) => fds[1..]
-                .iter()
-                .any(|f| f.revents().is_some_and(|r| !r.is_empty())),
-            Err(_) => false,
-        }
-    }
-
-    fn step(&mut self) {
-        self.shared.sig.helper_steps.fetch_add(1, Ordering::Relaxed);
-        let mut core = self.shared.lock();
-        core.step();
     }
 }
 
