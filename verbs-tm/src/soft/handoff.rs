@@ -20,6 +20,11 @@
 //!    lock); otherwise it runs the device once under the device lock, and
 //!    goes back to 1.
 //!
+//! Step 3 is skipped while the owner has not called in since the helper
+//! last ran the device: the owner still computes, and the helper runs the
+//! device at once (a READ response streamed while the owner computes does
+//! not wait one idle time each time the socket takes more).
+//!
 //! Every call of the owner into the device counts as a poll
 //! ([`Handoff::owner_enter`]), not only `poll_cq`: an owner posting sends
 //! or registering memory is not computing.
@@ -92,18 +97,28 @@ impl Handoff {
 /// The helper thread's loop (see the [module docs](self)); returns when
 /// stopped.
 pub fn helper_loop<W: HelperWorld>(h: &Handoff, w: &mut W) {
+    // The owner's poll count when the helper last ran the device: while it
+    // stays the same, the owner is still computing and what is ready is run
+    // at once (a READ response streamed while the owner computes does not
+    // wait one idle time per socket buffer).
+    let mut computing: Option<u64> = None;
     while !h.stopped() {
         if !w.wait_ready() || h.stopped() {
             continue;
         }
         let seen = h.epoch();
-        w.wait_idle();
-        if h.stopped() {
-            break;
+        if computing != Some(seen) {
+            w.wait_idle();
+            if h.stopped() {
+                break;
+            }
+            if h.owner_active_since(seen) {
+                computing = None;
+                continue;
+            }
         }
-        if !h.owner_active_since(seen) {
-            w.step();
-        }
+        w.step();
+        computing = Some(seen);
     }
 }
 
