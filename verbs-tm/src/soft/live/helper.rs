@@ -164,10 +164,11 @@ impl LiveWorld {
     /// for connections numbered 63 and above, from the device.
     fn want_out(&self, out: u64) -> Vec<bool> {
         if out & (1 << 63) == 0 {
+            // No connection numbered 63 or above has output.
             return self
                 .socks
                 .iter()
-                .map(|(_, i)| out & (1 << i) != 0)
+                .map(|&(_, i)| i < 63 && out & (1 << i) != 0)
                 .collect();
         }
         let core = self.shared.lock();
