@@ -9,7 +9,7 @@
 //! | `TMX_VERBS_SRQ_WQES` | `64` | untagged receive buffers (unexpected, no-tag and FIN messages); at least 33, the minimum mlx5 users keep posted |
 //! | `TMX_VERBS_SEND_BUFS` | `64` | registered send buffers for eager messages, rendezvous requests and FINs; sends beyond wait in order |
 //! | `TMX_VERBS_STRICT` | `off` | software provider: the stricter TM activation rule (no matching at all while out of phase) |
-//! | `TMX_VERBS_HELPER_IDLE_US` | `1000` | software provider over TCP: how long the owner may go without polling before the helper thread serves READs and FINs for it |
+//! | `TMX_VERBS_HELPER_IDLE_US` | `1000` | software provider over TCP: once a socket is ready, how long the helper thread leaves it to the owner before it runs the device itself (serves READs, sends FINs) |
 //! | `TMX_VERBS_CONNECT_TIMEOUT_MS` | `30000` | software provider over TCP: how long a QP may stay connecting before it goes to the error state |
 //! | `TMX_VERBS_LISTEN` | `0.0.0.0:0` | software provider over TCP: the address its listener binds (port 0: any free port); the address published to peers is this one, or the host's outbound address when unspecified |
 //!

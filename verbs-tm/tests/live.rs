@@ -157,6 +157,155 @@ fn in_process_pair() {
     assert_eq!(ca.rndv_sends, 3, "4097 B, 300 KB and the synchronous send");
 }
 
+/// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
+/// with both owners polling, then 200 ms with both computing, it wakes a
+/// handful of times at most (a helper that checked on the owner every
+/// idle time, 1 ms, would wake 200 times in each).
+fn idle_helper_sleeps() {
+    let job = (u64::from(std::process::id()) << 8) | 1;
+    let mut a = live(job, 0);
+    let mut b = live(job, 1);
+    connect_pair(&mut a, &mut b);
+    // One message each way, then let the connection settle.
+    send(&mut a, 1, 1, data(1, 64), SendMode::Standard);
+    let f = recv(&mut b, spec(0, 1), 64);
+    assert_eq!(f.buf, data(1, 64));
+    let settle = Instant::now() + Duration::from_millis(20);
+    while Instant::now() < settle {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    let wakes = |a: &Endpoint<Live>, b: &Endpoint<Live>| {
+        a.provider().wire_stats().helper_wakes + b.provider().wire_stats().helper_wakes
+    };
+    let before = wakes(&a, &b);
+    let until = Instant::now() + Duration::from_millis(200);
+    let mut polls = 0u64;
+    while Instant::now() < until {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        polls += 1;
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let polling = wakes(&a, &b) - before;
+    let before = wakes(&a, &b);
+    std::thread::sleep(Duration::from_millis(200));
+    let computing = wakes(&a, &b) - before;
+    assert!(polls > 100, "the owners polled {polls} times");
+    assert!(
+        polling <= 10 && computing <= 10,
+        "helper wake-ups over 200 ms: {polling} while the owners polled, {computing} while they computed"
+    );
+    // Still working: a rendezvous after the idle time, its READ served by
+    // the sender's helper thread (the sender does not call in meanwhile).
+    let SendStart::Pending(id) = a
+        .isend(1, 2, 0, data(2, 100_000), SendMode::Standard)
+        .unwrap()
+    else {
+        panic!("100 KB goes by rendezvous");
+    };
+    let f = recv(&mut b, spec(0, 2), 100_000);
+    assert_eq!(f.buf, data(2, 100_000));
+    wait(&mut a, id, Duration::from_secs(10)).result.unwrap();
+    assert!(a.provider().wire_stats().helper_steps >= 1);
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// A wire frame as the crate documents it: the 24-byte header, then the
+/// payload (`len` announced, `payload` sent).
+fn raw_frame(kind: u8, a: u32, b: u64, c: u32, len: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![kind, 0, 0, 0];
+    f.extend_from_slice(&a.to_le_bytes());
+    f.extend_from_slice(&b.to_le_bytes());
+    f.extend_from_slice(&c.to_le_bytes());
+    f.extend_from_slice(&len.to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A peer that sends an oversized frame (a SEND announcing 2 GiB, a READ
+/// response to no READ) fails its connection with a typed
+/// `soft::FrameError`, from the header alone.
+fn oversized_frames_are_refused() {
+    use std::io::Read;
+    use std::net::TcpListener;
+    use verbs_tm::soft::FrameError;
+    use verbs_tm::verbs::{CqInitAttr, QpInitAttr, QpState, SrqInitAttr};
+    use verbs_tm::Provider;
+
+    const SEND: u8 = 1;
+    const READ_RESP: u8 = 4;
+    const HELLO_ACK: u8 = 6;
+    let bad: [(Vec<u8>, &str, usize); 2] = [
+        (raw_frame(SEND, 0, 0, 0, 2 << 30, &[]), "SEND", 2 << 30),
+        (
+            raw_frame(READ_RESP, 0, 77, 0, 100, &[0; 100]),
+            "READ_RESP",
+            100,
+        ),
+    ];
+    for (i, (frame, kind, len)) in bad.into_iter().enumerate() {
+        let job = (u64::from(std::process::id()) << 8) | (2 + i as u64);
+        let mut lc = LiveConfig::new(job, 0);
+        lc.listen = "127.0.0.1:0".parse().unwrap();
+        let mut dev = Live::new(lc).unwrap();
+        let cq = dev
+            .create_cq(&CqInitAttr {
+                cqe: 64,
+                wc_flags: 0,
+                extended: true,
+            })
+            .unwrap();
+        let srq = dev.create_srq(&mut SrqInitAttr::tm(cq, 16, 4, 16)).unwrap();
+        let qp = dev
+            .create_qp(&QpInitAttr {
+                send_cq: cq,
+                recv_cq: cq,
+                srq: Some(srq),
+                max_send_wr: 4,
+                max_send_sge: 1,
+            })
+            .unwrap();
+        // The fake peer (rank 1, QPN 7) listens on 127.0.0.2: its address
+        // sorts after the device's, so the device connects.
+        let l = TcpListener::bind("127.0.0.2:0").unwrap();
+        let mut blob = b"TMXL".to_vec();
+        blob.extend_from_slice(&job.to_le_bytes());
+        blob.extend_from_slice(&1u32.to_le_bytes());
+        blob.extend_from_slice(&7u32.to_le_bytes());
+        blob.extend_from_slice(l.local_addr().unwrap().to_string().as_bytes());
+        dev.connect(qp, &blob).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let mut hello = [0u8; 36];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(hello[0], 5, "a HELLO first");
+        s.write_all(&raw_frame(HELLO_ACK, 0, job, 1, 4, &[0; 4]))
+            .unwrap();
+        s.write_all(&frame).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let why = loop {
+            dev.step();
+            if let QpState::Error(why) = dev.qp_state(qp) {
+                break why;
+            }
+            assert!(Instant::now() < until, "the {kind} frame was accepted");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(why.contains("protocol error"), "{why}");
+        let errs = dev.frame_errors();
+        assert!(
+            matches!(
+                errs.as_slice(),
+                [(Some(1), FrameError::TooLarge { kind: k, len: n, .. })] if *k == kind && *n == len
+            ),
+            "{errs:?}"
+        );
+        // Nothing of the 2 GiB was buffered: the device read little.
+        assert!(dev.wire_stats().bytes_in < 1 << 20);
+    }
+}
+
 // ------------------------------------------------------------ two processes
 
 struct Peer {
@@ -258,6 +407,10 @@ fn eager_between_processes() {
     assert_eq!(w.frames_out, 201, "{w}");
     assert!(w.writes <= w.frames_out, "{w}");
     assert_eq!(w.frames_in, 201, "{w}");
+    // The SEND payload buffers come back to the device's pool: a few
+    // allocations for 200 messages.
+    let st = ep.provider().stats();
+    assert!(st.staging_allocs <= 4 && st.staging_reused >= 190, "{st:?}");
     ep.finalize().unwrap();
     peer.finish();
 }
@@ -309,6 +462,10 @@ fn stream_between_processes() {
     let big: u64 = STREAM.iter().map(|&l| l as u64).sum();
     assert!(w.bytes_out >= big, "{w}");
     assert!(w.read_waits > 0, "{w}");
+    // The staging buffers (SEND payloads, READ responses) are reused: of
+    // the 18 (12 rendezvous requests, 6 READ responses) few are allocated.
+    let st = ep.provider().stats();
+    assert!(st.staging_allocs <= 6 && st.staging_reused >= 12, "{st:?}");
     ep.finalize().unwrap();
     peer.finish();
 }
@@ -463,6 +620,8 @@ fn main() -> ExitCode {
     }
     let tests: &[(&str, fn())] = &[
         ("in_process_pair", in_process_pair),
+        ("idle_helper_sleeps", idle_helper_sleeps),
+        ("oversized_frames_are_refused", oversized_frames_are_refused),
         ("eager_between_processes", eager_between_processes),
         ("stream_between_processes", stream_between_processes),
         (

@@ -524,6 +524,9 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         if first == "abi" {
             return abi::run_abi(rest);
         }
+        if first == "internode" {
+            return crate::internode::run(rest);
+        }
     }
     let root = workspace_root();
     let mut crates: Vec<String> = Vec::new();
@@ -555,7 +558,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             continue;
         }
         if krate == "internode" {
-            crate::internode::run()?;
+            crate::internode::run(&[])?;
             continue;
         }
         if krate == "adi-pairs" {

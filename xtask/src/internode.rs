@@ -22,10 +22,16 @@
 //! ratios of tmx against the best of MPICH and Open MPI in that round and
 //! against the TCP floor (medians, > 1: tmx is better).
 //!
+//! No side is bound to a CPU (`tmrun --bind-to none`, Hydra's
+//! `-bind-to none`, Open MPI's `--bind-to none`): each namespace host
+//! looks like a whole machine to its launcher daemon, and Open MPI's
+//! default would pin both hosts' ranks to CPU 0.
+//!
 //! Needs root (namespaces) and iproute2; MPICH (`mpich libmpich-dev`) and
 //! Open MPI (`openmpi-bin libopenmpi-dev`) are skipped, with a message,
-//! when missing. `TMX_BENCH_ROUNDS` (default 5) rounds; `TMX_BENCH_QUICK=1`
-//! runs a fraction of the iterations (a smoke test, not a measurement).
+//! when missing. `TMX_BENCH_ROUNDS` (default 5) rounds; `--quick` (or
+//! `TMX_BENCH_QUICK=1`) runs one round of a fraction of the iterations (a
+//! smoke test, not a measurement).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -166,6 +172,7 @@ fn command(side: Side, p: &Programs, ns: &Namespaces) -> Option<Command> {
         Side::Tmx => {
             c.arg(p.rel.join("tmrun"))
                 .args(["--hosts", &ns.hosts_arg(), "-ppn", "1"])
+                .args(["--bind-to", "none"])
                 .args(["--server-addr", HUB])
                 .arg(p.rel.join("examples/osu"))
                 .args(["--raw", "--tests", "latency,bw", "--max-size", &max]);
@@ -176,6 +183,7 @@ fn command(side: Side, p: &Programs, ns: &Namespaces) -> Option<Command> {
         Side::Mpich => {
             c.arg("mpiexec.hydra")
                 .args(["-hosts", &HOSTS.join(","), "-n", "2", "-ppn", "1"])
+                .args(["-bind-to", "none"])
                 .args(["-launcher", "ssh", "-launcher-exec"])
                 .arg(&p.wrapper)
                 .args(["-iface", "br0"])
@@ -190,6 +198,10 @@ fn command(side: Side, p: &Programs, ns: &Namespaces) -> Option<Command> {
         Side::Ompi => {
             c.arg("mpirun.openmpi")
                 .args(["--allow-run-as-root", "-np", "2", "--map-by", "node"])
+                // Each namespace host looks like a whole machine to its
+                // daemon, which would pin its one rank to CPU 0: both ranks
+                // on one CPU.
+                .args(["--bind-to", "none"])
                 .args(["--host", &format!("{},{}", HOSTS[0], HOSTS[1])])
                 .args(["--mca", "plm_rsh_agent"])
                 .arg(&p.wrapper)
@@ -224,8 +236,15 @@ fn command(side: Side, p: &Programs, ns: &Namespaces) -> Option<Command> {
     Some(c)
 }
 
-/// `cargo xtask bench internode`.
-pub(crate) fn run() -> Result<(), String> {
+/// `cargo xtask bench internode [--quick]`.
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let mut quick = std::env::var("TMX_BENCH_QUICK").is_ok_and(|v| v == "1");
+    for a in args {
+        match a.as_str() {
+            "--quick" => quick = true,
+            other => return Err(format!("bench internode: unknown argument `{other}`")),
+        }
+    }
     if !is_root() {
         return Err("bench internode needs root (network namespaces)".into());
     }
@@ -252,8 +271,7 @@ pub(crate) fn run() -> Result<(), String> {
         println!("Open MPI baseline skipped: install openmpi-bin libopenmpi-dev");
         None
     };
-    let rounds = bench_rounds(5)?;
-    let quick = std::env::var("TMX_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let rounds = if quick { 1 } else { bench_rounds(5)? };
     let ns = Namespaces::create(2)?;
     let p = Programs {
         rel,
@@ -320,7 +338,7 @@ pub(crate) fn run() -> Result<(), String> {
     drop(ns);
     print!("{}", table(&sides, &all));
     if quick {
-        println!("(TMX_BENCH_QUICK=1: a smoke run, not a measurement)");
+        println!("(--quick: a smoke run, not a measurement)");
     }
     Ok(())
 }

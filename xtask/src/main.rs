@@ -45,10 +45,11 @@ commands:
                     `bench abi [--quick]`: mpi-abi/bench/abi_bench.c, built
                     once with mpicc.mpich, on MPICH's libmpich.so.12 and on
                     tmx's (and Open MPI's build), interleaved; ratios per round;
-                    `bench internode`: two network-namespace hosts, one rank
-                    each: adi's osu under tmrun --hosts vs MPICH (UCX tcp) vs
-                    Open MPI (btl tcp) vs raw TCP, veth byte counters checked,
-                    paired per-round medians (root);
+                    `bench internode [--quick]`: two network-namespace hosts,
+                    one rank each, none bound to a CPU: adi's osu under tmrun
+                    --hosts vs MPICH (UCX tcp) vs Open MPI (btl tcp) vs raw
+                    TCP, veth byte counters checked, paired per-round medians
+                    (root); --quick: one short smoke round;
                     `bench state`: the machine's state (fast or slow: the
                     round trip of a cache line between two threads), 5 probes
   cluster [ARGS]    multi-host tests: the launcher's, then adi's jobs on 2 hosts x 2

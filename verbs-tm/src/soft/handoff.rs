@@ -7,25 +7,35 @@
 //! rendezvous would wait for the computation to end. The helper thread
 //! does that, and only then:
 //!
-//! 1. it notes the owner's poll count ([`Handoff::epoch`]), then waits on its
-//!    wake-up descriptor for the idle time (`TMX_VERBS_HELPER_IDLE_US`);
-//! 2. if the owner polled meanwhile ([`Handoff::owner_active_since`]), it goes
-//!    back to 1: the owner runs the device;
-//! 3. otherwise it blocks in poll(2) on the sockets until one is ready (a
-//!    level-triggered readiness: a frame the owner did not take is seen
-//!    again); unless the owner has called in meanwhile (it runs the device
-//!    itself then: no contention for the device lock), it runs the device
-//!    once under the device lock; back to 1.
+//! 1. it blocks in poll(2) ([`HelperWorld::wait_ready`]) until a socket it
+//!    watches is ready (readable; writable while bytes wait to be sent), the
+//!    owner signals a change of what to watch, or a connect deadline falls
+//!    due. No timeout otherwise: an idle device never wakes it;
+//! 2. woken by a signal only, it goes back to 1 (watching the new set);
+//! 3. something is ready: it notes the owner's poll count
+//!    ([`Handoff::epoch`]) and gives the owner the idle time
+//!    (`TMX_VERBS_HELPER_IDLE_US`, [`HelperWorld::wait_idle`]) to take it;
+//! 4. if the owner polled meanwhile ([`Handoff::owner_active_since`]), it goes
+//!    back to 1: the owner runs the device (no contention for the device
+//!    lock); otherwise it runs the device once under the device lock, and
+//!    goes back to 1.
+//!
+//! Step 3 is skipped while the owner has not called in since the helper
+//! last ran the device: the owner still computes, and the helper runs the
+//! device at once (a READ response streamed while the owner computes does
+//! not wait one idle time each time the socket takes more).
 //!
 //! Every call of the owner into the device counts as a poll
 //! ([`Handoff::owner_enter`]), not only `poll_cq`: an owner posting sends
 //! or registering memory is not computing.
 //!
-//! It never spins: step 1 sleeps for the idle time, step 3 blocks. Frames
-//! are never lost: readiness is level-triggered, so a frame that arrived
-//! after the owner's last poll keeps its socket ready until someone runs
-//! the device, and the helper does once the owner has been idle for one
-//! idle time. [`Handoff::stop`] ends the helper (finalize, drop).
+//! It never spins: step 1 blocks, and step 3 sleeps, so it wakes at most
+//! once per idle time while traffic arrives, and not at all while nothing
+//! does, whether the owner polls or computes. Frames are never lost:
+//! readiness is level-triggered, so a frame that arrived after the owner's
+//! last poll keeps its socket ready until someone runs the device, and the
+//! helper does once the owner has been idle for one idle time.
+//! [`Handoff::stop`] ends the helper (finalize, drop).
 //!
 //! `tests/loom.rs` checks this protocol ([`helper_loop`] with a model of the
 //! sockets) and a variant that loses the wake-up (`helper_loop_edge`).
@@ -42,10 +52,11 @@ pub struct Handoff {
 /// What the helper loop needs from its surroundings: the real sockets
 /// (`Live`) or a model (loom).
 pub trait HelperWorld {
-    /// Waits up to the idle time for a wake-up (or the stop).
+    /// Sleeps the idle time (a stop may cut it short).
     fn wait_idle(&mut self);
-    /// Blocks until a socket is ready or a wake-up comes; `true` if a
-    /// socket is ready.
+    /// Blocks until a socket is ready, a deadline falls due or a wake-up
+    /// comes; `true` for a ready socket or a deadline (the device should
+    /// run), `false` for a wake-up only.
     fn wait_ready(&mut self) -> bool;
     /// Runs the device once, under its lock.
     fn step(&mut self);
@@ -86,18 +97,28 @@ impl Handoff {
 /// The helper thread's loop (see the [module docs](self)); returns when
 /// stopped.
 pub fn helper_loop<W: HelperWorld>(h: &Handoff, w: &mut W) {
+    // The owner's poll count when the helper last ran the device: while it
+    // stays the same, the owner is still computing and what is ready is run
+    // at once (a READ response streamed while the owner computes does not
+    // wait one idle time per socket buffer).
+    let mut computing: Option<u64> = None;
     while !h.stopped() {
-        let seen = h.epoch();
-        w.wait_idle();
-        if h.stopped() {
-            break;
-        }
-        if h.owner_active_since(seen) {
+        if !w.wait_ready() || h.stopped() {
             continue;
         }
-        if w.wait_ready() && !h.stopped() && !h.owner_active_since(seen) {
-            w.step();
+        let seen = h.epoch();
+        if computing != Some(seen) {
+            w.wait_idle();
+            if h.stopped() {
+                break;
+            }
+            if h.owner_active_since(seen) {
+                computing = None;
+                continue;
+            }
         }
+        w.step();
+        computing = Some(seen);
     }
 }
 
@@ -109,16 +130,21 @@ pub fn helper_loop<W: HelperWorld>(h: &Handoff, w: &mut W) {
 pub fn helper_loop_edge<W: HelperWorld>(h: &Handoff, w: &mut W) {
     let mut deferred = false;
     while !h.stopped() {
+        if deferred {
+            w.wait_idle();
+            continue;
+        }
+        if !w.wait_ready() || h.stopped() {
+            continue;
+        }
         let seen = h.epoch();
         w.wait_idle();
         if h.stopped() {
             break;
         }
-        if deferred || h.owner_active_since(seen) {
+        if h.owner_active_since(seen) {
             deferred = true;
-            continue;
-        }
-        if w.wait_ready() && !h.stopped() {
+        } else {
             w.step();
         }
     }

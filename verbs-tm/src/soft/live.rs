@@ -1,20 +1,25 @@
 //! [`Live`]: the software device over TCP.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
+use std::io::{ErrorKind, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use tracing::{debug, info, warn};
 
-use super::handoff::{helper_loop, Handoff, HelperWorld};
+mod conn;
+mod helper;
+
+pub use self::conn::WireStats;
+use self::conn::{Conn, Direct, Phase};
+use self::helper::{LiveWorld, Signals, Watch};
+use super::handoff::{helper_loop, Handoff};
 use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
-use super::wire::{self, Wire, WireRef};
+use super::wire::{self, FrameError, Wire, WireRef};
 use super::SoftConfig;
 use crate::config::var_size;
 use crate::verbs::{
@@ -34,8 +39,8 @@ pub struct LiveConfig {
     pub rank: u32,
     /// The address the listener binds (`TMX_VERBS_LISTEN`).
     pub listen: SocketAddr,
-    /// How long the owner may go without polling before the helper thread
-    /// runs the device (`TMX_VERBS_HELPER_IDLE_US`).
+    /// Once a socket is ready, how long the helper thread leaves it to the
+    /// owner before it runs the device (`TMX_VERBS_HELPER_IDLE_US`).
     pub helper_idle: Duration,
     /// How long a QP may stay connecting (`TMX_VERBS_CONNECT_TIMEOUT_MS`).
     pub connect_timeout: Duration,
@@ -94,22 +99,6 @@ impl LiveConfig {
     }
 }
 
-#[derive(Debug)]
-enum Phase {
-    /// Waiting for the peer's HELLO (acceptor) or HELLO_ACK (initiator).
-    Handshake {
-        deadline: Instant,
-    },
-    Bound,
-}
-
-/// Small frames are copied into the outbox's open chunk (many frames, one
-/// write); payloads larger than this are queued as they are.
-const COALESCE: usize = 16 << 10;
-/// The largest open chunk of the outbox.
-const CHUNK_MAX: usize = 256 << 10;
-/// Outbox chunks gathered by one `writev`.
-const IOV_MAX: usize = 32;
 /// [`LiveConfig::read_backlog`]'s default.
 const READ_BACKLOG: usize = 4 << 20;
 /// Bytes asked of the socket per read, at least.
@@ -117,228 +106,6 @@ const READ_CHUNK: usize = 256 << 10;
 /// READ responses at least this large are received straight into the
 /// requester's memory region (no copy through the receive buffer).
 const DIRECT_MIN: usize = 64 << 10;
-
-/// A READ response being received straight into memory: `len` bytes at
-/// `off` of region `mr` (key `key`), `got` of them so far; `ok` false once
-/// the region went away (the rest is read and dropped).
-#[derive(Debug, Clone, Copy)]
-struct Direct {
-    id: u64,
-    mr: u32,
-    key: u32,
-    off: usize,
-    len: usize,
-    got: usize,
-    ok: bool,
-}
-
-#[derive(Debug)]
-struct Conn {
-    stream: TcpStream,
-    /// Received bytes are `rbuf[rpos..rend]`; `rbuf` stays allocated (and
-    /// zeroed once) so that a read needs no initialisation. Frames are
-    /// parsed and delivered in place.
-    rbuf: Vec<u8>,
-    rpos: usize,
-    rend: usize,
-    /// Bytes waiting for the socket, in chunks: coalesced small frames and
-    /// large payloads (not copied again), gathered by one `writev`.
-    out: VecDeque<Vec<u8>>,
-    /// Whether the back chunk of `out` takes more small frames.
-    back_open: bool,
-    out_off: usize,
-    out_bytes: usize,
-    /// Emptied small chunks, for reuse.
-    spare: Vec<Vec<u8>>,
-    /// Large payloads written, for the device's reuse.
-    written: Vec<Vec<u8>>,
-    qp: Option<QpId>,
-    phase: Phase,
-    /// An acceptor's parsed HELLO, waiting for `connect` of its QP.
-    hello: Option<(u32, u32, u32)>,
-    saw_close: bool,
-    dead: bool,
-    stats: WireStats,
-    /// A READ response's payload being read straight into memory.
-    direct: Option<Direct>,
-}
-
-impl Conn {
-    fn new(stream: TcpStream, deadline: Instant) -> Self {
-        Conn {
-            stream,
-            rbuf: Vec::new(),
-            rpos: 0,
-            rend: 0,
-            out: VecDeque::new(),
-            back_open: false,
-            out_off: 0,
-            out_bytes: 0,
-            spare: Vec::new(),
-            written: Vec::new(),
-            qp: None,
-            phase: Phase::Handshake { deadline },
-            hello: None,
-            saw_close: false,
-            dead: false,
-            stats: WireStats::default(),
-            direct: None,
-        }
-    }
-
-    /// Appends bytes to the open chunk (opening one if needed).
-    fn append(&mut self, b: &[u8]) {
-        let open = self.back_open
-            && self
-                .out
-                .back()
-                .is_some_and(|v| v.len() + b.len() <= CHUNK_MAX);
-        if !open {
-            let mut v = self.spare.pop().unwrap_or_default();
-            v.clear();
-            self.out.push_back(v);
-            self.back_open = true;
-        }
-        if let Some(v) = self.out.back_mut() {
-            v.extend_from_slice(b);
-        }
-        self.out_bytes += b.len();
-    }
-
-    /// Queues a frame.
-    fn push(&mut self, w: Wire) {
-        let (h, p) = wire::encode(w);
-        self.stats.frames_out += 1;
-        self.stats.bytes_out += (h.len() + p.len()) as u64;
-        self.append(&h);
-        if p.len() <= COALESCE {
-            self.append(&p);
-        } else {
-            self.out_bytes += p.len();
-            self.out.push_back(p);
-            self.back_open = false;
-        }
-    }
-
-    /// Writes as much of the outbox as the socket takes, several chunks
-    /// per `writev`. Large payloads written wait in `written` for reuse.
-    fn flush(&mut self) -> std::io::Result<()> {
-        while !self.out.is_empty() {
-            let mut iov = [IoSlice::new(&[]); IOV_MAX];
-            let mut k = 0;
-            let mut want = 0;
-            for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
-                let b = if i == 0 { &ch[self.out_off..] } else { &ch[..] };
-                iov[k] = IoSlice::new(b);
-                want += b.len();
-                k += 1;
-            }
-            self.stats.writes += 1;
-            let mut n = match (&self.stream).write_vectored(&iov[..k]) {
-                Ok(0) if want > 0 => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            let wrote = n;
-            self.out_bytes -= n.min(self.out_bytes);
-            while n > 0 {
-                let Some(front) = self.out.front() else { break };
-                let left = front.len() - self.out_off;
-                if n < left {
-                    self.out_off += n;
-                    n = 0;
-                } else {
-                    n -= left;
-                    self.out_off = 0;
-                    if let Some(v) = self.out.pop_front() {
-                        self.done_chunk(v);
-                    }
-                }
-            }
-            // Empty chunks (a frame without payload never makes one).
-            while self.out.front().is_some_and(Vec::is_empty) && self.out_off == 0 {
-                if let Some(v) = self.out.pop_front() {
-                    self.done_chunk(v);
-                }
-            }
-            if self.out.is_empty() {
-                self.back_open = false;
-            }
-            if wrote < want {
-                // A short write: the socket is full; a second try would
-                // only say so.
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    fn done_chunk(&mut self, v: Vec<u8>) {
-        if v.capacity() <= CHUNK_MAX {
-            if self.spare.len() < 4 {
-                self.spare.push(v);
-            }
-        } else {
-            self.written.push(v);
-        }
-    }
-}
-
-/// Counters of a [`Live`] device's connections.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WireStats {
-    /// Frames queued for peers (device frames and connection control).
-    pub frames_out: u64,
-    /// Frames received and parsed.
-    pub frames_in: u64,
-    /// Bytes of frames queued (headers included).
-    pub bytes_out: u64,
-    /// Bytes received.
-    pub bytes_in: u64,
-    /// `writev` calls (each may carry many frames).
-    pub writes: u64,
-    /// `read` calls that returned data or end of file.
-    pub reads: u64,
-    /// Times a READ request found the connection's unsent bytes at
-    /// [`LiveConfig::read_backlog`] or more and waited (a request that waits
-    /// over several passes counts once per pass).
-    pub read_waits: u64,
-    /// READ responses received straight into the requester's memory
-    /// (64 KiB and more, one scatter entry).
-    pub direct: u64,
-}
-
-impl std::fmt::Display for WireStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}",
-            self.frames_out,
-            self.frames_in,
-            self.bytes_out,
-            self.bytes_in,
-            self.writes,
-            self.reads,
-            self.read_waits,
-            self.direct
-        )
-    }
-}
-
-impl WireStats {
-    fn add(&mut self, o: &WireStats) {
-        self.frames_out += o.frames_out;
-        self.frames_in += o.frames_in;
-        self.bytes_out += o.bytes_out;
-        self.bytes_in += o.bytes_in;
-        self.writes += o.writes;
-        self.reads += o.reads;
-        self.read_waits += o.read_waits;
-        self.direct += o.direct;
-    }
-}
 
 /// A QP that waits for its peer to connect.
 #[derive(Debug)]
@@ -364,6 +131,11 @@ struct Core {
     hold: HashMap<u32, VecDeque<Frame>>,
     /// Bumped whenever the set of sockets changes.
     gen: u64,
+    /// Protocol errors of peers, for [`Live::frame_errors`].
+    frame_errors: Vec<(Option<u32>, FrameError)>,
+    /// What the helper thread watches, as last published.
+    published: Watch,
+    sig: Arc<Signals>,
 }
 
 fn set_keepalive(s: &TcpStream) {
@@ -426,6 +198,14 @@ fn decode_addr(b: &[u8]) -> Result<(SocketAddr, u64, u32, u32)> {
 impl Core {
     fn bump(&mut self) {
         self.gen = self.gen.wrapping_add(1);
+    }
+
+    /// A peer broke the wire protocol: recorded, and the connection fails.
+    fn frame_error(&mut self, c: usize, e: FrameError) {
+        let peer = self.conns[c].peer;
+        warn!(?peer, error = %e, "verbs-tm soft-live: protocol error");
+        self.frame_errors.push((peer, e.clone()));
+        self.fail_conn(c, format!("protocol error: {e}"));
     }
 
     fn fail_conn(&mut self, c: usize, reason: String) {
@@ -680,10 +460,31 @@ impl Core {
                 break;
             }
             let start = conn.rpos;
-            let plen = wire::payload_len(&conn.rbuf[start..]);
-            if plen > wire::MAX_PAYLOAD {
-                self.fail_conn(c, "protocol error: frame too large".into());
-                return;
+            // The caps, from the header alone: nothing is buffered for an
+            // oversized frame.
+            let plen = match wire::check_header(&conn.rbuf[start..]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.frame_error(c, e);
+                    return;
+                }
+            };
+            if let (Some((id, _)), Some(qp)) =
+                (wire::read_resp_header(&conn.rbuf[start..]), conn.qp)
+            {
+                // A READ response is at most what its READ asked for (and
+                // only an answer to a READ that waits has any data), unless
+                // the QP left the ready state (the device drops it then).
+                let max = self.nic.read_len(id).unwrap_or(0);
+                if plen > max && self.nic.qp_state(qp) == QpState::Ready {
+                    let e = FrameError::TooLarge {
+                        kind: "READ_RESP",
+                        len: plen,
+                        max,
+                    };
+                    self.frame_error(c, e);
+                    return;
+                }
             }
             let end = start + wire::HDR + plen;
             if plen >= DIRECT_MIN && conn.direct.is_none() {
@@ -758,8 +559,8 @@ impl Core {
                     conn.rpos = end;
                     self.on_wire(c, w);
                 }
-                (Err(why), _) => {
-                    self.fail_conn(c, format!("protocol error: {why}"));
+                (Err(e), _) => {
+                    self.frame_error(c, e);
                     return;
                 }
             }
@@ -800,6 +601,7 @@ impl Core {
                     return;
                 }
                 self.conns[c].hello = Some((rank, src_qpn, dst_qpn));
+                self.conns[c].peer = Some(rank);
                 self.try_bind(c);
             }
             (Wire::HelloAck { refused, qpn, .. }, Some(qp)) => {
@@ -837,17 +639,16 @@ impl Core {
     fn route_and_flush(&mut self) {
         self.route();
         for c in 0..self.conns.len() {
-            if self.conns[c].dead || self.conns[c].out.is_empty() {
-                continue;
+            if !self.conns[c].dead && !self.conns[c].out.is_empty() {
+                if let Err(e) = self.conns[c].flush() {
+                    self.fail_conn(c, format!("send failed: {e}"));
+                }
             }
-            let r = self.conns[c].flush();
             for v in self.conns[c].written.drain(..) {
                 self.nic.recycle(v);
             }
-            if let Err(e) = r {
-                self.fail_conn(c, format!("send failed: {e}"));
-            }
         }
+        self.publish();
     }
 
     /// Runs the device once: accept, read, deliver, execute list
@@ -912,6 +713,7 @@ impl Core {
                 }
             }
         }
+        self.publish();
     }
 }
 
@@ -919,7 +721,7 @@ impl Core {
 struct Shared {
     core: Mutex<Core>,
     handoff: Handoff,
-    wake: UnixStream,
+    sig: Arc<Signals>,
 }
 
 impl Shared {
@@ -932,101 +734,7 @@ impl Shared {
     }
 
     fn wake(&self) {
-        let _ = (&self.wake).write(&[1]);
-    }
-}
-
-/// The helper thread's view of the device.
-struct LiveWorld {
-    shared: Arc<Shared>,
-    wake: UnixStream,
-    idle: Duration,
-    gen: Option<u64>,
-    socks: Vec<(TcpStream, usize)>,
-    listener: Option<TcpListener>,
-}
-
-fn timeout(d: Option<Duration>) -> PollTimeout {
-    match d {
-        None => PollTimeout::NONE,
-        Some(d) => {
-            PollTimeout::try_from(d.max(Duration::from_millis(1))).unwrap_or(PollTimeout::MAX)
-        }
-    }
-}
-
-impl LiveWorld {
-    fn drain_wake(&self) {
-        let mut b = [0u8; 64];
-        while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
-    }
-
-    /// The connections' "has output" flags, and whether the listener is
-    /// asked (see [`Core::accepting`]).
-    fn refresh(&mut self) -> (Vec<bool>, bool) {
-        let core = self.shared.lock();
-        if self.gen != Some(core.gen) {
-            self.gen = Some(core.gen);
-            self.listener = core.listener.try_clone().ok();
-            self.socks = core
-                .conns
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| !c.dead)
-                .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
-                .collect();
-        }
-        let out = self
-            .socks
-            .iter()
-            .map(|(_, i)| core.conns.get(*i).is_some_and(|c| !c.out.is_empty()))
-            .collect();
-        (out, core.accepting())
-    }
-}
-
-impl HelperWorld for LiveWorld {
-    fn wait_idle(&mut self) {
-        let mut fds = [PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        if let Ok(n) = poll(&mut fds, timeout(Some(self.idle))) {
-            if n > 0 {
-                self.drain_wake();
-            }
-        }
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let (want_out, accepting) = self.refresh();
-        let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        if let Some(l) = self.listener.as_ref().filter(|_| accepting) {
-            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
-        }
-        for ((s, _), out) in self.socks.iter().zip(&want_out) {
-            let mut ev = PollFlags::POLLIN;
-            if *out {
-                ev |= PollFlags::POLLOUT;
-            }
-            fds.push(PollFd::new(s.as_fd(), ev));
-        }
-        // Wake once a second anyway: connect timeouts.
-        match poll(&mut fds, timeout(Some(Duration::from_secs(1)))) {
-            Ok(0) => true,
-            Ok(_) => {
-                let woken = fds[0].revents().is_some_and(|r| !r.is_empty());
-                if woken {
-                    self.drain_wake();
-                }
-                fds[1..]
-                    .iter()
-                    .any(|f| f.revents().is_some_and(|r| !r.is_empty()))
-            }
-            Err(_) => false,
-        }
-    }
-
-    fn step(&mut self) {
-        let mut core = self.shared.lock();
-        core.step();
+        self.sig.wake();
     }
 }
 
@@ -1056,10 +764,13 @@ impl HelperWorld for LiveWorld {
 ///
 /// The device runs in the owner's [`Provider::poll_cq`] (which never blocks:
 /// if the helper thread holds the device it returns no completion), and in
-/// the helper thread when the owner has not called into the device (any
-/// call but queries) for `TMX_VERBS_HELPER_IDLE_US` (see
-/// [`super::Handoff`]). While the owner calls in, the device lock is
-/// uncontended: the owner's poll is one `try_lock`, no system call.
+/// the helper thread when a socket is ready and the owner has not called
+/// into the device (any call but queries) for `TMX_VERBS_HELPER_IDLE_US`
+/// since (see [`super::Handoff`]). The helper blocks in poll(2) without a
+/// timer: what it watches is published by the device in atomics, and the
+/// device signals it only when it must watch more. While the owner calls
+/// in, the device lock is uncontended: the owner's poll is one `try_lock`,
+/// no system call.
 ///
 /// While the owner computes, the helper thread serves READs and sends FINs;
 /// messages that arrive for the owner (FINs of its rendezvous sends,
@@ -1097,6 +808,17 @@ impl Live {
             s.set_nonblocking(true)
                 .map_err(|e| Error::io("wake-up pipe", e))?;
         }
+        let sig = Arc::new(Signals {
+            gen: AtomicU64::new(0),
+            out: AtomicU64::new(0),
+            accepting: AtomicBool::new(false),
+            deadline: AtomicU64::new(u64::MAX),
+            base: Instant::now(),
+            watching: AtomicU64::new(u64::MAX),
+            wake: wake_w,
+            helper_wakes: AtomicU64::new(0),
+            helper_steps: AtomicU64::new(0),
+        });
         let core = Core {
             nic: Nic::new(cfg.soft),
             cfg,
@@ -1109,11 +831,19 @@ impl Live {
             expect: HashMap::new(),
             hold: HashMap::new(),
             gen: 0,
+            frame_errors: Vec::new(),
+            published: Watch {
+                gen: 0,
+                out: 0,
+                accepting: false,
+                deadline: u64::MAX,
+            },
+            sig: Arc::clone(&sig),
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             handoff: Handoff::new(),
-            wake: wake_w,
+            sig,
         });
         let helper = if cfg.helper {
             let mut world = LiveWorld {
@@ -1144,6 +874,13 @@ impl Live {
         self.shared.lock().addr
     }
 
+    /// Protocol errors of peers since the last call (each failed its
+    /// connection): the peer's rank when its handshake had named it, and
+    /// what was wrong (an oversized frame, an unknown kind, ...).
+    pub fn frame_errors(&self) -> Vec<(Option<u32>, FrameError)> {
+        std::mem::take(&mut self.shared.lock().frame_errors)
+    }
+
     /// Misuse recorded since the last call.
     pub fn misuse(&self) -> Vec<String> {
         self.shared.lock().nic.take_misuse()
@@ -1162,6 +899,8 @@ impl Live {
         for c in &core.conns {
             w.add(&c.stats);
         }
+        w.helper_wakes = self.shared.sig.helper_wakes.load(Ordering::Relaxed);
+        w.helper_steps = self.shared.sig.helper_steps.load(Ordering::Relaxed);
         w
     }
 
@@ -1269,8 +1008,7 @@ impl Provider for Live {
         core.pre_out.remove(&qp.0);
         core.hold.remove(&qp.0);
         let r = core.nic.destroy_qp(qp);
-        drop(core);
-        self.shared.wake();
+        core.publish();
         r
     }
 
@@ -1316,6 +1054,7 @@ impl Provider for Live {
             prepare(&s)?;
             let mut conn = Conn::new(s, deadline);
             conn.qp = Some(qp);
+            conn.peer = Some(rrank);
             conn.push(Wire::Hello {
                 job,
                 rank: core.cfg.rank,
@@ -1349,8 +1088,6 @@ impl Provider for Live {
             }
         }
         core.route_and_flush();
-        drop(core);
-        self.shared.wake();
         Ok(())
     }
 

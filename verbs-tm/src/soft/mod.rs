@@ -33,6 +33,7 @@ pub use handoff::Handoff;
 pub use live::{Live, LiveConfig, WireStats};
 pub use nic::NicStats;
 pub use sim::{Sim, TmSnapshot};
+pub use wire::FrameError;
 
 use crate::verbs::{DeviceCaps, TmCaps, IBV_TM_CAP_RC};
 

@@ -21,14 +21,24 @@
 //! | 5 `HELLO` | magic `TMXV` | job id | rank | version, source QPN, destination QPN (3 × u32) |
 //! | 6 `HELLO_ACK` | 0 accepted, else refused | job id | rank | the acceptor's QPN (u32) |
 //! | 7 `CLOSE` | 0 | 0 | 0 | empty: an orderly close |
+//!
+//! Each kind caps its payload ([`max_payload`]), checked on the header
+//! before any of the payload is buffered: a `SEND` carries at most the
+//! largest eager limit (1 GiB) and its header, a `READ_RESP` at most the
+//! length its READ asked for (checked by the device, [`super::Live`]), and
+//! the control frames their exact sizes. A frame over its cap is a
+//! [`FrameError`] and fails the connection.
 
 use super::nic::{Frame, FrameRef};
 use crate::verbs::WcStatus;
 
 pub(crate) const HDR: usize = 24;
-/// Largest payload accepted (a rendezvous READ is at most 4 GiB - 1 by the
-/// RVH; larger frames are refused as a protocol error).
-pub(crate) const MAX_PAYLOAD: usize = u32::MAX as usize;
+/// The largest `SEND` payload: the largest eager limit
+/// (`TMX_VERBS_EAGER_MAX`, 1 GiB) and a TM header.
+pub(crate) const MAX_SEND: usize = (1 << 30) + 64;
+/// The largest `READ_RESP` payload (a rendezvous READ is at most
+/// 4 GiB - 1 by the RVH); the device also caps it at the READ's length.
+pub(crate) const MAX_READ: usize = u32::MAX as usize;
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"TMXV");
 pub(crate) const VERSION: u32 = 1;
 
@@ -39,6 +49,89 @@ const READ_RESP: u8 = 4;
 const HELLO: u8 = 5;
 const HELLO_ACK: u8 = 6;
 const CLOSE: u8 = 7;
+
+/// A frame from a peer that breaks the wire protocol: the connection
+/// fails with it (its QP goes to the error state naming it), and
+/// [`super::Live::frame_errors`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The header names no frame kind.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// The payload announced is over the kind's cap.
+    #[error("{kind} frame of {len} bytes over its limit of {max}")]
+    TooLarge {
+        /// The frame kind (`SEND`, `READ_RESP`, ...).
+        kind: &'static str,
+        /// The length announced.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// A fixed-size frame of another size.
+    #[error("{kind} frame of {len} bytes, expected {expected}")]
+    BadSize {
+        /// The frame kind.
+        kind: &'static str,
+        /// The length announced.
+        len: usize,
+        /// Its size.
+        expected: usize,
+    },
+    /// Fewer bytes than the header and its payload.
+    #[error("truncated frame")]
+    Truncated,
+    /// A `HELLO` without the magic number.
+    #[error("not a verbs-tm handshake")]
+    NotHandshake,
+}
+
+/// The name of frame kind `kind`, `None` if there is no such kind.
+pub(crate) fn kind_name(kind: u8) -> Option<&'static str> {
+    Some(match kind {
+        SEND => "SEND",
+        SEND_IMM => "SEND_IMM",
+        READ_REQ => "READ_REQ",
+        READ_RESP => "READ_RESP",
+        HELLO => "HELLO",
+        HELLO_ACK => "HELLO_ACK",
+        CLOSE => "CLOSE",
+        _ => return None,
+    })
+}
+
+/// The payload cap of frame kind `kind`, and whether it is the exact size.
+pub(crate) fn max_payload(kind: u8) -> Result<(usize, bool), FrameError> {
+    Ok(match kind {
+        SEND | SEND_IMM => (MAX_SEND, false),
+        READ_RESP => (MAX_READ, false),
+        READ_REQ => (8, true),
+        HELLO => (12, true),
+        HELLO_ACK => (4, true),
+        CLOSE => (0, true),
+        k => return Err(FrameError::UnknownKind(k)),
+    })
+}
+
+/// Checks a complete header (`hdr` holds at least [`HDR`] bytes) against
+/// its kind's cap; the payload length.
+pub(crate) fn check_header(hdr: &[u8]) -> Result<usize, FrameError> {
+    let len = payload_len(hdr);
+    let (max, exact) = max_payload(hdr[0])?;
+    let kind = kind_name(hdr[0]).unwrap_or("?");
+    if exact && len != max {
+        return Err(FrameError::BadSize {
+            kind,
+            len,
+            expected: max,
+        });
+    }
+    if len > max {
+        return Err(FrameError::TooLarge { kind, len, max });
+    }
+    Ok(len)
+}
 
 /// A frame on a connection: a device frame or connection control.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,38 +284,34 @@ pub(crate) fn read_resp_header(hdr: &[u8]) -> Option<(u64, WcStatus)> {
 
 /// Decodes one frame from `buf`, in place. `Err` names a protocol error
 /// (also a `buf` shorter than the header and the payload it announces).
-pub(crate) fn decode(buf: &[u8]) -> Result<WireRef<'_>, &'static str> {
+pub(crate) fn decode(buf: &[u8]) -> Result<WireRef<'_>, FrameError> {
     if buf.len() < HDR {
-        return Err("truncated frame header");
+        return Err(FrameError::Truncated);
     }
     let (h, p) = buf.split_at(HDR);
     let (a, b, c) = (u32_at(h, 4), u64_at(h, 8), u32_at(h, 16));
-    let p = p.get(..payload_len(h)).ok_or("truncated frame")?;
+    let len = check_header(h)?;
+    let p = p.get(..len).ok_or(FrameError::Truncated)?;
     Ok(match h[0] {
         SEND => WireRef::Dev(FrameRef::Send { imm: None, data: p }),
         SEND_IMM => WireRef::Dev(FrameRef::Send {
             imm: Some(a),
             data: p,
         }),
-        READ_REQ => {
-            if p.len() != 8 {
-                return Err("READ request of the wrong size");
-            }
-            WireRef::Dev(FrameRef::ReadReq {
-                id: b,
-                va: u64_at(p, 0),
-                rkey: a,
-                len: c,
-            })
-        }
+        READ_REQ => WireRef::Dev(FrameRef::ReadReq {
+            id: b,
+            va: u64_at(p, 0),
+            rkey: a,
+            len: c,
+        }),
         READ_RESP => WireRef::Dev(FrameRef::ReadResp {
             id: b,
             status: WcStatus(a),
             data: p,
         }),
         HELLO => {
-            if a != MAGIC || p.len() != 12 {
-                return Err("not a verbs-tm handshake");
+            if a != MAGIC {
+                return Err(FrameError::NotHandshake);
             }
             WireRef::Hello {
                 job: b,
@@ -232,19 +321,14 @@ pub(crate) fn decode(buf: &[u8]) -> Result<WireRef<'_>, &'static str> {
                 dst_qpn: u32_at(p, 8),
             }
         }
-        HELLO_ACK => {
-            if p.len() != 4 {
-                return Err("handshake answer of the wrong size");
-            }
-            WireRef::HelloAck {
-                refused: a,
-                job: b,
-                rank: c,
-                qpn: u32_at(p, 0),
-            }
-        }
+        HELLO_ACK => WireRef::HelloAck {
+            refused: a,
+            job: b,
+            rank: c,
+            qpn: u32_at(p, 0),
+        },
         CLOSE => WireRef::Close,
-        _ => return Err("unknown frame kind"),
+        k => return Err(FrameError::UnknownKind(k)),
     })
 }
 
@@ -307,6 +391,36 @@ mod tests {
         }
         let mut bad = encode(Wire::Close).0;
         bad[0] = 99;
-        assert!(decode(&bad).is_err());
+        assert_eq!(decode(&bad).map(|_| ()), Err(FrameError::UnknownKind(99)));
+    }
+
+    #[test]
+    fn oversized_and_missized_headers_are_refused() {
+        let send = header(SEND, 0, 0, 0, MAX_SEND);
+        assert_eq!(check_header(&send), Ok(MAX_SEND));
+        let send = header(SEND_IMM, 0, 0, 0, MAX_SEND + 1);
+        assert_eq!(
+            check_header(&send),
+            Err(FrameError::TooLarge {
+                kind: "SEND_IMM",
+                len: MAX_SEND + 1,
+                max: MAX_SEND
+            })
+        );
+        let req = header(READ_REQ, 0, 0, 0, 9);
+        assert_eq!(
+            check_header(&req),
+            Err(FrameError::BadSize {
+                kind: "READ_REQ",
+                len: 9,
+                expected: 8
+            })
+        );
+        // Refused from the header alone: no payload follows.
+        let close = header(CLOSE, 0, 0, 0, 1 << 31);
+        assert!(matches!(
+            decode(&close),
+            Err(FrameError::BadSize { kind: "CLOSE", .. })
+        ));
     }
 }

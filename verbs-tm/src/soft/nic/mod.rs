@@ -147,6 +147,11 @@ pub struct NicStats {
     pub rnr: u64,
     /// List operations executed.
     pub ops_executed: u64,
+    /// Payload buffers (SEND data, READ responses) taken from the pool of
+    /// buffers the driver gave back.
+    pub staging_reused: u64,
+    /// Payload buffers allocated (or grown) because no pooled one fitted.
+    pub staging_allocs: u64,
 }
 
 /// One software device. See the [module docs](self).
@@ -166,8 +171,8 @@ pub(crate) struct Nic {
     out: VecDeque<(QpId, Frame)>,
     misuse: Vec<String>,
     stats: NicStats,
-    /// Large payload buffers given back by the driver once written, for
-    /// the next READ response or SEND (no allocation, no page faults).
+    /// Payload buffers given back by the driver once written or copied,
+    /// for the next READ response or SEND (no allocation, no page faults).
     pool: Vec<Vec<u8>>,
 }
 
@@ -872,6 +877,15 @@ impl Nic {
         }
         let (mr, off) = self.locate(sge.addr, sge.lkey)?;
         Some((mr, sge.lkey, off))
+    }
+
+    /// The length READ `id` asked for, `None` if no such READ waits: the
+    /// cap of its response.
+    pub fn read_len(&self, id: u64) -> Option<usize> {
+        Some(match self.reads.get(&id)? {
+            PendingRead::Sw { sges, .. } => sges.iter().map(|g| g.length as usize).sum(),
+            PendingRead::Hw { rvh, .. } => rvh.len as usize,
+        })
     }
 
     /// Completes READ `id` whose `len` bytes the driver wrote at

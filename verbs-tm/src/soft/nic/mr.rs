@@ -5,33 +5,65 @@ use super::{MrEntry, Nic};
 use crate::verbs::{errno, Sge, WcStatus, IBV_ACCESS_LOCAL_WRITE};
 use crate::{Error, Mr, Result};
 
-/// Payloads at least this large come from (and go back to) the pool.
-const POOL_MIN: usize = 64 << 10;
 /// Buffers kept in the pool.
-const POOL_BUFS: usize = 8;
+const POOL_BUFS: usize = 16;
 /// Largest buffer kept in the pool.
 const POOL_MAX: usize = 16 << 20;
+/// Smallest capacity a payload buffer is allocated with (eager messages
+/// of different sizes then share pooled buffers).
+const MIN_CAP: usize = 4 << 10;
 
 impl Nic {
-    /// An empty buffer for a payload of `len` bytes.
+    /// An empty buffer for a payload of `len` bytes: the smallest pooled
+    /// buffer that holds it, else the largest pooled one grown, else a new
+    /// one.
     pub(super) fn buf(&mut self, len: usize) -> Vec<u8> {
-        if len >= POOL_MIN {
-            if let Some(i) = self.pool.iter().position(|v| v.capacity() >= len) {
-                return self.pool.swap_remove(i);
-            }
-            if let Some(mut v) = self.pool.pop() {
-                v.reserve(len);
-                return v;
-            }
+        let fit = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = fit {
+            self.stats.staging_reused += 1;
+            return self.pool.swap_remove(i);
         }
-        Vec::with_capacity(len)
+        self.stats.staging_allocs += 1;
+        let largest = self
+            .pool
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = largest {
+            let mut v = self.pool.swap_remove(i);
+            v.reserve(len);
+            return v;
+        }
+        Vec::with_capacity(len.max(MIN_CAP))
     }
 
-    /// Takes back a payload buffer the driver has written.
+    /// Takes back a payload buffer the driver has written or copied. A full
+    /// pool keeps the larger buffers.
     pub fn recycle(&mut self, mut v: Vec<u8>) {
-        if (POOL_MIN..=POOL_MAX).contains(&v.capacity()) && self.pool.len() < POOL_BUFS {
-            v.clear();
+        if !(MIN_CAP..=POOL_MAX).contains(&v.capacity()) {
+            return;
+        }
+        v.clear();
+        if self.pool.len() < POOL_BUFS {
             self.pool.push(v);
+            return;
+        }
+        let smallest = self
+            .pool
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, b)| b.capacity())
+            .filter(|(_, b)| b.capacity() < v.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = smallest {
+            self.pool[i] = v;
         }
     }
 

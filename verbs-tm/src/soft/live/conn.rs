@@ -1,0 +1,281 @@
+//! A connection of [`super::Live`]: its socket, the bytes received and
+//! not yet parsed, the outbox, and its counters.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, IoSlice, Write};
+use std::net::TcpStream;
+use std::time::Instant;
+
+use super::super::wire::{self, Wire};
+use crate::verbs::QpId;
+
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Waiting for the peer's HELLO (acceptor) or HELLO_ACK (initiator).
+    Handshake {
+        deadline: Instant,
+    },
+    Bound,
+}
+
+/// Small frames are copied into the outbox's open chunk (many frames, one
+/// write); payloads larger than this are queued as they are.
+const COALESCE: usize = 16 << 10;
+/// The largest open chunk of the outbox.
+const CHUNK_MAX: usize = 256 << 10;
+/// Outbox chunks gathered by one `writev`.
+const IOV_MAX: usize = 32;
+
+/// A READ response being received straight into memory: `len` bytes at
+/// `off` of region `mr` (key `key`), `got` of them so far; `ok` false once
+/// the region went away (the rest is read and dropped).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Direct {
+    pub(super) id: u64,
+    pub(super) mr: u32,
+    pub(super) key: u32,
+    pub(super) off: usize,
+    pub(super) len: usize,
+    pub(super) got: usize,
+    pub(super) ok: bool,
+}
+
+/// Bytes queued on a connection: coalesced small frames (`payload`
+/// false: reused by the connection), or one large payload as the device
+/// made it (`payload`: back to the device's pool once written).
+#[derive(Debug)]
+pub(super) struct Chunk {
+    pub(super) data: Vec<u8>,
+    pub(super) payload: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) stream: TcpStream,
+    /// Received bytes are `rbuf[rpos..rend]`; `rbuf` stays allocated (and
+    /// zeroed once) so that a read needs no initialisation. Frames are
+    /// parsed and delivered in place.
+    pub(super) rbuf: Vec<u8>,
+    pub(super) rpos: usize,
+    pub(super) rend: usize,
+    /// Bytes waiting for the socket, in chunks: coalesced small frames and
+    /// large payloads (not copied again), gathered by one `writev`.
+    pub(super) out: VecDeque<Chunk>,
+    /// Whether the back chunk of `out` takes more small frames.
+    pub(super) back_open: bool,
+    pub(super) out_off: usize,
+    pub(super) out_bytes: usize,
+    /// Emptied small chunks, for reuse.
+    pub(super) spare: Vec<Vec<u8>>,
+    /// Payload buffers written or copied, for the device's pool.
+    pub(super) written: Vec<Vec<u8>>,
+    pub(super) qp: Option<QpId>,
+    pub(super) phase: Phase,
+    /// An acceptor's parsed HELLO, waiting for `connect` of its QP.
+    pub(super) hello: Option<(u32, u32, u32)>,
+    pub(super) saw_close: bool,
+    pub(super) dead: bool,
+    /// The peer's rank, once known (handshake).
+    pub(super) peer: Option<u32>,
+    pub(super) stats: WireStats,
+    /// A READ response's payload being read straight into memory.
+    pub(super) direct: Option<Direct>,
+}
+
+impl Conn {
+    pub(super) fn new(stream: TcpStream, deadline: Instant) -> Self {
+        Conn {
+            stream,
+            rbuf: Vec::new(),
+            rpos: 0,
+            rend: 0,
+            out: VecDeque::new(),
+            back_open: false,
+            out_off: 0,
+            out_bytes: 0,
+            spare: Vec::new(),
+            written: Vec::new(),
+            qp: None,
+            phase: Phase::Handshake { deadline },
+            hello: None,
+            saw_close: false,
+            dead: false,
+            peer: None,
+            stats: WireStats::default(),
+            direct: None,
+        }
+    }
+
+    /// Appends bytes to the open chunk (opening one if needed).
+    pub(super) fn append(&mut self, b: &[u8]) {
+        let open = self.back_open
+            && self
+                .out
+                .back()
+                .is_some_and(|v| v.data.len() + b.len() <= CHUNK_MAX);
+        if !open {
+            let mut data = self.spare.pop().unwrap_or_default();
+            data.clear();
+            self.out.push_back(Chunk {
+                data,
+                payload: false,
+            });
+            self.back_open = true;
+        }
+        if let Some(v) = self.out.back_mut() {
+            v.data.extend_from_slice(b);
+        }
+        self.out_bytes += b.len();
+    }
+
+    /// Queues a frame.
+    pub(super) fn push(&mut self, w: Wire) {
+        let (h, p) = wire::encode(w);
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += (h.len() + p.len()) as u64;
+        self.append(&h);
+        if p.len() <= COALESCE {
+            self.append(&p);
+            // Copied: the buffer goes back to the device's pool.
+            self.written.push(p);
+        } else {
+            self.out_bytes += p.len();
+            self.out.push_back(Chunk {
+                data: p,
+                payload: true,
+            });
+            self.back_open = false;
+        }
+    }
+
+    /// Writes as much of the outbox as the socket takes, several chunks
+    /// per `writev`. Large payloads written wait in `written` for reuse.
+    pub(super) fn flush(&mut self) -> std::io::Result<()> {
+        while !self.out.is_empty() {
+            let mut iov = [IoSlice::new(&[]); IOV_MAX];
+            let mut k = 0;
+            let mut want = 0;
+            for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
+                let b = if i == 0 {
+                    &ch.data[self.out_off..]
+                } else {
+                    &ch.data[..]
+                };
+                iov[k] = IoSlice::new(b);
+                want += b.len();
+                k += 1;
+            }
+            self.stats.writes += 1;
+            let mut n = match (&self.stream).write_vectored(&iov[..k]) {
+                Ok(0) if want > 0 => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let wrote = n;
+            self.out_bytes -= n.min(self.out_bytes);
+            while n > 0 {
+                let Some(front) = self.out.front() else { break };
+                let left = front.data.len() - self.out_off;
+                if n < left {
+                    self.out_off += n;
+                    n = 0;
+                } else {
+                    n -= left;
+                    self.out_off = 0;
+                    if let Some(v) = self.out.pop_front() {
+                        self.done_chunk(v);
+                    }
+                }
+            }
+            // Empty chunks (a frame without payload never makes one).
+            while self.out.front().is_some_and(|c| c.data.is_empty()) && self.out_off == 0 {
+                if let Some(v) = self.out.pop_front() {
+                    self.done_chunk(v);
+                }
+            }
+            if self.out.is_empty() {
+                self.back_open = false;
+            }
+            if wrote < want {
+                // A short write: the socket is full; a second try would
+                // only say so.
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn done_chunk(&mut self, c: Chunk) {
+        if c.payload {
+            self.written.push(c.data);
+        } else if self.spare.len() < 4 {
+            self.spare.push(c.data);
+        }
+    }
+}
+
+/// Counters of a [`super::Live`] device's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireStats {
+    /// Frames queued for peers (device frames and connection control).
+    pub frames_out: u64,
+    /// Frames received and parsed.
+    pub frames_in: u64,
+    /// Bytes of frames queued (headers included).
+    pub bytes_out: u64,
+    /// Bytes received.
+    pub bytes_in: u64,
+    /// `writev` calls (each may carry many frames).
+    pub writes: u64,
+    /// `read` calls that returned data or end of file.
+    pub reads: u64,
+    /// Times a READ request found the connection's unsent bytes at
+    /// [`super::LiveConfig::read_backlog`] or more and waited (a request that waits
+    /// over several passes counts once per pass).
+    pub read_waits: u64,
+    /// READ responses received straight into the requester's memory
+    /// (64 KiB and more, one scatter entry).
+    pub direct: u64,
+    /// Returns of the helper thread from poll(2): socket readiness, a
+    /// deadline, the owner's signal, or the end of an idle-time sleep.
+    /// Zero while the device is idle, whether its owner polls or computes.
+    pub helper_wakes: u64,
+    /// Times the helper thread ran the device (the owner had been idle).
+    pub helper_steps: u64,
+}
+
+impl std::fmt::Display for WireStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}, helper wakes {} steps {}",
+            self.frames_out,
+            self.frames_in,
+            self.bytes_out,
+            self.bytes_in,
+            self.writes,
+            self.reads,
+            self.read_waits,
+            self.direct,
+            self.helper_wakes,
+            self.helper_steps
+        )
+    }
+}
+
+impl WireStats {
+    pub(super) fn add(&mut self, o: &WireStats) {
+        self.frames_out += o.frames_out;
+        self.frames_in += o.frames_in;
+        self.bytes_out += o.bytes_out;
+        self.bytes_in += o.bytes_in;
+        self.writes += o.writes;
+        self.reads += o.reads;
+        self.read_waits += o.read_waits;
+        self.direct += o.direct;
+        self.helper_wakes += o.helper_wakes;
+        self.helper_steps += o.helper_steps;
+    }
+}

@@ -1,0 +1,249 @@
+//! The helper thread of [`super::Live`]: what it watches, published by
+//! the device without the device lock ([`Watch`], [`Signals`]), and its
+//! view of the device ([`LiveWorld`], the [`HelperWorld`] of
+//! [`super::super::handoff::helper_loop`]).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use tracing::debug;
+
+use super::super::handoff::HelperWorld;
+use super::{Core, Phase, Shared};
+
+/// What the helper thread must watch: published by the device (the owner
+/// or the helper) after each run, read by the helper without the device
+/// lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Watch {
+    pub(super) gen: u64,
+    /// Bit `i` (`i < 63`): connection `i` has bytes waiting for its socket;
+    /// bit 63: some connection numbered 63 or above has.
+    pub(super) out: u64,
+    pub(super) accepting: bool,
+    /// The earliest connect deadline, in ms after [`Signals::base`]
+    /// (rounded up); `u64::MAX`: none.
+    pub(super) deadline: u64,
+}
+
+/// The published [`Watch`], the wake-up descriptor and the helper's
+/// counters.
+#[derive(Debug)]
+pub(super) struct Signals {
+    pub(super) gen: AtomicU64,
+    pub(super) out: AtomicU64,
+    pub(super) accepting: AtomicBool,
+    pub(super) deadline: AtomicU64,
+    pub(super) base: Instant,
+    /// The output bits the helper is blocked on (`u64::MAX` while it is not
+    /// blocked: it reads [`Signals::out`] again before it blocks).
+    pub(super) watching: AtomicU64,
+    pub(super) wake: UnixStream,
+    pub(super) helper_wakes: AtomicU64,
+    pub(super) helper_steps: AtomicU64,
+}
+
+impl Signals {
+    pub(super) fn wake(&self) {
+        let _ = (&self.wake).write(&[1]);
+    }
+
+    pub(super) fn ms(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.base);
+        let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+        u64::try_from(ms).unwrap_or(u64::MAX - 1)
+    }
+}
+
+impl Core {
+    /// Publishes what the helper must watch, and wakes it when it should
+    /// watch more than it does: other sockets, the listener, output on a
+    /// socket it is blocked on without, or an earlier deadline.
+    pub(super) fn publish(&mut self) {
+        let mut out = 0u64;
+        for (i, c) in self.conns.iter().enumerate() {
+            if !c.dead && !c.out.is_empty() {
+                out |= 1 << i.min(63);
+            }
+        }
+        let mut deadline = None;
+        let handshakes = self.conns.iter().filter_map(|c| match c.phase {
+            Phase::Handshake { deadline } if !c.dead && c.qp.is_some() => Some(deadline),
+            _ => None,
+        });
+        for d in self.expect.values().map(|e| e.deadline).chain(handshakes) {
+            deadline = Some(deadline.map_or(d, |m: Instant| m.min(d)));
+        }
+        let w = Watch {
+            gen: self.gen,
+            out,
+            accepting: self.accepting(),
+            deadline: deadline.map_or(u64::MAX, |d| self.sig.ms(d)),
+        };
+        let old = self.published;
+        if w == old {
+            return;
+        }
+        self.published = w;
+        let sig = &self.sig;
+        sig.gen.store(w.gen, Ordering::SeqCst);
+        sig.accepting.store(w.accepting, Ordering::SeqCst);
+        sig.deadline.store(w.deadline, Ordering::SeqCst);
+        sig.out.store(w.out, Ordering::SeqCst);
+        let new_out = w.out & !sig.watching.load(Ordering::SeqCst);
+        let wake = w.gen != old.gen
+            || (w.accepting && !old.accepting)
+            || w.deadline < old.deadline
+            || new_out != 0;
+        if wake {
+            debug!(
+                gen = w.gen,
+                out = w.out,
+                "verbs-tm soft-live: waking the helper thread"
+            );
+            sig.wake();
+        }
+    }
+}
+
+/// The helper thread's view of the device.
+pub(super) struct LiveWorld {
+    pub(super) shared: Arc<Shared>,
+    pub(super) wake: UnixStream,
+    pub(super) idle: Duration,
+    pub(super) gen: Option<u64>,
+    pub(super) socks: Vec<(TcpStream, usize)>,
+    pub(super) listener: Option<TcpListener>,
+}
+
+fn timeout(d: Option<Duration>) -> PollTimeout {
+    match d {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            PollTimeout::try_from(d.max(Duration::from_millis(1))).unwrap_or(PollTimeout::MAX)
+        }
+    }
+}
+
+impl LiveWorld {
+    fn drain_wake(&self) {
+        let mut b = [0u8; 64];
+        while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
+    }
+
+    fn woke(&self) {
+        self.shared.sig.helper_wakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The sockets, cloned again (under the device lock) when the set
+    /// changed.
+    fn refresh(&mut self) {
+        let gen = self.shared.sig.gen.load(Ordering::SeqCst);
+        if self.gen == Some(gen) {
+            return;
+        }
+        let core = self.shared.lock();
+        self.gen = Some(core.gen);
+        self.listener = core.listener.try_clone().ok();
+        self.socks = core
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.dead)
+            .filter_map(|(i, c)| c.stream.try_clone().ok().map(|s| (s, i)))
+            .collect();
+    }
+
+    /// Which sockets to ask for writability: from the published bits, or,
+    /// for connections numbered 63 and above, from the device.
+    fn want_out(&self, out: u64) -> Vec<bool> {
+        if out & (1 << 63) == 0 {
+            // No connection numbered 63 or above has output.
+            return self
+                .socks
+                .iter()
+                .map(|&(_, i)| i < 63 && out & (1 << i) != 0)
+                .collect();
+        }
+        let core = self.shared.lock();
+        self.socks
+            .iter()
+            .map(|(_, i)| core.conns.get(*i).is_some_and(|c| !c.out.is_empty()))
+            .collect()
+    }
+}
+
+impl HelperWorld for LiveWorld {
+    fn wait_idle(&mut self) {
+        let mut fds = [PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        let r = poll(&mut fds, timeout(Some(self.idle)));
+        self.woke();
+        if matches!(r, Ok(n) if n > 0) {
+            // A signal: what it announces is published, and read again
+            // before the next wait.
+            self.drain_wake();
+        }
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let sig = Arc::clone(&self.shared.sig);
+        self.drain_wake();
+        self.refresh();
+        // The output bits this wait covers, announced before they are read
+        // again: an owner that queues output on another socket afterwards
+        // sees them and signals.
+        let mut out = sig.out.load(Ordering::SeqCst);
+        loop {
+            sig.watching.store(out, Ordering::SeqCst);
+            let now = sig.out.load(Ordering::SeqCst);
+            if now & !out == 0 {
+                break;
+            }
+            out |= now;
+        }
+        let want_out = self.want_out(out);
+        let accepting = sig.accepting.load(Ordering::SeqCst);
+        let deadline = sig.deadline.load(Ordering::SeqCst);
+        let wait = (deadline != u64::MAX).then(|| {
+            let at = sig.base + Duration::from_millis(deadline);
+            at.saturating_duration_since(Instant::now())
+        });
+        let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        if let Some(l) = self.listener.as_ref().filter(|_| accepting) {
+            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
+        }
+        for ((s, _), out) in self.socks.iter().zip(&want_out) {
+            let mut ev = PollFlags::POLLIN;
+            if *out {
+                ev |= PollFlags::POLLOUT;
+            }
+            fds.push(PollFd::new(s.as_fd(), ev));
+        }
+        let r = match wait {
+            Some(d) if d.is_zero() => Ok(0),
+            _ => poll(&mut fds, timeout(wait)),
+        };
+        sig.watching.store(u64::MAX, Ordering::SeqCst);
+        self.woke();
+        match r {
+            // A deadline: the device runs its timeouts.
+            Ok(0) => true,
+            Ok(_) => fds[1..]
+                .iter()
+                .any(|f| f.revents().is_some_and(|r| !r.is_empty())),
+            Err(_) => false,
+        }
+    }
+
+    fn step(&mut self) {
+        self.shared.sig.helper_steps.fetch_add(1, Ordering::Relaxed);
+        let mut core = self.shared.lock();
+        core.step();
+    }
+}
