@@ -102,6 +102,8 @@ pub mod error;
 pub mod group;
 mod init;
 pub mod inter;
+#[allow(unsafe_code)]
+mod lent;
 mod mem;
 mod p2p;
 pub mod request;

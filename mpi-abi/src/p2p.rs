@@ -2,10 +2,11 @@
 //! matched probes, the attached buffer, persistent requests.
 //!
 //! Blocking calls lend `adi` the program's memory for the call. A
-//! nonblocking send packs (or copies) its data at once, so the program's
-//! buffer is free when the call returns (MPI allows more); a nonblocking
-//! receive gets a buffer of `adi`'s, delivered into the program's at
-//! completion ([`crate::req`]).
+//! nonblocking send of contiguous data lends it until the request
+//! completes (`adi::Comm::isend_raw`: MPI's rule for the buffer); of a
+//! derived datatype, it packs the data at once. A nonblocking receive
+//! gets a buffer of `adi`'s, delivered into the program's at completion
+//! ([`crate::req`]).
 
 use crate::abi::*;
 use crate::comm::{comm, world, CommObj};
@@ -84,9 +85,33 @@ pub(crate) unsafe fn isend(
     mode: Mode,
 ) -> R<Req> {
     let n = elems(count)?;
+    let c = &o.comm;
+    if let Some((start, len)) = t.contig(n)? {
+        // Contiguous data are lent to `adi`, read in place until the
+        // request completes (MPI's rule for a nonblocking send's buffer);
+        // a buffered send copies them into the attached buffer at once.
+        // SAFETY: the caller's contract; a contiguous range of the data.
+        let data = unsafe { ffi::bytes(buf, start, len) };
+        let (p, l) = (data.as_ptr(), data.len());
+        // SAFETY: MPI: the buffer stays valid and unchanged until the
+        // request completes.
+        let r = unsafe {
+            match mode {
+                Mode::Standard => c.isend_raw(p, l, dest, tag),
+                Mode::Synchronous => c.issend_raw(p, l, dest, tag),
+                Mode::Ready => c.irsend_raw(p, l, dest, tag),
+                Mode::Buffered => {
+                    c.bsend(data, dest, tag)?;
+                    let mut st = crate::req::empty_status();
+                    st.set_count(l as i64);
+                    return Ok(Req::Done((st, None)));
+                }
+            }
+        }?;
+        return Ok(Req::Op { r });
+    }
     // SAFETY: the caller's contract.
     let data = unsafe { t.pack_from(buf, n) }?;
-    let c = &o.comm;
     let r = match mode {
         Mode::Standard => c.isend(data, dest, tag),
         Mode::Synchronous => c.issend(data, dest, tag),
@@ -276,19 +301,29 @@ mpi_fn! {
         run("MPI_Sendrecv", On::Comm(c), || {
             let o = comm(c)?;
             let (st, rt) = (dtype(sendtype)?, dtype(recvtype)?);
-            // SAFETY: MPI: the send buffer holds `sendcount` elements.
-            let data = unsafe { st.pack_from(sendbuf, elems(sendcount)?) }?;
+            let sn = elems(sendcount)?;
+            let packed;
+            let data: &[u8] = match st.contig(sn)? {
+                // SAFETY: MPI: the send buffer holds `sendcount` elements;
+                // a contiguous range of them, read during the call.
+                Some((start, len)) => unsafe { ffi::bytes(sendbuf, start, len) },
+                None => {
+                    // SAFETY: MPI: the send buffer holds `sendcount` elements.
+                    packed = unsafe { st.pack_from(sendbuf, sn) }?;
+                    &packed
+                }
+            };
             let rn = elems(recvcount)?;
             check(rt.dt.is_committed(), MPI_ERR_TYPE, "datatype used before MPI_Type_commit")?;
             let r = match rt.contig(rn)? {
                 Some((start, len)) => {
                     // SAFETY: MPI: the receive buffer has room for `recvcount` elements.
                     let into = unsafe { ffi::bytes_mut(recvbuf, start, len) };
-                    o.comm.sendrecv(&data, dest, sendtag, into, source, recvtag)
+                    o.comm.sendrecv(data, dest, sendtag, into, source, recvtag)
                 }
                 None => {
                     let mut stage = vec![0u8; rt.packed(rn)?];
-                    let r = o.comm.sendrecv(&data, dest, sendtag, &mut stage, source, recvtag);
+                    let r = o.comm.sendrecv(data, dest, sendtag, &mut stage, source, recvtag);
                     let n = match &r {
                         Ok(s) => s.count,
                         Err(adi::Error::RecvTruncated { status, .. }) => status.count,

@@ -60,6 +60,8 @@
 //! returns are allowed by the [`Progress`](crate::Progress) contract;
 //! waits loop).
 
+#[allow(unsafe_code)]
+mod lent;
 mod ops;
 mod pools;
 mod progress;
