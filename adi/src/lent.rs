@@ -23,8 +23,8 @@
 //! memory untouched. Contiguous bytes only: datatype sends and receives
 //! keep their typed calls ([`Comm::isend_typed`], [`Comm::irecv_typed`]).
 
-use crate::comm::Comm;
-use crate::device::Mode;
+use crate::comm::{Comm, Source, Tag};
+use crate::device::{LentInto, Mode};
 use crate::request::Request;
 use crate::Error;
 
@@ -111,5 +111,34 @@ impl Comm {
             self.dev()
                 .start_send_lent(world, tag, self.context_id(), data, mode)
         }
+    }
+
+    /// `MPI_Irecv` into the `len` bytes at `ptr`, written in place (see
+    /// the module docs). A message longer than `len` is
+    /// [`Error::RecvTruncated`] after delivering `len` bytes, as in
+    /// [`Comm::recv`]; a cancelled receive leaves the memory untouched.
+    /// The request's [`Request::take_buffer`] gives nothing back.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is valid for writes of `len` bytes (any pointer if `len` is
+    /// 0), and nothing else reads or writes those bytes until the request
+    /// completes or is cancelled (the lent-buffer rule of the module docs).
+    pub unsafe fn irecv_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        source: impl Into<Source>,
+        tag: impl Into<Tag>,
+    ) -> Result<Request, Error> {
+        let Some(spec) = self.spec(source.into(), tag.into())? else {
+            return Ok(self.proc_null_request(None));
+        };
+        let lent = LentInto {
+            addr: ptr as usize,
+            len,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.dev().start_recv_lent(spec, lent, &self.inner.group) }
     }
 }

@@ -70,6 +70,7 @@ pub(crate) mod route;
 mod send;
 mod shared;
 
+pub(crate) use lent::LentInto;
 pub(crate) use ops::{typed_result, InPlaceSlot, RecvInto, TypedInto};
 pub(crate) use pools::{internal_context, ContextPool};
 pub(crate) use progress::DeviceProgress;
