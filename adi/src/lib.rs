@@ -105,6 +105,7 @@ pub mod inter;
 #[allow(unsafe_code)]
 mod lent;
 mod mem;
+#[allow(unsafe_code)]
 mod p2p;
 pub mod request;
 mod sync;

@@ -5,8 +5,9 @@
 //! nonblocking send of contiguous data lends it until the request
 //! completes (`adi::Comm::isend_raw`: MPI's rule for the buffer); of a
 //! derived datatype, it packs the data at once. A nonblocking receive
-//! gets a buffer of `adi`'s, delivered into the program's at completion
-//! ([`crate::req`]).
+//! of contiguous data lends the program's buffer too
+//! (`adi::Comm::irecv_raw`); of a derived datatype, it gets a buffer of
+//! `adi`'s, unpacked into the program's at completion ([`crate::req`]).
 
 use crate::abi::*;
 use crate::comm::{comm, world, CommObj};
@@ -176,6 +177,18 @@ pub(crate) unsafe fn irecv(
         MPI_ERR_TYPE,
         "datatype used before MPI_Type_commit",
     )?;
+    if let Some((start, len)) = t.contig(n)? {
+        // Contiguous: the program's memory is lent to `adi`, which
+        // delivers into it in place (MPI's rule for a nonblocking
+        // receive's buffer).
+        // SAFETY: the caller's contract; a contiguous range of the buffer.
+        let into = unsafe { ffi::bytes_mut(buf, start, len) };
+        let p = into.as_mut_ptr();
+        // SAFETY: MPI: the buffer stays valid, and the program leaves it
+        // alone, until the request completes.
+        let r = unsafe { o.comm.irecv_raw(p, len, source, tag) }?;
+        return Ok(Req::Op { r });
+    }
     let stage = vec![0u8; t.packed(n)?];
     let r = o.comm.irecv(stage, source, tag)?;
     Ok(Req::Recv {
