@@ -126,10 +126,11 @@ fn role_windows(w: &Comm) {
                 reqs.push(unsafe { w.irecv_raw(p, len, peer, 7) }.unwrap());
             }
             for (j, d) in datas.iter().enumerate() {
-                // SAFETY: `datas` outlives the requests.
                 let r = if j % 3 == 1 {
+                    // SAFETY: `datas` outlives the requests, unchanged.
                     unsafe { w.issend_raw(d.as_ptr(), len, peer, 7) }
                 } else {
+                    // SAFETY: as above.
                     unsafe { w.isend_raw(d.as_ptr(), len, peer, 7) }
                 };
                 reqs.push(r.unwrap());

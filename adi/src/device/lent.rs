@@ -53,10 +53,7 @@ impl Device {
         // caller's contract keeps it valid that long).
         let started = V::pick(core)?.send_borrowed(peer, tag, context, data, t_mode)?;
         self.count_send::<V>(dest);
-        let req = match started {
-            None => None,
-            Some(id) => Some(record_send(core, id, len, None)),
-        };
+        let req = started.map(|id| record_send(core, id, len, None));
         drop(g);
         match mode {
             Mode::Synchronous => super::bump(&self.counters.sync_sends),
