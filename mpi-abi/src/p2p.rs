@@ -10,12 +10,12 @@
 //! `adi`'s, unpacked into the program's at completion ([`crate::req`]).
 
 use crate::abi::*;
-use crate::comm::{comm, world, CommObj};
+use crate::comm::{comm, comm_ref, world, CommObj};
 use crate::err::{check, err, run, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
 use crate::req::{new_request, outcome_of, status_of, PKind, Persistent, Req, Target};
-use crate::types::{dtype, TypeObj};
+use crate::types::{dtype, dtype_ref, TypeObj, TypeRef};
 use core::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -166,7 +166,7 @@ unsafe fn recv(
 pub(crate) unsafe fn irecv(
     buf: *mut c_void,
     count: c_int,
-    t: &Arc<TypeObj>,
+    t: &TypeRef,
     source: c_int,
     tag: c_int,
     o: &CommObj,
@@ -196,7 +196,7 @@ pub(crate) unsafe fn irecv(
         to: Target {
             addr: buf as usize,
             count: n,
-            ty: Arc::clone(t),
+            ty: t.to_arc(),
         },
     })
 }
@@ -221,8 +221,8 @@ macro_rules! blocking_send {
             $(#[$m])*
             fn $mpi / $pmpi(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> c_int {
                 run(stringify!($mpi), On::Comm(c), || {
-                    let o = comm(c)?;
-                    let t = dtype(datatype)?;
+                    let o = comm_ref(c)?;
+                    let t = dtype_ref(datatype)?;
                     // SAFETY: MPI: `buf` holds `count` elements of `datatype`.
                     unsafe { send(buf, count, &t, dest, tag, &o, $mode) }
                 })
@@ -250,8 +250,8 @@ macro_rules! nonblocking_send {
             $(#[$m])*
             fn $mpi / $pmpi(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, request: *mut MPI_Request) -> c_int {
                 run(stringify!($mpi), On::Comm(c), || {
-                    let o = comm(c)?;
-                    let t = dtype(datatype)?;
+                    let o = comm_ref(c)?;
+                    let t = dtype_ref(datatype)?;
                     // SAFETY: MPI: `buf` holds `count` elements of `datatype`.
                     let r = unsafe { isend(buf, count, &t, dest, tag, &o, $mode) }?;
                     let h = new_request(c, r)?;
@@ -280,8 +280,8 @@ mpi_fn! {
     /// `MPI_Recv`.
     fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, c: MPI_Comm, status: *mut MPI_Status) -> c_int {
         run("MPI_Recv", On::Comm(c), || {
-            let o = comm(c)?;
-            let t = dtype(datatype)?;
+            let o = comm_ref(c)?;
+            let t = dtype_ref(datatype)?;
             elems(count)?;
             check(t.dt.is_committed(), MPI_ERR_TYPE, "datatype used before MPI_Type_commit")?;
             // SAFETY: MPI: `buf` has room for `count` elements; `status` as documented.
@@ -297,8 +297,8 @@ mpi_fn! {
     /// `MPI_Irecv`.
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, c: MPI_Comm, request: *mut MPI_Request) -> c_int {
         run("MPI_Irecv", On::Comm(c), || {
-            let o = comm(c)?;
-            let t = dtype(datatype)?;
+            let o = comm_ref(c)?;
+            let t = dtype_ref(datatype)?;
             // SAFETY: MPI: `buf` has room for `count` elements until completion.
             let r = unsafe { irecv(buf, count, &t, source, tag, &o) }?;
             let h = new_request(c, r)?;
@@ -312,8 +312,8 @@ mpi_fn! {
     /// `MPI_Sendrecv`.
     fn MPI_Sendrecv / PMPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, c: MPI_Comm, status: *mut MPI_Status) -> c_int {
         run("MPI_Sendrecv", On::Comm(c), || {
-            let o = comm(c)?;
-            let (st, rt) = (dtype(sendtype)?, dtype(recvtype)?);
+            let o = comm_ref(c)?;
+            let (st, rt) = (dtype_ref(sendtype)?, dtype_ref(recvtype)?);
             let sn = elems(sendcount)?;
             let packed;
             let data: &[u8] = match st.contig(sn)? {
@@ -590,7 +590,7 @@ pub(crate) fn start_persistent(p: &Persistent) -> R<Req> {
             irecv(
                 p.addr as *mut c_void,
                 p.count as c_int,
-                &p.ty,
+                &TypeRef::Shared(Arc::clone(&p.ty)),
                 p.peer,
                 p.tag,
                 &p.comm,

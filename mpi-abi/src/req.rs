@@ -11,7 +11,7 @@
 //! `MPI_Testall` can leave every request untouched when not all are done.
 
 use crate::abi::*;
-use crate::comm::{world, CommObj};
+use crate::comm::{world, world_ref, CommObj};
 use crate::err::{check, err, raise_on, run, MpiErr, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
@@ -240,7 +240,7 @@ impl Req {
     /// place ([`Req::Done`]) and returns `true`. With `block`, returns
     /// only once complete. An inactive persistent request is complete.
     pub(crate) fn progress(&mut self, block: bool) -> R<bool> {
-        let w = world()?;
+        let w = world_ref()?;
         let c = &w.comm;
         let done = match self {
             Req::Done(_) => return Ok(true),
