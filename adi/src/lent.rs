@@ -29,15 +29,15 @@ use crate::request::Request;
 use crate::Error;
 
 impl Comm {
-    /// `MPI_Isend` of the `len` bytes at `ptr`, read in place (see the
-    /// module docs). The request's [`Request::take_buffer`] gives nothing
-    /// back.
+    /// `MPI_Isend` of the `len` bytes at `ptr`, read in place (see
+    /// [`crate::lent`]). The request's [`Request::take_buffer`] gives no
+    /// data back (`None` or an empty buffer).
     ///
     /// # Safety
     ///
     /// `ptr` is valid for reads of `len` bytes (any pointer if `len` is
     /// 0), and those bytes stay valid and unchanged until the request
-    /// completes (the lent-buffer rule of the module docs).
+    /// completes (the lent-buffer rule of [`crate::lent`]).
     pub unsafe fn isend_raw(
         &self,
         ptr: *const u8,
@@ -114,16 +114,17 @@ impl Comm {
     }
 
     /// `MPI_Irecv` into the `len` bytes at `ptr`, written in place (see
-    /// the module docs). A message longer than `len` is
+    /// [`crate::lent`]). A message longer than `len` is
     /// [`Error::RecvTruncated`] after delivering `len` bytes, as in
     /// [`Comm::recv`]; a cancelled receive leaves the memory untouched.
-    /// The request's [`Request::take_buffer`] gives nothing back.
+    /// The request's [`Request::take_buffer`] gives no data back (`None`
+    /// or an empty buffer).
     ///
     /// # Safety
     ///
     /// `ptr` is valid for writes of `len` bytes (any pointer if `len` is
     /// 0), and nothing else reads or writes those bytes until the request
-    /// completes or is cancelled (the lent-buffer rule of the module docs).
+    /// completes or is cancelled (the lent-buffer rule of [`crate::lent`]).
     pub unsafe fn irecv_raw(
         &self,
         ptr: *mut u8,

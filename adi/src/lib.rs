@@ -103,7 +103,7 @@ pub mod group;
 mod init;
 pub mod inter;
 #[allow(unsafe_code)]
-mod lent;
+pub mod lent;
 mod mem;
 #[allow(unsafe_code)]
 mod p2p;
