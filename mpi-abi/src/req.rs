@@ -2,10 +2,11 @@
 //! set forms), cancel, free, and persistent requests.
 //!
 //! A request is a [`Req`] behind a handle. Nonblocking point-to-point
-//! operations hold an [`adi::Request`]; a receive also holds where its
-//! data go in the program's memory ([`Target`]): `adi` receives into a
-//! buffer of its own, which is copied (or unpacked, for a derived
-//! datatype) into the program's buffer when the request completes, inside
+//! operations hold an [`adi::Request`]. A receive of contiguous data has
+//! lent `adi` the program's buffer, which `adi` fills itself; a receive
+//! of a derived datatype also holds where its data go in the program's
+//! memory ([`Target`]): `adi` receives into a buffer of its own, which is
+//! unpacked into the program's buffer when the request completes, inside
 //! the completing MPI call, as MPI allows. A completed request keeps its
 //! outcome ([`Req::Done`]) until a wait or test hands it over, so that
 //! `MPI_Testall` can leave every request untouched when not all are done.
