@@ -227,7 +227,7 @@ impl Comm {
 
     /// Destination world rank (`None` for `PROC_NULL`).
     #[inline]
-    fn dest(&self, dest: i32) -> Result<Option<u32>, Error> {
+    pub(crate) fn dest(&self, dest: i32) -> Result<Option<u32>, Error> {
         if dest == PROC_NULL {
             return Ok(None);
         }
@@ -242,7 +242,7 @@ impl Comm {
     }
 
     #[inline]
-    fn send_tag(tag: i32) -> Result<u32, Error> {
+    pub(crate) fn send_tag(tag: i32) -> Result<u32, Error> {
         if (0..=TAG_UB).contains(&tag) {
             Ok(tag as u32)
         } else {
@@ -282,11 +282,15 @@ impl Comm {
     }
 
     #[inline]
-    fn spec(&self, source: Source, tag: Tag) -> Result<Option<tm_proto::MatchSpec>, Error> {
+    pub(crate) fn spec(
+        &self,
+        source: Source,
+        tag: Tag,
+    ) -> Result<Option<tm_proto::MatchSpec>, Error> {
         self.spec_on(self.inner.ctx, source, tag)
     }
 
-    fn proc_null_request(&self, buf: Option<Vec<u8>>) -> Request {
+    pub(crate) fn proc_null_request(&self, buf: Option<Vec<u8>>) -> Request {
         self.dev().note_proc_null();
         match buf {
             Some(b) => Request::ready_with_buffer(PROC_NULL_STATUS, b),

@@ -102,7 +102,10 @@ pub mod error;
 pub mod group;
 mod init;
 pub mod inter;
+#[allow(unsafe_code)]
+pub mod lent;
 mod mem;
+#[allow(unsafe_code)]
 mod p2p;
 pub mod request;
 mod sync;

@@ -20,17 +20,14 @@ impl Comm {
         source: impl Into<Source>,
         recvtag: impl Into<Tag>,
     ) -> Result<Status, Error> {
-        let mut r = self.irecv(vec![0u8; recv.len()], source, recvtag)?;
+        // SAFETY: `recv` is borrowed, so untouched by anyone else, for
+        // the whole call, and the receive completes before it returns: a
+        // wait that fails (a dead peer) withdraws it.
+        let mut r = unsafe { self.irecv_raw(recv.as_mut_ptr(), recv.len(), source, recvtag) }?;
         let sent = self.send(send, dest, sendtag);
         let got = self.wait(&mut r);
-        if let Some(b) = r.take_buffer() {
-            let n = match &got {
-                Ok(st) => st.count,
-                Err(Error::RecvTruncated { status, .. }) => status.count,
-                Err(_) => 0,
-            }
-            .min(recv.len());
-            recv[..n].copy_from_slice(&b[..n]);
+        if got.is_err() && !r.is_complete() {
+            let _ = self.cancel(&r);
         }
         sent?;
         got

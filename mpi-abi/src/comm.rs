@@ -6,7 +6,8 @@ use crate::err::{check, err, handler, run, Handler, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
 use core::ffi::{c_char, c_int, c_void};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 
 /// What a communicator carries besides its `adi::Comm`.
 #[derive(Debug, Clone)]
@@ -92,6 +93,12 @@ impl CommObj {
 }
 
 static WORLD: RwLock<Option<Arc<CommObj>>> = RwLock::new(None);
+/// `MPI_COMM_WORLD`'s object for the calls' fast path ([`comm_ref`]):
+/// set once at init (MPI initializes once) and kept to the end of the
+/// process, valid for calls while [`WORLD_LIVE`] says so.
+static WORLD_FAST: OnceLock<Arc<CommObj>> = OnceLock::new();
+/// Between init and finalize.
+static WORLD_LIVE: AtomicBool = AtomicBool::new(false);
 static SELF: RwLock<Option<Arc<CommObj>>> = RwLock::new(None);
 pub(crate) static COMMS: Table<CommObj> = Table::new(prefix::COMM);
 
@@ -109,6 +116,46 @@ pub(crate) fn world() -> R<Arc<CommObj>> {
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
         .ok_or_else(not_init)
+}
+
+/// A communicator object borrowed for a call: `MPI_COMM_WORLD`'s without
+/// a lock or a reference count, another one shared.
+#[derive(Debug)]
+pub(crate) enum CommRef {
+    /// `MPI_COMM_WORLD`.
+    World(&'static CommObj),
+    /// Any other.
+    Shared(Arc<CommObj>),
+}
+
+impl core::ops::Deref for CommRef {
+    type Target = CommObj;
+    #[inline(always)]
+    fn deref(&self) -> &CommObj {
+        match self {
+            CommRef::World(o) => o,
+            CommRef::Shared(o) => o,
+        }
+    }
+}
+
+/// `MPI_COMM_WORLD`'s object for one call (no lock, no reference count).
+#[inline]
+pub(crate) fn world_ref() -> R<CommRef> {
+    match WORLD_FAST.get() {
+        Some(w) if WORLD_LIVE.load(Ordering::Acquire) => Ok(CommRef::World(w)),
+        _ => Err(not_init()),
+    }
+}
+
+/// [`comm`] for the length of one call: `MPI_COMM_WORLD` without a lock
+/// or a reference count (the point-to-point calls' fast path).
+#[inline]
+pub(crate) fn comm_ref(h: MPI_Comm) -> R<CommRef> {
+    if h == MPI_COMM_WORLD {
+        return world_ref();
+    }
+    comm(h).map(CommRef::Shared)
 }
 
 /// The communicator of handle `h` (`MPI_ERR_COMM` if invalid).
@@ -140,14 +187,18 @@ pub(crate) fn install(world: adi::Comm, me: adi::Comm) {
         info: crate::info::Info::default(),
         topo: None,
     };
-    *WORLD.write().unwrap_or_else(PoisonError::into_inner) =
-        Some(Arc::new(CommObj::new(world, meta("MPI_COMM_WORLD"))));
+    let w = Arc::new(CommObj::new(world, meta("MPI_COMM_WORLD")));
+    // Init runs once per process (`MPI_Init` refuses a second time).
+    let fast = WORLD_FAST.get_or_init(|| Arc::clone(&w));
+    WORLD_LIVE.store(Arc::ptr_eq(fast, &w), Ordering::Release);
+    *WORLD.write().unwrap_or_else(PoisonError::into_inner) = Some(w);
     *SELF.write().unwrap_or_else(PoisonError::into_inner) =
         Some(Arc::new(CommObj::new(me, meta("MPI_COMM_SELF"))));
 }
 
 /// Drops every communicator (finalize); the predefined ones last.
 pub(crate) fn finalize() {
+    WORLD_LIVE.store(false, Ordering::Release);
     COMMS.clear();
     *SELF.write().unwrap_or_else(PoisonError::into_inner) = None;
     *WORLD.write().unwrap_or_else(PoisonError::into_inner) = None;

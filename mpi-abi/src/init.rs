@@ -33,6 +33,7 @@ fn init(required: c_int) -> R<c_int> {
         MPI_THREAD_SINGLE | MPI_THREAD_FUNNELED => adi::ThreadLevel::Funneled,
         _ => adi::ThreadLevel::Multiple,
     };
+    pin_mmap_threshold(std::env::var("TMX_MPI_MMAP_THRESHOLD").ok().as_deref())?;
     let (world, _) = adi::init_thread(level)?;
     let me = world.self_comm()?;
     crate::comm::install(world, me);
@@ -40,6 +41,76 @@ fn init(required: c_int) -> R<c_int> {
     LEVEL.store(provided, Ordering::Relaxed);
     PHASE.store(RUNNING, Ordering::Release);
     Ok(provided)
+}
+
+/// The mmap threshold `MPI_Init` pins when `TMX_MPI_MMAP_THRESHOLD` is
+/// unset: 32 MiB, the largest glibc accepts on 64-bit targets.
+pub(crate) const DEFAULT_MMAP_THRESHOLD: usize = 32 << 20;
+
+/// The largest threshold glibc accepts (`HEAP_MAX_SIZE / 2` on 64-bit).
+const MAX_MMAP_THRESHOLD: usize = 32 << 20;
+
+/// The mmap threshold `TMX_MPI_MMAP_THRESHOLD`'s value asks for: `None`
+/// (`0`, `off`) leaves glibc's allocator alone. Bytes, or with a `K`/`KiB`
+/// or `M`/`MiB` suffix; unset: [`DEFAULT_MMAP_THRESHOLD`].
+pub(crate) fn mmap_threshold(v: Option<&str>) -> Result<Option<usize>, String> {
+    let Some(v) = v.map(str::trim) else {
+        return Ok(Some(DEFAULT_MMAP_THRESHOLD));
+    };
+    if v.eq_ignore_ascii_case("off") || v == "0" {
+        return Ok(None);
+    }
+    let bad = || {
+        format!(
+            "TMX_MPI_MMAP_THRESHOLD={v:?}: expected a size in bytes (suffix K/KiB or M/MiB \
+             allowed) up to 32 MiB, or 0/off to leave glibc's allocator alone"
+        )
+    };
+    let lower = v.to_ascii_lowercase();
+    let (digits, unit) = match lower.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => lower.split_at(i),
+        None => (lower.as_str(), ""),
+    };
+    let scale: usize = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        _ => return Err(bad()),
+    };
+    let n: usize = digits.parse().map_err(|_| bad())?;
+    let bytes = n.checked_mul(scale).ok_or_else(bad)?;
+    if bytes > MAX_MMAP_THRESHOLD {
+        return Err(bad());
+    }
+    Ok((bytes > 0).then_some(bytes))
+}
+
+/// Pins glibc's mmap threshold (and its trim threshold at twice that, as
+/// glibc's own adjustment would set it) so that the message buffers of a
+/// run are served from the heap: with glibc's dynamic threshold, a large
+/// buffer is mapped and unmapped per message, and every fresh mapping
+/// page-faults on first touch. `env`: the value of
+/// `TMX_MPI_MMAP_THRESHOLD` (see the README). No-op outside glibc.
+fn pin_mmap_threshold(env: Option<&str>) -> R<()> {
+    let v = mmap_threshold(env).map_err(|m| crate::err::err(MPI_ERR_ARG, m))?;
+    let Some(v) = v else {
+        return Ok(());
+    };
+    tracing::debug!(threshold = v, "pinning glibc's mmap threshold");
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let t = c_int::try_from(v).unwrap_or(c_int::MAX);
+        // SAFETY: `mallopt` only sets allocator parameters (glibc takes its
+        // arena lock); no memory is handed out or freed by the call.
+        let ok = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, t) != 0
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, t.saturating_mul(2)) != 0
+        };
+        if !ok {
+            tracing::warn!(threshold = v, "mallopt refused the mmap threshold");
+        }
+    }
+    Ok(())
 }
 
 mpi_fn! {
@@ -223,4 +294,25 @@ pub unsafe extern "C" fn MPIR_Dup_fn(
             .and_then(|_| ffi::put(flag, 1))
     };
     r.map_or_else(|e| e.code, |_| MPI_SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mmap_threshold_values() {
+        assert_eq!(mmap_threshold(None), Ok(Some(DEFAULT_MMAP_THRESHOLD)));
+        assert_eq!(mmap_threshold(Some("0")), Ok(None));
+        assert_eq!(mmap_threshold(Some("off")), Ok(None));
+        assert_eq!(mmap_threshold(Some("OFF")), Ok(None));
+        assert_eq!(mmap_threshold(Some("131072")), Ok(Some(128 << 10)));
+        assert_eq!(mmap_threshold(Some("256K")), Ok(Some(256 << 10)));
+        assert_eq!(mmap_threshold(Some("4 MiB")), Ok(Some(4 << 20)));
+        assert_eq!(mmap_threshold(Some("32m")), Ok(Some(32 << 20)));
+        for bad in ["", "x", "12Q", "-1", "33M", "99999999999999999999"] {
+            let e = mmap_threshold(Some(bad)).expect_err(bad);
+            assert!(e.contains("TMX_MPI_MMAP_THRESHOLD"), "{e}");
+        }
+    }
 }

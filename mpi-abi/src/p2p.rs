@@ -2,18 +2,20 @@
 //! matched probes, the attached buffer, persistent requests.
 //!
 //! Blocking calls lend `adi` the program's memory for the call. A
-//! nonblocking send packs (or copies) its data at once, so the program's
-//! buffer is free when the call returns (MPI allows more); a nonblocking
-//! receive gets a buffer of `adi`'s, delivered into the program's at
-//! completion ([`crate::req`]).
+//! nonblocking send of contiguous data lends it until the request
+//! completes (`adi::Comm::isend_raw`: MPI's rule for the buffer); of a
+//! derived datatype, it packs the data at once. A nonblocking receive
+//! of contiguous data lends the program's buffer too
+//! (`adi::Comm::irecv_raw`); of a derived datatype, it gets a buffer of
+//! `adi`'s, unpacked into the program's at completion ([`crate::req`]).
 
 use crate::abi::*;
-use crate::comm::{comm, world, CommObj};
+use crate::comm::{comm, comm_ref, world, CommObj};
 use crate::err::{check, err, run, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
 use crate::req::{new_request, outcome_of, status_of, PKind, Persistent, Req, Target};
-use crate::types::{dtype, TypeObj};
+use crate::types::{dtype, dtype_ref, TypeObj, TypeRef};
 use core::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -84,9 +86,33 @@ pub(crate) unsafe fn isend(
     mode: Mode,
 ) -> R<Req> {
     let n = elems(count)?;
+    let c = &o.comm;
+    if let Some((start, len)) = t.contig(n)? {
+        // Contiguous data are lent to `adi`, read in place until the
+        // request completes (MPI's rule for a nonblocking send's buffer);
+        // a buffered send copies them into the attached buffer at once.
+        // SAFETY: the caller's contract; a contiguous range of the data.
+        let data = unsafe { ffi::bytes(buf, start, len) };
+        let (p, l) = (data.as_ptr(), data.len());
+        // SAFETY: MPI: the buffer stays valid and unchanged until the
+        // request completes.
+        let r = unsafe {
+            match mode {
+                Mode::Standard => c.isend_raw(p, l, dest, tag),
+                Mode::Synchronous => c.issend_raw(p, l, dest, tag),
+                Mode::Ready => c.irsend_raw(p, l, dest, tag),
+                Mode::Buffered => {
+                    c.bsend(data, dest, tag)?;
+                    let mut st = crate::req::empty_status();
+                    st.set_count(l as i64);
+                    return Ok(Req::Done((st, None)));
+                }
+            }
+        }?;
+        return Ok(Req::Op { r });
+    }
     // SAFETY: the caller's contract.
     let data = unsafe { t.pack_from(buf, n) }?;
-    let c = &o.comm;
     let r = match mode {
         Mode::Standard => c.isend(data, dest, tag),
         Mode::Synchronous => c.issend(data, dest, tag),
@@ -140,7 +166,7 @@ unsafe fn recv(
 pub(crate) unsafe fn irecv(
     buf: *mut c_void,
     count: c_int,
-    t: &Arc<TypeObj>,
+    t: &TypeRef,
     source: c_int,
     tag: c_int,
     o: &CommObj,
@@ -151,6 +177,18 @@ pub(crate) unsafe fn irecv(
         MPI_ERR_TYPE,
         "datatype used before MPI_Type_commit",
     )?;
+    if let Some((start, len)) = t.contig(n)? {
+        // Contiguous: the program's memory is lent to `adi`, which
+        // delivers into it in place (MPI's rule for a nonblocking
+        // receive's buffer).
+        // SAFETY: the caller's contract; a contiguous range of the buffer.
+        let into = unsafe { ffi::bytes_mut(buf, start, len) };
+        let p = into.as_mut_ptr();
+        // SAFETY: MPI: the buffer stays valid, and the program leaves it
+        // alone, until the request completes.
+        let r = unsafe { o.comm.irecv_raw(p, len, source, tag) }?;
+        return Ok(Req::Op { r });
+    }
     let stage = vec![0u8; t.packed(n)?];
     let r = o.comm.irecv(stage, source, tag)?;
     Ok(Req::Recv {
@@ -158,7 +196,7 @@ pub(crate) unsafe fn irecv(
         to: Target {
             addr: buf as usize,
             count: n,
-            ty: Arc::clone(t),
+            ty: t.to_arc(),
         },
     })
 }
@@ -183,8 +221,8 @@ macro_rules! blocking_send {
             $(#[$m])*
             fn $mpi / $pmpi(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> c_int {
                 run(stringify!($mpi), On::Comm(c), || {
-                    let o = comm(c)?;
-                    let t = dtype(datatype)?;
+                    let o = comm_ref(c)?;
+                    let t = dtype_ref(datatype)?;
                     // SAFETY: MPI: `buf` holds `count` elements of `datatype`.
                     unsafe { send(buf, count, &t, dest, tag, &o, $mode) }
                 })
@@ -212,8 +250,8 @@ macro_rules! nonblocking_send {
             $(#[$m])*
             fn $mpi / $pmpi(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, request: *mut MPI_Request) -> c_int {
                 run(stringify!($mpi), On::Comm(c), || {
-                    let o = comm(c)?;
-                    let t = dtype(datatype)?;
+                    let o = comm_ref(c)?;
+                    let t = dtype_ref(datatype)?;
                     // SAFETY: MPI: `buf` holds `count` elements of `datatype`.
                     let r = unsafe { isend(buf, count, &t, dest, tag, &o, $mode) }?;
                     let h = new_request(c, r)?;
@@ -242,8 +280,8 @@ mpi_fn! {
     /// `MPI_Recv`.
     fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, c: MPI_Comm, status: *mut MPI_Status) -> c_int {
         run("MPI_Recv", On::Comm(c), || {
-            let o = comm(c)?;
-            let t = dtype(datatype)?;
+            let o = comm_ref(c)?;
+            let t = dtype_ref(datatype)?;
             elems(count)?;
             check(t.dt.is_committed(), MPI_ERR_TYPE, "datatype used before MPI_Type_commit")?;
             // SAFETY: MPI: `buf` has room for `count` elements; `status` as documented.
@@ -259,8 +297,8 @@ mpi_fn! {
     /// `MPI_Irecv`.
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, c: MPI_Comm, request: *mut MPI_Request) -> c_int {
         run("MPI_Irecv", On::Comm(c), || {
-            let o = comm(c)?;
-            let t = dtype(datatype)?;
+            let o = comm_ref(c)?;
+            let t = dtype_ref(datatype)?;
             // SAFETY: MPI: `buf` has room for `count` elements until completion.
             let r = unsafe { irecv(buf, count, &t, source, tag, &o) }?;
             let h = new_request(c, r)?;
@@ -274,21 +312,31 @@ mpi_fn! {
     /// `MPI_Sendrecv`.
     fn MPI_Sendrecv / PMPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, c: MPI_Comm, status: *mut MPI_Status) -> c_int {
         run("MPI_Sendrecv", On::Comm(c), || {
-            let o = comm(c)?;
-            let (st, rt) = (dtype(sendtype)?, dtype(recvtype)?);
-            // SAFETY: MPI: the send buffer holds `sendcount` elements.
-            let data = unsafe { st.pack_from(sendbuf, elems(sendcount)?) }?;
+            let o = comm_ref(c)?;
+            let (st, rt) = (dtype_ref(sendtype)?, dtype_ref(recvtype)?);
+            let sn = elems(sendcount)?;
+            let packed;
+            let data: &[u8] = match st.contig(sn)? {
+                // SAFETY: MPI: the send buffer holds `sendcount` elements;
+                // a contiguous range of them, read during the call.
+                Some((start, len)) => unsafe { ffi::bytes(sendbuf, start, len) },
+                None => {
+                    // SAFETY: MPI: the send buffer holds `sendcount` elements.
+                    packed = unsafe { st.pack_from(sendbuf, sn) }?;
+                    &packed
+                }
+            };
             let rn = elems(recvcount)?;
             check(rt.dt.is_committed(), MPI_ERR_TYPE, "datatype used before MPI_Type_commit")?;
             let r = match rt.contig(rn)? {
                 Some((start, len)) => {
                     // SAFETY: MPI: the receive buffer has room for `recvcount` elements.
                     let into = unsafe { ffi::bytes_mut(recvbuf, start, len) };
-                    o.comm.sendrecv(&data, dest, sendtag, into, source, recvtag)
+                    o.comm.sendrecv(data, dest, sendtag, into, source, recvtag)
                 }
                 None => {
                     let mut stage = vec![0u8; rt.packed(rn)?];
-                    let r = o.comm.sendrecv(&data, dest, sendtag, &mut stage, source, recvtag);
+                    let r = o.comm.sendrecv(data, dest, sendtag, &mut stage, source, recvtag);
                     let n = match &r {
                         Ok(s) => s.count,
                         Err(adi::Error::RecvTruncated { status, .. }) => status.count,
@@ -441,6 +489,14 @@ mpi_fn! {
                 return Ok(());
             };
             let w = world()?;
+            if let Some((start, len)) = t.contig(n)? {
+                // SAFETY: MPI: `buf` has room for `count` elements; a
+                // contiguous range of them, written during the call.
+                let into = unsafe { ffi::bytes_mut(buf, start, len) };
+                let r = w.comm.mrecv(m, into);
+                // SAFETY: MPI: `status` as documented.
+                return unsafe { finish(r, status) };
+            }
             let mut stage = vec![0u8; t.packed(n)?];
             let r = w.comm.mrecv(m, &mut stage);
             let got = match &r {
@@ -542,7 +598,7 @@ pub(crate) fn start_persistent(p: &Persistent) -> R<Req> {
             irecv(
                 p.addr as *mut c_void,
                 p.count as c_int,
-                &p.ty,
+                &TypeRef::Shared(Arc::clone(&p.ty)),
                 p.peer,
                 p.tag,
                 &p.comm,

@@ -2,16 +2,17 @@
 //! set forms), cancel, free, and persistent requests.
 //!
 //! A request is a [`Req`] behind a handle. Nonblocking point-to-point
-//! operations hold an [`adi::Request`]; a receive also holds where its
-//! data go in the program's memory ([`Target`]): `adi` receives into a
-//! buffer of its own, which is copied (or unpacked, for a derived
-//! datatype) into the program's buffer when the request completes, inside
+//! operations hold an [`adi::Request`]. A receive of contiguous data has
+//! lent `adi` the program's buffer, which `adi` fills itself; a receive
+//! of a derived datatype also holds where its data go in the program's
+//! memory ([`Target`]): `adi` receives into a buffer of its own, which is
+//! unpacked into the program's buffer when the request completes, inside
 //! the completing MPI call, as MPI allows. A completed request keeps its
 //! outcome ([`Req::Done`]) until a wait or test hands it over, so that
 //! `MPI_Testall` can leave every request untouched when not all are done.
 
 use crate::abi::*;
-use crate::comm::{world, CommObj};
+use crate::comm::{world, world_ref, CommObj};
 use crate::err::{check, err, raise_on, run, MpiErr, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
@@ -240,7 +241,7 @@ impl Req {
     /// place ([`Req::Done`]) and returns `true`. With `block`, returns
     /// only once complete. An inactive persistent request is complete.
     pub(crate) fn progress(&mut self, block: bool) -> R<bool> {
-        let w = world()?;
+        let w = world_ref()?;
         let c = &w.comm;
         let done = match self {
             Req::Done(_) => return Ok(true),

@@ -300,6 +300,51 @@ pub(crate) fn dtype(h: MPI_Datatype) -> R<Arc<TypeObj>> {
     TYPES.get(h).ok_or_else(bad)
 }
 
+/// A datatype object borrowed for a call: a predefined one without a
+/// reference count, a derived one shared.
+#[derive(Debug)]
+pub(crate) enum TypeRef {
+    /// A predefined datatype (its object lives as long as the process).
+    Predefined(&'static Arc<TypeObj>),
+    /// A derived datatype.
+    Shared(Arc<TypeObj>),
+}
+
+impl core::ops::Deref for TypeRef {
+    type Target = TypeObj;
+    #[inline(always)]
+    fn deref(&self) -> &TypeObj {
+        match self {
+            TypeRef::Predefined(o) => o,
+            TypeRef::Shared(o) => o,
+        }
+    }
+}
+
+impl TypeRef {
+    /// The object as a shared reference (kept by a pending operation).
+    pub(crate) fn to_arc(&self) -> Arc<TypeObj> {
+        match self {
+            TypeRef::Predefined(o) => Arc::clone(o),
+            TypeRef::Shared(o) => Arc::clone(o),
+        }
+    }
+}
+
+/// [`dtype`] for the length of one call: a builtin datatype without a
+/// reference count (the point-to-point calls' fast path).
+#[inline]
+pub(crate) fn dtype_ref(h: MPI_Datatype) -> R<TypeRef> {
+    let u = h as u32;
+    if u & 0xffff_0000 == 0x4c00_0000 {
+        return match &predefined().builtin[(u & 0xff) as usize] {
+            Some((hh, o)) if *hh == h => Ok(TypeRef::Predefined(o)),
+            _ => Err(err(MPI_ERR_TYPE, "invalid datatype")),
+        };
+    }
+    dtype(h).map(TypeRef::Shared)
+}
+
 /// A new handle for a derived type.
 pub(crate) fn new_type(dt: Datatype) -> R<MPI_Datatype> {
     TYPES

@@ -60,6 +60,8 @@
 //! returns are allowed by the [`Progress`](crate::Progress) contract;
 //! waits loop).
 
+#[allow(unsafe_code)]
+mod lent;
 mod ops;
 mod pools;
 mod progress;
@@ -68,6 +70,7 @@ pub(crate) mod route;
 mod send;
 mod shared;
 
+pub(crate) use lent::LentInto;
 pub(crate) use ops::{typed_result, InPlaceSlot, RecvInto, TypedInto};
 pub(crate) use pools::{internal_context, ContextPool};
 pub(crate) use progress::DeviceProgress;

@@ -8,6 +8,7 @@
 //! send's region). The transports report finished operations by id; the
 //! harvest (`progress`) turns each into an [`Outcome`].
 
+use super::lent::LentInto;
 use super::{bump, Core, Device, Group};
 use crate::attr::{ANY_SOURCE, ANY_TAG};
 use crate::request::{request_into, Completer, Outcome, Request, Status};
@@ -25,6 +26,11 @@ pub(crate) enum RecvInto {
     /// unpack it into the user's buffer (boxed: the plain receive's
     /// operation and its drop stay small).
     Typed(Box<TypedInto>),
+    /// The caller's lent memory ([`crate::lent`]): a transport that
+    /// received into it in place hands back an empty buffer; one that
+    /// staged the message (no lent receives, or `ANY_SOURCE` over two
+    /// transports) hands back the staging buffer, copied in here.
+    Lent(LentInto),
 }
 
 /// Where a datatype receive unpacks ([`RecvInto::Typed`]).
@@ -97,7 +103,7 @@ impl RecvInto {
                 .slot
                 .as_ref()
                 .map(|slot| slot.consumer(t.datatype.clone(), t.count)),
-            RecvInto::Owned => None,
+            RecvInto::Owned | RecvInto::Lent(_) => None,
         }
     }
 }
@@ -357,9 +363,12 @@ impl Device {
         into: RecvInto,
         group: Option<&Group>,
     ) -> Outcome {
+        if let RecvInto::Lent(lent) = into {
+            return self.lent_outcome(st, buf, lent, group);
+        }
         if st.cancelled {
             let user = match into {
-                RecvInto::Owned => buf,
+                RecvInto::Owned | RecvInto::Lent(_) => buf,
                 RecvInto::Typed(typed) => {
                     self.give_back_staging(buf);
                     typed.take_user().0
@@ -382,7 +391,7 @@ impl Device {
         }
         let res = self.recv_result(st, group);
         let (user, unpack_error) = match into {
-            RecvInto::Owned => (buf, None),
+            RecvInto::Owned | RecvInto::Lent(_) => (buf, None),
             RecvInto::Typed(typed) => {
                 let (mut user, datatype, count, in_place) = typed.take_user();
                 bump(&self.counters.unpacked_recvs);

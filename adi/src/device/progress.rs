@@ -136,7 +136,14 @@ impl Sink for Harvest<'_> {
                     },
                 completer,
             }) => {
-                if matches!(into, RecvInto::Owned) {
+                // Lent memory received into in place (nothing staged to
+                // copy) completes as an owned buffer does.
+                let plain = match &into {
+                    RecvInto::Owned => true,
+                    RecvInto::Lent(_) => buf.is_empty(),
+                    RecvInto::Typed(_) => false,
+                };
+                if plain {
                     if let Some(r) = take_mine(self.mine, &completer, self.hint) {
                         // The common case: a plain successful receive (not
                         // cancelled, not truncated): its status and buffer

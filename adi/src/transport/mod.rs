@@ -376,6 +376,29 @@ pub(crate) trait Transport {
         consumer: Option<InPlace>,
     ) -> Result<RecvStart, Error>;
 
+    /// Posts a receive into lent memory, `len` bytes at `ptr`
+    /// ([`crate::lent`]). A transport that writes into it in place hands
+    /// back an empty buffer (at once in [`RecvStart::Done`], or through
+    /// [`Sink::recv_done`]); the default stages: it posts an owned buffer
+    /// of `len` bytes, which the device copies into the lent memory when
+    /// it comes back.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is valid for writes of `len` bytes (any pointer if `len` is
+    /// 0), and nothing else reads or writes that memory, until the receive
+    /// completes or is cancelled.
+    #[allow(unsafe_code)]
+    unsafe fn irecv_lent(
+        &mut self,
+        spec: MatchSpec,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<RecvStart, Error> {
+        let _ = ptr;
+        self.irecv(spec, vec![0u8; len], None)
+    }
+
     /// The fast case of [`Transport::irecv`]: receives into `buf` a
     /// message that is next in line now, or `None` (nothing done).
     fn recv_arrived(
@@ -604,6 +627,17 @@ impl Transport for Remote {
         consumer: Option<InPlace>,
     ) -> Result<RecvStart, Error> {
         remote_dispatch!(self, t => t.irecv(spec, buf, consumer))
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn irecv_lent(
+        &mut self,
+        spec: MatchSpec,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<RecvStart, Error> {
+        // SAFETY: the caller's contract, passed on.
+        remote_dispatch!(self, t => unsafe { t.irecv_lent(spec, ptr, len) })
     }
 
     fn recv_arrived(

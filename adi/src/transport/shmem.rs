@@ -286,6 +286,25 @@ impl Transport for ShmemTransport {
         }
     }
 
+    /// Received in place: the endpoint writes into the lent memory
+    /// ([`shmem_onesided::Endpoint::irecv_or_done_lent`]), and the
+    /// buffer handed back is empty.
+    #[allow(unsafe_code)]
+    unsafe fn irecv_lent(
+        &mut self,
+        spec: MatchSpec,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<RecvStart, Error> {
+        // SAFETY: the caller's contract is the endpoint's.
+        match unsafe { self.ep.irecv_or_done_lent(spec, ptr, len) } {
+            Ok(Started::Pending(rreq)) => Ok(RecvStart::Pending(rreq.id())),
+            Ok(Started::Done(Ok(st))) => Ok(RecvStart::Done(Ok(self.st(&st)), Vec::new())),
+            Ok(Started::Done(Err(e))) => Ok(RecvStart::Done(Err(convert(e)), Vec::new())),
+            Err(e) => Err(convert(e)),
+        }
+    }
+
     #[inline(always)]
     fn recv_arrived(
         &mut self,

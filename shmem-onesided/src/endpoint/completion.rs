@@ -216,10 +216,7 @@ impl Endpoint {
                     let result = req.done.take()?;
                     // Only the result and the buffer are taken out; the
                     // rest of the request is dropped in its slot.
-                    let buf = match core::mem::replace(&mut req.buf, ReqBuf::Caller) {
-                        ReqBuf::Owned(v) => v,
-                        ReqBuf::Caller => Vec::new(),
-                    };
+                    let buf = core::mem::replace(&mut req.buf, ReqBuf::Caller).into_vec();
                     recvs.push(RecvFinished { id, result, buf });
                     Some(())
                 });

@@ -185,6 +185,11 @@ impl Endpoint {
             let mut buf = match &mut req.buf {
                 ReqBuf::Owned(v) => core::mem::take(v),
                 ReqBuf::Caller => Vec::new(),
+                // Never deferred (`irecv_or_done_lent` posts): posted now.
+                ReqBuf::Lent(_) => {
+                    self.post_deferred()?;
+                    return Ok(done);
+                }
             };
             // An eager message for a receive with a consumer, read where
             // it lies (out of line: the copying path below stays as lean

@@ -117,9 +117,11 @@ pub(super) fn bound_dst<'a>(
         match requests.reqs.get_mut(key) {
             Some(Req {
                 done: None,
-                buf: ReqBuf::Owned(v),
+                buf: b @ (ReqBuf::Owned(_) | ReqBuf::Lent(_)),
                 ..
-            }) if v.as_ptr() as usize == ptr && v.len() == cap => Some(&mut v[..]),
+            }) => b
+                .memory()
+                .filter(|v| v.as_ptr() as usize == ptr && v.len() == cap),
             _ => None,
         }
     } else if blocked == Some(key) && buf.as_ptr() as usize == ptr && buf.len() == cap {
@@ -322,6 +324,12 @@ impl Endpoint {
                 key,
                 ptr: v.as_ptr() as usize,
                 cap: v.len(),
+                owned: true,
+            }),
+            ReqBuf::Lent(l) => Some(AsmTarget::Bound {
+                key,
+                ptr: l.addr,
+                cap: l.len,
                 owned: true,
             }),
             ReqBuf::Caller => None,

@@ -162,6 +162,12 @@ impl Endpoint {
                     back = Some(v);
                     r
                 }
+                ReqBuf::Lent(l) => {
+                    let l = *l;
+                    // SAFETY: the request is pending (matched just now);
+                    // its lent memory is referred to by nothing else.
+                    self.deliver_ext(s, *h, unsafe { l.bytes() })
+                }
             }),
         };
         if let Some(result) = result {
@@ -459,7 +465,7 @@ impl Endpoint {
             && msg_len <= INLINE_MAX
         {
             if let Some(req) = self.requests.get_mut(recv) {
-                if let ReqBuf::Owned(v) = &mut req.buf {
+                if let Some(v) = req.buf.memory() {
                     let n = msg_len.min(v.len());
                     copy_inline(h, &mut v[..n]);
                     let st = delivered(&mut self.counters, h.source, h, n, v.len());
@@ -515,6 +521,12 @@ impl Endpoint {
                 back = Some(v);
                 r
             }
+            ReqBuf::Lent(l) => {
+                let l = *l;
+                // SAFETY: the request is pending (matched just now); its
+                // lent memory is referred to by nothing else.
+                self.deliver(u.hdr, u.data, unsafe { l.bytes() })
+            }
         };
         if matches!(&result, Ok(st) if st.truncated()) {
             self.counters.truncated += 1;
@@ -532,10 +544,7 @@ impl Endpoint {
             Err(Error::PrepostWriteFailed { pe: env.source })
         } else {
             let len = (word & 0xffff_ffff) as usize;
-            let cap = match &req.buf {
-                ReqBuf::Owned(v) => v.len(),
-                ReqBuf::Caller => buf.len(),
-            };
+            let cap = req.buf.capacity().unwrap_or(buf.len());
             self.counters.received += 1;
             if len > cap {
                 // The claimer checked the capacity: a peer bug.
@@ -684,10 +693,7 @@ impl Endpoint {
     ) -> Result<(u64, Option<RecvId>)> {
         let key = self.next_id;
         self.next_id += 1;
-        let capacity = match &rbuf {
-            ReqBuf::Owned(v) => v.len(),
-            ReqBuf::Caller => buf.len(),
-        };
+        let capacity = rbuf.capacity().unwrap_or(buf.len());
         let me = self.rank();
         // The caller's part of the offload decision: a buffer the sender may
         // CMA-write into, large enough for the prepost-direct path

@@ -291,16 +291,114 @@ impl Endpoint {
         }
         match self.requests.remove_if_done(key) {
             Some(req) => {
-                let buf = match req.buf {
-                    ReqBuf::Owned(v) => v,
-                    ReqBuf::Caller => Vec::new(),
-                };
+                let buf = req.buf.into_vec();
                 let result = match req.done {
                     Some(d) => unbox(d),
                     None => Err(Error::InvalidArgument("receive request not complete")),
                 };
                 Ok(Started::Done((result, buf)))
             }
+            None => Err(Error::InvalidArgument("receive neither queued nor matched")),
+        }
+    }
+
+    /// [`Endpoint::irecv_or_done`] into memory the caller lends instead of
+    /// a buffer it hands over: `len` bytes at `ptr`, written in place (a
+    /// message already here is copied into it at once, an eager or
+    /// pipelined one when it matches, a preposted one by its sender, a
+    /// CMA one read into it). [`Started::Done`] holds the result of a
+    /// receive that completed in the call; a pending request completes as
+    /// an [`Endpoint::irecv`] one does, reported with an empty buffer.
+    /// Never deferred.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is valid for writes of `len` bytes (any pointer if `len` is
+    /// 0), and that memory stays valid, and is neither read nor written by
+    /// anyone else, until the receive completes (or is cancelled), which
+    /// this endpoint reports through [`Endpoint::wait`],
+    /// [`Endpoint::take_completed`] or a cancel. A receive abandoned
+    /// after an error (a dead peer) may still be written by a live sender
+    /// that claimed it, until that sender finishes.
+    pub unsafe fn irecv_or_done_lent(
+        &mut self,
+        spec: MatchSpec,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<Started<RecvRequest, Result<Status>>> {
+        self.check_source(spec)?;
+        if self.matching.deferred_len() != 0 {
+            // Older deferred receives first (as `irecv_or_done`); this one
+            // never joins them, so those still waiting are posted.
+            if !self.deferred_quiet() {
+                self.take_deferred()?;
+            }
+            if self.matching.deferred_len() != 0 {
+                self.post_deferred()?;
+            }
+        }
+        let lent = Lent {
+            addr: ptr as usize,
+            len,
+        };
+        {
+            // SAFETY: the caller's contract; no request holds this memory
+            // yet, so this slice is the only reference to it.
+            let buf = unsafe { lent.bytes() };
+            self.defer_cma_of_posted = true;
+            let drained = self.drain_source(spec, buf);
+            self.defer_cma_of_posted = false;
+            if let Some(result) = drained? {
+                return Ok(Started::Done(result));
+            }
+        }
+        if !self.advertisable(spec, len) {
+            // Queued in software at once when nothing queued could match
+            // (as in `irecv_or_done`).
+            let key = self.next_id;
+            if let Ok(id) = self.matching.post_software(spec, key)? {
+                self.next_id += 1;
+                let req = Req {
+                    spec,
+                    buf: ReqBuf::Lent(lent),
+                    done: None,
+                    id: Some(id),
+                    user: true,
+                    fed: Fed::No,
+                };
+                match self.requests.reqs.vacant(key) {
+                    Some(slot) => slot.fill(req),
+                    None => self.requests.reqs.insert(key, req),
+                }
+                if self.matching.has_output() {
+                    self.poll_matching(&mut [])?;
+                }
+                self.counters.posted_recvs += 1;
+                return Ok(Started::Pending(RecvRequest(key)));
+            }
+        }
+        self.defer_cma_at_post = true;
+        let posted = self.post(
+            spec,
+            ReqBuf::Lent(lent),
+            lent.addr as u64,
+            true,
+            (true, false),
+            &mut [],
+        );
+        self.defer_cma_at_post = false;
+        let (key, id) = posted?;
+        if id.is_some() {
+            self.counters.posted_recvs += 1;
+            return Ok(Started::Pending(RecvRequest(key)));
+        }
+        match self.requests.remove_if_done(key) {
+            Some(req) => Ok(Started::Done(match req.done {
+                Some(d) => unbox(d),
+                None => Err(Error::InvalidArgument("receive request not complete")),
+            })),
+            // Matched at the post, lent memory is filled in the call (it
+            // never waits in `late_cma`).
             None => Err(Error::InvalidArgument("receive neither queued nor matched")),
         }
     }
@@ -530,10 +628,7 @@ impl Endpoint {
     /// The result of a completed receive request removed by its waiter.
     pub(super) fn finish_wait(&mut self, req: Req) -> Result<(Status, Vec<u8>)> {
         self.unfeed(req.fed);
-        let buf = match req.buf {
-            ReqBuf::Owned(v) => v,
-            ReqBuf::Caller => Vec::new(),
-        };
+        let buf = req.buf.into_vec();
         match req.done {
             Some(Ok(st)) => Ok((st, buf)),
             Some(Err(e)) => Err(*e),

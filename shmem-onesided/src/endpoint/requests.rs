@@ -84,6 +84,72 @@ pub(super) enum ReqBuf {
     /// The buffer of the blocked [`Endpoint::recv`] / [`Endpoint::try_recv`]
     /// call, passed down to progress.
     Caller,
+    /// The caller's memory, lent until the request completes
+    /// ([`Endpoint::irecv_or_done_lent`]).
+    Lent(Lent),
+}
+
+/// Memory an [`Endpoint::irecv_or_done_lent`] caller lends to its receive:
+/// `len` bytes at `addr`, valid and untouched by anyone else until the
+/// request completes (the caller's contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lent {
+    pub(super) addr: usize,
+    pub(super) len: usize,
+}
+
+impl Lent {
+    /// The lent bytes.
+    ///
+    /// # Safety
+    ///
+    /// The request holding `self` is pending (the lender's contract keeps
+    /// the memory valid and untouched until then), and no other slice of
+    /// it is alive.
+    #[inline(always)]
+    pub(super) unsafe fn bytes<'a>(self) -> &'a mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: the caller's contract.
+        unsafe { core::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+}
+
+impl ReqBuf {
+    /// The request's own memory: an owned buffer or lent bytes (`None`:
+    /// the blocked call's buffer).
+    #[inline(always)]
+    pub(super) fn memory(&mut self) -> Option<&mut [u8]> {
+        match self {
+            ReqBuf::Owned(v) => Some(&mut v[..]),
+            // SAFETY: a request holds lent memory only while pending (it
+            // is taken out as it completes), and the slice borrows `self`.
+            ReqBuf::Lent(l) => Some(unsafe { l.bytes() }),
+            ReqBuf::Caller => None,
+        }
+    }
+
+    /// The capacity of the request's own memory (`None`: the blocked
+    /// call's buffer).
+    #[inline(always)]
+    pub(super) fn capacity(&self) -> Option<usize> {
+        match self {
+            ReqBuf::Owned(v) => Some(v.len()),
+            ReqBuf::Lent(l) => Some(l.len),
+            ReqBuf::Caller => None,
+        }
+    }
+
+    /// The owned buffer to hand back at completion (empty for lent
+    /// memory and the blocked call's buffer).
+    #[inline(always)]
+    pub(super) fn into_vec(self) -> Vec<u8> {
+        match self {
+            ReqBuf::Owned(v) => v,
+            ReqBuf::Lent(_) | ReqBuf::Caller => Vec::new(),
+        }
+    }
 }
 
 /// A completed receive's result as a request holds it: the (rare) error

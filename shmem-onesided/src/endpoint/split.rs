@@ -8,10 +8,7 @@ use super::*;
 /// `split_min` bytes to read.
 #[inline]
 pub(super) fn split_size(h: &Header, buf: &ReqBuf, split_min: u64) -> bool {
-    let cap = match buf {
-        ReqBuf::Owned(v) => v.len(),
-        ReqBuf::Caller => usize::MAX,
-    };
+    let cap = buf.capacity().unwrap_or(usize::MAX);
     h.has(Flags::SPLIT) && (h.nbytes as usize).min(cap) as u64 >= split_min
 }
 
