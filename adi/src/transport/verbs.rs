@@ -412,7 +412,15 @@ impl Transport for VerbsTransport {
         for f in self.done.drain(..) {
             let id = seam(f.id);
             if f.send {
-                let mut back = self.owned.remove(&f.id).then_some(f.buf);
+                // A borrowed send's buffer is the endpoint's copy: back
+                // to its spares for the next large borrowed send or
+                // blocking receive.
+                let mut back = if self.owned.remove(&f.id) {
+                    Some(f.buf)
+                } else {
+                    self.ep.recycle(f.buf);
+                    None
+                };
                 match f.result {
                     Ok(_) => sink.send_done(id, Ok(&mut back)),
                     Err(e) => sink.send_done(id, Err(map_err(e))),
