@@ -171,6 +171,14 @@ impl VerbsTransport {
             }
         }
         let provider = AnyProvider::open(cfg.provider, live)?;
+        // Over TCP a rendezvous costs a READ round trip more: a larger
+        // eager limit (unless the variable sets one).
+        let cfg = match provider {
+            AnyProvider::Soft(_) => cfg.over_soft_live(|k| std::env::var(k).ok()),
+            #[allow(unreachable_patterns)]
+            _ => cfg,
+        };
+        tracing::info!(eager_max = cfg.eager_max, "verbs-tm eager limit");
         let mut ep = Endpoint::new(provider, cfg, rank, size)?;
         let blob = ep.address(remote.iter().copied())?;
         tracing::info!(
