@@ -13,8 +13,9 @@ const KEEP: usize = 4;
 /// Smallest buffer worth keeping (and taken from the spares): below it
 /// the allocator reuses memory itself.
 pub(super) const MIN: usize = 64 << 10;
-/// Largest buffer kept.
-const MAX: usize = 64 << 20;
+/// Largest buffer kept (as the software device's staging pool: above it an
+/// allocation costs little beside moving the data).
+const MAX: usize = 16 << 20;
 
 /// The spare buffers and their counters.
 #[derive(Debug, Default)]
@@ -135,5 +136,8 @@ mod tests {
         assert_eq!(caps.len(), KEEP);
         assert!(caps[0] >= 2 * MIN, "the smallest was replaced: {caps:?}");
         assert!(caps[KEEP - 1] >= 10 * MIN);
+        // Larger than the largest kept: freed.
+        s.put(Vec::with_capacity(MAX + 1));
+        assert!(s.bufs.iter().all(|b| b.capacity() <= MAX));
     }
 }
