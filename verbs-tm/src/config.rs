@@ -3,7 +3,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `TMX_VERBS_PROVIDER` | `auto` | `auto`: the `ibverbs` provider when built with it and a device with `IBV_TM_CAP_RC` opens, else the software provider over TCP; `soft`: always the software provider; `ibverbs`: fail unless the hardware provider starts |
-//! | `TMX_VERBS_EAGER_MAX` | `16K` | largest payload sent eagerly (one SEND of TMH + payload); larger messages, and synchronous sends of any size, use rendezvous (TMH RNDV + RVH, the receiver READs). It is also the size of each untagged receive buffer (plus the 16-byte TMH), and a sender uses the smaller of its own and the receiver's value |
+//! | `TMX_VERBS_EAGER_MAX` | `16K` (`32K` over the software provider over TCP, [`SOFT_LIVE_EAGER_MAX`]) | largest payload sent eagerly (one SEND of TMH + payload); larger messages, and synchronous sends of any size, use rendezvous (TMH RNDV + RVH, the receiver READs). It is also the size of each untagged receive buffer (plus the 16-byte TMH), and a sender uses the smaller of its own and the receiver's value |
 //! | `TMX_VERBS_TM_THRESH` | `1K` | receive buffers of at least this many bytes (and never under the 64-byte rendezvous header) are offered to the device's tag list; smaller receives match in software |
 //! | `TMX_VERBS_TAGS` | `255` | tagged buffers the TM-SRQ is created with (clamped to the device's `max_num_tags`) |
 //! | `TMX_VERBS_SRQ_WQES` | `64` | untagged receive buffers (unexpected, no-tag and FIN messages); at least 33, the minimum mlx5 users keep posted |
@@ -28,6 +28,18 @@ pub enum ProviderChoice {
     /// The `ibverbs` provider, or an error.
     Ibverbs,
 }
+
+/// The eager limit over the software provider over TCP
+/// ([`crate::soft::Live`]) when `TMX_VERBS_EAGER_MAX` is not set
+/// ([`EndpointConfig::over_soft_live`]): there a rendezvous costs a READ
+/// request and response round trip over the socket on top of the data,
+/// which up to this size takes longer than moving the payload in the SEND.
+/// A trade-off, measured on a shared two-core machine: at 32 KiB a
+/// ping-pong is 2.5-3 times as fast eager, and a window of 64 sends about
+/// 15% slower (an eager payload is copied once more: a READ response of
+/// 64 KiB and more is received straight into memory); at 64 KiB the
+/// window is slower eager still, so the limit stays below it.
+pub const SOFT_LIVE_EAGER_MAX: usize = 32 << 10;
 
 /// Endpoint settings (see the [module docs](self) for the variables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +190,17 @@ impl EndpointConfig {
         }
         Ok(c)
     }
+
+    /// These settings for an endpoint over the software provider over TCP:
+    /// the eager limit becomes [`SOFT_LIVE_EAGER_MAX`] unless
+    /// `TMX_VERBS_EAGER_MAX` is set (`look` reads the variables, as in
+    /// [`EndpointConfig::from_lookup`]).
+    pub fn over_soft_live(mut self, look: impl Fn(&str) -> Option<String>) -> Self {
+        if look("TMX_VERBS_EAGER_MAX").is_none() {
+            self.eager_max = SOFT_LIVE_EAGER_MAX;
+        }
+        self
+    }
 }
 
 #[cfg(test)]
@@ -208,5 +231,16 @@ mod tests {
         ));
         let e = EndpointConfig::from_lookup(|k| (k == "TMX_VERBS_PROVIDER").then(|| "rxe".into()));
         assert!(matches!(e, Err(Error::Config { .. })));
+    }
+
+    #[test]
+    fn soft_live_eager_limit_unless_the_variable_is_set() {
+        let unset = |_: &str| None;
+        let d = EndpointConfig::from_lookup(unset).unwrap();
+        assert_eq!(d.eager_max, 16 << 10);
+        assert_eq!(d.over_soft_live(unset).eager_max, SOFT_LIVE_EAGER_MAX);
+        let set = |k: &str| (k == "TMX_VERBS_EAGER_MAX").then(|| "8K".to_string());
+        let c = EndpointConfig::from_lookup(set).unwrap();
+        assert_eq!(c.over_soft_live(set).eager_max, 8 << 10);
     }
 }

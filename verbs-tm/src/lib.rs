@@ -72,7 +72,7 @@
 //! | variable | default |
 //! |---|---|
 //! | `TMX_VERBS_PROVIDER` | `auto` (`soft`, `ibverbs`) |
-//! | `TMX_VERBS_EAGER_MAX` | `16K` |
+//! | `TMX_VERBS_EAGER_MAX` | `16K` (`32K` over the software provider over TCP) |
 //! | `TMX_VERBS_TM_THRESH` | `1K` |
 //! | `TMX_VERBS_TAGS` | `255` |
 //! | `TMX_VERBS_SRQ_WQES` | `64` |
@@ -144,7 +144,7 @@ pub mod testing;
 pub mod verbs;
 
 pub use auto::{probe_hardware, AnyProvider};
-pub use config::{EndpointConfig, ProviderChoice};
+pub use config::{EndpointConfig, ProviderChoice, SOFT_LIVE_EAGER_MAX};
 pub use endpoint::{
     CancelOutcome, CancelSend, Counters, Endpoint, Finished, MessageHandle, RecvStart, SendMode,
     SendStart, SharedStart, Status,

@@ -157,6 +157,59 @@ fn in_process_pair() {
     assert_eq!(ca.rndv_sends, 3, "4097 B, 300 KB and the synchronous send");
 }
 
+/// Large blocking messages (a borrowed send, a receive that waits in
+/// `recv_now`) reuse the endpoint's spare buffers: after the first, no
+/// temporary is allocated on either side.
+fn blocking_rendezvous_reuses_spares() {
+    let job = (u64::from(std::process::id()) << 8) | 1;
+    let mut a = live(job, 0);
+    let mut b = live(job, 1);
+    connect_pair(&mut a, &mut b);
+    const N: u32 = 3;
+    const LEN: usize = 200_000;
+    let thread = std::thread::spawn(move || {
+        for i in 0..N {
+            let mut buf = vec![0u8; LEN];
+            let until = Instant::now() + Duration::from_secs(60);
+            let st = loop {
+                b.progress().unwrap();
+                if let Some(st) = b.recv_now(spec(0, i), &mut buf).unwrap() {
+                    break st;
+                }
+                assert!(Instant::now() < until, "message {i} never came");
+                std::thread::yield_now();
+            };
+            assert_eq!(st.len, LEN);
+            assert!(buf == data(i, LEN), "message {i} corrupted");
+        }
+        let s = b.stats();
+        b.finalize().unwrap();
+        s
+    });
+    for i in 0..N {
+        let d = data(i, LEN);
+        if let Some(id) = a.send_borrowed(1, i, 0, &d, SendMode::Standard).unwrap() {
+            let f = wait(&mut a, id, Duration::from_secs(60));
+            f.result.unwrap();
+            a.recycle(f.buf);
+        }
+    }
+    let sb = thread.join().unwrap();
+    let sa = a.stats();
+    a.finalize().unwrap();
+    assert_eq!(sa.rndv_sends, u64::from(N));
+    assert_eq!(
+        (sa.temps_allocated, sa.temps_reused),
+        (1, u64::from(N) - 1),
+        "sender: {sa}"
+    );
+    assert_eq!(
+        (sb.temps_allocated, sb.temps_reused),
+        (1, u64::from(N) - 1),
+        "receiver: {sb}"
+    );
+}
+
 /// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
 /// with both owners polling, then 200 ms with both computing, it wakes a
 /// handful of times at most (a helper that checked on the owner every
@@ -620,6 +673,10 @@ fn main() -> ExitCode {
     }
     let tests: &[(&str, fn())] = &[
         ("in_process_pair", in_process_pair),
+        (
+            "blocking_rendezvous_reuses_spares",
+            blocking_rendezvous_reuses_spares,
+        ),
         ("idle_helper_sleeps", idle_helper_sleeps),
         ("oversized_frames_are_refused", oversized_frames_are_refused),
         ("eager_between_processes", eager_between_processes),

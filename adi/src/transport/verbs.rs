@@ -171,6 +171,14 @@ impl VerbsTransport {
             }
         }
         let provider = AnyProvider::open(cfg.provider, live)?;
+        // Over TCP a rendezvous costs a READ round trip more: a larger
+        // eager limit (unless the variable sets one).
+        let cfg = match provider {
+            AnyProvider::Soft(_) => cfg.over_soft_live(|k| std::env::var(k).ok()),
+            #[allow(unreachable_patterns)]
+            _ => cfg,
+        };
+        tracing::info!(eager_max = cfg.eager_max, "verbs-tm eager limit");
         let mut ep = Endpoint::new(provider, cfg, rank, size)?;
         let blob = ep.address(remote.iter().copied())?;
         tracing::info!(
@@ -412,7 +420,15 @@ impl Transport for VerbsTransport {
         for f in self.done.drain(..) {
             let id = seam(f.id);
             if f.send {
-                let mut back = self.owned.remove(&f.id).then_some(f.buf);
+                // A borrowed send's buffer is the endpoint's copy: back
+                // to its spares for the next large borrowed send or
+                // blocking receive.
+                let mut back = if self.owned.remove(&f.id) {
+                    Some(f.buf)
+                } else {
+                    self.ep.recycle(f.buf);
+                    None
+                };
                 match f.result {
                     Ok(_) => sink.send_done(id, Ok(&mut back)),
                     Err(e) => sink.send_done(id, Err(map_err(e))),

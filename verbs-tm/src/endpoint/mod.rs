@@ -3,6 +3,7 @@
 mod cancel;
 mod rx;
 mod shared;
+mod spare;
 mod tx;
 
 pub use cancel::CancelSend;
@@ -149,6 +150,12 @@ pub struct Counters {
     pub self_sends: u64,
     /// Sends withdrawn by `MPI_Cancel` ([`Endpoint::cancel_send`]).
     pub cancelled_sends: u64,
+    /// Large temporaries (a borrowed rendezvous send's copy, a blocking
+    /// rendezvous receive's region; 64 KiB and more) taken from the
+    /// endpoint's spares.
+    pub temps_reused: u64,
+    /// Large temporaries allocated because no spare held them.
+    pub temps_allocated: u64,
 }
 
 impl fmt::Display for Counters {
@@ -158,7 +165,7 @@ impl fmt::Display for Counters {
             f,
             "verbs-tm: eager {} rndv {} self {} | device receives {} sw reads {} (rndv incomplete {}) | \
              adds {} deletes {} syncs {} engine matches {} sw matches {} unexpected {} withdrawals {} delete races {} | \
-             ops held {} sends held {} cancelled sends {}",
+             ops held {} sends held {} cancelled sends {} | temps reused {} allocated {}",
             self.eager_sends,
             self.rndv_sends,
             self.self_sends,
@@ -175,7 +182,9 @@ impl fmt::Display for Counters {
             o.delete_races,
             self.ops_held,
             self.sends_held,
-            self.cancelled_sends
+            self.cancelled_sends,
+            self.temps_reused,
+            self.temps_allocated
         )
     }
 }
@@ -403,6 +412,8 @@ pub struct Endpoint<P: Provider> {
     cancel_answers: HashMap<u64, bool>,
     next_id: u64,
     wcs: Vec<Wc>,
+    /// Large temporaries of borrowed sends and blocking receives, reused.
+    spare: spare::Spare,
     counters: Counters,
 }
 
@@ -523,6 +534,7 @@ impl<P: Provider> Endpoint<P> {
             cancel_answers: HashMap::new(),
             next_id: 1,
             wcs: Vec::with_capacity(64),
+            spare: spare::Spare::default(),
             counters: Counters::default(),
         })
     }
@@ -585,8 +597,18 @@ impl<P: Provider> Endpoint<P> {
     pub fn stats(&self) -> Counters {
         Counters {
             offload: self.off.stats(),
+            temps_reused: self.spare.reused,
+            temps_allocated: self.spare.allocs,
             ..self.counters
         }
+    }
+
+    /// Takes back a buffer a completion handed out that the caller no
+    /// longer needs (a [`send_borrowed`](Self::send_borrowed) copy): kept
+    /// for the next large borrowed send or blocking receive when it is
+    /// 64 KiB or more, else freed.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.spare.put(buf);
     }
 
     /// Messages queued unexpected in software (what probes see).
@@ -851,7 +873,7 @@ impl<P: Provider> Endpoint<P> {
             id,
             RecvReq {
                 rid: None,
-                buf: RecvBuf::Plain(vec![0; cap]),
+                buf: RecvBuf::Plain(self.spare.take_len(cap)),
                 cap,
             },
         );
@@ -861,6 +883,7 @@ impl<P: Provider> Endpoint<P> {
                 let f = self.done.remove(i);
                 let st = f.result?;
                 buf[..st.len].copy_from_slice(&f.buf[..st.len]);
+                self.spare.put(f.buf);
                 return Ok(Some(st));
             }
             self.progress()?;

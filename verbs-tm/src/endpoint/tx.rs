@@ -151,7 +151,8 @@ impl<P: Provider> Endpoint<P> {
 
     /// Starts a send of borrowed data: `None` if it completed in the call,
     /// else the pending request's id (the data was copied: the caller may
-    /// reuse it at once; the completion hands the copy back).
+    /// reuse it at once; the completion hands the copy back, which
+    /// [`recycle`](Self::recycle) takes for the next one).
     pub fn send_borrowed(
         &mut self,
         dest: u32,
@@ -163,8 +164,12 @@ impl<P: Provider> Endpoint<P> {
         if mode == SendMode::Standard && self.send_now(dest, tag, context, data)? {
             return Ok(None);
         }
-        Ok(match self.isend(dest, tag, context, data.to_vec(), mode)? {
-            SendStart::Done(_) => None,
+        let copy = self.spare.copy_of(data);
+        Ok(match self.isend(dest, tag, context, copy, mode)? {
+            SendStart::Done(b) => {
+                self.spare.put(b);
+                None
+            }
             SendStart::Pending(id) => Some(id),
         })
     }
