@@ -238,6 +238,26 @@ fn finish_recv(r: &mut adi::Request, to: &Target, res: Result<adi::Status, adi::
 }
 
 impl Req {
+    /// Advances a non-persistent request without blocking and, once it
+    /// is complete, returns its outcome (the request is then spent: the
+    /// caller frees it). The fast path of the completing calls: a send's
+    /// outcome goes straight to the caller, not through [`Req::Done`].
+    #[inline]
+    fn complete_now(&mut self) -> R<Option<Outcome>> {
+        if let Req::Op { r } = self {
+            let res = world_ref()?.comm.test(r);
+            return Ok(match res {
+                Ok(None) => None,
+                Ok(Some(st)) => Some((status_of(&st), None)),
+                Err(e) => Some(outcome_of(Err(e))),
+            });
+        }
+        if !self.progress(false)? {
+            return Ok(None);
+        }
+        Ok(self.take())
+    }
+
     /// Advances the request; once it is complete, keeps the outcome in
     /// place ([`Req::Done`]) and returns `true`. With `block`, returns
     /// only once complete. An inactive persistent request is complete.
@@ -576,13 +596,25 @@ fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqO
         return Ok(Step::Null);
     }
     let comm = e.comm;
-    if !e.req.progress(false).map_err(|x| with_comm(x, comm))? {
-        return Ok(Step::Pending);
-    }
     if !take {
-        return Ok(Step::Done(None));
+        return match e.req.progress(false).map_err(|x| with_comm(x, comm))? {
+            true => Ok(Step::Done(None)),
+            false => Ok(Step::Pending),
+        };
     }
-    let out = hand_over(&mut hs[i], e, Some(frees));
+    let out = if e.req.persistent() {
+        if !e.req.progress(false).map_err(|x| with_comm(x, comm))? {
+            return Ok(Step::Pending);
+        }
+        hand_over(&mut hs[i], e, Some(frees))
+    } else {
+        let Some(o) = e.req.complete_now().map_err(|x| with_comm(x, comm))? else {
+            return Ok(Step::Pending);
+        };
+        hs[i] = MPI_REQUEST_NULL;
+        e.discard_into(frees);
+        Some(o)
+    };
     if matches!(&out, Some((_, Some(_)))) {
         raise_on(On::Comm(comm));
     }

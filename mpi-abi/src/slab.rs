@@ -99,6 +99,7 @@ impl<T> Slab<T> {
         self.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    #[inline]
     fn slot(&self, index: u32) -> Option<&Slot<T>> {
         let chunk = self.chunks.get((index >> CHUNK_BITS) as usize)?.get()?;
         chunk.get(index as usize & (CHUNK - 1))
@@ -106,6 +107,7 @@ impl<T> Slab<T> {
 
     /// The slot of `h` if `h` has this slab's prefix (not whether it is
     /// live).
+    #[inline]
     fn decode(&self, h: i32) -> Option<(u32, &Slot<T>)> {
         if h & !((1 << (SLOT_BITS + GEN_BITS)) - 1) != self.prefix {
             return None;
@@ -144,12 +146,14 @@ impl<T> Slab<T> {
 
     /// Whether `h` is live (without locking it: the answer may be stale
     /// when another thread frees it meanwhile).
+    #[inline]
     pub(crate) fn is_live(&self, h: i32) -> bool {
         self.decode(h)
             .is_some_and(|(_, s)| s.live.load(Ordering::Acquire) == h)
     }
 
     /// The object of handle `h`, locked; `None` if `h` is not live.
+    #[inline]
     pub(crate) fn get(&self, h: i32) -> Option<Entry<'_, T>> {
         let (index, slot) = self.decode(h)?;
         if slot.live.load(Ordering::Acquire) != h {
@@ -208,6 +212,18 @@ impl<T> Entry<'_, T> {
         v
     }
 
+    /// Drops the object in place (its handle becomes stale); the slot is
+    /// returned with `batch`.
+    #[inline]
+    pub(crate) fn discard_into(mut self, batch: &mut Frees<'_, T>) {
+        self.g.val = None;
+        self.g.gen = (self.g.gen + 1) & GEN_MASK;
+        self.slot.live.store(0, Ordering::Release);
+        let index = self.index;
+        drop(self);
+        batch.push(index);
+    }
+
     /// [`remove`](Self::remove), the slot returned with `batch`.
     pub(crate) fn remove_into(self, batch: &mut Frees<'_, T>) -> T {
         let (v, index) = self.take_out();
@@ -215,6 +231,7 @@ impl<T> Entry<'_, T> {
         v
     }
 
+    #[inline]
     fn take_out(mut self) -> (T, u32) {
         let v = self.g.val.take();
         self.g.gen = (self.g.gen + 1) & GEN_MASK;
@@ -262,6 +279,7 @@ impl<'a, T> Frees<'a, T> {
         }
     }
 
+    #[inline]
     fn push(&mut self, index: u32) {
         if self.n == BATCH {
             self.flush();
@@ -369,11 +387,22 @@ mod tests {
             }
         }
         assert_eq!(s.free_list().list.len(), 70);
+        {
+            let mut f = Frees::new(&*s);
+            s.get(hs[70]).unwrap().discard_into(&mut f);
+            assert!(s.get(hs[70]).is_none(), "discarded handle is stale");
+            assert_eq!(s.free_list().list.len(), 70, "slot returned with the batch");
+        }
+        assert_eq!(s.free_list().list.len(), 71);
+        let back = s.insert(70).unwrap();
+        assert_eq!(back & SLOT_MASK as i32, hs[70] & SLOT_MASK as i32);
+        assert_ne!(back, hs[70]);
         for &h in &hs[..70] {
             assert!(s.get(h).is_none());
         }
         let left = s.clear();
         assert_eq!(left.len(), 30);
+        assert!(!s.is_live(back));
         assert!(hs.iter().all(|&h| s.get(h).is_none()));
         // Every slot is free again, and a slot spanning chunks works.
         let many: Vec<i32> = (0..(CHUNK as u32 + 5))
