@@ -212,6 +212,15 @@ impl<T> Entry<'_, T> {
         v
     }
 
+    /// Drops the object in place (its handle becomes stale); the slot
+    /// goes back to the free list at once.
+    #[inline]
+    pub(crate) fn discard(self) {
+        let slab = self.slab;
+        let mut batch = Frees::new(slab);
+        self.discard_into(&mut batch);
+    }
+
     /// Drops the object in place (its handle becomes stale); the slot is
     /// returned with `batch`.
     #[inline]
