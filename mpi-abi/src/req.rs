@@ -245,6 +245,9 @@ impl Req {
     #[inline]
     fn complete_now(&mut self) -> R<Option<Outcome>> {
         if let Req::Op { r } = self {
+            if let Some(st) = r.take_if_done() {
+                return Ok(Some((status_of(&st), None)));
+            }
             let res = world_ref()?.comm.test(r);
             return Ok(match res {
                 Ok(None) => None,
