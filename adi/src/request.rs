@@ -676,6 +676,29 @@ impl Request {
         }
     }
 
+    /// The status of an operation that succeeded and whose request holds
+    /// its completion itself (one complete when started, such as a small
+    /// send); the request becomes null, as after a successful test, and
+    /// its buffer, if any, can be taken. `None` otherwise (null, pending,
+    /// failed, or completed through the device: [`Comm::test`] takes
+    /// those). Makes no progress: the completing calls' fast path.
+    ///
+    /// [`Comm::test`]: crate::Comm::test
+    #[inline]
+    pub fn take_if_done(&mut self) -> Option<Status> {
+        if let State::Ready(Ready {
+            status,
+            detail: None,
+        }) = self.state
+        {
+            if status.error.is_success() {
+                self.state = State::Null;
+                return Some(status);
+            }
+        }
+        None
+    }
+
     /// Whether this is `MPI_REQUEST_NULL` (never started, or already
     /// completed by a wait or test).
     pub fn is_null(&self) -> bool {

@@ -187,7 +187,7 @@ pub(crate) fn raise_on(on: On) {
 /// `MPI_ERR_INTERN`) is raised on the handler of `on` (or of the object
 /// given to [`raise_on`] while it ran).
 pub(crate) fn run(func: &'static str, on: On, f: impl FnOnce() -> R<()>) -> c_int {
-    TARGET.with(|t| t.set(None));
+    // TARGET is `None` between calls: every call takes it when it ends.
     let r = catch_unwind(AssertUnwindSafe(f));
     let on = TARGET.with(|t| t.take()).unwrap_or(on);
     match r {

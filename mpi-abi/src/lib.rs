@@ -52,6 +52,7 @@ mod misc;
 mod op;
 mod p2p;
 mod req;
+mod slab;
 mod topo;
 mod types;
 mod win;

@@ -12,13 +12,15 @@
 //! `MPI_Testall` can leave every request untouched when not all are done.
 
 use crate::abi::*;
-use crate::comm::{world, world_ref, CommObj};
+use crate::comm::{world_ref, CommObj};
 use crate::err::{check, err, raise_on, run, MpiErr, On, R};
 use crate::ffi;
-use crate::handles::{prefix, Table};
+use crate::handles::prefix;
+use crate::slab::{self, Frees, Slab};
 use crate::types::TypeObj;
 use core::ffi::c_int;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Where a receive's data go: `count` elements of `ty` at `addr`.
 #[derive(Debug, Clone)]
@@ -157,29 +159,28 @@ pub(crate) enum PKind {
 #[derive(Debug)]
 pub(crate) struct ReqObj {
     pub(crate) comm: MPI_Comm,
-    pub(crate) req: Mutex<Req>,
+    pub(crate) req: Req,
 }
 
-impl ReqObj {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Req> {
-        self.req.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+/// The requests, by handle: a slab of slots, each locked on its own,
+/// whose handles change on every reuse (a freed handle is
+/// `MPI_ERR_REQUEST`).
+static REQS: Slab<ReqObj> = Slab::new(prefix::REQUEST);
 
-pub(crate) static REQS: Table<ReqObj> = Table::new(prefix::REQUEST);
+/// A request locked for the call working on it.
+type Held = slab::Entry<'static, ReqObj>;
 
 /// Requests freed by the program while receives were still in flight:
 /// their data still have to be delivered, so they are completed by later
 /// progress (any wait or test, and finalize).
 static ORPHANS: Mutex<Vec<Req>> = Mutex::new(Vec::new());
+/// How many requests [`ORPHANS`] holds (read without its lock).
+static ORPHANS_N: AtomicUsize = AtomicUsize::new(0);
 
 /// A new request handle for `req`, raising errors on `comm`.
 pub(crate) fn new_request(comm: MPI_Comm, req: Req) -> R<MPI_Request> {
-    REQS.insert(ReqObj {
-        comm,
-        req: Mutex::new(req),
-    })
-    .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many requests"))
+    REQS.insert(ReqObj { comm, req })
+        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many requests"))
 }
 
 /// The status of `st` in C form.
@@ -237,6 +238,29 @@ fn finish_recv(r: &mut adi::Request, to: &Target, res: Result<adi::Status, adi::
 }
 
 impl Req {
+    /// Advances a non-persistent request without blocking and, once it
+    /// is complete, returns its outcome (the request is then spent: the
+    /// caller frees it). The fast path of the completing calls: a send's
+    /// outcome goes straight to the caller, not through [`Req::Done`].
+    #[inline]
+    fn complete_now(&mut self) -> R<Option<Outcome>> {
+        if let Req::Op { r } = self {
+            if let Some(st) = r.take_if_done() {
+                return Ok(Some((status_of(&st), None)));
+            }
+            let res = world_ref()?.comm.test(r);
+            return Ok(match res {
+                Ok(None) => None,
+                Ok(Some(st)) => Some((status_of(&st), None)),
+                Err(e) => Some(outcome_of(Err(e))),
+            });
+        }
+        if !self.progress(false)? {
+            return Ok(None);
+        }
+        Ok(self.take())
+    }
+
     /// Advances the request; once it is complete, keeps the outcome in
     /// place ([`Req::Done`]) and returns `true`. With `block`, returns
     /// only once complete. An inactive persistent request is complete.
@@ -364,16 +388,17 @@ impl Req {
 
 /// Completes orphaned receives that are done (or all, at finalize).
 pub(crate) fn drain_orphans(block: bool) {
-    let mut o = ORPHANS.lock().unwrap_or_else(PoisonError::into_inner);
-    if o.is_empty() {
+    if ORPHANS_N.load(Ordering::Relaxed) == 0 {
         return;
     }
+    let mut o = ORPHANS.lock().unwrap_or_else(PoisonError::into_inner);
     o.retain_mut(|r| !matches!(r.progress(block), Ok(true) | Err(_)));
+    ORPHANS_N.store(o.len(), Ordering::Relaxed);
 }
 
-/// The handle at `*p` (checked: `MPI_ERR_REQUEST` for an unknown one);
-/// `None` for `MPI_REQUEST_NULL`.
-fn lookup(h: MPI_Request) -> R<Option<Arc<ReqObj>>> {
+/// The request of handle `h`, locked (`MPI_ERR_REQUEST` for an unknown
+/// or freed one); `None` for `MPI_REQUEST_NULL`.
+fn lookup(h: MPI_Request) -> R<Option<Held>> {
     if h == MPI_REQUEST_NULL {
         return Ok(None);
     }
@@ -383,57 +408,86 @@ fn lookup(h: MPI_Request) -> R<Option<Arc<ReqObj>>> {
 }
 
 /// Hands over the outcome of a complete request: a non-persistent one is
-/// freed and its handle becomes `MPI_REQUEST_NULL`.
-fn hand_over(h: &mut MPI_Request, obj: &ReqObj, req: &mut Req) -> Option<Outcome> {
-    let o = req.take()?;
-    if !req.persistent() {
-        REQS.remove(*h);
+/// freed (its slot returned with `frees`, or at once) and its handle
+/// becomes `MPI_REQUEST_NULL`.
+fn hand_over(
+    h: &mut MPI_Request,
+    mut e: Held,
+    frees: Option<&mut Frees<'_, ReqObj>>,
+) -> Option<Outcome> {
+    let o = e.req.take()?;
+    if !e.req.persistent() {
         *h = MPI_REQUEST_NULL;
+        // Dropped here, after the slot is unlocked.
+        let _freed = match frees {
+            Some(f) => e.remove_into(f),
+            None => e.remove(),
+        };
     }
-    let _ = obj;
     Some(o)
 }
 
 /// `MPI_Wait` on one handle.
 fn wait_one(h: &mut MPI_Request) -> R<MPI_Status> {
-    let Some(obj) = lookup(*h)? else {
+    let Some(mut e) = lookup(*h)? else {
         return Ok(empty_status());
     };
-    let comm = obj.comm;
-    let mut req = obj.lock();
+    let comm = e.comm;
+    if !e.req.persistent() {
+        // A request already complete (a small send) is handed over by
+        // one test, without the blocking wait's setup.
+        if let Some((st, x)) = e.req.complete_now().map_err(|x| with_comm(x, comm))? {
+            *h = MPI_REQUEST_NULL;
+            e.discard();
+            drain_orphans(false);
+            return match x {
+                None => Ok(st),
+                Some(x) => Err(with_comm(x, comm)),
+            };
+        }
+    }
     // Only a generalized request can stay incomplete here: it completes
     // when the program says so, maybe in another thread, which needs the
     // lock in between.
-    while !req.progress(true).map_err(|e| with_comm(e, comm))? {
-        drop(req);
+    while !e.req.progress(true).map_err(|x| with_comm(x, comm))? {
+        drop(e);
         relax()?;
-        req = obj.lock();
+        e = lookup(*h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))?;
     }
-    let (st, e) = hand_over(h, &obj, &mut req).unwrap_or((empty_status(), None));
-    drop(req);
+    let (st, x) = hand_over(h, e, None).unwrap_or((empty_status(), None));
     drain_orphans(false);
-    match e {
+    match x {
         None => Ok(st),
-        Some(e) => Err(with_comm(e, comm)),
+        Some(x) => Err(with_comm(x, comm)),
     }
 }
 
 /// `MPI_Test` on one handle: `Some(status)` once complete.
 fn test_one(h: &mut MPI_Request) -> R<Option<MPI_Status>> {
-    let Some(obj) = lookup(*h)? else {
+    let Some(mut e) = lookup(*h)? else {
         return Ok(Some(empty_status()));
     };
-    let mut req = obj.lock();
-    let comm = obj.comm;
-    if !req.progress(false).map_err(|e| with_comm(e, comm))? {
-        drop(req);
+    let comm = e.comm;
+    let out = if e.req.persistent() {
+        match e.req.progress(false).map_err(|x| with_comm(x, comm))? {
+            true => hand_over(h, e, None),
+            false => None,
+        }
+    } else {
+        let o = e.req.complete_now().map_err(|x| with_comm(x, comm))?;
+        if o.is_some() {
+            *h = MPI_REQUEST_NULL;
+            e.discard();
+        }
+        o
+    };
+    let Some((st, x)) = out else {
         drain_orphans(false);
         return Ok(None);
-    }
-    let (st, e) = hand_over(h, &obj, &mut req).unwrap_or((empty_status(), None));
-    match e {
+    };
+    match x {
         None => Ok(Some(st)),
-        Some(e) => Err(with_comm(e, comm)),
+        Some(x) => Err(with_comm(x, comm)),
     }
 }
 
@@ -495,10 +549,10 @@ mpi_fn! {
         run_req("MPI_Request_get_status", || {
             let st = match lookup(request)? {
                 None => Some(empty_status()),
-                Some(obj) => {
-                    let mut req = obj.lock();
-                    req.progress(false).map_err(|e| with_comm(e, obj.comm))?;
-                    req.peek().map(|(st, _)| st)
+                Some(mut e) => {
+                    let comm = e.comm;
+                    e.req.progress(false).map_err(|x| with_comm(x, comm))?;
+                    e.req.peek().map(|(st, _)| st)
                 }
             };
             // SAFETY: MPI: `flag` and `status` as documented.
@@ -535,69 +589,159 @@ unsafe fn statuses<'a>(p: *mut MPI_Status, n: usize) -> R<Option<&'a mut [MPI_St
     unsafe { ffi::array_mut(p, n) }.map(Some)
 }
 
-/// The live requests of `hs` (`None` for null and inactive ones).
-fn objects(hs: &[MPI_Request]) -> R<Vec<Option<Arc<ReqObj>>>> {
-    hs.iter()
-        .map(|&h| Ok(lookup(h)?.filter(|o| !o.lock().inactive())))
-        .collect()
-}
-
-/// One non-blocking pass over every live request: which are complete.
-fn poll_all(objs: &[Option<Arc<ReqObj>>]) -> R<Vec<bool>> {
-    drain_orphans(false);
-    objs.iter()
-        .map(|o| match o {
-            None => Ok(false),
-            Some(o) => o.lock().progress(false).map_err(|e| with_comm(e, o.comm)),
-        })
-        .collect()
+/// Checks every handle of a set before any is touched: each is null or
+/// live (`MPI_ERR_REQUEST` otherwise).
+fn validate(hs: &[MPI_Request]) -> R<()> {
+    match hs.iter().all(|&h| h == MPI_REQUEST_NULL || REQS.is_live(h)) {
+        true => Ok(()),
+        false => Err(err(MPI_ERR_REQUEST, "invalid request")),
+    }
 }
 
 /// Lets the device make progress (blocking briefly) between passes.
 fn relax() -> R<()> {
-    world()?.comm.device_check(true).map_err(MpiErr::from)
+    world_ref()?.comm.device_check(true).map_err(MpiErr::from)
 }
 
-/// Hands over request `i` of a set; records its error in the status.
-fn take_at(hs: &mut [MPI_Request], objs: &[Option<Arc<ReqObj>>], i: usize) -> Option<Outcome> {
-    let o = objs[i].as_ref()?;
-    let mut req = o.lock();
-    let out = hand_over(&mut hs[i], o, &mut req)?;
-    if out.1.is_some() {
-        raise_on(On::Comm(o.comm));
-    }
-    Some(out)
+/// One request of a set, advanced without blocking.
+enum Step {
+    /// Null, or an inactive persistent request.
+    Null,
+    /// Not complete yet.
+    Pending,
+    /// Complete and handed over (with `take`), or just complete.
+    Done(Option<Outcome>),
 }
 
-/// `MPI_Waitall`/`MPI_Testall` after every request is complete: hands
-/// them over, fills the statuses, `MPI_ERR_IN_STATUS` if any failed.
-fn finish_all(
-    hs: &mut [MPI_Request],
-    objs: &[Option<Arc<ReqObj>>],
-    sts: Option<&mut [MPI_Status]>,
-) -> R<()> {
-    let mut failed = false;
-    let mut out = Vec::with_capacity(hs.len());
-    for i in 0..hs.len() {
-        let (st, e) = take_at(hs, objs, i).unwrap_or((empty_status(), None));
-        failed |= e.is_some();
-        out.push(st);
+/// Advances request `hs[i]` of a set; once complete and with `take`,
+/// hands it over (its error raised on its communicator).
+fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqObj>) -> R<Step> {
+    let Some(mut e) = lookup(hs[i])? else {
+        return Ok(Step::Null);
+    };
+    if e.req.inactive() {
+        return Ok(Step::Null);
     }
-    if let Some(sts) = sts {
-        for (s, o) in sts.iter_mut().zip(&out) {
+    let comm = e.comm;
+    if !take {
+        return match e.req.progress(false).map_err(|x| with_comm(x, comm))? {
+            true => Ok(Step::Done(None)),
+            false => Ok(Step::Pending),
+        };
+    }
+    let out = if e.req.persistent() {
+        if !e.req.progress(false).map_err(|x| with_comm(x, comm))? {
+            return Ok(Step::Pending);
+        }
+        hand_over(&mut hs[i], e, Some(frees))
+    } else {
+        let Some(o) = e.req.complete_now().map_err(|x| with_comm(x, comm))? else {
+            return Ok(Step::Pending);
+        };
+        hs[i] = MPI_REQUEST_NULL;
+        e.discard_into(frees);
+        Some(o)
+    };
+    if matches!(&out, Some((_, Some(_)))) {
+        raise_on(On::Comm(comm));
+    }
+    Ok(Step::Done(out))
+}
+
+/// The statuses of a completing call: filled as requests are handed
+/// over, with `MPI_ERROR` left alone unless a request failed (the call
+/// then returns `MPI_ERR_IN_STATUS` and every `MPI_ERROR` is set).
+struct Statuses<'a> {
+    sts: Option<&'a mut [MPI_Status]>,
+    /// Some request failed.
+    failed: bool,
+    /// The `MPI_ERROR` of statuses written whose value is not
+    /// `MPI_SUCCESS`, by position (empty, no allocation, when none).
+    errors: Vec<(usize, c_int)>,
+    /// Positions written so far (below this).
+    written: usize,
+}
+
+impl<'a> Statuses<'a> {
+    fn new(sts: Option<&'a mut [MPI_Status]>) -> Statuses<'a> {
+        Statuses {
+            sts,
+            failed: false,
+            errors: Vec::new(),
+            written: 0,
+        }
+    }
+
+    /// Records outcome `(st, e)` at position `k`.
+    fn put(&mut self, k: usize, (st, e): Outcome) {
+        self.failed |= e.is_some();
+        if st.error != MPI_SUCCESS {
+            self.errors.push((k, st.error));
+        }
+        self.written = self.written.max(k + 1);
+        if let Some(s) = self.sts.as_deref_mut().and_then(|s| s.get_mut(k)) {
             let keep = s.error;
-            *s = *o;
-            if !failed {
-                // Single-completion semantics: MPI_ERROR is left alone
-                // unless the call returns MPI_ERR_IN_STATUS.
-                s.error = keep;
+            *s = st;
+            s.error = keep;
+        }
+    }
+
+    /// `MPI_ERR_IN_STATUS` (with every status's `MPI_ERROR` set) if a
+    /// request failed.
+    fn finish(self) -> R<()> {
+        if !self.failed {
+            return Ok(());
+        }
+        if let Some(sts) = self.sts {
+            for s in sts.iter_mut().take(self.written) {
+                s.error = MPI_SUCCESS;
+            }
+            for (k, code) in self.errors {
+                if let Some(s) = sts.get_mut(k) {
+                    s.error = code;
+                }
+            }
+        }
+        Err(err(MPI_ERR_IN_STATUS, "a request failed"))
+    }
+}
+
+/// `MPI_Waitall` (and `MPI_Testall` once all are complete): hands over
+/// each request as it completes, in one pass when all are complete.
+fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
+    drain_orphans(false);
+    let mut out = Statuses::new(sts);
+    let mut frees = Frees::new(&REQS);
+    // Positions still pending after the first pass (no allocation when
+    // there are none).
+    let mut left = Vec::new();
+    for i in 0..hs.len() {
+        match step(hs, i, true, &mut frees)? {
+            Step::Null => out.put(i, (empty_status(), None)),
+            Step::Pending => left.push(i),
+            Step::Done(o) => out.put(i, o.unwrap_or((empty_status(), None))),
+        }
+    }
+    while !left.is_empty() {
+        relax()?;
+        drain_orphans(false);
+        let mut k = 0;
+        while k < left.len() {
+            let i = left[k];
+            match step(hs, i, true, &mut frees)? {
+                Step::Pending => k += 1,
+                Step::Null => {
+                    out.put(i, (empty_status(), None));
+                    left.swap_remove(k);
+                }
+                Step::Done(o) => {
+                    out.put(i, o.unwrap_or((empty_status(), None)));
+                    left.swap_remove(k);
+                }
             }
         }
     }
-    if failed {
-        return Err(err(MPI_ERR_IN_STATUS, "a request failed"));
-    }
-    Ok(())
+    out.finish()
 }
 
 mpi_fn! {
@@ -608,15 +752,8 @@ mpi_fn! {
             let hs = unsafe { handles(reqs, n) }?;
             // SAFETY: as above.
             let sts = unsafe { statuses(sts, hs.len()) }?;
-            let objs = objects(hs)?;
-            loop {
-                let done = poll_all(&objs)?;
-                if objs.iter().zip(&done).all(|(o, d)| o.is_none() || *d) {
-                    break;
-                }
-                relax()?;
-            }
-            finish_all(hs, &objs, sts)
+            validate(hs)?;
+            wait_all(hs, sts)
         })
     }
 }
@@ -629,33 +766,53 @@ mpi_fn! {
             let hs = unsafe { handles(reqs, n) }?;
             // SAFETY: as above.
             let sts = unsafe { statuses(sts, hs.len()) }?;
-            let objs = objects(hs)?;
-            let done = poll_all(&objs)?;
-            let all = objs.iter().zip(&done).all(|(o, d)| o.is_none() || *d);
+            validate(hs)?;
+            drain_orphans(false);
+            let mut frees = Frees::new(&REQS);
+            let mut all = true;
+            for i in 0..hs.len() {
+                all &= !matches!(step(hs, i, false, &mut frees)?, Step::Pending);
+            }
+            drop(frees);
             // SAFETY: MPI: `flag` points to an int.
             unsafe { ffi::put(flag, ffi::flag(all)) }?;
             if all {
-                finish_all(hs, &objs, sts)?;
+                wait_all(hs, sts)?;
             }
             Ok(())
         })
     }
 }
 
+/// Whether every request of `hs` is null or inactive.
+fn all_null(hs: &[MPI_Request]) -> R<bool> {
+    for &h in hs {
+        if let Some(e) = lookup(h)? {
+            if !e.req.inactive() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// Waitany/Testany: the first complete live request, handed over.
 fn any(hs: &mut [MPI_Request], block: bool) -> R<Option<(c_int, MPI_Status)>> {
-    let objs = objects(hs)?;
-    if objs.iter().all(Option::is_none) {
+    validate(hs)?;
+    if all_null(hs)? {
         return Ok(Some((MPI_UNDEFINED, empty_status())));
     }
+    let mut frees = Frees::new(&REQS);
     loop {
-        let done = poll_all(&objs)?;
-        if let Some(i) = done.iter().position(|d| *d) {
-            let (st, e) = take_at(hs, &objs, i).unwrap_or((empty_status(), None));
-            return match e {
-                None => Ok(Some((i as c_int, st))),
-                Some(e) => Err(e),
-            };
+        drain_orphans(false);
+        for i in 0..hs.len() {
+            if let Step::Done(o) = step(hs, i, true, &mut frees)? {
+                let (st, e) = o.unwrap_or((empty_status(), None));
+                return match e {
+                    None => Ok(Some((i as c_int, st))),
+                    Some(e) => Err(e),
+                };
+            }
         }
         if !block {
             return Ok(None);
@@ -709,51 +866,37 @@ mpi_fn! {
 }
 
 /// Waitsome/Testsome: every complete live request, handed over
-/// (`None`: no live request, `MPI_UNDEFINED`).
+/// (`MPI_UNDEFINED` when there is no live request).
 fn some(
     hs: &mut [MPI_Request],
     block: bool,
     indices: &mut [c_int],
     sts: Option<&mut [MPI_Status]>,
 ) -> R<c_int> {
-    let objs = objects(hs)?;
-    if objs.iter().all(Option::is_none) {
+    validate(hs)?;
+    if all_null(hs)? {
         return Ok(MPI_UNDEFINED);
     }
-    let done = loop {
-        let done = poll_all(&objs)?;
-        if done.iter().any(|d| *d) || !block {
-            break done;
-        }
-        relax()?;
-    };
+    let mut out = Statuses::new(sts);
+    let mut frees = Frees::new(&REQS);
     let mut k = 0usize;
-    let mut failed = false;
-    let mut out = Vec::new();
-    for (i, d) in done.iter().enumerate() {
-        if !*d {
-            continue;
-        }
-        let (st, e) = take_at(hs, &objs, i).unwrap_or((empty_status(), None));
-        failed |= e.is_some();
-        if let Some(slot) = indices.get_mut(k) {
-            *slot = i as c_int;
-        }
-        out.push(st);
-        k += 1;
-    }
-    if let Some(sts) = sts {
-        for (s, o) in sts.iter_mut().zip(&out) {
-            let keep = s.error;
-            *s = *o;
-            if !failed {
-                s.error = keep;
+    loop {
+        drain_orphans(false);
+        for i in 0..hs.len() {
+            if let Step::Done(o) = step(hs, i, true, &mut frees)? {
+                if let Some(slot) = indices.get_mut(k) {
+                    *slot = i as c_int;
+                }
+                out.put(k, o.unwrap_or((empty_status(), None)));
+                k += 1;
             }
         }
+        if k > 0 || !block {
+            break;
+        }
+        relax()?;
     }
-    if failed {
-        return Err(err(MPI_ERR_IN_STATUS, "a request failed"));
-    }
+    out.finish()?;
     Ok(k as c_int)
 }
 
@@ -805,10 +948,10 @@ mpi_fn! {
         run_req("MPI_Cancel", || {
             // SAFETY: MPI: `request` points to a request handle.
             let h = unsafe { ffi::get(request) }?;
-            let obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "cancel of MPI_REQUEST_NULL"))?;
-            let w = world()?;
-            let mut req = obj.lock();
-            let r = match &mut *req {
+            let mut obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "cancel of MPI_REQUEST_NULL"))?;
+            let w = world_ref()?;
+            let comm = obj.comm;
+            let r = match &mut obj.req {
                 Req::Op { r } | Req::Recv { r, .. } => Some(w.comm.cancel(r)),
                 Req::Persistent(p) => match p.active.as_deref_mut() {
                     Some(Req::Op { r } | Req::Recv { r, .. }) => Some(w.comm.cancel(r)),
@@ -827,7 +970,7 @@ mpi_fn! {
                 Req::Coll { .. } | Req::Rma(_) | Req::Done(_) => None,
             };
             if let Some(Err(e)) = r {
-                return Err(with_comm(e.into(), obj.comm));
+                return Err(with_comm(e.into(), comm));
             }
             Ok(())
         })
@@ -842,15 +985,16 @@ mpi_fn! {
             // SAFETY: MPI: `request` points to a request handle.
             let h = unsafe { ffi::get(request) }?;
             check(h != MPI_REQUEST_NULL, MPI_ERR_REQUEST, "free of MPI_REQUEST_NULL")?;
-            let obj = REQS.remove(h).ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))?;
-            let req = std::mem::replace(&mut *obj.lock(), Req::Done((empty_status(), None)));
-            let pending = match req {
+            let obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))?.remove();
+            let pending = match obj.req {
                 r @ (Req::Recv { .. } | Req::Rma(_)) => Some(r),
                 Req::Persistent(p) => p.active.map(|a| *a).filter(|a| matches!(a, Req::Recv { .. })),
                 _ => None,
             };
             if let Some(r) = pending {
-                ORPHANS.lock().unwrap_or_else(PoisonError::into_inner).push(r);
+                let mut o = ORPHANS.lock().unwrap_or_else(PoisonError::into_inner);
+                o.push(r);
+                ORPHANS_N.store(o.len(), Ordering::Relaxed);
             }
             // SAFETY: as above.
             unsafe { ffi::put(request, MPI_REQUEST_NULL) }
@@ -873,9 +1017,9 @@ mpi_fn! {
 
 /// Starts persistent request `h`.
 fn start(h: MPI_Request) -> R<()> {
-    let obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "start of MPI_REQUEST_NULL"))?;
-    let mut req = obj.lock();
-    let Req::Persistent(p) = &mut *req else {
+    let mut obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "start of MPI_REQUEST_NULL"))?;
+    let comm = obj.comm;
+    let Req::Persistent(p) = &mut obj.req else {
         return Err(err(
             MPI_ERR_REQUEST,
             "start of a request that is not persistent",
@@ -886,7 +1030,7 @@ fn start(h: MPI_Request) -> R<()> {
         MPI_ERR_REQUEST,
         "start of an active persistent request",
     )?;
-    let inner = crate::p2p::start_persistent(p).map_err(|e| with_comm(e, obj.comm))?;
+    let inner = crate::p2p::start_persistent(p).map_err(|e| with_comm(e, comm))?;
     p.active = Some(Box::new(inner));
     Ok(())
 }
@@ -930,9 +1074,8 @@ mpi_fn! {
     /// `MPI_Grequest_complete`: the request's waits may now return.
     fn MPI_Grequest_complete / PMPI_Grequest_complete(request: MPI_Request) -> c_int {
         run("MPI_Grequest_complete", On::World, || {
-            let obj = lookup(request)?.ok_or_else(|| err(MPI_ERR_REQUEST, "MPI_REQUEST_NULL"))?;
-            let mut req = obj.lock();
-            match &mut *req {
+            let mut obj = lookup(request)?.ok_or_else(|| err(MPI_ERR_REQUEST, "MPI_REQUEST_NULL"))?;
+            match &mut obj.req {
                 Req::Grequest(g) => {
                     g.complete = true;
                     Ok(())
@@ -946,5 +1089,5 @@ mpi_fn! {
 /// Frees every request (finalize), completing orphaned receives first.
 pub(crate) fn finalize() {
     drain_orphans(true);
-    REQS.clear();
+    drop(REQS.clear());
 }

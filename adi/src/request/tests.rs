@@ -537,3 +537,31 @@ fn completion_in_place_with_another_requests_completer_goes_through_its_slot() {
     assert!(c.slot().is_none() && c.op().is_none() && c.is_complete());
     assert_eq!(c.test(&mut never()).unwrap(), Some(Status::new(2, 2, 0)));
 }
+
+#[test]
+fn take_if_done_takes_only_a_plain_success_held_in_place() {
+    let st = Status::new(3, 7, 11);
+    let mut r = Request::completed(st);
+    assert_eq!(r.take_if_done(), Some(st));
+    assert!(r.is_null(), "taken: the request is null");
+    assert_eq!(r.take_if_done(), None, "a null request has nothing to take");
+
+    let failed = Status {
+        error: ErrorClass::Truncate,
+        ..st
+    };
+    let mut f = Request::completed(failed);
+    assert_eq!(f.take_if_done(), None, "a failure is left for test/wait");
+    assert!(!f.is_null());
+    assert!(f.test(&mut Script::new(Vec::new())).is_err());
+
+    // Completed through its shared slot: left for test/wait too.
+    let (mut r, c) = request();
+    assert_eq!(r.take_if_done(), None, "a pending request is left alone");
+    c.complete(Status::new(0, 1, 2));
+    assert_eq!(r.take_if_done(), None);
+    assert_eq!(
+        r.test(&mut Script::new(Vec::new())).unwrap(),
+        Some(Status::new(0, 1, 2))
+    );
+}

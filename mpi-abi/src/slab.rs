@@ -1,0 +1,443 @@
+//! A slab of objects behind handles that change on every reuse: the
+//! request table.
+//!
+//! A handle is `prefix | generation << SLOT_BITS | slot`. The prefix is
+//! MPICH's indirect kind prefix (bits 26–31, see [`crate::handles`]); the
+//! slot indexes fixed chunks of slots allocated once and never moved, so
+//! a lookup takes no table-wide lock; the generation (6 bits) changes each
+//! time a slot is freed, so a handle used after it was freed is refused
+//! (until the slot has been reused 64 times) instead of reaching the
+//! object that took its place. Each slot has its own lock, held while the
+//! caller works on the object; the free list has another, taken once per
+//! insert and once per free (or per batch of frees, [`Frees`]), never
+//! while a slot's object is being worked on.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+/// Bits of a handle that hold the slot: 2²⁰ live objects.
+const SLOT_BITS: u32 = 20;
+/// Bits of a handle that hold the generation (the rest of the 26 bits
+/// under the kind prefix).
+const GEN_BITS: u32 = 6;
+const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+/// Slots per chunk.
+const CHUNK_BITS: u32 = 10;
+const CHUNK: usize = 1 << CHUNK_BITS;
+const CHUNKS: usize = 1 << (SLOT_BITS - CHUNK_BITS);
+/// Freed slots a [`Frees`] batch holds before it returns them.
+const BATCH: usize = 32;
+
+/// One slot: the handle live in it (0: none), and its object.
+#[derive(Debug)]
+struct Slot<T> {
+    /// The live handle; written only with `state` locked.
+    live: AtomicI32,
+    state: Mutex<State<T>>,
+}
+
+#[derive(Debug)]
+struct State<T> {
+    /// The generation the next handle of this slot gets.
+    gen: u32,
+    val: Option<T>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Slot<T> {
+        Slot {
+            live: AtomicI32::new(0),
+            state: Mutex::new(State { gen: 0, val: None }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+struct FreeList {
+    /// Freed slots, most recently freed last.
+    list: Vec<u32>,
+    /// Slots below this have been handed out at least once.
+    next: u32,
+}
+
+/// A slab of objects of one kind, by handle.
+#[derive(Debug)]
+pub(crate) struct Slab<T> {
+    prefix: i32,
+    chunks: [OnceLock<Box<[Slot<T>]>>; CHUNKS],
+    free: Mutex<FreeList>,
+}
+
+/// An object of the slab, locked for the holder.
+#[derive(Debug)]
+pub(crate) struct Entry<'a, T> {
+    slab: &'a Slab<T>,
+    slot: &'a Slot<T>,
+    index: u32,
+    g: MutexGuard<'a, State<T>>,
+}
+
+impl<T> Slab<T> {
+    /// An empty slab giving out handles under `prefix` (bits 26–31).
+    pub(crate) const fn new(prefix: u32) -> Slab<T> {
+        Slab {
+            prefix: prefix as i32,
+            chunks: [const { OnceLock::new() }; CHUNKS],
+            free: Mutex::new(FreeList {
+                list: Vec::new(),
+                next: 0,
+            }),
+        }
+    }
+
+    fn free_list(&self) -> MutexGuard<'_, FreeList> {
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[inline]
+    fn slot(&self, index: u32) -> Option<&Slot<T>> {
+        let chunk = self.chunks.get((index >> CHUNK_BITS) as usize)?.get()?;
+        chunk.get(index as usize & (CHUNK - 1))
+    }
+
+    /// The slot of `h` if `h` has this slab's prefix (not whether it is
+    /// live).
+    #[inline]
+    fn decode(&self, h: i32) -> Option<(u32, &Slot<T>)> {
+        if h & !((1 << (SLOT_BITS + GEN_BITS)) - 1) != self.prefix {
+            return None;
+        }
+        let index = h as u32 & SLOT_MASK;
+        Some((index, self.slot(index)?))
+    }
+
+    /// Stores `v` and returns its handle (`None` when 2²⁰ objects are
+    /// live).
+    pub(crate) fn insert(&self, v: T) -> Option<i32> {
+        let index = {
+            let mut f = self.free_list();
+            match f.list.pop() {
+                Some(i) => i,
+                None => {
+                    if f.next > SLOT_MASK {
+                        return None;
+                    }
+                    let i = f.next;
+                    self.chunks[(i >> CHUNK_BITS) as usize]
+                        .get_or_init(|| (0..CHUNK).map(|_| Slot::new()).collect());
+                    f.next += 1;
+                    i
+                }
+            }
+        };
+        // A slot on the free list, or below `next`, exists.
+        let slot = self.slot(index)?;
+        let mut s = slot.lock();
+        let h = self.prefix | (s.gen << SLOT_BITS) as i32 | index as i32;
+        s.val = Some(v);
+        slot.live.store(h, Ordering::Release);
+        Some(h)
+    }
+
+    /// Whether `h` is live (without locking it: the answer may be stale
+    /// when another thread frees it meanwhile).
+    #[inline]
+    pub(crate) fn is_live(&self, h: i32) -> bool {
+        self.decode(h)
+            .is_some_and(|(_, s)| s.live.load(Ordering::Acquire) == h)
+    }
+
+    /// The object of handle `h`, locked; `None` if `h` is not live.
+    #[inline]
+    pub(crate) fn get(&self, h: i32) -> Option<Entry<'_, T>> {
+        let (index, slot) = self.decode(h)?;
+        if slot.live.load(Ordering::Acquire) != h {
+            return None;
+        }
+        let g = slot.lock();
+        // Checked again under the lock: another thread may have freed it.
+        if slot.live.load(Ordering::Relaxed) != h || g.val.is_none() {
+            return None;
+        }
+        Some(Entry {
+            slab: self,
+            slot,
+            index,
+            g,
+        })
+    }
+
+    /// Returns freed slots to the free list.
+    fn release(&self, slots: &[u32]) {
+        if !slots.is_empty() {
+            self.free_list().list.extend_from_slice(slots);
+        }
+    }
+
+    /// Frees every object (at finalize); every handle given out so far
+    /// becomes stale. The objects are dropped after the locks are
+    /// released.
+    pub(crate) fn clear(&self) -> Vec<T> {
+        let mut out = Vec::new();
+        let mut f = self.free_list();
+        for i in 0..f.next {
+            if let Some(slot) = self.slot(i) {
+                let mut s = slot.lock();
+                if let Some(v) = s.val.take() {
+                    s.gen = (s.gen + 1) & GEN_MASK;
+                    slot.live.store(0, Ordering::Release);
+                    out.push(v);
+                }
+            }
+        }
+        let next = f.next;
+        f.list.clear();
+        f.list.extend((0..next).rev());
+        out
+    }
+}
+
+impl<T> Entry<'_, T> {
+    /// Removes the object from the slab and returns it (its handle becomes
+    /// stale); the slot goes back to the free list at once.
+    pub(crate) fn remove(self) -> T {
+        let slab = self.slab;
+        let (v, index) = self.take_out();
+        slab.release(&[index]);
+        v
+    }
+
+    /// Drops the object in place (its handle becomes stale); the slot
+    /// goes back to the free list at once.
+    #[inline]
+    pub(crate) fn discard(self) {
+        let slab = self.slab;
+        let mut batch = Frees::new(slab);
+        self.discard_into(&mut batch);
+    }
+
+    /// Drops the object in place (its handle becomes stale); the slot is
+    /// returned with `batch`.
+    #[inline]
+    pub(crate) fn discard_into(mut self, batch: &mut Frees<'_, T>) {
+        self.g.val = None;
+        self.g.gen = (self.g.gen + 1) & GEN_MASK;
+        self.slot.live.store(0, Ordering::Release);
+        let index = self.index;
+        drop(self);
+        batch.push(index);
+    }
+
+    /// [`remove`](Self::remove), the slot returned with `batch`.
+    pub(crate) fn remove_into(self, batch: &mut Frees<'_, T>) -> T {
+        let (v, index) = self.take_out();
+        batch.push(index);
+        v
+    }
+
+    #[inline]
+    fn take_out(mut self) -> (T, u32) {
+        let v = self.g.val.take();
+        self.g.gen = (self.g.gen + 1) & GEN_MASK;
+        self.slot.live.store(0, Ordering::Release);
+        let index = self.index;
+        drop(self);
+        // `get` only returns entries holding an object.
+        (
+            v.unwrap_or_else(|| unreachable!("a live slab entry has an object")),
+            index,
+        )
+    }
+}
+
+impl<T> core::ops::Deref for Entry<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // `get` only returns entries holding an object, and only
+        // `take_out` (which consumes the entry) empties it.
+        self.g.val.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl<T> core::ops::DerefMut for Entry<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.g.val.as_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
+/// Slots freed by one call, returned to the free list together (when
+/// [`BATCH`] have gathered, and when dropped).
+#[derive(Debug)]
+pub(crate) struct Frees<'a, T> {
+    slab: &'a Slab<T>,
+    buf: [u32; BATCH],
+    n: usize,
+}
+
+impl<'a, T> Frees<'a, T> {
+    pub(crate) fn new(slab: &'a Slab<T>) -> Frees<'a, T> {
+        Frees {
+            slab,
+            buf: [0; BATCH],
+            n: 0,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, index: u32) {
+        if self.n == BATCH {
+            self.flush();
+        }
+        self.buf[self.n] = index;
+        self.n += 1;
+    }
+
+    fn flush(&mut self) {
+        self.slab.release(&self.buf[..self.n]);
+        self.n = 0;
+    }
+}
+
+impl<T> Drop for Frees<'_, T> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handles::prefix;
+
+    fn slab() -> Box<Slab<u32>> {
+        Box::new(Slab::new(prefix::REQUEST))
+    }
+
+    #[test]
+    fn insert_get_remove() {
+        let s = slab();
+        let a = s.insert(1).unwrap();
+        let b = s.insert(2).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a as u32 & 0xfc00_0000, prefix::REQUEST);
+        assert_eq!(*s.get(a).unwrap(), 1);
+        *s.get(b).unwrap() += 10;
+        assert_eq!(*s.get(b).unwrap(), 12);
+        assert!(s.is_live(a));
+        assert_eq!(s.get(a).unwrap().remove(), 1);
+        assert!(!s.is_live(a));
+        assert!(s.get(a).is_none());
+        // Other kinds, null and predefined handles are not found.
+        assert!(s.get(crate::abi::MPI_REQUEST_NULL).is_none());
+        assert!(s.get(crate::abi::MPI_COMM_WORLD).is_none());
+        assert!(s.get(prefix::COMM as i32 | (b & 0x3ff_ffff)).is_none());
+        assert!(s.get(0).is_none());
+    }
+
+    #[test]
+    fn stale_handle_is_refused_after_reuse() {
+        let s = slab();
+        let a = s.insert(1).unwrap();
+        assert_eq!(s.get(a).unwrap().remove(), 1);
+        let b = s.insert(2).unwrap();
+        assert_eq!(b & SLOT_MASK as i32, a & SLOT_MASK as i32, "slot reused");
+        assert_ne!(a, b, "with a new generation");
+        assert!(
+            s.get(a).is_none(),
+            "the stale handle does not reach the new object"
+        );
+        assert_eq!(*s.get(b).unwrap(), 2);
+    }
+
+    #[test]
+    fn double_free_is_refused() {
+        let s = slab();
+        let a = s.insert(7).unwrap();
+        let e = s.get(a).unwrap();
+        assert_eq!(e.remove(), 7);
+        assert!(s.get(a).is_none(), "second free finds nothing");
+        // The slot went back to the free list once: two inserts get two
+        // different slots.
+        let b = s.insert(8).unwrap();
+        let c = s.insert(9).unwrap();
+        assert_ne!(b & SLOT_MASK as i32, c & SLOT_MASK as i32);
+    }
+
+    #[test]
+    fn generation_wraps_after_64_reuses() {
+        let s = slab();
+        let first = s.insert(0).unwrap();
+        s.get(first).unwrap().remove();
+        let mut seen = vec![first];
+        for i in 1..=GEN_MASK {
+            let h = s.insert(i).unwrap();
+            assert!(!seen.contains(&h), "generation {i} repeats a handle early");
+            seen.push(h);
+            s.get(h).unwrap().remove();
+        }
+        let again = s.insert(99).unwrap();
+        assert_eq!(again, first, "generation wrapped to the first handle");
+        assert_eq!(*s.get(again).unwrap(), 99);
+    }
+
+    #[test]
+    fn batched_frees_and_clear() {
+        let s = slab();
+        let hs: Vec<i32> = (0..100).map(|i| s.insert(i).unwrap()).collect();
+        {
+            let mut f = Frees::new(&*s);
+            for (i, &h) in hs.iter().enumerate().take(70) {
+                assert_eq!(s.get(h).unwrap().remove_into(&mut f), i as u32);
+            }
+        }
+        assert_eq!(s.free_list().list.len(), 70);
+        {
+            let mut f = Frees::new(&*s);
+            s.get(hs[70]).unwrap().discard_into(&mut f);
+            assert!(s.get(hs[70]).is_none(), "discarded handle is stale");
+            assert_eq!(s.free_list().list.len(), 70, "slot returned with the batch");
+        }
+        assert_eq!(s.free_list().list.len(), 71);
+        let back = s.insert(70).unwrap();
+        assert_eq!(back & SLOT_MASK as i32, hs[70] & SLOT_MASK as i32);
+        assert_ne!(back, hs[70]);
+        for &h in &hs[..70] {
+            assert!(s.get(h).is_none());
+        }
+        let left = s.clear();
+        assert_eq!(left.len(), 30);
+        assert!(!s.is_live(back));
+        assert!(hs.iter().all(|&h| s.get(h).is_none()));
+        // Every slot is free again, and a slot spanning chunks works.
+        let many: Vec<i32> = (0..(CHUNK as u32 + 5))
+            .map(|i| s.insert(i).unwrap())
+            .collect();
+        assert_eq!(*s.get(many[CHUNK + 4]).unwrap(), CHUNK as u32 + 4);
+        assert!(hs.iter().all(|&h| s.get(h).is_none()));
+    }
+
+    #[test]
+    fn threads_insert_and_free_concurrently() {
+        let s: &'static Slab<u32> = Box::leak(slab());
+        let ts: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..2000u32 {
+                        let h = s.insert(t * 10_000 + i).unwrap();
+                        assert_eq!(*s.get(h).unwrap(), t * 10_000 + i);
+                        assert_eq!(s.get(h).unwrap().remove(), t * 10_000 + i);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert!(s.free_list().list.len() <= 4);
+    }
+}
