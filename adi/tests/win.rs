@@ -96,6 +96,24 @@ fn role_fence(w: &Comm) {
     win.fence(0).unwrap();
     assert!(g.is_complete(), "get complete at the closing fence");
     assert_eq!(i64s(&data(&win, &mut g)), expect);
+    // Get into the caller's memory: done at once where the neighbour is
+    // reached directly, refused (buffer untouched) where by messages.
+    let mut mine = vec![0xAAu8; 8 * n as usize];
+    let direct = win.get_direct(nb, 0, &mut mine).unwrap();
+    match expected_path(n) {
+        WinPath::Direct => assert!(direct, "get_direct to {nb} on a direct window"),
+        WinPath::Engine => assert!(!direct, "get_direct to {nb} on an engine window"),
+        WinPath::Mixed => {}
+    }
+    if direct {
+        assert_eq!(i64s(&mine), expect);
+    } else {
+        assert!(mine.iter().all(|&b| b == 0xAA));
+    }
+    assert!(win.get_direct(PROC_NULL, 0, &mut []).unwrap());
+    let e = win.get_direct(nb, u64::MAX, &mut mine).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    win.fence(0).unwrap();
     // Accumulate SUM from everyone into slot 0 of every rank.
     for t in 0..n {
         win.accumulate(t, 0, &one(me as i64 + 1), ElemType::I64, AccOp::Sum)

@@ -821,6 +821,21 @@ unsafe fn get(
             MPI_ERR_TYPE,
             "origin and target datatypes describe different amounts of data",
         )?;
+        // One contiguous block into a contiguous origin, to a target this
+        // rank reaches directly: loaded straight into the program's buffer.
+        if let ([(d, len)], Some((start, olen))) = (blocks.as_slice(), ot.contig(n)?) {
+            if olen == *len {
+                // SAFETY: MPI: `oaddr` has room for `ocount` elements of
+                // `otype`, contiguous from `start` for `olen` bytes.
+                let dst = unsafe { ffi::bytes_mut(oaddr, start, olen) };
+                if w.get_direct(rank, *d, dst)? {
+                    return match request {
+                        None => Ok(()),
+                        Some(out) => done_request(out),
+                    };
+                }
+            }
+        }
         let parts = blocks
             .iter()
             .map(|&(d, len)| w.get(rank, d, len))

@@ -195,6 +195,25 @@ impl Win {
         r.ok_or_else(|| Error::Abandoned)
     }
 
+    /// `MPI_Get` into the caller's memory when `target` is reached directly
+    /// (its window is in this node's shared segment or readable by single
+    /// copy): loads `buf.len()` bytes at `disp` of `target` into `buf` and
+    /// returns `true`; the read is complete. Returns `false`, touching
+    /// nothing, when `target` is reached by messages: use [`Win::get`] or
+    /// [`Win::get_into`] then. `PROC_NULL` is a completed empty read.
+    pub fn get_direct(&self, target: i32, disp: u64, buf: &mut [u8]) -> Result<bool, Error> {
+        let t = self.check_range(target, disp, buf.len())?;
+        if t == rma_epoch::PROC_NULL {
+            return Ok(true);
+        }
+        let Some(d) = self.direct_to(t) else {
+            return Ok(false);
+        };
+        self.gate(t)?;
+        d.load(t, disp, buf)?;
+        Ok(true)
+    }
+
     /// `MPI_Rget`: [`Win::get`], issued at once, so that waiting for the
     /// request completes it without a later synchronization call (a plain
     /// `get` to a target reached by messages may wait in a batch until a
