@@ -194,6 +194,12 @@ impl HelperWorld for LiveWorld {
     fn wait_ready(&mut self) -> bool {
         let sig = Arc::clone(&self.shared.sig);
         self.drain_wake();
+        // A stop signalled before the drain lost its wake-up byte to it:
+        // read the flag after draining (a stop after this read leaves its
+        // byte for the poll below).
+        if self.shared.handoff.stopped() {
+            return false;
+        }
         self.refresh();
         // The output bits this wait covers, announced before they are read
         // again: an owner that queues output on another socket afterwards
