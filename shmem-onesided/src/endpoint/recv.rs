@@ -17,6 +17,36 @@ pub(super) const IDLE_FULL_PASS: u32 = 8;
 pub(super) const IN_PLACE_PREFETCH_STREAM: usize = 4096;
 
 impl Endpoint {
+    /// Files a receive the matcher has just queued in software under `key`
+    /// (`id` its matcher id): the request, then the matcher's output.
+    #[inline]
+    fn queued_in_software(
+        &mut self,
+        key: u64,
+        id: RecvId,
+        spec: MatchSpec,
+        buf: ReqBuf,
+    ) -> Result<RecvRequest> {
+        self.next_id += 1;
+        let req = Req {
+            spec,
+            buf,
+            done: None,
+            id: Some(id),
+            user: true,
+            fed: Fed::No,
+        };
+        match self.requests.reqs.vacant(key) {
+            Some(slot) => slot.fill(req),
+            None => self.requests.reqs.insert(key, req),
+        }
+        if self.matching.has_output() {
+            self.poll_matching(&mut [])?;
+        }
+        self.counters.posted_recvs += 1;
+        Ok(RecvRequest(key))
+    }
+
     /// For a waiter outside this endpoint's lock: a handle on `source`'s
     /// header ring into this rank and the index of the next header this
     /// endpoint will take from it. While [`ArrivalWatch::published`] says
@@ -257,24 +287,9 @@ impl Endpoint {
             // general outcome handling.
             let key = self.next_id;
             if let Ok(id) = self.matching.post_software(spec, key)? {
-                self.next_id += 1;
-                let req = Req {
-                    spec,
-                    buf: ReqBuf::Owned(buf),
-                    done: None,
-                    id: Some(id),
-                    user: true,
-                    fed: Fed::No,
-                };
-                match self.requests.reqs.vacant(key) {
-                    Some(slot) => slot.fill(req),
-                    None => self.requests.reqs.insert(key, req),
-                }
-                if self.matching.has_output() {
-                    self.poll_matching(&mut [])?;
-                }
-                self.counters.posted_recvs += 1;
-                return Ok(Started::Pending(RecvRequest(key)));
+                return self
+                    .queued_in_software(key, id, spec, ReqBuf::Owned(buf))
+                    .map(Started::Pending);
             }
         }
         let addr = buf.as_mut_ptr() as u64;
@@ -357,24 +372,9 @@ impl Endpoint {
             // (as in `irecv_or_done`).
             let key = self.next_id;
             if let Ok(id) = self.matching.post_software(spec, key)? {
-                self.next_id += 1;
-                let req = Req {
-                    spec,
-                    buf: ReqBuf::Lent(lent),
-                    done: None,
-                    id: Some(id),
-                    user: true,
-                    fed: Fed::No,
-                };
-                match self.requests.reqs.vacant(key) {
-                    Some(slot) => slot.fill(req),
-                    None => self.requests.reqs.insert(key, req),
-                }
-                if self.matching.has_output() {
-                    self.poll_matching(&mut [])?;
-                }
-                self.counters.posted_recvs += 1;
-                return Ok(Started::Pending(RecvRequest(key)));
+                return self
+                    .queued_in_software(key, id, spec, ReqBuf::Lent(lent))
+                    .map(Started::Pending);
             }
         }
         self.defer_cma_at_post = true;
