@@ -273,7 +273,17 @@ impl Harness {
             _ => spec,
         };
         let tok = self.next_recv;
-        match self.off.defer(spec, tok) {
+        // The query a transport asks before looking at its ring agrees
+        // with the attempt.
+        let may = match spec.source {
+            Source::Rank(src) => Some(self.off.may_defer(src)),
+            Source::Any => None,
+        };
+        let outcome = self.off.defer(spec, tok);
+        if let Some(may) = may {
+            prop_assert_eq!(may, outcome.is_ok(), "may_defer disagrees with defer");
+        }
+        match outcome {
             Ok(id) => {
                 self.next_recv += 1;
                 self.log.push(format!("defer {spec:?} -> {id:?}"));
@@ -1162,6 +1172,7 @@ fn deferred_receives_keep_their_handles_across_the_move_into_the_posted_queue() 
         (Some(&0), Some(&99))
     );
     // Another source, or an ANY_SOURCE receive, is not deferred.
+    assert!(off.may_defer(3) && !off.may_defer(4));
     assert_eq!(off.defer(s(0, Some(4), Some(0)), 500), Err(500));
     assert_eq!(off.defer(s(0, None, Some(0)), 501), Err(501));
     // The oldest takes the next message from its source if it matches.
@@ -1322,4 +1333,37 @@ fn engine_scan_gives_the_message_to_the_first_matching_entry_only() {
     assert!(scan.found());
     let mut none = EngineScan::new(tag(0, 3, 7));
     assert!(!none.offer(&any_tag) && !none.found());
+}
+
+#[test]
+fn post_software_refuses_while_a_message_is_queued_and_posts_deferred_ones_first() {
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    // Nothing queued: taken in software.
+    assert!(off
+        .post_software(s(0, Some(1), Some(1)), 1)
+        .unwrap()
+        .is_ok());
+    // A message nobody takes is queued: refused (the fast test), nothing
+    // changed.
+    off.arrive(e(0, 2, 9), 100).unwrap();
+    assert_eq!(off.unexpected_len(), 1);
+    assert_eq!(
+        off.post_software(s(0, Some(2), Some(9)), 2).unwrap(),
+        Err(2)
+    );
+    assert_eq!(off.unexpected_len(), 1);
+    // With receives deferred (only while nothing is queued or posted), a
+    // software post moves them into the posted queue first, in order.
+    let mut off: Offload<u32, u32> = Offload::new(OffloadConfig::new(LAYOUT, 4)).unwrap();
+    off.defer(s(0, Some(3), Some(0)), 10).unwrap();
+    assert!(!off.may_defer(4));
+    assert!(off
+        .post_software(s(0, Some(4), Some(0)), 11)
+        .unwrap()
+        .is_ok());
+    assert_eq!(off.deferred_len(), 0);
+    assert!(
+        !off.may_defer(3),
+        "receives are posted: nothing may be deferred"
+    );
 }

@@ -25,6 +25,9 @@ pub struct Segments<'a> {
 }
 
 impl<'a> Segments<'a> {
+    /// Inlined into [`Datatype::segments`](super::Datatype::segments),
+    /// which every datatype receive calls first (to check its buffer).
+    #[inline]
     pub(super) fn new(flat: &'a Flat, extent: isize, pos: usize, end: usize) -> Self {
         let dense = flat.is_dense(extent);
         let mut s = Segments {

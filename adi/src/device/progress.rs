@@ -254,7 +254,10 @@ impl Device {
     /// operations' transport side (under the lock), then answers what the
     /// shared receives left ([`Device::resolve_shared`]; an error there is
     /// left in `Core::shared` for the caller's pass to report). Returns
-    /// how many were completed in place (see [`Harvest`]).
+    /// how many were completed in place (see [`Harvest`]). Inlined: a
+    /// pass that finds nothing (every pass a blocking receive makes while
+    /// it waits) costs the transports' tests and no call.
+    #[inline(always)]
     pub(super) fn harvest(
         &self,
         core: &mut Core,
@@ -264,6 +267,24 @@ impl Device {
     ) -> usize {
         let local = core.local.collect();
         let remote = core.remote.as_mut().is_some_and(|r| r.collect());
+        if !(local || remote || core.shared.has_work()) {
+            return 0;
+        }
+        self.harvest_found(core, finished, mine, hint, local, remote)
+    }
+
+    /// [`Device::harvest`] once a transport collected something (`local`,
+    /// `remote`) or the shared receives have work.
+    #[inline(never)]
+    fn harvest_found(
+        &self,
+        core: &mut Core,
+        finished: &mut Vec<Finished>,
+        mine: &mut [Request],
+        hint: &mut usize,
+        local: bool,
+        remote: bool,
+    ) -> usize {
         let mut here = 0;
         if local || remote {
             here = self.drain_all(core, finished, mine, hint, local, remote);

@@ -143,6 +143,47 @@ pub(super) enum Poll {
     Complete { origin: u32, seen: u64 },
 }
 
+/// A [`Poll`] with its shared words looked up ([`DirectWin::ready`]):
+/// what a waiter spins on, a few loads per look (a look through
+/// [`DirectWin::may_fire`] checks the rank, the bounds and the alignment
+/// of every word each time).
+#[derive(Debug)]
+pub(super) enum Ready<'a> {
+    /// [`Poll::Lock`].
+    Lock {
+        lock: RwTicket<'a>,
+        ticket: u64,
+        exclusive: bool,
+    },
+    /// [`Poll::Barrier`]: every other rank's fence word.
+    Barrier { words: Vec<&'a AtomicU64>, no: u64 },
+    /// [`Poll::Post`] and [`Poll::Complete`]: a counter in this rank's
+    /// block.
+    Counter { word: &'a AtomicU64, seen: u64 },
+}
+
+impl Ready<'_> {
+    /// Whether the condition holds now ([`DirectWin::may_fire`]).
+    #[inline(always)]
+    pub(super) fn holds(&self) -> bool {
+        match self {
+            Ready::Lock {
+                lock,
+                ticket,
+                exclusive,
+            } => {
+                if *exclusive {
+                    lock.is_idle()
+                } else {
+                    lock.may_enter(*ticket, false)
+                }
+            }
+            Ready::Barrier { words, no } => words.iter().all(|w| winsync::arrived(w, *no)),
+            Ready::Counter { word, seen } => winsync::observed(word, *seen),
+        }
+    }
+}
+
 /// What [`DirectWin::start`] did with a step.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Started {
@@ -415,6 +456,41 @@ impl DirectWin {
                 self.word(self.me, cb_complete(n) + 8 * u64::from(origin))?,
                 seen,
             ),
+        })
+    }
+
+    /// `p` with its words looked up, for a waiter to spin on
+    /// ([`Ready::holds`] answers as [`DirectWin::may_fire`] would).
+    pub(super) fn ready(&self, p: &Poll) -> Result<Ready<'_>, Error> {
+        let n = self.n();
+        Ok(match *p {
+            Poll::Lock {
+                target,
+                ticket,
+                exclusive,
+            } => Ready::Lock {
+                lock: self.rw(target, CB_LOCK)?,
+                ticket,
+                exclusive,
+            },
+            Poll::Barrier { no } => {
+                let Some(others) = &self.fence_others else {
+                    return Err(Error::Abandoned);
+                };
+                let words = others
+                    .iter()
+                    .map(|&(pe, a)| self.view.atomic_u64(pe, a))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ready::Barrier { words, no }
+            }
+            Poll::Post { target, seen } => Ready::Counter {
+                word: self.word(self.me, CB_POST + 8 * u64::from(target))?,
+                seen,
+            },
+            Poll::Complete { origin, seen } => Ready::Counter {
+                word: self.word(self.me, cb_complete(n) + 8 * u64::from(origin))?,
+                seen,
+            },
         })
     }
 

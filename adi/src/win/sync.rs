@@ -117,11 +117,14 @@ impl Win {
     /// Waits (outside every lock) until `p` may hold, running progress so
     /// that other traffic keeps flowing, and checking that the window's
     /// ranks are alive (a lock may be held by a third rank that died).
+    /// The condition's words are looked up once ([`DirectWin::ready`]), so
+    /// that a look costs a few loads and the spin sees a change soon.
     fn wait_for(&self, d: &DirectWin, p: &Poll, idle: &mut u32) -> Result<(), Error> {
         let dev = self.comm.dev();
+        let ready = d.ready(p)?;
         let mut spins = 0u32;
         loop {
-            if d.may_fire(p)? {
+            if ready.holds() {
                 return Ok(());
             }
             spins = spins.wrapping_add(1);

@@ -97,16 +97,21 @@ impl Endpoint {
     }
 
     /// Whether a nonblocking receive for `spec` into `capacity` bytes is
-    /// one this endpoint defers when the model lets it ([`Endpoint::defer`]):
-    /// deferral is on, an exact other source, never advertised to its
-    /// sender. (The model adds its own rule: nothing posted, queued or
-    /// parked, one source for all.)
+    /// one this endpoint defers now ([`Endpoint::defer`]): deferral is on,
+    /// an exact other source, never advertised to its sender, and the
+    /// model's rule lets it ([`Offload::may_defer`]: nothing posted, queued
+    /// or parked, one source for all), asked first so that a receive the
+    /// model would refuse (its message queued already) costs no look at
+    /// the ring and no attempt.
     #[inline]
     pub(super) fn may_defer(&self, spec: MatchSpec, capacity: usize) -> bool {
         let Source::Rank(s) = spec.source else {
             return false;
         };
-        self.defer_enabled && s != self.rank() && !self.advertisable(spec, capacity)
+        self.defer_enabled
+            && self.matching.may_defer(s)
+            && s != self.rank()
+            && !self.advertisable(spec, capacity)
     }
 
     /// Defers a nonblocking receive if the model lets it

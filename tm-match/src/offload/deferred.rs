@@ -68,14 +68,7 @@ impl<R, M> Offload<R, M> {
         let Source::Rank(source) = spec.source else {
             return Err(recv);
         };
-        // While receives are deferred the shadow is empty (see the rule):
-        // only the source is left to check.
-        let allowed = if self.deferred.is_empty() {
-            self.queues_empty()
-        } else {
-            source == self.deferred_source
-        };
-        if !allowed {
+        if !self.may_defer(source) {
             return Err(recv);
         }
         let tag = match spec.tag {
@@ -92,6 +85,21 @@ impl<R, M> Offload<R, M> {
         });
         self.stats.deferred += 1;
         Ok(id)
+    }
+
+    /// Whether [`Offload::defer`] would take a receive from `source` now:
+    /// nothing posted, queued or parked, and every deferred receive names
+    /// `source`. A caller with work to do before deferring (a look at the
+    /// source's line) asks this first, for nothing changes it.
+    #[inline(always)]
+    pub fn may_defer(&self, source: u32) -> bool {
+        // While receives are deferred the shadow is empty (see the rule):
+        // only the source is left to check.
+        if self.deferred.is_empty() {
+            self.queues_empty()
+        } else {
+            source == self.deferred_source
+        }
     }
 
     /// Deferred receives.

@@ -737,8 +737,23 @@ impl<R, M> Offload<R, M> {
     ///
     /// # Errors
     /// [`Error::QueueFull`] from the matcher.
-    #[inline]
+    #[inline(always)]
     pub fn post_software(&mut self, spec: MatchSpec, recv: R) -> Result<Result<RecvId, R>, Error> {
+        // The refusal (a message is queued, the case of a receive posted
+        // after its message came) answered without a call.
+        if self.deferred.is_empty() && self.shadow.unexpected_len() != 0 {
+            return Ok(Err(recv));
+        }
+        self.post_software_queued(spec, recv)
+    }
+
+    /// [`Offload::post_software`] past its first test.
+    #[inline]
+    fn post_software_queued(
+        &mut self,
+        spec: MatchSpec,
+        recv: R,
+    ) -> Result<Result<RecvId, R>, Error> {
         if !self.deferred.is_empty() {
             self.post_deferred()?;
         }
