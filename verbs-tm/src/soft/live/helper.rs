@@ -66,19 +66,23 @@ impl Core {
     /// watch more than it does: other sockets, the listener, output on a
     /// socket it is blocked on without, or an earlier deadline.
     pub(super) fn publish(&mut self) {
+        // One look at each connection (this runs after every run of the
+        // device, so mostly with nothing changed).
         let mut out = 0u64;
+        let mut deadline: Option<Instant> = None;
         for (i, c) in self.conns.iter().enumerate() {
-            if !c.dead && !c.out.is_empty() {
+            if c.dead {
+                continue;
+            }
+            if !c.out.is_empty() {
                 out |= 1 << i.min(63);
             }
+            if let (Phase::Handshake { deadline: d }, Some(_)) = (&c.phase, c.qp) {
+                deadline = Some(deadline.map_or(*d, |m| m.min(*d)));
+            }
         }
-        let mut deadline = None;
-        let handshakes = self.conns.iter().filter_map(|c| match c.phase {
-            Phase::Handshake { deadline } if !c.dead && c.qp.is_some() => Some(deadline),
-            _ => None,
-        });
-        for d in self.expect.values().map(|e| e.deadline).chain(handshakes) {
-            deadline = Some(deadline.map_or(d, |m: Instant| m.min(d)));
+        for d in self.expect.values().map(|e| e.deadline) {
+            deadline = Some(deadline.map_or(d, |m| m.min(d)));
         }
         let w = Watch {
             gen: self.gen,
