@@ -17,7 +17,7 @@ mod poller;
 
 pub use self::conn::WireStats;
 use self::conn::{Conn, Direct, Phase};
-use self::helper::{LiveWorld, Signals, Watch};
+use self::helper::{LiveWorld, Signals, Timer, Watch};
 use self::poller::{Poller, Ready, LINGER};
 use super::handoff::{helper_loop, Handoff};
 use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
@@ -883,6 +883,7 @@ impl Live {
             wake: wake_w,
             helper_wakes: AtomicU64::new(0),
             helper_steps: AtomicU64::new(0),
+            timer: Timer::new(cfg.helper_idle).map_err(|e| Error::io("helper timer", e))?,
         });
         let core = Core {
             nic: Nic::new(cfg.soft),
@@ -990,6 +991,7 @@ impl Live {
     /// thread stays out of its way (no lock contention while it calls in).
     fn owner(&self) -> MutexGuard<'_, Core> {
         self.shared.handoff.owner_enter();
+        self.shared.sig.timer.owner_called(self.shared.sig.base);
         self.shared.lock()
     }
 
@@ -1191,6 +1193,7 @@ impl Provider for Live {
 
     fn poll_cq(&mut self, cq: CqId, out: &mut Vec<Wc>, max: usize) -> Result<usize> {
         self.shared.handoff.owner_enter();
+        self.shared.sig.timer.owner_called(self.shared.sig.base);
         let mut core = match self.shared.core.try_lock() {
             Ok(g) => g,
             // The helper runs the device right now: nothing to report yet.
