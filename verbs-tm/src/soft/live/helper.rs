@@ -252,37 +252,26 @@ impl LiveWorld {
 }
 
 impl HelperWorld for LiveWorld {
-    /// Sleeps the idle time, and on while the owner keeps calling in: once
-    /// the owner has armed the timer (it does within a quarter idle time
-    /// of its next call), until the owner has not called for an idle time.
+    /// Sleeps the idle time, or, once the owner has armed the timer (it
+    /// does at its first call while the helper waits), until the owner has
+    /// not called in for an idle time.
     fn wait_idle(&mut self) {
         let timer = &self.shared.sig.timer;
         timer.wanted.store(true, Ordering::SeqCst);
-        let end = Instant::now() + self.idle;
-        let mut signalled = false;
-        loop {
-            let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
-            if matches!(timer.fd.get(), Ok(Some(_))) {
-                // Armed: the owner pushes it back while it calls in.
-                let mut fds = [wake, PollFd::new(timer.fd.as_fd(), PollFlags::POLLIN)];
-                let r = poll(&mut fds, PollTimeout::NONE);
-                signalled = r.is_ok() && fds[0].revents().is_some_and(|r| !r.is_empty());
-                break;
-            }
-            // Not armed (yet): a quarter idle time at a time, so that an
-            // owner that calls in meanwhile arms it, up to the idle time.
+        let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
+        let signalled = if matches!(timer.fd.get(), Ok(Some(_))) {
+            // Armed: the owner pushes it back while it calls in.
+            let mut fds = [wake, PollFd::new(timer.fd.as_fd(), PollFlags::POLLIN)];
+            let r = poll(&mut fds, PollTimeout::NONE);
+            r.is_ok() && fds[0].revents().is_some_and(|r| !r.is_empty())
+        } else {
+            // Not armed (the owner has not called in since the helper last
+            // waited, or it expired): the plain idle sleep, during which
+            // an owner that calls in arms it for the next wait.
             timer.drain();
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
             let mut fds = [wake];
-            let r = poll(&mut fds, timeout(Some(left.min(timer.delay / 4))));
-            if matches!(r, Ok(n) if n > 0) {
-                signalled = true;
-                break;
-            }
-        }
+            matches!(poll(&mut fds, timeout(Some(self.idle))), Ok(n) if n > 0)
+        };
         timer.wanted.store(false, Ordering::SeqCst);
         timer.drain();
         self.woke();
