@@ -265,6 +265,107 @@ fn idle_helper_sleeps() {
     b.finalize().unwrap();
 }
 
+/// During traffic with both owners polling, the helper threads stay
+/// asleep: each owner pushes its helper's timer back, so with a 50 ms idle
+/// time a helper wakes a few times in a second of ping-pong (one that
+/// woke once per idle time to find its owner still polling, and again at
+/// the next frame, would wake about 35 times). One thread drives both
+/// endpoints, so that neither owner waits for a processor while the other
+/// runs.
+fn busy_owners_keep_helpers_asleep() {
+    let job = (u64::from(std::process::id()) << 8) | 3;
+    let idle = |c: &mut LiveConfig| c.helper_idle = Duration::from_millis(50);
+    let mut a = live_with(job, 0, idle);
+    let mut b = live_with(job, 1, idle);
+    connect_pair(&mut a, &mut b);
+    const RUN: Duration = Duration::from_secs(1);
+    let wakes = |e: &Endpoint<Live>| e.provider().wire_stats().helper_wakes;
+    let (a0, b0) = (wakes(&a), wakes(&b));
+    let until = Instant::now() + RUN;
+    let mut n = 0u32;
+    while Instant::now() < until {
+        send(&mut a, 1, 1, data(n, 8), SendMode::Standard);
+        let f = recv(&mut b, spec(0, 1), 64);
+        assert_eq!(f.buf[..8], data(n, 8)[..]);
+        send(&mut b, 0, 2, data(n + 1, 8), SendMode::Standard);
+        let f = recv(&mut a, spec(1, 2), 64);
+        assert_eq!(f.buf[..8], data(n + 1, 8)[..]);
+        n += 1;
+    }
+    let (wa, wb) = (wakes(&a) - a0, wakes(&b) - b0);
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+    assert!(n > 100, "{n} round trips");
+    assert!(
+        wa <= 12 && wb <= 12,
+        "helper wake-ups in {RUN:?} of {n} round trips: {wa} and {wb}"
+    );
+}
+
+/// With three connections open, an idle run of the device asks the
+/// readiness set once (`epoll_wait`) and reads no socket (a `read` per
+/// socket per run would show as empty reads), traffic on each connection
+/// is found, and a rank with one connection reads it directly.
+fn idle_runs_poll_once() {
+    let job = (u64::from(std::process::id()) << 8) | 2;
+    let ep = |rank: u32| {
+        let mut lc = LiveConfig::new(job, rank);
+        lc.listen = "127.0.0.1:0".parse().unwrap();
+        Endpoint::new(Live::new(lc).unwrap(), cfg(), rank, 4).unwrap()
+    };
+    let mut eps: Vec<Endpoint<Live>> = (0..4).map(ep).collect();
+    let blobs: Vec<Vec<u8>> = eps.iter_mut().map(|e| e.address(0..4).unwrap()).collect();
+    // Rank 0 talks to 1, 2 and 3.
+    for peer in 1..4u32 {
+        eps[0].connect(peer, &blobs[peer as usize]).unwrap();
+        eps[peer as usize].connect(0, &blobs[0]).unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while !(1..4).all(|p| eps[0].is_connected(p) && eps[p as usize].is_connected(0)) {
+        for e in &mut eps {
+            e.progress().unwrap();
+        }
+        assert!(Instant::now() < until, "handshakes did not finish");
+    }
+    let settle = Instant::now() + Duration::from_millis(20);
+    while Instant::now() < settle {
+        for e in &mut eps {
+            e.progress().unwrap();
+        }
+    }
+    let w0 = eps[0].provider().wire_stats();
+    const RUNS: u64 = 1000;
+    for _ in 0..RUNS {
+        eps[0].provider().step();
+    }
+    let w1 = eps[0].provider().wire_stats();
+    assert_eq!(w1.polls - w0.polls, RUNS, "one epoll_wait per run: {w1}");
+    assert_eq!(w1.empty_reads, w0.empty_reads, "no read while idle: {w1}");
+    assert_eq!(w1.reads, w0.reads, "{w1}");
+    // Each connection's traffic is found (one read per message at most).
+    let mut rest = eps.split_off(1);
+    for (i, e) in rest.iter_mut().enumerate() {
+        send(e, 0, 10 + i as u32, data(i as u32, 64), SendMode::Standard);
+    }
+    for i in 0..3u32 {
+        let f = recv(&mut eps[0], spec(i + 1, 10 + i), 64);
+        assert_eq!(f.buf, data(i, 64));
+    }
+    let w2 = eps[0].provider().wire_stats();
+    assert!(w2.reads - w1.reads >= 3, "{w2}");
+    // A rank with one connection reads it directly: no epoll_wait.
+    let w = rest[0].provider().wire_stats();
+    for _ in 0..100 {
+        rest[0].provider().step();
+    }
+    assert_eq!(rest[0].provider().wire_stats().polls, w.polls);
+    let a = eps.pop().unwrap();
+    a.finalize().unwrap();
+    for e in rest {
+        e.finalize().unwrap();
+    }
+}
+
 /// A wire frame as the crate documents it: the 24-byte header, then the
 /// payload (`len` announced, `payload` sent).
 fn raw_frame(kind: u8, a: u32, b: u64, c: u32, len: u32, payload: &[u8]) -> Vec<u8> {
@@ -678,6 +779,11 @@ fn main() -> ExitCode {
             blocking_rendezvous_reuses_spares,
         ),
         ("idle_helper_sleeps", idle_helper_sleeps),
+        ("idle_runs_poll_once", idle_runs_poll_once),
+        (
+            "busy_owners_keep_helpers_asleep",
+            busy_owners_keep_helpers_asleep,
+        ),
         ("oversized_frames_are_refused", oversized_frames_are_refused),
         ("eager_between_processes", eager_between_processes),
         ("stream_between_processes", stream_between_processes),

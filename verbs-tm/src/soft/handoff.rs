@@ -15,6 +15,9 @@
 //! 3. something is ready: it notes the owner's poll count
 //!    ([`Handoff::epoch`]) and gives the owner the idle time
 //!    (`TMX_VERBS_HELPER_IDLE_US`, [`HelperWorld::wait_idle`]) to take it;
+//!    `Live` extends that sleep while the owner keeps calling in (the owner
+//!    pushes a timer back), so that a helper whose owner polls through a
+//!    stream of traffic does not wake once per idle time;
 //! 4. if the owner polled meanwhile ([`Handoff::owner_active_since`]), it goes
 //!    back to 1: the owner runs the device (no contention for the device
 //!    lock); otherwise it runs the device once under the device lock, and
@@ -30,8 +33,9 @@
 //! or registering memory is not computing.
 //!
 //! It never spins: step 1 blocks, and step 3 sleeps, so it wakes at most
-//! once per idle time while traffic arrives, and not at all while nothing
-//! does, whether the owner polls or computes. Frames are never lost:
+//! about once per idle time while traffic arrives and the owner computes,
+//! rarely while the owner polls through it, and not at all while nothing
+//! arrives, whether the owner polls or computes. Frames are never lost:
 //! readiness is level-triggered, so a frame that arrived after the owner's
 //! last poll keeps its socket ready until someone runs the device, and the
 //! helper does once the owner has been idle for one idle time.
@@ -52,7 +56,8 @@ pub struct Handoff {
 /// What the helper loop needs from its surroundings: the real sockets
 /// (`Live`) or a model (loom).
 pub trait HelperWorld {
-    /// Sleeps the idle time (a stop may cut it short).
+    /// Sleeps at least the idle time (a stop may cut it short); it may
+    /// sleep on while the owner keeps calling in.
     fn wait_idle(&mut self);
     /// Blocks until a socket is ready, a deadline falls due or a wake-up
     /// comes; `true` for a ready socket or a deadline (the device should

@@ -13,10 +13,12 @@ use tracing::{debug, info, warn};
 
 mod conn;
 mod helper;
+mod poller;
 
 pub use self::conn::WireStats;
 use self::conn::{Conn, Direct, Phase};
-use self::helper::{LiveWorld, Signals, Watch};
+use self::helper::{LiveWorld, Signals, Timer, Watch};
+use self::poller::{Poller, Ready, LINGER};
 use super::handoff::{helper_loop, Handoff};
 use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
 use super::wire::{self, FrameError, Wire, WireRef};
@@ -123,8 +125,13 @@ struct Core {
     addr: SocketAddr,
     conns: Vec<Conn>,
     /// Connections closed by us, kept (half closed, drained) until drop so
-    /// that the peer reads our CLOSE before any reset.
-    lingering: Vec<TcpStream>,
+    /// that the peer reads our CLOSE before any reset; `true` while the
+    /// socket is in the readiness set (until the peer's end of file).
+    lingering: Vec<(TcpStream, bool)>,
+    /// Which sockets have bytes: one `epoll_wait` per run.
+    poller: Poller,
+    /// The ready sockets of a run (kept for its allocation).
+    ready: Vec<Ready>,
     qp_conn: HashMap<u32, usize>,
     pre_out: HashMap<u32, Vec<Wire>>,
     expect: HashMap<u32, Expect>,
@@ -208,11 +215,20 @@ impl Core {
         self.fail_conn(c, format!("protocol error: {e}"));
     }
 
+    /// Registers connection `c` in the readiness set; a connection that
+    /// cannot be registered fails (it would never be read).
+    fn watch(&mut self, c: usize) {
+        if let Err(e) = self.poller.add(&self.conns[c].stream, c as u64) {
+            self.fail_conn(c, format!("cannot watch the socket: {e}"));
+        }
+    }
+
     fn fail_conn(&mut self, c: usize, reason: String) {
-        let conn = &mut self.conns[c];
-        if conn.dead {
+        if self.conns[c].dead {
             return;
         }
+        self.poller.remove(&self.conns[c].stream);
+        let conn = &mut self.conns[c];
         conn.dead = true;
         let closed = conn.saw_close;
         if let Some(qp) = conn.qp {
@@ -284,6 +300,7 @@ impl Core {
                     debug!(%from, "verbs-tm soft-live: connection accepted");
                     let deadline = Instant::now() + self.cfg.connect_timeout;
                     self.conns.push(Conn::new(s, deadline));
+                    self.watch(self.conns.len() - 1);
                     self.bump();
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -362,7 +379,10 @@ impl Core {
                         continue;
                     }
                     Err(e) => match e.kind() {
-                        ErrorKind::WouldBlock => break,
+                        ErrorKind::WouldBlock => {
+                            conn.stats.empty_reads += 1;
+                            break;
+                        }
                         ErrorKind::Interrupted => continue,
                         _ => {
                             eof = Some(format!("connection failed: {e}"));
@@ -406,7 +426,10 @@ impl Core {
                     }
                 }
                 Err(e) => match e.kind() {
-                    ErrorKind::WouldBlock => break,
+                    ErrorKind::WouldBlock => {
+                        conn.stats.empty_reads += 1;
+                        break;
+                    }
                     ErrorKind::Interrupted => {}
                     _ => {
                         eof = Some(format!("connection failed: {e}"));
@@ -419,6 +442,54 @@ impl Core {
         if let Some(reason) = eof {
             self.fail_conn(c, reason);
         }
+    }
+
+    /// Reads the sockets that have bytes: those the readiness set reports
+    /// (one `epoll_wait`), or, with at most one socket registered, that
+    /// socket directly (one `read`, which finds a frame that arrived).
+    fn read_ready(&mut self) {
+        let mut ready = std::mem::take(&mut self.ready);
+        let asked = if self.poller.watched() > 1 {
+            self.poller.ready(&mut ready)
+        } else {
+            Err(ErrorKind::Unsupported.into())
+        };
+        if asked.is_err() {
+            // One socket (or a set that cannot be asked): every socket.
+            ready.clear();
+            ready.extend((0..self.conns.len()).map(Ready::Conn));
+            ready.extend((0..self.lingering.len()).map(Ready::Linger));
+        }
+        for &r in &ready {
+            match r {
+                Ready::Conn(c) if c < self.conns.len() => self.read_conn(c),
+                Ready::Linger(i) => self.drain_lingering(i),
+                Ready::Conn(_) => {}
+            }
+        }
+        self.ready = ready;
+    }
+
+    /// Reads and drops what a lingering socket has; at the peer's end of
+    /// file (or an error) it leaves the readiness set.
+    fn drain_lingering(&mut self, i: usize) {
+        let Some((s, watched)) = self.lingering.get_mut(i) else {
+            return;
+        };
+        if !*watched {
+            return;
+        }
+        let mut sink = [0u8; 4096];
+        loop {
+            match (&*s).read(&mut sink) {
+                Ok(n) if n > 0 => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                _ => break,
+            }
+        }
+        *watched = false;
+        self.poller.remove(&*s);
     }
 
     /// Whether frames of `qp` wait (RNR or READ backlog): later frames of
@@ -679,18 +750,12 @@ impl Core {
                 }
             }
         }
-        for c in 0..self.conns.len() {
-            self.read_conn(c);
-        }
+        self.read_ready();
         for srq in self.nic.srqs_with_ops() {
             self.nic.exec_ops(srq, usize::MAX);
         }
         self.nic.complete_data(usize::MAX);
         self.route_and_flush();
-        for s in &self.lingering {
-            let mut sink = [0u8; 4096];
-            while matches!((&*s).read(&mut sink), Ok(n) if n > 0) {}
-        }
         let now = Instant::now();
         let late: Vec<u32> = self
             .expect
@@ -818,6 +883,7 @@ impl Live {
             wake: wake_w,
             helper_wakes: AtomicU64::new(0),
             helper_steps: AtomicU64::new(0),
+            timer: Timer::new(cfg.helper_idle).map_err(|e| Error::io("helper timer", e))?,
         });
         let core = Core {
             nic: Nic::new(cfg.soft),
@@ -826,6 +892,8 @@ impl Live {
             addr,
             conns: Vec::new(),
             lingering: Vec::new(),
+            poller: Poller::new().map_err(|e| Error::io("epoll set", e))?,
+            ready: Vec::new(),
             qp_conn: HashMap::new(),
             pre_out: HashMap::new(),
             expect: HashMap::new(),
@@ -899,6 +967,7 @@ impl Live {
         for c in &core.conns {
             w.add(&c.stats);
         }
+        w.polls = core.poller.waits;
         w.helper_wakes = self.shared.sig.helper_wakes.load(Ordering::Relaxed);
         w.helper_steps = self.shared.sig.helper_steps.load(Ordering::Relaxed);
         w
@@ -922,6 +991,7 @@ impl Live {
     /// thread stays out of its way (no lock contention while it calls in).
     fn owner(&self) -> MutexGuard<'_, Core> {
         self.shared.handoff.owner_enter();
+        self.shared.sig.timer.owner_called(self.shared.sig.base);
         self.shared.lock()
     }
 
@@ -998,8 +1068,13 @@ impl Provider for Live {
                 }
                 conn.dead = true;
                 let _ = conn.stream.shutdown(std::net::Shutdown::Write);
-                if let Ok(s) = conn.stream.try_clone() {
-                    core.lingering.push(s);
+                let lingering = conn.stream.try_clone();
+                let core = &mut *core;
+                core.poller.remove(&core.conns[c].stream);
+                if let Ok(s) = lingering {
+                    let token = LINGER | core.lingering.len() as u64;
+                    let watched = core.poller.add(&s, token).is_ok();
+                    core.lingering.push((s, watched));
                 }
             }
             core.bump();
@@ -1067,6 +1142,7 @@ impl Provider for Live {
             }
             core.conns.push(conn);
             let c = core.conns.len() - 1;
+            core.watch(c);
             core.qp_conn.insert(qp.0, c);
             core.bump();
             debug!(qp = qp.0, peer = rrank, %raddr, "verbs-tm soft-live: connecting");
@@ -1117,6 +1193,7 @@ impl Provider for Live {
 
     fn poll_cq(&mut self, cq: CqId, out: &mut Vec<Wc>, max: usize) -> Result<usize> {
         self.shared.handoff.owner_enter();
+        self.shared.sig.timer.owner_called(self.shared.sig.base);
         let mut core = match self.shared.core.try_lock() {
             Ok(g) => g,
             // The helper runs the device right now: nothing to report yet.

@@ -231,6 +231,12 @@ pub struct WireStats {
     pub writes: u64,
     /// `read` calls that returned data or end of file.
     pub reads: u64,
+    /// `read` calls that found nothing (the socket had been reported ready
+    /// by a poll that raced with an earlier read, or it was read directly).
+    pub empty_reads: u64,
+    /// `epoll_wait` calls of the device (one per run while more than one
+    /// socket is open; none with one socket, which is read directly).
+    pub polls: u64,
     /// Times a READ request found the connection's unsent bytes at
     /// [`super::LiveConfig::read_backlog`] or more and waited (a request that waits
     /// over several passes counts once per pass).
@@ -250,13 +256,15 @@ impl std::fmt::Display for WireStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {}, READs waited {}, direct {}, helper wakes {} steps {}",
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {} (empty {}), epoll_wait {}, READs waited {}, direct {}, helper wakes {} steps {}",
             self.frames_out,
             self.frames_in,
             self.bytes_out,
             self.bytes_in,
             self.writes,
             self.reads,
+            self.empty_reads,
+            self.polls,
             self.read_waits,
             self.direct,
             self.helper_wakes,
@@ -273,6 +281,8 @@ impl WireStats {
         self.bytes_in += o.bytes_in;
         self.writes += o.writes;
         self.reads += o.reads;
+        self.empty_reads += o.empty_reads;
+        self.polls += o.polls;
         self.read_waits += o.read_waits;
         self.direct += o.direct;
         self.helper_wakes += o.helper_wakes;

@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use tracing::debug;
 
 use super::super::handoff::HelperWorld;
@@ -47,6 +49,72 @@ pub(super) struct Signals {
     pub(super) wake: UnixStream,
     pub(super) helper_wakes: AtomicU64,
     pub(super) helper_steps: AtomicU64,
+    pub(super) timer: Timer,
+}
+
+/// The owner's timer: while the helper waits out the idle time of a ready
+/// socket ([`HelperWorld::wait_idle`]), every call of the owner pushes it
+/// back (a `timerfd_settime` at most every quarter of the idle time), so
+/// the helper sleeps as long as the owner keeps calling in, and wakes an
+/// idle time after its last call. Without it the helper would wake
+/// once per idle time during traffic only to find the owner still there
+/// (each wake-up takes a processor from a rank on a busy machine).
+#[derive(Debug)]
+pub(super) struct Timer {
+    fd: TimerFd,
+    /// The idle time: how long the helper waits after the owner's last
+    /// push.
+    delay: Duration,
+    /// Pushes at most this often (ns).
+    every_ns: u64,
+    /// The helper waits on the timer: the owner pushes it.
+    wanted: AtomicBool,
+    /// When the owner last pushed it, ns after [`Signals::base`] (the
+    /// owner is the only writer).
+    pushed: AtomicU64,
+}
+
+impl Timer {
+    pub(super) fn new(idle: Duration) -> std::io::Result<Self> {
+        let fd = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        let delay = idle.max(Duration::from_micros(1));
+        let every_ns = u64::try_from((idle / 4).as_nanos()).unwrap_or(u64::MAX);
+        Ok(Timer {
+            fd,
+            delay,
+            every_ns,
+            wanted: AtomicBool::new(false),
+            pushed: AtomicU64::new(0),
+        })
+    }
+
+    /// The owner called into the device: pushes the timer back if the
+    /// helper waits on it and the last push is a quarter idle time old.
+    #[inline]
+    pub(super) fn owner_called(&self, base: Instant) {
+        if !self.wanted.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let last = self.pushed.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < self.every_ns {
+            return;
+        }
+        self.pushed.store(now.max(1), Ordering::Relaxed);
+        let at = Expiration::OneShot(TimeSpec::from_duration(self.delay));
+        // A timer that cannot be set leaves the helper to its plain idle
+        // sleep.
+        let _ = self.fd.set(at, TimerSetTimeFlags::empty());
+    }
+
+    /// Reads the expirations, if any (nonblocking).
+    fn drain(&self) {
+        let mut b = [0u8; 8];
+        let _ = nix::unistd::read(&self.fd, &mut b);
+    }
 }
 
 impl Signals {
@@ -66,19 +134,23 @@ impl Core {
     /// watch more than it does: other sockets, the listener, output on a
     /// socket it is blocked on without, or an earlier deadline.
     pub(super) fn publish(&mut self) {
+        // One look at each connection (this runs after every run of the
+        // device, so mostly with nothing changed).
         let mut out = 0u64;
+        let mut deadline: Option<Instant> = None;
         for (i, c) in self.conns.iter().enumerate() {
-            if !c.dead && !c.out.is_empty() {
+            if c.dead {
+                continue;
+            }
+            if !c.out.is_empty() {
                 out |= 1 << i.min(63);
             }
+            if let (Phase::Handshake { deadline: d }, Some(_)) = (&c.phase, c.qp) {
+                deadline = Some(deadline.map_or(*d, |m| m.min(*d)));
+            }
         }
-        let mut deadline = None;
-        let handshakes = self.conns.iter().filter_map(|c| match c.phase {
-            Phase::Handshake { deadline } if !c.dead && c.qp.is_some() => Some(deadline),
-            _ => None,
-        });
-        for d in self.expect.values().map(|e| e.deadline).chain(handshakes) {
-            deadline = Some(deadline.map_or(d, |m: Instant| m.min(d)));
+        for d in self.expect.values().map(|e| e.deadline) {
+            deadline = Some(deadline.map_or(d, |m| m.min(d)));
         }
         let w = Watch {
             gen: self.gen,
@@ -180,11 +252,30 @@ impl LiveWorld {
 }
 
 impl HelperWorld for LiveWorld {
+    /// Sleeps the idle time, or, once the owner has armed the timer (it
+    /// does at its first call while the helper waits), until the owner has
+    /// not called in for an idle time.
     fn wait_idle(&mut self) {
-        let mut fds = [PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
-        let r = poll(&mut fds, timeout(Some(self.idle)));
+        let timer = &self.shared.sig.timer;
+        timer.wanted.store(true, Ordering::SeqCst);
+        let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
+        let signalled = if matches!(timer.fd.get(), Ok(Some(_))) {
+            // Armed: the owner pushes it back while it calls in.
+            let mut fds = [wake, PollFd::new(timer.fd.as_fd(), PollFlags::POLLIN)];
+            let r = poll(&mut fds, PollTimeout::NONE);
+            r.is_ok() && fds[0].revents().is_some_and(|r| !r.is_empty())
+        } else {
+            // Not armed (the owner has not called in since the helper last
+            // waited, or it expired): the plain idle sleep, during which
+            // an owner that calls in arms it for the next wait.
+            timer.drain();
+            let mut fds = [wake];
+            matches!(poll(&mut fds, timeout(Some(self.idle))), Ok(n) if n > 0)
+        };
+        timer.wanted.store(false, Ordering::SeqCst);
+        timer.drain();
         self.woke();
-        if matches!(r, Ok(n) if n > 0) {
+        if signalled {
             // A signal: what it announces is published, and read again
             // before the next wait.
             self.drain_wake();
