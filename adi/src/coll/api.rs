@@ -135,7 +135,8 @@ impl Comm {
         })))
     }
 
-    /// `MPI_Allreduce` of packed elements of `ty`.
+    /// `MPI_Allreduce` of packed elements of `ty` (`send` copied into
+    /// `recv`, then [`Comm::allreduce_in_place`]).
     pub fn allreduce_packed(
         &self,
         send: &[u8],
@@ -145,10 +146,8 @@ impl Comm {
     ) -> Result<(), Error> {
         Self::reduction_ok(op, ty, send.len())?;
         Self::same_len(send.len(), recv.len())?;
-        let c = Coll::new(self);
-        let r = block_on(self, algo::allreduce(&c, send.to_vec(), ty, op))?;
-        recv.copy_from_slice(&r);
-        Ok(())
+        recv.copy_from_slice(send);
+        self.allreduce_in_place(recv, ty, op)
     }
 
     /// `MPI_Iallreduce`: the request hands back the result.
@@ -393,7 +392,8 @@ impl Comm {
 
     /// `MPI_Alltoallv` (also `alltoallw` once each block is packed):
     /// block `sblocks[i]` of `send` goes to rank `i`, rank `i`'s block
-    /// lands at `rblocks[i]` of `recv`.
+    /// lands at `rblocks[i]` of `recv` (straight from and into the
+    /// buffers, [`Comm::alltoallv_direct`], unless receive blocks overlap).
     pub fn alltoallv(
         &self,
         send: &[u8],
@@ -403,6 +403,9 @@ impl Comm {
     ) -> Result<(), Error> {
         check_blocks(sblocks, self.size(), send.len())?;
         check_blocks(rblocks, self.size(), recv.len())?;
+        if !algo::overlapping(rblocks) {
+            return self.alltoallv_direct(send, sblocks, recv, rblocks);
+        }
         let c = Coll::new(self);
         let r = block_on(
             self,
