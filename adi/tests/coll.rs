@@ -726,7 +726,7 @@ fn inter_collectives(w: &Comm, ic: &adi::InterComm, color: u32) {
 
 /// Members of one call using different forms: the blocking allreduce and
 /// all-to-all on the caller's memory (`allreduce_in_place`,
-/// `alltoallv_direct`, no schedule) on some ranks, the nonblocking
+/// `allreduce_packed`, `alltoallv_direct`: no schedule) on some ranks, the nonblocking
 /// schedules on the others, on sizes for both algorithm kinds and every
 /// operation (the non-commutative one too): the two forms send the same
 /// messages with the same tags, and results agree with the reference.
@@ -745,8 +745,13 @@ fn role_mixed(w: &Comm) {
                 let (op, ty) = (op_of(op_id), if op_id == 4 { &pair } else { &int });
                 let mut buf = bytes(&all[me as usize]);
                 let name = format!("case {case} op {op_id} len {len} n {n}");
-                if me % 2 == direct_parity {
+                if me % 2 == direct_parity && case % 2 == 0 {
                     w.allreduce_in_place(&mut buf, ty, &op).unwrap();
+                } else if me % 2 == direct_parity {
+                    // The send data read in place, not copied first.
+                    let mut out = vec![0u8; buf.len()];
+                    w.allreduce_packed(&buf, &mut out, ty, &op).unwrap();
+                    buf = out;
                 } else {
                     let mut r = w.iallreduce_packed(buf, ty, &op).unwrap();
                     w.wait(&mut r).unwrap();

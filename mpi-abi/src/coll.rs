@@ -361,26 +361,31 @@ unsafe fn allreduce(
     if nb.is_none() {
         let b = Buf::new(recvbuf, count, datatype)?;
         if let Some((s, l)) = b.t.contig(b.count)? {
+            let mut apart = true;
             if !ffi::in_place(sendbuf) {
                 not_aliased(sendbuf, recvbuf, l)?;
-                if l > 0 {
-                    // SAFETY: MPI: the send buffer holds `count` elements,
-                    // the bytes `s .. s + l` of both buffers (a contiguous
-                    // range), and the receive buffer has room for them;
-                    // `copy` also allows (erroneously) overlapping ones.
-                    unsafe {
-                        core::ptr::copy(
-                            (sendbuf as *const u8).wrapping_offset(s),
-                            (recvbuf as *mut u8).wrapping_offset(s),
-                            l,
-                        )
-                    };
+                let from = (sendbuf as usize).wrapping_add_signed(s);
+                let to = (recvbuf as usize).wrapping_add_signed(s);
+                apart = from.saturating_add(l) <= to || to.saturating_add(l) <= from;
+                if !apart && l > 0 {
+                    // Overlapping buffers (erroneous in MPI): the send
+                    // data copied into the receive buffer, reduced there.
+                    // SAFETY: MPI: both hold `count` elements, the bytes
+                    // `s .. s + l`; `copy` allows the overlap.
+                    unsafe { core::ptr::copy(from as *const u8, to as *mut u8, l) };
                 }
             }
             // SAFETY: MPI: the receive buffer holds `count` elements for
             // the call; a contiguous range.
             let data = unsafe { ffi::bytes_mut(recvbuf, s, l) };
-            return Ok(w.allreduce_in_place(data, &t.dt, &aop)?);
+            if ffi::in_place(sendbuf) || !apart {
+                return Ok(w.allreduce_in_place(data, &t.dt, &aop)?);
+            }
+            // SAFETY: MPI: the send buffer holds `count` elements, the
+            // same contiguous range, apart from the receive buffer's
+            // (checked).
+            let send = unsafe { ffi::bytes(sendbuf, s, l) };
+            return Ok(w.allreduce_packed(send, data, &t.dt, &aop)?);
         }
     }
     // SAFETY: the caller's contract.

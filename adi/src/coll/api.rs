@@ -66,7 +66,7 @@ impl Comm {
         Ok(())
     }
 
-    fn same_len(a: usize, b: usize) -> Result<(), Error> {
+    pub(crate) fn same_len(a: usize, b: usize) -> Result<(), Error> {
         if a == b {
             Ok(())
         } else {
@@ -135,8 +135,8 @@ impl Comm {
         })))
     }
 
-    /// `MPI_Allreduce` of packed elements of `ty` (`send` copied into
-    /// `recv`, then [`Comm::allreduce_in_place`]).
+    /// `MPI_Allreduce` of packed elements of `ty` (as
+    /// [`Comm::allreduce_in_place`], `send` read in place).
     pub fn allreduce_packed(
         &self,
         send: &[u8],
@@ -146,8 +146,7 @@ impl Comm {
     ) -> Result<(), Error> {
         Self::reduction_ok(op, ty, send.len())?;
         Self::same_len(send.len(), recv.len())?;
-        recv.copy_from_slice(send);
-        self.allreduce_in_place(recv, ty, op)
+        self.allreduce_direct(Some(send), recv, ty, op)
     }
 
     /// `MPI_Iallreduce`: the request hands back the result.

@@ -16,7 +16,7 @@
 
 use super::rabenseifner;
 use super::tuned::{self, block, Fold};
-use crate::coll::op::{reduce_into_left, reduce_local, Op};
+use crate::coll::op::{reduce_into_left, reduce_local, reduce_to, Op};
 use crate::coll::task::{check_blocks, Coll};
 use crate::request::Request;
 use crate::{Comm, Datatype, Error};
@@ -183,6 +183,39 @@ fn combine(
     Ok(())
 }
 
+/// `out = left op right` (`out` apart from both).
+fn combine_to(
+    op: &Op,
+    ty: &Datatype,
+    left: &[u8],
+    right: &[u8],
+    out: &mut [u8],
+) -> Result<(), Error> {
+    if reduce_to(op, ty, left, right, out)? {
+        return Ok(());
+    }
+    out.copy_from_slice(right);
+    reduce_local(op, ty, left, out)
+}
+
+/// Combines the peer's `theirs` with this rank's data into `acc`: the
+/// data is `mine` (taken: from now on it is in `acc`) or, when `mine` is
+/// `None`, already in `acc`.
+fn combine_mine(
+    op: &Op,
+    ty: &Datatype,
+    mine: &mut Option<&[u8]>,
+    acc: &mut [u8],
+    theirs: &mut [u8],
+    theirs_lower: bool,
+) -> Result<(), Error> {
+    match mine.take() {
+        None => combine(op, ty, acc, theirs, theirs_lower),
+        Some(m) if theirs_lower => combine_to(op, ty, theirs, m, acc),
+        Some(m) => combine_to(op, ty, m, theirs, acc),
+    }
+}
+
 /// The two disjoint ranges `a` (read) and `b` (written) of `buf`.
 fn split(
     buf: &mut [u8],
@@ -203,10 +236,13 @@ fn split(
     }
 }
 
-/// The folding's first step (as `tuned::fold_in`).
+/// The folding's first step (as `tuned::fold_in`); `mine` as in
+/// [`combine_mine`].
+#[allow(clippy::too_many_arguments)]
 fn fold_in(
     c: &Coll,
     f: &Fold,
+    mine: &mut Option<&[u8]>,
     acc: &mut [u8],
     tmp: &mut [u8],
     ty: &Datatype,
@@ -218,11 +254,11 @@ fn fold_in(
         return Ok(());
     }
     if f.newrank.is_none() {
-        send(c, acc, me + 1, sub)
+        send(c, mine.unwrap_or(acc), me + 1, sub)
     } else {
         let t = &mut tmp[..acc.len()];
         whole(recv(c, t, me - 1, sub)?, acc.len())?;
-        Ok(combine(op, ty, acc, t, true)?)
+        Ok(combine_mine(op, ty, mine, acc, t, true)?)
     }
 }
 
@@ -239,17 +275,29 @@ fn fold_out(c: &Coll, f: &Fold, acc: &mut [u8], sub: i32) -> Res<()> {
     }
 }
 
-/// Recursive doubling (as `tuned::allreduce_doubling`).
-fn doubling(c: &Coll, acc: &mut [u8], tmp: &mut [u8], ty: &Datatype, op: &Op, sub: i32) -> Res<()> {
+/// Recursive doubling (as `tuned::allreduce_doubling`). This rank's
+/// data is `mine` or, when `None`, already in `acc`; the result is in
+/// `acc`.
+#[allow(clippy::too_many_arguments)]
+fn doubling(
+    c: &Coll,
+    mut mine: Option<&[u8]>,
+    acc: &mut [u8],
+    tmp: &mut [u8],
+    ty: &Datatype,
+    op: &Op,
+    sub: i32,
+) -> Res<()> {
     let f = Fold::new(c.me, c.n);
-    fold_in(c, &f, acc, tmp, ty, op, sub)?;
+    fold_in(c, &f, &mut mine, acc, tmp, ty, op, sub)?;
     if let Some(nr) = f.newrank {
         let t = &mut tmp[..acc.len()];
         let mut mask = 1;
         while mask < f.pof2 {
             let dst = f.real(nr ^ mask);
-            whole(exchange(c, acc, dst, t, dst, sub + 1)?, acc.len())?;
-            combine(op, ty, acc, t, dst < c.me)?;
+            let out = mine.unwrap_or(acc);
+            whole(exchange(c, out, dst, t, dst, sub + 1)?, acc.len())?;
+            combine_mine(op, ty, &mut mine, acc, t, dst < c.me)?;
             mask <<= 1;
         }
     }
@@ -258,9 +306,12 @@ fn doubling(c: &Coll, acc: &mut [u8], tmp: &mut [u8], ty: &Datatype, op: &Op, su
 
 /// Rabenseifner's algorithm (as `tuned::allreduce_rabenseifner`): the
 /// halving exchanges receive into `tmp` and reduce into `acc`; the
-/// doubling exchanges receive straight into `acc`.
+/// doubling exchanges receive straight into `acc`. `mine` as in
+/// [`doubling`].
+#[allow(clippy::too_many_arguments)]
 fn rabenseifner_in_place(
     c: &Coll,
+    mut mine: Option<&[u8]>,
     acc: &mut [u8],
     tmp: &mut [u8],
     ty: &Datatype,
@@ -268,7 +319,7 @@ fn rabenseifner_in_place(
     sub: i32,
 ) -> Res<()> {
     let f = Fold::new(c.me, c.n);
-    fold_in(c, &f, acc, tmp, ty, op, sub)?;
+    fold_in(c, &f, &mut mine, acc, tmp, ty, op, sub)?;
     if let Some(nr) = f.newrank {
         let es = ty.size().max(1);
         let count = acc.len() / es;
@@ -291,8 +342,13 @@ fn rabenseifner_in_place(
             let (k0, k1) = range(keep.0, keep.1 - keep.0);
             let (g0, g1) = range(give.0, give.1 - give.0);
             let t = &mut tmp[..k1 - k0];
-            whole(exchange(c, &acc[g0..g1], dst, t, dst, sub + 1)?, k1 - k0)?;
-            combine(op, ty, &mut acc[k0..k1], t, dst < c.me)?;
+            let src = mine.unwrap_or(acc);
+            whole(exchange(c, &src[g0..g1], dst, t, dst, sub + 1)?, k1 - k0)?;
+            // Later steps work inside the kept part only: `mine`'s
+            // other bytes are not needed again.
+            let mut part = mine.map(|m| &m[k0..k1]);
+            mine = None;
+            combine_mine(op, ty, &mut part, &mut acc[k0..k1], t, dst < c.me)?;
             (lo, hi) = keep;
             mask >>= 1;
         }
@@ -300,9 +356,9 @@ fn rabenseifner_in_place(
         while mask < f.pof2 {
             let dst_new = nr ^ mask;
             let dst = f.real(dst_new);
-            let mine = range(nr & !(mask - 1), mask);
+            let my = range(nr & !(mask - 1), mask);
             let theirs = range(dst_new & !(mask - 1), mask);
-            let (out, into) = split(acc, mine, theirs)?;
+            let (out, into) = split(acc, my, theirs)?;
             exchange(c, out, dst, into, dst, sub + 3)?;
             mask <<= 1;
         }
@@ -327,18 +383,37 @@ impl Comm {
     /// reduced into it (one scratch buffer of `buf.len()` bytes, kept per
     /// thread between calls up to 8 MiB).
     pub fn allreduce_in_place(&self, buf: &mut [u8], ty: &Datatype, op: &Op) -> Result<(), Error> {
-        Self::reduction_ok(op, ty, buf.len())?;
+        self.allreduce_direct(None, buf, ty, op)
+    }
+
+    /// `MPI_Allreduce` of `send` (or, `None`, of `recv`'s bytes) into
+    /// `recv`, without a schedule: `send` is sent from and reduced from in
+    /// place, never copied into `recv` first.
+    pub(crate) fn allreduce_direct(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        ty: &Datatype,
+        op: &Op,
+    ) -> Result<(), Error> {
+        Self::reduction_ok(op, ty, recv.len())?;
+        if let Some(s) = send {
+            Self::same_len(s.len(), recv.len())?;
+        }
         let c = Coll::new(self);
         if c.n == 1 {
+            if let Some(s) = send {
+                recv.copy_from_slice(s);
+            }
             return Ok(());
         }
-        let long = rabenseifner(buf.len(), ty, op, c.n)?;
-        let mut tmp = scratch(buf.len())?;
-        let t = &mut tmp[..buf.len()];
+        let long = rabenseifner(recv.len(), ty, op, c.n)?;
+        let mut tmp = scratch(recv.len())?;
+        let t = &mut tmp[..recv.len()];
         let r = if long {
-            rabenseifner_in_place(&c, buf, t, ty, op, 0)
+            rabenseifner_in_place(&c, send, recv, t, ty, op, 0)
         } else {
-            doubling(&c, buf, t, ty, op, 0)
+            doubling(&c, send, recv, t, ty, op, 0)
         };
         match r {
             Ok(()) => {
