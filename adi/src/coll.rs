@@ -50,6 +50,7 @@ use crate::attr::UNDEFINED;
 use crate::comm::{Comm, CommInner, Source, Tag};
 use crate::device::{Group, Mode};
 use crate::Error;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, PoisonError};
 
 mod algo;
@@ -468,6 +469,7 @@ impl Comm {
                 pair: Some(k),
                 rank,
                 group,
+                coll_seq: AtomicU32::new(0),
             }),
         }
     }

@@ -29,6 +29,7 @@ use crate::device::{
 };
 use crate::request::{self, AnyOutcome, Outcome, Request, Status};
 use crate::{plan_send, Datatype, Error, SendPlan};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -110,6 +111,8 @@ pub(crate) struct CommInner {
     pub(crate) pair: Option<usize>,
     pub(crate) rank: i32,
     pub(crate) group: Arc<Group>,
+    /// The next collective sequence number (`coll::task::Coll::new`).
+    pub(crate) coll_seq: AtomicU32,
 }
 
 impl Drop for CommInner {

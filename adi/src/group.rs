@@ -27,6 +27,7 @@ use crate::comm::{Comm, CommInner};
 use crate::device::{Group as RankMap, Mode};
 use crate::Error;
 use std::collections::HashSet;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, PoisonError};
 
 /// The result of comparing two groups or communicators
@@ -300,6 +301,7 @@ impl Comm {
                 pair: Some(k),
                 rank,
                 group: Arc::new(map),
+                coll_seq: AtomicU32::new(0),
             }),
         }
     }

@@ -49,7 +49,7 @@ use crate::transport::{double, verbs, DoubleTransport, Remote, ShmemTransport, V
 use crate::{Error, ThreadLevel};
 use launcher::Pmi;
 use shmem_onesided::{Config, Place, Segment};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 static DEVICE: Mutex<Option<Arc<Device>>> = Mutex::new(None);
@@ -431,6 +431,7 @@ pub fn init_thread(required: ThreadLevel) -> Result<(Comm, ThreadLevel), Error> 
             pair: None,
             rank: rank as i32,
             group,
+            coll_seq: AtomicU32::new(0),
         }),
     };
     Ok((world, provided))

@@ -724,6 +724,93 @@ fn inter_collectives(w: &Comm, ic: &adi::InterComm, color: u32) {
     ic.barrier().unwrap();
 }
 
+/// Members of one call using different forms: the blocking allreduce and
+/// all-to-all on the caller's memory (`allreduce_in_place`,
+/// `allreduce_packed`, `alltoallv_direct`: no schedule) on some ranks, the nonblocking
+/// schedules on the others, on sizes for both algorithm kinds and every
+/// operation (the non-commutative one too): the two forms send the same
+/// messages with the same tags, and results agree with the reference.
+fn role_mixed(w: &Comm) {
+    let int = Datatype::basic(BasicType::I64);
+    let pair = Datatype::contiguous(2, &int).unwrap();
+    pair.commit().unwrap();
+    let (me, n) = (w.rank(), w.size());
+    let mut case = 0u64;
+    for len in [2usize, 6, 256, 258, 4000] {
+        for op_id in 0..5 {
+            for direct_parity in 0..2 {
+                case += 1;
+                let all: Vec<Vec<i64>> = (0..n as u32).map(|r| data_i64(case, r, len)).collect();
+                let want = fold(op_id, &all);
+                let (op, ty) = (op_of(op_id), if op_id == 4 { &pair } else { &int });
+                let mut buf = bytes(&all[me as usize]);
+                let name = format!("case {case} op {op_id} len {len} n {n}");
+                if me % 2 == direct_parity && case % 2 == 0 {
+                    w.allreduce_in_place(&mut buf, ty, &op).unwrap();
+                } else if me % 2 == direct_parity {
+                    // The send data read in place, not copied first.
+                    let mut out = vec![0u8; buf.len()];
+                    w.allreduce_packed(&buf, &mut out, ty, &op).unwrap();
+                    buf = out;
+                } else {
+                    let mut r = w.iallreduce_packed(buf, ty, &op).unwrap();
+                    w.wait(&mut r).unwrap();
+                    buf = r.take_buffer().unwrap();
+                }
+                assert_eq!(ints(&buf), want, "allreduce {name}");
+            }
+        }
+        // All-to-all: block sizes differ per pair (some empty), receive
+        // blocks in reverse rank order.
+        for direct_parity in 0..2 {
+            case += 1;
+            let size = |s: i32, d: i32| 8 * ((len + (s * 3 + d) as usize) % (len + 1));
+            let block =
+                |s: i32, d: i32| bytes(&data_i64(case * 7 + d as u64, s as u32, size(s, d) / 8));
+            let mut sblocks = Vec::new();
+            let mut so = 0;
+            for d in 0..n {
+                sblocks.push((so, size(me, d)));
+                so += size(me, d);
+            }
+            let mut rblocks = vec![(0, 0); n as usize];
+            let mut ro = 0;
+            for s in (0..n).rev() {
+                rblocks[s as usize] = (ro, size(s, me));
+                ro += size(s, me);
+            }
+            let send: Vec<u8> = (0..n).flat_map(|d| block(me, d)).collect();
+            let mut want = vec![0u8; ro];
+            for s in 0..n {
+                let (o, l) = rblocks[s as usize];
+                want[o..o + l].copy_from_slice(&block(s, me));
+            }
+            let got = if me % 2 == direct_parity {
+                let mut out = vec![0u8; ro];
+                w.alltoallv_direct(&send, &sblocks, &mut out, &rblocks)
+                    .unwrap();
+                out
+            } else {
+                let mut r = w.ialltoallv(send, sblocks, vec![0u8; ro], rblocks).unwrap();
+                w.wait(&mut r).unwrap();
+                r.take_buffer().unwrap()
+            };
+            assert_eq!(got, want, "alltoallv case {case} len {len}");
+        }
+    }
+    // Overlapping receive blocks are refused by the direct form.
+    let mut out = vec![0u8; 16];
+    let blocks: Vec<(usize, usize)> = (0..n as usize).map(|_| (0, 8)).collect();
+    let sblocks: Vec<(usize, usize)> = (0..n as usize).map(|i| (8 * i, 8)).collect();
+    let e = w
+        .alltoallv_direct(&vec![0u8; 8 * n as usize], &sblocks, &mut out, &blocks)
+        .unwrap_err();
+    assert!(
+        n == 1 || matches!(e, adi::Error::InvalidArgument { .. }),
+        "{e}"
+    );
+}
+
 #[test]
 fn rank_entry_point() {
     let Some(role) = common::role() else { return };
@@ -732,6 +819,7 @@ fn rank_entry_point() {
         "random" => role_random(&w),
         "errors" => role_errors(&w),
         "intercomm" => role_intercomm(&w),
+        "mixed" => role_mixed(&w),
         other => panic!("unknown role {other}"),
     }
     adi::finalize().unwrap();
@@ -797,6 +885,26 @@ fn long_algorithms_4_ranks() {
 #[test]
 fn long_algorithms_6_ranks() {
     run_long(6);
+}
+
+#[test]
+fn mixed_forms_2_ranks() {
+    run("mixed", 2);
+}
+
+#[test]
+fn mixed_forms_3_ranks() {
+    run("mixed", 3);
+}
+
+#[test]
+fn mixed_forms_5_ranks_long_algorithms() {
+    let env = [(adi::ENV_COLL_ALGORITHMS.to_string(), "long".to_string())];
+    let code = common::launch("mixed", 5, &env, Duration::from_secs(120));
+    assert_eq!(
+        code, 0,
+        "job mixed -n 5 (long algorithms): exit status {code}"
+    );
 }
 
 #[test]

@@ -358,6 +358,36 @@ unsafe fn allreduce(
     ffi::count(count)?;
     let t = dtype(datatype)?;
     let aop = op_for(op, &t, datatype)?;
+    if nb.is_none() {
+        let b = Buf::new(recvbuf, count, datatype)?;
+        if let Some((s, l)) = b.t.contig(b.count)? {
+            let mut apart = true;
+            if !ffi::in_place(sendbuf) {
+                not_aliased(sendbuf, recvbuf, l)?;
+                let from = (sendbuf as usize).wrapping_add_signed(s);
+                let to = (recvbuf as usize).wrapping_add_signed(s);
+                apart = from.saturating_add(l) <= to || to.saturating_add(l) <= from;
+                if !apart && l > 0 {
+                    // Overlapping buffers (erroneous in MPI): the send
+                    // data copied into the receive buffer, reduced there.
+                    // SAFETY: MPI: both hold `count` elements, the bytes
+                    // `s .. s + l`; `copy` allows the overlap.
+                    unsafe { core::ptr::copy(from as *const u8, to as *mut u8, l) };
+                }
+            }
+            // SAFETY: MPI: the receive buffer holds `count` elements for
+            // the call; a contiguous range.
+            let data = unsafe { ffi::bytes_mut(recvbuf, s, l) };
+            if ffi::in_place(sendbuf) || !apart {
+                return Ok(w.allreduce_in_place(data, &t.dt, &aop)?);
+            }
+            // SAFETY: MPI: the send buffer holds `count` elements, the
+            // same contiguous range, apart from the receive buffer's
+            // (checked).
+            let send = unsafe { ffi::bytes(sendbuf, s, l) };
+            return Ok(w.allreduce_packed(send, data, &t.dt, &aop)?);
+        }
+    }
     // SAFETY: the caller's contract.
     let send = unsafe { reduction_input(sendbuf, recvbuf, count, datatype) }?;
     let finish = unpack_into(recvbuf, count, datatype, true)?;
@@ -788,6 +818,59 @@ impl Side {
     }
 }
 
+/// One side of an all-to-all whose blocks are each one contiguous range of
+/// memory: the span `lo .. lo + len` (addresses) they lie in, and each
+/// block's `(offset in the span, length)`.
+struct Direct {
+    lo: usize,
+    len: usize,
+    blocks: Vec<(usize, usize)>,
+}
+
+impl Side {
+    /// The side as contiguous ranges, if every block is one.
+    fn direct(&self) -> R<Option<Direct>> {
+        let mut at = Vec::with_capacity(self.counts.len());
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for i in 0..self.counts.len() {
+            let Some((s, l)) = self.types[i].contig(self.counts[i])? else {
+                return Ok(None);
+            };
+            let a = (self.addr as isize)
+                .wrapping_add(self.bytes[i])
+                .wrapping_add(s) as usize;
+            if l > 0 {
+                let Some(end) = a.checked_add(l) else {
+                    return Ok(None);
+                };
+                lo = lo.min(a);
+                hi = hi.max(end);
+            }
+            at.push((a, l));
+        }
+        if hi == 0 {
+            lo = 0;
+        }
+        let blocks = at
+            .into_iter()
+            .map(|(a, l)| (if l > 0 { a - lo } else { 0 }, l))
+            .collect();
+        Ok(Some(Direct {
+            lo,
+            len: hi - lo,
+            blocks,
+        }))
+    }
+}
+
+/// Whether blocks (offset, length) overlap one another (empty ones never
+/// do).
+fn overlapping(blocks: &[(usize, usize)]) -> bool {
+    let mut b: Vec<(usize, usize)> = blocks.iter().copied().filter(|b| b.1 > 0).collect();
+    b.sort_unstable();
+    b.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
+}
+
 /// A side with one datatype and displacements in its extents.
 pub(crate) fn side_v(
     addr: *const c_void,
@@ -862,6 +945,23 @@ unsafe fn alltoall_sides(
         return unsafe { inter::alltoall_sides(ic, send, recv, c, nb) };
     }
     let w = intra(&o)?;
+    if nb.is_none() {
+        if let (Some(s), Some(r)) = (send.direct()?, recv.direct()?) {
+            let apart = s.len == 0 || r.len == 0 || s.lo + s.len <= r.lo || r.lo + r.len <= s.lo;
+            if apart && !overlapping(&r.blocks) {
+                // SAFETY: MPI: each block of the send side holds its
+                // data, each of the receive side has room for its data,
+                // for the call; the two spans are apart (checked).
+                let (sb, rb) = unsafe {
+                    (
+                        ffi::bytes(s.lo as *const c_void, 0, s.len),
+                        ffi::bytes_mut(r.lo as *mut c_void, 0, r.len),
+                    )
+                };
+                return Ok(w.alltoallv_direct(sb, &s.blocks, rb, &r.blocks)?);
+            }
+        }
+    }
     let sblocks = send.blocks()?;
     let rblocks = recv.blocks()?;
     // SAFETY: the caller's contract.

@@ -21,8 +21,13 @@
 //! Non-power-of-two process counts fold onto a power of two as MPICH
 //! does (see [`tuned`]).
 
+// Lent-buffer operations on the caller's slices (each waited for before
+// the borrow ends).
+#[allow(unsafe_code)]
+mod direct;
 mod tuned;
 
+pub(crate) use direct::overlapping;
 pub use tuned::ENV_COLL_ALGORITHMS;
 
 use super::op::{reduce_local, Op};

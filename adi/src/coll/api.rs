@@ -66,7 +66,7 @@ impl Comm {
         Ok(())
     }
 
-    fn same_len(a: usize, b: usize) -> Result<(), Error> {
+    pub(crate) fn same_len(a: usize, b: usize) -> Result<(), Error> {
         if a == b {
             Ok(())
         } else {
@@ -135,7 +135,8 @@ impl Comm {
         })))
     }
 
-    /// `MPI_Allreduce` of packed elements of `ty`.
+    /// `MPI_Allreduce` of packed elements of `ty` (as
+    /// [`Comm::allreduce_in_place`], `send` read in place).
     pub fn allreduce_packed(
         &self,
         send: &[u8],
@@ -145,10 +146,7 @@ impl Comm {
     ) -> Result<(), Error> {
         Self::reduction_ok(op, ty, send.len())?;
         Self::same_len(send.len(), recv.len())?;
-        let c = Coll::new(self);
-        let r = block_on(self, algo::allreduce(&c, send.to_vec(), ty, op))?;
-        recv.copy_from_slice(&r);
-        Ok(())
+        self.allreduce_direct(Some(send), recv, ty, op)
     }
 
     /// `MPI_Iallreduce`: the request hands back the result.
@@ -393,7 +391,8 @@ impl Comm {
 
     /// `MPI_Alltoallv` (also `alltoallw` once each block is packed):
     /// block `sblocks[i]` of `send` goes to rank `i`, rank `i`'s block
-    /// lands at `rblocks[i]` of `recv`.
+    /// lands at `rblocks[i]` of `recv` (straight from and into the
+    /// buffers, [`Comm::alltoallv_direct`], unless receive blocks overlap).
     pub fn alltoallv(
         &self,
         send: &[u8],
@@ -403,6 +402,9 @@ impl Comm {
     ) -> Result<(), Error> {
         check_blocks(sblocks, self.size(), send.len())?;
         check_blocks(rblocks, self.size(), recv.len())?;
+        if !algo::overlapping(rblocks) {
+            return self.alltoallv_direct(send, sblocks, recv, rblocks);
+        }
         let c = Coll::new(self);
         let r = block_on(
             self,

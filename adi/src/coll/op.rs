@@ -186,48 +186,145 @@ pub fn reduce_local(op: &Op, ty: &Datatype, input: &[u8], inout: &mut [u8]) -> R
             have: input.len(),
         });
     }
-    if kernel(op, b, input, inout) {
+    if kernel(op, b, input, inout, Form::Right) {
         Ok(())
     } else {
         Err(bad())
     }
 }
 
-/// Applies element-wise `f(a, b) -> new b` to `N`-byte elements.
-fn each<const N: usize>(input: &[u8], inout: &mut [u8], f: impl Fn([u8; N], [u8; N]) -> [u8; N]) {
-    for (a, b) in input.chunks_exact(N).zip(inout.chunks_exact_mut(N)) {
+/// `left = left op right` element-wise on packed data (`left` is the
+/// left operand and receives the result), for the predefined operations
+/// on the basic types: `Ok(false)` (nothing done) for user operations and
+/// the pair types, which only [`reduce_local`]'s form has. Both slices
+/// hold the same whole number of elements of `ty`, whose operation
+/// [`Op::check`] accepted.
+pub(crate) fn reduce_into_left(
+    op: &Op,
+    ty: &Datatype,
+    left: &mut [u8],
+    right: &[u8],
+) -> Result<bool, Error> {
+    if left.len() != right.len() {
+        return Err(Error::Truncated {
+            need: left.len(),
+            have: right.len(),
+        });
+    }
+    let Some(b) = ty.reduce_basic() else {
+        return Ok(false);
+    };
+    if matches!(op, Op::User { .. } | Op::NoOp | Op::Replace)
+        || b.is_pair()
+        || left.len() % b.size() != 0
+    {
+        return Ok(false);
+    }
+    Ok(kernel(op, b, right, left, Form::Left))
+}
+
+/// How a kernel combines its operands (`a op b`: `a` is the left one).
+#[derive(Clone, Copy)]
+enum Form<'a> {
+    /// `inout = input op inout`.
+    Right,
+    /// `inout = inout op input`.
+    Left,
+    /// `inout = input op right` (`inout` only written).
+    Into(&'a [u8]),
+}
+
+/// `out = left op right` element-wise on packed data, `out` only written
+/// (neither operand is changed), for the predefined operations on the
+/// basic types: `Ok(false)` (nothing done) for user operations and the
+/// pair types. The three slices hold the same whole number of elements of
+/// `ty`, whose operation [`Op::check`] accepted.
+pub(crate) fn reduce_to(
+    op: &Op,
+    ty: &Datatype,
+    left: &[u8],
+    right: &[u8],
+    out: &mut [u8],
+) -> Result<bool, Error> {
+    if left.len() != out.len() || right.len() != out.len() {
+        return Err(Error::Truncated {
+            need: out.len(),
+            have: left.len().min(right.len()),
+        });
+    }
+    let Some(b) = ty.reduce_basic() else {
+        return Ok(false);
+    };
+    if matches!(op, Op::User { .. } | Op::NoOp | Op::Replace)
+        || b.is_pair()
+        || out.len() % b.size() != 0
+    {
+        return Ok(false);
+    }
+    Ok(kernel(op, b, left, out, Form::Into(right)))
+}
+
+/// Applies element-wise `f(a, b) -> a op b` to `N`-byte elements in the
+/// given form. The loop is monomorphised per kernel (`f` is a closure,
+/// not a pointer).
+#[inline(always)]
+fn each<const N: usize>(
+    input: &[u8],
+    inout: &mut [u8],
+    form: Form<'_>,
+    f: impl Fn([u8; N], [u8; N]) -> [u8; N],
+) {
+    let load = |a: &[u8]| {
         let mut x = [0u8; N];
         x.copy_from_slice(a);
-        let mut y = [0u8; N];
-        y.copy_from_slice(b);
-        b.copy_from_slice(&f(x, y));
+        x
+    };
+    match form {
+        Form::Right => {
+            for (a, b) in input.chunks_exact(N).zip(inout.chunks_exact_mut(N)) {
+                let (x, y) = (load(a), load(b));
+                b.copy_from_slice(&f(x, y));
+            }
+        }
+        Form::Left => {
+            for (a, b) in input.chunks_exact(N).zip(inout.chunks_exact_mut(N)) {
+                let (x, y) = (load(a), load(b));
+                b.copy_from_slice(&f(y, x));
+            }
+        }
+        Form::Into(right) => {
+            let pairs = input.chunks_exact(N).zip(right.chunks_exact(N));
+            for ((a, r), b) in pairs.zip(inout.chunks_exact_mut(N)) {
+                b.copy_from_slice(&f(load(a), load(r)));
+            }
+        }
     }
 }
 
 macro_rules! int_kernel {
-    ($t:ty, $op:expr, $input:expr, $inout:expr) => {{
+    ($t:ty, $op:expr, $input:expr, $inout:expr, $form:expr) => {{
         const N: usize = core::mem::size_of::<$t>();
-        let g: Option<fn($t, $t) -> $t> = match $op {
-            Op::Max => Some(|a, b| if b > a { b } else { a }),
-            Op::Min => Some(|a, b| if b < a { b } else { a }),
-            Op::Sum => Some(|a, b| a.wrapping_add(b)),
-            Op::Prod => Some(|a, b| a.wrapping_mul(b)),
-            Op::Land => Some(|a, b| <$t>::from((a != 0) && (b != 0))),
-            Op::Lor => Some(|a, b| <$t>::from((a != 0) || (b != 0))),
-            Op::Lxor => Some(|a, b| <$t>::from((a != 0) != (b != 0))),
-            Op::Band => Some(|a, b| a & b),
-            Op::Bor => Some(|a, b| a | b),
-            Op::Bxor => Some(|a, b| a ^ b),
-            _ => None,
-        };
-        match g {
-            Some(g) => {
-                each::<N>($input, $inout, |a, b| {
-                    g(<$t>::from_ne_bytes(a), <$t>::from_ne_bytes(b)).to_ne_bytes()
+        macro_rules! k {
+            (|$a:ident, $b:ident| $e:expr) => {{
+                each::<N>($input, $inout, $form, |x, y| {
+                    let ($a, $b) = (<$t>::from_ne_bytes(x), <$t>::from_ne_bytes(y));
+                    <$t>::to_ne_bytes($e)
                 });
                 true
-            }
-            None => false,
+            }};
+        }
+        match $op {
+            Op::Max => k!(|a, b| if b > a { b } else { a }),
+            Op::Min => k!(|a, b| if b < a { b } else { a }),
+            Op::Sum => k!(|a, b| a.wrapping_add(b)),
+            Op::Prod => k!(|a, b| a.wrapping_mul(b)),
+            Op::Land => k!(|a, b| <$t>::from((a != 0) && (b != 0))),
+            Op::Lor => k!(|a, b| <$t>::from((a != 0) || (b != 0))),
+            Op::Lxor => k!(|a, b| <$t>::from((a != 0) != (b != 0))),
+            Op::Band => k!(|a, b| a & b),
+            Op::Bor => k!(|a, b| a | b),
+            Op::Bxor => k!(|a, b| a ^ b),
+            _ => false,
         }
     }};
 }
@@ -281,28 +378,29 @@ fn i32_at(b: &[u8]) -> i32 {
     i32::from_ne_bytes([b[0], b[1], b[2], b[3]])
 }
 
-/// The operation's kernel for basic type `b`; `false` if undefined.
-fn kernel(op: &Op, b: BasicType, input: &[u8], inout: &mut [u8]) -> bool {
+/// The operation's kernel for basic type `b` in the given form; `false`
+/// if undefined (the pair types: only in `Form::Right`).
+fn kernel(op: &Op, b: BasicType, input: &[u8], inout: &mut [u8], form: Form<'_>) -> bool {
     use BasicType as B;
     match b {
-        B::I8 | B::Char => int_kernel!(i8, op, input, inout),
-        B::U8 => int_kernel!(u8, op, input, inout),
-        B::I16 => int_kernel!(i16, op, input, inout),
-        B::U16 => int_kernel!(u16, op, input, inout),
-        B::I32 => int_kernel!(i32, op, input, inout),
-        B::U32 => int_kernel!(u32, op, input, inout),
-        B::I64 => int_kernel!(i64, op, input, inout),
-        B::U64 => int_kernel!(u64, op, input, inout),
+        B::I8 | B::Char => int_kernel!(i8, op, input, inout, form),
+        B::U8 => int_kernel!(u8, op, input, inout, form),
+        B::I16 => int_kernel!(i16, op, input, inout, form),
+        B::U16 => int_kernel!(u16, op, input, inout, form),
+        B::I32 => int_kernel!(i32, op, input, inout, form),
+        B::U32 => int_kernel!(u32, op, input, inout, form),
+        B::I64 => int_kernel!(i64, op, input, inout, form),
+        B::U64 => int_kernel!(u64, op, input, inout, form),
         B::Byte => match op {
-            Op::Band | Op::Bor | Op::Bxor => int_kernel!(u8, op, input, inout),
+            Op::Band | Op::Bor | Op::Bxor => int_kernel!(u8, op, input, inout, form),
             _ => false,
         },
         B::Bool => match op {
-            Op::Land | Op::Lor | Op::Lxor => int_kernel!(u8, op, input, inout),
+            Op::Land | Op::Lor | Op::Lxor => int_kernel!(u8, op, input, inout, form),
             _ => false,
         },
         B::F32 => float_op(op).is_some_and(|g| {
-            each::<4>(input, inout, |a, b| {
+            each::<4>(input, inout, form, |a, b| {
                 (g(f32::from_ne_bytes(a) as f64, f32::from_ne_bytes(b) as f64) as f32).to_ne_bytes()
             });
             true
@@ -310,26 +408,26 @@ fn kernel(op: &Op, b: BasicType, input: &[u8], inout: &mut [u8]) -> bool {
         B::F64 => match op {
             // Exact in f64 itself; no conversion needed.
             Op::Sum => {
-                each::<8>(input, inout, |a, b| {
+                each::<8>(input, inout, form, |a, b| {
                     (f64::from_ne_bytes(a) + f64::from_ne_bytes(b)).to_ne_bytes()
                 });
                 true
             }
             _ => float_op(op).is_some_and(|g| {
-                each::<8>(input, inout, |a, b| {
+                each::<8>(input, inout, form, |a, b| {
                     g(f64::from_ne_bytes(a), f64::from_ne_bytes(b)).to_ne_bytes()
                 });
                 true
             }),
         },
         B::LongDouble => float_op(op).is_some_and(|g| {
-            each::<16>(input, inout, |a, b| {
+            each::<16>(input, inout, form, |a, b| {
                 f64_to_f80(g(f80_to_f64(&a), f80_to_f64(&b)))
             });
             true
         }),
         B::ComplexF32 => complex_op(op).is_some_and(|g| {
-            each::<8>(input, inout, |a, b| {
+            each::<8>(input, inout, form, |a, b| {
                 let (re, im) = g(
                     (f32_at(&a[..4]) as f64, f32_at(&a[4..]) as f64),
                     (f32_at(&b[..4]) as f64, f32_at(&b[4..]) as f64),
@@ -342,7 +440,7 @@ fn kernel(op: &Op, b: BasicType, input: &[u8], inout: &mut [u8]) -> bool {
             true
         }),
         B::ComplexF64 => complex_op(op).is_some_and(|g| {
-            each::<16>(input, inout, |a, b| {
+            each::<16>(input, inout, form, |a, b| {
                 let (re, im) = g(
                     (f64_at(&a[..8]), f64_at(&a[8..])),
                     (f64_at(&b[..8]), f64_at(&b[8..])),
@@ -355,7 +453,7 @@ fn kernel(op: &Op, b: BasicType, input: &[u8], inout: &mut [u8]) -> bool {
             true
         }),
         B::ComplexLongDouble => complex_op(op).is_some_and(|g| {
-            each::<32>(input, inout, |a, b| {
+            each::<32>(input, inout, form, |a, b| {
                 let (re, im) = g(
                     (f80_to_f64(&a[..16]), f80_to_f64(&a[16..])),
                     (f80_to_f64(&b[..16]), f80_to_f64(&b[16..])),
@@ -367,7 +465,7 @@ fn kernel(op: &Op, b: BasicType, input: &[u8], inout: &mut [u8]) -> bool {
             });
             true
         }),
-        pair if pair.is_pair() => {
+        pair if pair.is_pair() && matches!(form, Form::Right) => {
             let max = match op {
                 Op::MaxLoc => true,
                 Op::MinLoc => false,
@@ -594,6 +692,76 @@ mod tests {
         // 1.0 in x87 form: mantissa 0x8000000000000000, exponent 16383.
         let one = f64_to_f80(1.0);
         assert_eq!(&one[..10], &[0, 0, 0, 0, 0, 0, 0, 0x80, 0xff, 0x3f]);
+    }
+
+    #[test]
+    fn reduce_into_left_and_reduce_to_are_reduce_local_with_the_operands_in_order() {
+        // `left = left op right` must equal `reduce_local(left, right)`'s
+        // `right`, bit for bit: NaNs and signed zeros tell the operand
+        // order apart for MAX/MIN (`inout > in ? inout : in`).
+        let floats = [
+            1.5f64,
+            f64::NAN,
+            -0.0,
+            0.0,
+            -3.0,
+            f64::INFINITY,
+            2.0,
+            f64::NAN,
+        ];
+        let others = [f64::NAN, 1.0, 0.0, -0.0, -3.0, 7.0, f64::NAN, 2.0];
+        let f64s = |v: &[f64]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let f32s = |v: &[f64]| {
+            v.iter()
+                .flat_map(|&x| (x as f32).to_ne_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let cases: Vec<(BasicType, Vec<u8>, Vec<u8>)> = vec![
+            (BasicType::F64, f64s(&floats), f64s(&others)),
+            (BasicType::F32, f32s(&floats), f32s(&others)),
+            (BasicType::I32, ints(&[5, -1, 0, 7]), ints(&[-5, 3, 0, 9])),
+            (BasicType::U8, vec![0, 1, 200, 255], vec![1, 0, 100, 255]),
+            (BasicType::ComplexF64, f64s(&floats), f64s(&others)),
+        ];
+        let ops = [
+            Op::Max,
+            Op::Min,
+            Op::Sum,
+            Op::Prod,
+            Op::Land,
+            Op::Lor,
+            Op::Lxor,
+            Op::Band,
+            Op::Bor,
+            Op::Bxor,
+        ];
+        for (b, left, right) in &cases {
+            let t = dt(*b);
+            for op in &ops {
+                let mut want = right.clone();
+                let defined = reduce_local(op, &t, left, &mut want).is_ok();
+                let mut got = left.clone();
+                let done = reduce_into_left(op, &t, &mut got, right).unwrap();
+                assert_eq!(done, defined, "{op:?} on {b:?}");
+                let mut out = vec![0xa5; left.len()];
+                let done_to = reduce_to(op, &t, left, right, &mut out).unwrap();
+                assert_eq!(done_to, defined, "{op:?} on {b:?} (to)");
+                if defined {
+                    assert_eq!(got, want, "{op:?} on {b:?}");
+                    assert_eq!(out, want, "{op:?} on {b:?} (to)");
+                }
+            }
+        }
+        // Pair types and user operations: not done (the caller reduces
+        // the other way round and copies).
+        let pair = dt(BasicType::TwoInt);
+        let mut l = ints(&[1, 2]);
+        assert!(!reduce_into_left(&Op::MaxLoc, &pair, &mut l, &ints(&[3, 4])).unwrap());
+        assert_eq!(l, ints(&[1, 2]));
+        let mut o = ints(&[0, 0]);
+        assert!(!reduce_to(&Op::MaxLoc, &pair, &l, &ints(&[3, 4]), &mut o).unwrap());
+        let user = Op::user(|_, _| Ok(()), false);
+        assert!(!reduce_into_left(&user, &dt(BasicType::U8), &mut [1], &[2]).unwrap());
     }
 
     #[test]

@@ -18,20 +18,21 @@
 //! tags `TAG_BASE + (seq mod 4096) * 256 + sub` (`sub` < 256 tells the
 //! messages of one schedule apart where needed). MPI requires every
 //! member to make the same collective calls in the same order, so the
-//! sequence numbers agree, and the messages of two collectives in flight
+//! sequence numbers agree (the counter lives in the communicator: no
+//! lock), and the messages of two collectives in flight
 //! at once (nonblocking ones, or a blocking one after them) never match
 //! each other's receives.
 
 use crate::attr::TAG_UB;
-use crate::comm::{Comm, CommInner};
-use crate::device::Mode;
+use crate::comm::Comm;
+use crate::device::{LentInto, Mode};
 use crate::request::{request, Completer, Request, Status};
 use crate::Error;
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 /// First tag of the collectives' sequence-numbered tags (above the fixed
@@ -48,25 +49,11 @@ const _: () = assert!(TAG_BASE + SEQ_WINDOW as i32 * SUBS <= TAG_UB);
 /// A boxed schedule producing the bytes a request hands back.
 pub(crate) type Sched = Pin<Box<dyn Future<Output = Result<Vec<u8>, Error>> + Send>>;
 
-/// The collective sequence numbers, by communicator (keyed by the
-/// communicator's address; an entry whose communicator was dropped is
-/// stale and starts over, so a new communicator at a reused address
-/// starts at 0 on every member).
-static SEQS: Mutex<Vec<(Weak<CommInner>, u32)>> = Mutex::new(Vec::new());
-
+/// Takes the communicator's next collective sequence number (kept in the
+/// communicator, shared by its clones; a new communicator starts at 0 on
+/// every member).
 fn next_seq(comm: &Comm) -> u32 {
-    let mut seqs = SEQS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, s)) = seqs
-        .iter_mut()
-        .find(|(w, _)| w.as_ptr() == Arc::as_ptr(&comm.inner) && w.strong_count() > 0)
-    {
-        let v = *s;
-        *s = s.wrapping_add(1);
-        return v;
-    }
-    seqs.retain(|(w, _)| w.strong_count() > 0);
-    seqs.push((Arc::downgrade(&comm.inner), 1));
-    0
+    comm.inner.coll_seq.fetch_add(1, Ordering::Relaxed)
 }
 
 /// One collective call's view of its communicator: the collective
@@ -116,6 +103,76 @@ impl Coll {
             })?;
         c.dev()
             .start_recv_owned(spec, vec![0u8; len], &c.inner.group)
+    }
+
+    /// Starts sending the `len` bytes at `ptr` to rank `to` with sub-tag
+    /// `sub`, read in place ([`crate::lent`]).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is valid for reads of `len` bytes, which stay valid and
+    /// unchanged until the request completes.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn send_lent(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        to: i32,
+        sub: i32,
+    ) -> Result<Request, Error> {
+        let c = &self.comm;
+        let tag = Comm::send_tag(self.tag(sub))?;
+        let world = c.dest(to)?.ok_or_else(|| Error::InvalidRank {
+            rank: to,
+            size: self.n,
+        })?;
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's contract: readable, unchanged while the
+            // send is pending.
+            unsafe { core::slice::from_raw_parts(ptr, len) }
+        };
+        // SAFETY: as above, until the request completes.
+        unsafe {
+            c.dev()
+                .start_send_lent(world, tag, c.inner.coll, data, Mode::Standard)
+        }
+    }
+
+    /// Starts receiving up to `len` bytes from rank `from` with sub-tag
+    /// `sub` into the memory at `ptr`, written in place
+    /// ([`crate::lent`]).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is valid for writes of `len` bytes, which nothing else reads
+    /// or writes until the request completes.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn recv_lent(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        from: i32,
+        sub: i32,
+    ) -> Result<Request, Error> {
+        let c = &self.comm;
+        let spec = c
+            .spec_on(
+                c.inner.coll,
+                crate::Source::Rank(from),
+                crate::Tag::Value(self.tag(sub)),
+            )?
+            .ok_or_else(|| Error::InvalidRank {
+                rank: from,
+                size: self.n,
+            })?;
+        let lent = LentInto {
+            addr: ptr as usize,
+            len,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { c.dev().start_recv_lent(spec, lent, &c.inner.group) }
     }
 }
 

@@ -137,15 +137,15 @@ pub(crate) fn pof2(n: i32) -> i32 {
 
 /// The folding of `n` ranks onto a power of two (see the module docs).
 #[derive(Debug, Clone, Copy)]
-struct Fold {
-    pof2: i32,
-    rem: i32,
+pub(super) struct Fold {
+    pub(super) pof2: i32,
+    pub(super) rem: i32,
     /// This rank's number among the `pof2` (`None`: it sits out).
-    newrank: Option<i32>,
+    pub(super) newrank: Option<i32>,
 }
 
 impl Fold {
-    fn new(me: i32, n: i32) -> Fold {
+    pub(super) fn new(me: i32, n: i32) -> Fold {
         let pof2 = pof2(n);
         let rem = n - pof2;
         let newrank = if me < 2 * rem {
@@ -157,7 +157,7 @@ impl Fold {
     }
 
     /// The real rank of `newrank`.
-    fn real(&self, newrank: i32) -> i32 {
+    pub(super) fn real(&self, newrank: i32) -> i32 {
         if newrank < self.rem {
             newrank * 2 + 1
         } else {
@@ -232,7 +232,7 @@ pub(crate) async fn allreduce_doubling(
 
 /// The byte range of block `i` of `pof2` over `count` elements of `es`
 /// bytes (balanced: sizes differ by at most one element).
-fn block(i: i32, pof2: i32, count: usize, es: usize) -> (usize, usize) {
+pub(super) fn block(i: i32, pof2: i32, count: usize, es: usize) -> (usize, usize) {
     let at = |k: i32| k as usize * count / pof2 as usize * es;
     (at(i), at(i + 1))
 }
