@@ -261,6 +261,30 @@ impl Req {
         Ok(self.take())
     }
 
+    /// The outcome of a non-persistent request already complete, without
+    /// a progress pass (the request is then spent: the caller frees it);
+    /// `None` if an `adi` operation is still pending. Requests of other
+    /// kinds are advanced as [`Req::complete_now`] does.
+    #[inline]
+    fn complete_ready(&mut self) -> R<Option<Outcome>> {
+        if let Req::Op { r } = self {
+            if let Some(st) = r.take_if_done() {
+                return Ok(Some((status_of(&st), None)));
+            }
+            if !r.is_complete() {
+                return Ok(None);
+            }
+            // Complete: the test takes its outcome without progress.
+            let res = world_ref()?.comm.test(r);
+            return Ok(match res {
+                Ok(None) => None,
+                Ok(Some(st)) => Some((status_of(&st), None)),
+                Err(e) => Some(outcome_of(Err(e))),
+            });
+        }
+        self.complete_now()
+    }
+
     /// Advances the request; once it is complete, keeps the outcome in
     /// place ([`Req::Done`]) and returns `true`. With `block`, returns
     /// only once complete. An inactive persistent request is complete.
@@ -614,8 +638,16 @@ enum Step {
 }
 
 /// Advances request `hs[i]` of a set; once complete and with `take`,
-/// hands it over (its error raised on its communicator).
-fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqObj>) -> R<Step> {
+/// hands it over (its error raised on its communicator). Without `poll`,
+/// a pending point-to-point operation is only checked, not advanced (no
+/// progress pass: the caller makes one for the whole set).
+fn step(
+    hs: &mut [MPI_Request],
+    i: usize,
+    take: bool,
+    poll: bool,
+    frees: &mut Frees<'_, ReqObj>,
+) -> R<Step> {
     let Some(mut e) = lookup(hs[i])? else {
         return Ok(Step::Null);
     };
@@ -635,7 +667,12 @@ fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqO
         }
         hand_over(&mut hs[i], e, Some(frees))
     } else {
-        let Some(o) = e.req.complete_now().map_err(|x| with_comm(x, comm))? else {
+        let o = if poll {
+            e.req.complete_now()
+        } else {
+            e.req.complete_ready()
+        };
+        let Some(o) = o.map_err(|x| with_comm(x, comm))? else {
             return Ok(Step::Pending);
         };
         hs[i] = MPI_REQUEST_NULL;
@@ -707,7 +744,9 @@ impl<'a> Statuses<'a> {
 }
 
 /// `MPI_Waitall` (and `MPI_Testall` once all are complete): hands over
-/// each request as it completes, in one pass when all are complete.
+/// the requests already complete in one pass without progress; then, when
+/// every one left is a point-to-point operation, waits for them together
+/// ([`wait_ops`]); otherwise advances the others request by request.
 fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
     drain_orphans(false);
     let mut out = Statuses::new(sts);
@@ -716,19 +755,24 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
     // there are none).
     let mut left = Vec::new();
     for i in 0..hs.len() {
-        match step(hs, i, true, &mut frees)? {
+        match step(hs, i, true, false, &mut frees)? {
             Step::Null => out.put(i, (empty_status(), None)),
             Step::Pending => left.push(i),
             Step::Done(o) => out.put(i, o.unwrap_or((empty_status(), None))),
         }
     }
-    while !left.is_empty() {
-        relax()?;
+    if left.is_empty() {
+        return out.finish();
+    }
+    if wait_ops(hs, &left, &mut out, &mut frees)? {
         drain_orphans(false);
+        return out.finish();
+    }
+    while !left.is_empty() {
         let mut k = 0;
         while k < left.len() {
             let i = left[k];
-            match step(hs, i, true, &mut frees)? {
+            match step(hs, i, true, true, &mut frees)? {
                 Step::Pending => k += 1,
                 Step::Null => {
                     out.put(i, (empty_status(), None));
@@ -740,8 +784,92 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
                 }
             }
         }
+        if !left.is_empty() {
+            relax()?;
+            drain_orphans(false);
+        }
     }
     out.finish()
+}
+
+/// Waits for the pending requests at positions `left` of `hs` together,
+/// if every one is a point-to-point operation (`Req::Op`): their `adi`
+/// requests go to one `adi` waitall, whose progress passes complete
+/// them in place, as they are harvested (not one pass per request, nor
+/// the publication of each completion through its shared slot). Their
+/// slots stay locked meanwhile. `Ok(false)`, with nothing changed, if
+/// some request is of another kind (or is held elsewhere): the caller
+/// advances them one by one.
+fn wait_ops(
+    hs: &mut [MPI_Request],
+    left: &[usize],
+    out: &mut Statuses<'_>,
+    frees: &mut Frees<'_, ReqObj>,
+) -> R<bool> {
+    let w = world_ref()?;
+    let mut held: Vec<Held> = Vec::with_capacity(left.len());
+    let mut reqs: Vec<adi::Request> = Vec::with_capacity(left.len());
+    for &i in left {
+        // A handle met twice, or locked by another thread, is left to
+        // the general loop (`try_get`: no waiting for ourselves).
+        let Some(mut e) = REQS.try_get(hs[i]) else {
+            put_back(held, reqs);
+            return Ok(false);
+        };
+        let Req::Op { r } = &mut e.req else {
+            drop(e);
+            put_back(held, reqs);
+            return Ok(false);
+        };
+        reqs.push(core::mem::replace(r, adi::Request::null()));
+        held.push(e);
+    }
+    let statuses = match w.comm.waitall(&mut reqs) {
+        Ok(sts) => sts,
+        Err(adi::Error::InStatus { statuses, .. }) if statuses.len() == reqs.len() => {
+            statuses.into_iter().map(|(_, st)| st).collect()
+        }
+        Err(e) => {
+            // Progress failed: the requests already taken are spent (their
+            // outcome is this error); the others stay pending.
+            let e = MpiErr::from(e);
+            for ((e_held, r), &i) in held.into_iter().zip(reqs).zip(left) {
+                if r.is_null() {
+                    let mut st = empty_status();
+                    st.error = e.code;
+                    out.put(i, (st, Some(err(e.code, e.msg.clone()))));
+                    hs[i] = MPI_REQUEST_NULL;
+                    e_held.discard_into(frees);
+                } else {
+                    let mut e_held = e_held;
+                    e_held.req = Req::Op { r };
+                }
+            }
+            return Err(e);
+        }
+    };
+    for ((e, st), &i) in held.into_iter().zip(statuses).zip(left) {
+        let mut s = status_of(&st);
+        let outcome = if st.error.is_success() {
+            (s, None)
+        } else {
+            let code = st.error.code();
+            s.error = code;
+            raise_on(On::Comm(e.comm));
+            (s, Some(err(code, "a request of the set failed")))
+        };
+        out.put(i, outcome);
+        hs[i] = MPI_REQUEST_NULL;
+        e.discard_into(frees);
+    }
+    Ok(true)
+}
+
+/// Gives the `adi` requests taken out of `held` back to their slots.
+fn put_back(held: Vec<Held>, reqs: Vec<adi::Request>) {
+    for (mut e, r) in held.into_iter().zip(reqs) {
+        e.req = Req::Op { r };
+    }
 }
 
 mpi_fn! {
@@ -771,7 +899,7 @@ mpi_fn! {
             let mut frees = Frees::new(&REQS);
             let mut all = true;
             for i in 0..hs.len() {
-                all &= !matches!(step(hs, i, false, &mut frees)?, Step::Pending);
+                all &= !matches!(step(hs, i, false, true, &mut frees)?, Step::Pending);
             }
             drop(frees);
             // SAFETY: MPI: `flag` points to an int.
@@ -806,7 +934,7 @@ fn any(hs: &mut [MPI_Request], block: bool) -> R<Option<(c_int, MPI_Status)>> {
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
-            if let Step::Done(o) = step(hs, i, true, &mut frees)? {
+            if let Step::Done(o) = step(hs, i, true, true, &mut frees)? {
                 let (st, e) = o.unwrap_or((empty_status(), None));
                 return match e {
                     None => Ok(Some((i as c_int, st))),
@@ -883,7 +1011,7 @@ fn some(
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
-            if let Step::Done(o) = step(hs, i, true, &mut frees)? {
+            if let Step::Done(o) = step(hs, i, true, true, &mut frees)? {
                 if let Some(slot) = indices.get_mut(k) {
                     *slot = i as c_int;
                 }

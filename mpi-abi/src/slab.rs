@@ -172,6 +172,32 @@ impl<T> Slab<T> {
         })
     }
 
+    /// [`get`](Self::get) without waiting: `None` also when another
+    /// holder has the object locked (a set call that holds several
+    /// objects at once, and may meet one of them twice, does not wait for
+    /// itself).
+    #[inline]
+    pub(crate) fn try_get(&self, h: i32) -> Option<Entry<'_, T>> {
+        let (index, slot) = self.decode(h)?;
+        if slot.live.load(Ordering::Acquire) != h {
+            return None;
+        }
+        let g = match slot.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        if slot.live.load(Ordering::Relaxed) != h || g.val.is_none() {
+            return None;
+        }
+        Some(Entry {
+            slab: self,
+            slot,
+            index,
+            g,
+        })
+    }
+
     /// Returns freed slots to the free list.
     fn release(&self, slots: &[u32]) {
         if !slots.is_empty() {
@@ -352,6 +378,19 @@ mod tests {
             "the stale handle does not reach the new object"
         );
         assert_eq!(*s.get(b).unwrap(), 2);
+    }
+
+    #[test]
+    fn try_get_does_not_wait_for_a_held_object() {
+        let s = slab();
+        let a = s.insert(5).unwrap();
+        let held = s.try_get(a).unwrap();
+        assert_eq!(*held, 5);
+        assert!(s.try_get(a).is_none(), "held: not waited for");
+        drop(held);
+        assert_eq!(*s.try_get(a).unwrap(), 5, "free again");
+        s.get(a).unwrap().discard();
+        assert!(s.try_get(a).is_none(), "stale handle");
     }
 
     #[test]
