@@ -29,6 +29,8 @@ int main(int argc, char **argv)
     CLASS("recv bad tag", MPI_Recv(x, 1, MPI_INT, 0, -7, MPI_COMM_WORLD, &st));
     CLASS("isend bad rank", MPI_Isend(x, 1, MPI_INT, T_size, 0, MPI_COMM_WORLD, &r));
     CLASS("irecv bad tag", MPI_Irecv(x, 1, MPI_INT, 0, -2, MPI_COMM_WORLD, &r));
+    CLASS("isend negative count", MPI_Isend(x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD, &r));
+    CLASS("irecv negative count", MPI_Irecv(x, -4, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD, &r));
     CLASS("bcast bad root", MPI_Bcast(x, 1, MPI_INT, T_size, MPI_COMM_WORLD));
     CLASS("reduce bad root", MPI_Reduce(x, y, 1, MPI_INT, MPI_SUM, -1, MPI_COMM_WORLD));
     CLASS("allreduce band double", MPI_Allreduce(x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD));
