@@ -803,15 +803,22 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
     if left.is_empty() {
         return out.finish();
     }
-    if wait_ops(hs, &left, &mut out, &mut frees)? {
+    // Under MPI_THREAD_MULTIPLE another thread may cancel one of the
+    // requests while this one waits (to end the wait): their slots are not
+    // held through the wait there.
+    if !crate::init::multithreaded() && wait_ops(hs, &left, &mut out, &mut frees)? {
         drain_orphans(false);
         return out.finish();
     }
+    // Rounds of one blocking device check, then one look at each request
+    // left (complete ones handed over; no progress pass per request).
     while !left.is_empty() {
+        relax()?;
+        drain_orphans(false);
         let mut k = 0;
         while k < left.len() {
             let i = left[k];
-            match step(hs, i, true, true, &mut frees)? {
+            match step(hs, i, true, false, &mut frees)? {
                 Step::Pending => k += 1,
                 Step::Null => {
                     out.put(i, (empty_status(), None));
@@ -822,10 +829,6 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
                     left.swap_remove(k);
                 }
             }
-        }
-        if !left.is_empty() {
-            relax()?;
-            drain_orphans(false);
         }
     }
     out.finish()
