@@ -229,6 +229,41 @@ static void window(void)
         say("window order %d: wrong %d, null requests %d", order, bad, nulls);
         OK(MPI_Barrier(MPI_COMM_WORLD));
     }
+    /* The receives of a window completed by MPI_Testall polling, then by
+     * MPI_Waitany and MPI_Waitsome: each exactly once, in its place. */
+    for (int how = 0; how < 3; how++) {
+        int seen[W] = {0}, bad = 0, flag = 0, n = 0, idx[W], count;
+        for (int i = 0; i < W; i++)
+            in[i] = -1, out[i] = val(T_rank, i, 5 + how);
+        for (int i = 0; i < W; i++)
+            OK(MPI_Irecv(&in[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[i]));
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        for (int i = 0; i < W; i++)
+            OK(MPI_Isend(&out[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[W + i]));
+        if (how == 0) {
+            while (!flag)
+                OK(MPI_Testall(W, r, &flag, st));
+            for (int i = 0; i < W; i++)
+                seen[i] += st[i].MPI_TAG == 60 + i;
+        } else {
+            while (n < W) {
+                if (how == 1) {
+                    OK(MPI_Waitany(W, r, &idx[0], &st[0]));
+                    count = 1;
+                } else {
+                    OK(MPI_Waitsome(W, r, &count, idx, st));
+                }
+                for (int k = 0; k < count; k++)
+                    seen[idx[k]] += st[k].MPI_TAG == 60 + idx[k];
+                n += count;
+            }
+        }
+        for (int i = 0; i < W; i++)
+            bad += seen[i] != 1 || in[i] != val(peer, i, 5 + how) || r[i] != MPI_REQUEST_NULL;
+        OK(MPI_Waitall(W, r + W, MPI_STATUSES_IGNORE));
+        say("window completed by %s: wrong %d", how == 0 ? "testall" : how == 1 ? "waitany" : "waitsome", bad);
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+    }
 }
 
 int main(int argc, char **argv)

@@ -624,7 +624,13 @@ fn validate(hs: &[MPI_Request]) -> R<()> {
 
 /// Lets the device make progress (blocking briefly) between passes.
 fn relax() -> R<()> {
-    world_ref()?.comm.device_check(true).map_err(MpiErr::from)
+    advance(true)
+}
+
+/// One device check for a whole set of requests (blocking: until some
+/// request completes, or a bounded number of idle passes).
+fn advance(block: bool) -> R<()> {
+    world_ref()?.comm.device_check(block).map_err(MpiErr::from)
 }
 
 /// One request of a set, advanced without blocking.
@@ -668,6 +674,13 @@ fn step_held(
     }
     let comm = e.comm;
     if !take {
+        if let (false, Req::Op { r }) = (poll, &e.req) {
+            // Only looked at: the caller advances the set.
+            return Ok(match r.is_complete() {
+                true => Step::Done(None),
+                false => Step::Pending,
+            });
+        }
         return match e.req.progress(false).map_err(|x| with_comm(x, comm))? {
             true => Ok(Step::Done(None)),
             false => Ok(Step::Pending),
@@ -939,9 +952,12 @@ mpi_fn! {
             validate(hs)?;
             drain_orphans(false);
             let mut frees = Frees::new(&REQS);
+            // One progress pass for the set, then a look at each request
+            // (not a pass per request).
+            advance(false)?;
             let mut all = true;
             for i in 0..hs.len() {
-                all &= !matches!(step(hs, i, false, true, &mut frees)?, Step::Pending);
+                all &= !matches!(step(hs, i, false, false, &mut frees)?, Step::Pending);
             }
             drop(frees);
             // SAFETY: MPI: `flag` points to an int.
@@ -973,10 +989,16 @@ fn any(hs: &mut [MPI_Request], block: bool) -> R<Option<(c_int, MPI_Status)>> {
         return Ok(Some((MPI_UNDEFINED, empty_status())));
     }
     let mut frees = Frees::new(&REQS);
+    // A test makes one progress pass for the set, then looks at each
+    // request once; a wait looks first, then alternates a blocking device
+    // check and a look (never a pass per request).
+    if !block {
+        advance(false)?;
+    }
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
-            if let Step::Done(o) = step(hs, i, true, true, &mut frees)? {
+            if let Step::Done(o) = step(hs, i, true, false, &mut frees)? {
                 let (st, e) = o.unwrap_or((empty_status(), None));
                 return match e {
                     None => Ok(Some((i as c_int, st))),
@@ -1050,10 +1072,14 @@ fn some(
     let mut out = Statuses::new(sts);
     let mut frees = Frees::new(&REQS);
     let mut k = 0usize;
+    // As in `any`: a test's one pass first, a wait's look first.
+    if !block {
+        advance(false)?;
+    }
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
-            if let Step::Done(o) = step(hs, i, true, true, &mut frees)? {
+            if let Step::Done(o) = step(hs, i, true, false, &mut frees)? {
                 if let Some(slot) = indices.get_mut(k) {
                     *slot = i as c_int;
                 }
