@@ -198,6 +198,12 @@ impl<T> Slab<T> {
         })
     }
 
+    /// Returns one freed slot to the free list.
+    #[inline]
+    fn release_one(&self, slot: u32) {
+        self.free_list().list.push(slot);
+    }
+
     /// Returns freed slots to the free list.
     fn release(&self, slots: &[u32]) {
         if !slots.is_empty() {
@@ -234,17 +240,21 @@ impl<T> Entry<'_, T> {
     pub(crate) fn remove(self) -> T {
         let slab = self.slab;
         let (v, index) = self.take_out();
-        slab.release(&[index]);
+        slab.release_one(index);
         v
     }
 
     /// Drops the object in place (its handle becomes stale); the slot
     /// goes back to the free list at once.
     #[inline]
-    pub(crate) fn discard(self) {
+    pub(crate) fn discard(mut self) {
         let slab = self.slab;
-        let mut batch = Frees::new(slab);
-        self.discard_into(&mut batch);
+        self.g.val = None;
+        self.g.gen = (self.g.gen + 1) & GEN_MASK;
+        self.slot.live.store(0, Ordering::Release);
+        let index = self.index;
+        drop(self);
+        slab.release_one(index);
     }
 
     /// Drops the object in place (its handle becomes stale); the slot is
