@@ -178,6 +178,7 @@ static ORPHANS: Mutex<Vec<Req>> = Mutex::new(Vec::new());
 static ORPHANS_N: AtomicUsize = AtomicUsize::new(0);
 
 /// A new request handle for `req`, raising errors on `comm`.
+#[inline]
 pub(crate) fn new_request(comm: MPI_Comm, req: Req) -> R<MPI_Request> {
     REQS.insert(ReqObj { comm, req })
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many requests"))

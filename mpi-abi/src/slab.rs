@@ -118,21 +118,13 @@ impl<T> Slab<T> {
 
     /// Stores `v` and returns its handle (`None` when 2²⁰ objects are
     /// live).
+    #[inline]
     pub(crate) fn insert(&self, v: T) -> Option<i32> {
         let index = {
             let mut f = self.free_list();
             match f.list.pop() {
                 Some(i) => i,
-                None => {
-                    if f.next > SLOT_MASK {
-                        return None;
-                    }
-                    let i = f.next;
-                    self.chunks[(i >> CHUNK_BITS) as usize]
-                        .get_or_init(|| (0..CHUNK).map(|_| Slot::new()).collect());
-                    f.next += 1;
-                    i
-                }
+                None => self.fresh(&mut f)?,
             }
         };
         // A slot on the free list, or below `next`, exists.
@@ -142,6 +134,20 @@ impl<T> Slab<T> {
         s.val = Some(v);
         slot.live.store(h, Ordering::Release);
         Some(h)
+    }
+
+    /// A slot never handed out before (its chunk allocated on first use);
+    /// `None` when all 2²⁰ have been.
+    #[cold]
+    fn fresh(&self, f: &mut FreeList) -> Option<u32> {
+        if f.next > SLOT_MASK {
+            return None;
+        }
+        let i = f.next;
+        self.chunks[(i >> CHUNK_BITS) as usize]
+            .get_or_init(|| (0..CHUNK).map(|_| Slot::new()).collect());
+        f.next += 1;
+        Some(i)
     }
 
     /// Whether `h` is live (without locking it: the answer may be stale
