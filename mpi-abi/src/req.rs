@@ -644,21 +644,16 @@ enum Step {
     Done(Option<Outcome>),
 }
 
-/// Advances request `hs[i]` of a set; once complete and with `take`,
-/// hands it over (its error raised on its communicator). Without `poll`,
-/// a pending point-to-point operation is only checked, not advanced (no
-/// progress pass: the caller makes one for the whole set).
-fn step(
-    hs: &mut [MPI_Request],
-    i: usize,
-    take: bool,
-    poll: bool,
-    frees: &mut Frees<'_, ReqObj>,
-) -> R<Step> {
+/// Looks at request `hs[i]` of a set; once complete and with `take`,
+/// hands it over (its error raised on its communicator). A pending
+/// point-to-point operation is only looked at, not advanced (the caller
+/// makes one device check for the whole set); other kinds are advanced
+/// without blocking.
+fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqObj>) -> R<Step> {
     let Some(e) = lookup(hs[i])? else {
         return Ok(Step::Null);
     };
-    step_held(hs, i, e, take, poll, frees)
+    step_held(hs, i, e, take, frees)
 }
 
 /// [`step`] of request `hs[i]`, held (`e`).
@@ -667,7 +662,6 @@ fn step_held(
     i: usize,
     mut e: Held,
     take: bool,
-    poll: bool,
     frees: &mut Frees<'_, ReqObj>,
 ) -> R<Step> {
     if e.req.inactive() {
@@ -675,7 +669,7 @@ fn step_held(
     }
     let comm = e.comm;
     if !take {
-        if let (false, Req::Op { r }) = (poll, &e.req) {
+        if let Req::Op { r } = &e.req {
             // Only looked at: the caller advances the set.
             return Ok(match r.is_complete() {
                 true => Step::Done(None),
@@ -693,12 +687,7 @@ fn step_held(
         }
         hand_over(&mut hs[i], e, Some(frees))
     } else {
-        let o = if poll {
-            e.req.complete_now()
-        } else {
-            e.req.complete_ready()
-        };
-        let Some(o) = o.map_err(|x| with_comm(x, comm))? else {
+        let Some(o) = e.req.complete_ready().map_err(|x| with_comm(x, comm))? else {
             return Ok(Step::Pending);
         };
         hs[i] = MPI_REQUEST_NULL;
@@ -808,7 +797,7 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
                 continue;
             }
         }
-        match step_held(hs, i, e, true, false, &mut frees)? {
+        match step_held(hs, i, e, true, &mut frees)? {
             Step::Null => out.put(i, (empty_status(), None)),
             Step::Pending => left.push(i),
             Step::Done(o) => out.put(i, o.unwrap_or((empty_status(), None))),
@@ -832,7 +821,7 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
         let mut k = 0;
         while k < left.len() {
             let i = left[k];
-            match step(hs, i, true, false, &mut frees)? {
+            match step(hs, i, true, &mut frees)? {
                 Step::Pending => k += 1,
                 Step::Null => {
                     out.put(i, (empty_status(), None));
@@ -958,7 +947,7 @@ mpi_fn! {
             advance(false)?;
             let mut all = true;
             for i in 0..hs.len() {
-                all &= !matches!(step(hs, i, false, false, &mut frees)?, Step::Pending);
+                all &= !matches!(step(hs, i, false, &mut frees)?, Step::Pending);
             }
             drop(frees);
             // SAFETY: MPI: `flag` points to an int.
@@ -999,7 +988,7 @@ fn any(hs: &mut [MPI_Request], block: bool) -> R<Option<(c_int, MPI_Status)>> {
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
-            if let Step::Done(o) = step(hs, i, true, false, &mut frees)? {
+            if let Step::Done(o) = step(hs, i, true, &mut frees)? {
                 let (st, e) = o.unwrap_or((empty_status(), None));
                 return match e {
                     None => Ok(Some((i as c_int, st))),
@@ -1080,7 +1069,7 @@ fn some(
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
-            if let Step::Done(o) = step(hs, i, true, false, &mut frees)? {
+            if let Step::Done(o) = step(hs, i, true, &mut frees)? {
                 if let Some(slot) = indices.get_mut(k) {
                     *slot = i as c_int;
                 }
