@@ -8,14 +8,21 @@
  * MPI_Irecv) and waitall_recvs; then rank 1 acknowledges the window.
  * Then REPS windows where rank 0 runs isend_wait (64 times MPI_Isend
  * and MPI_Wait: the wait of a send already complete) and rank 1
- * receives as before.
+ * receives as before. Then REPS windows of the bi-directional pattern of
+ * abi_bench.c's bibw: both ranks run bi_isends (64 MPI_Isend), bi_irecvs
+ * (64 MPI_Irecv) and bi_waitall (one MPI_Waitall over the 128).
  * Divide a function's inclusive count by 64 x REPS for the cost per
- * request.
+ * request (bi_waitall: per message pair, a send and a receive).
+ * BYTES (default 1) sets the message size. The counts of the receiving
+ * side and of the waits include the polling while the peer is behind,
+ * which depends on how the two processes run (compare several runs).
  *
  *   mpicc.mpich -O2 -Wno-stringop-overflow -o req_cost mpi-abi/bench/req_cost.c
  *   target/release/tmrun -n 2 valgrind --tool=callgrind \
  *       --callgrind-out-file=cg.%p ./req_cost
- *   callgrind_annotate --inclusive=yes cg.<pid> | grep -E 'window|waitall|isend_wait'
+ *   callgrind_annotate --inclusive=yes cg.<pid> | grep -E 'window|waitall|isend_wait|bi_'
+ *
+ * The same binary on MPICH: mpiexec.hydra -n 2 valgrind ... ./req_cost
  *
  * (gcc may fold the two identical waitall functions into one: then the
  * sends' waitall is listed under waitall_recvs in rank 0's profile.)
@@ -26,11 +33,12 @@
 
 #define WINDOW 64
 
-static char buf[WINDOW];
+static char *buf, *buf2;
+static int bytes = 1;
 
 __attribute__((noinline)) static void isend_window(MPI_Request *r) {
     for (int i = 0; i < WINDOW; i++)
-        MPI_Isend(buf + i, 1, MPI_CHAR, 1, 1, MPI_COMM_WORLD, &r[i]);
+        MPI_Isend(buf + i * bytes, bytes, MPI_CHAR, 1, 1, MPI_COMM_WORLD, &r[i]);
 }
 
 __attribute__((noinline)) static void waitall_sends(MPI_Request *r) {
@@ -39,14 +47,28 @@ __attribute__((noinline)) static void waitall_sends(MPI_Request *r) {
 
 __attribute__((noinline)) static void isend_wait(MPI_Request *r) {
     for (int i = 0; i < WINDOW; i++) {
-        MPI_Isend(buf + i, 1, MPI_CHAR, 1, 1, MPI_COMM_WORLD, &r[i]);
+        MPI_Isend(buf + i * bytes, bytes, MPI_CHAR, 1, 1, MPI_COMM_WORLD, &r[i]);
         MPI_Wait(&r[i], MPI_STATUS_IGNORE);
     }
 }
 
 __attribute__((noinline)) static void irecv_window(MPI_Request *r) {
     for (int i = 0; i < WINDOW; i++)
-        MPI_Irecv(buf + i, 1, MPI_CHAR, 0, 1, MPI_COMM_WORLD, &r[i]);
+        MPI_Irecv(buf + i * bytes, bytes, MPI_CHAR, 0, 1, MPI_COMM_WORLD, &r[i]);
+}
+
+__attribute__((noinline)) static void bi_isends(MPI_Request *r, int peer) {
+    for (int i = 0; i < WINDOW; i++)
+        MPI_Isend(buf + i * bytes, bytes, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &r[i]);
+}
+
+__attribute__((noinline)) static void bi_irecvs(MPI_Request *r, int peer) {
+    for (int i = 0; i < WINDOW; i++)
+        MPI_Irecv(buf2 + i * bytes, bytes, MPI_CHAR, peer, 4, MPI_COMM_WORLD, &r[i]);
+}
+
+__attribute__((noinline)) static void bi_waitall(MPI_Request *r) {
+    MPI_Waitall(2 * WINDOW, r, MPI_STATUSES_IGNORE);
 }
 
 __attribute__((noinline)) static void waitall_recvs(MPI_Request *r) {
@@ -57,9 +79,13 @@ int main(int argc, char **argv) {
     int rank, reps = 200;
     const char *e = getenv("REPS");
     if (e) reps = atoi(e);
+    e = getenv("BYTES");
+    if (e && atoi(e) > 0) bytes = atoi(e);
+    buf = calloc(WINDOW, bytes);
+    buf2 = calloc(WINDOW, bytes);
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Request r[WINDOW];
+    MPI_Request r[2 * WINDOW];
     char ack = 0;
     for (int k = 0; k < reps; k++) {
         if (rank == 0) {
@@ -82,7 +108,16 @@ int main(int argc, char **argv) {
             MPI_Send(&ack, 1, MPI_CHAR, 0, 2, MPI_COMM_WORLD);
         }
     }
-    if (rank == 0) printf("req_cost: %d windows of %d\n", reps, WINDOW);
+    for (int k = 0; k < reps; k++) {
+        if (rank < 2) {
+            bi_isends(r, 1 - rank);
+            bi_irecvs(r + WINDOW, 1 - rank);
+            bi_waitall(r);
+        }
+    }
+    if (rank == 0) printf("req_cost: %d windows of %d, %d bytes\n", reps, WINDOW, bytes);
+    free(buf);
+    free(buf2);
     MPI_Finalize();
     return 0;
 }

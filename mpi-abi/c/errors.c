@@ -29,6 +29,8 @@ int main(int argc, char **argv)
     CLASS("recv bad tag", MPI_Recv(x, 1, MPI_INT, 0, -7, MPI_COMM_WORLD, &st));
     CLASS("isend bad rank", MPI_Isend(x, 1, MPI_INT, T_size, 0, MPI_COMM_WORLD, &r));
     CLASS("irecv bad tag", MPI_Irecv(x, 1, MPI_INT, 0, -2, MPI_COMM_WORLD, &r));
+    CLASS("isend negative count", MPI_Isend(x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD, &r));
+    CLASS("irecv negative count", MPI_Irecv(x, -4, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD, &r));
     CLASS("bcast bad root", MPI_Bcast(x, 1, MPI_INT, T_size, MPI_COMM_WORLD));
     CLASS("reduce bad root", MPI_Reduce(x, y, 1, MPI_INT, MPI_SUM, -1, MPI_COMM_WORLD));
     CLASS("allreduce band double", MPI_Allreduce(x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD));
@@ -63,6 +65,20 @@ int main(int argc, char **argv)
     rc = MPI_Waitall(4, rs, sts);
     say("waitall: class %d, statuses %d %d %d %d", t_class(rc), t_class(sts[0].MPI_ERROR),
         t_class(sts[1].MPI_ERROR), t_class(sts[2].MPI_ERROR), t_class(sts[3].MPI_ERROR));
+    /* The same with the receives posted before their messages (pending
+     * when the wait starts, completed by it together; the failed one last,
+     * as MPICH leaves the requests after a failed one pending). */
+    OK(MPI_Irecv(y + 1, 1, MPI_INT, peer, 14, MPI_COMM_WORLD, &rs[0]));
+    OK(MPI_Irecv(y, 1, MPI_INT, peer, 13, MPI_COMM_WORLD, &rs[3]));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Isend(x, 1, MPI_INT, peer, 14, MPI_COMM_WORLD, &rs[1]));
+    OK(MPI_Isend(x, 3, MPI_INT, peer, 13, MPI_COMM_WORLD, &rs[2]));
+    rc = MPI_Waitall(4, rs, sts);
+    say("pending waitall: class %d, statuses %d %d %d %d, tags %d %d, nulls %d", t_class(rc),
+        t_class(sts[0].MPI_ERROR), t_class(sts[1].MPI_ERROR), t_class(sts[2].MPI_ERROR),
+        t_class(sts[3].MPI_ERROR), sts[0].MPI_TAG, sts[3].MPI_TAG,
+        (rs[0] == MPI_REQUEST_NULL) + (rs[1] == MPI_REQUEST_NULL) +
+            (rs[2] == MPI_REQUEST_NULL) + (rs[3] == MPI_REQUEST_NULL));
     (void)me;
 
     /* A user error handler, inherited by a duplicate. */

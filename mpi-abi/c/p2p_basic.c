@@ -192,6 +192,80 @@ static void sets(void)
     say("testall on nulls: flag %d", flag);
 }
 
+static void window(void)
+{
+    /* Windows of 64 messages each way, one MPI_Waitall over the 128
+     * requests (as the bandwidth benchmarks): receives posted before
+     * their messages (pending when the wait starts), then sends first.
+     * Each message has its own tag, so a status in the wrong place, or
+     * data in the wrong buffer, shows. */
+    enum { W = 64 };
+    int peer = T_size - 1 - T_rank;
+    int out[W], in[W];
+    MPI_Request r[2 * W];
+    MPI_Status st[2 * W];
+    for (int order = 0; order < 2; order++) {
+        for (int i = 0; i < W; i++)
+            out[i] = val(T_rank, i, order), in[i] = -1;
+        if (order == 0) {
+            for (int i = 0; i < W; i++)
+                OK(MPI_Irecv(&in[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[i]));
+            OK(MPI_Barrier(MPI_COMM_WORLD));
+        }
+        for (int i = 0; i < W; i++)
+            OK(MPI_Isend(&out[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[W + i]));
+        if (order == 1)
+            for (int i = 0; i < W; i++)
+                OK(MPI_Irecv(&in[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[i]));
+        OK(MPI_Waitall(2 * W, r, st));
+        int bad = 0, nulls = 0, count;
+        for (int i = 0; i < W; i++) {
+            OK(MPI_Get_count(&st[i], MPI_INT, &count));
+            bad += in[i] != val(peer, i, order) || st[i].MPI_SOURCE != peer ||
+                   st[i].MPI_TAG != 60 + i || count != 1;
+        }
+        for (int i = 0; i < 2 * W; i++)
+            nulls += r[i] == MPI_REQUEST_NULL;
+        say("window order %d: wrong %d, null requests %d", order, bad, nulls);
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+    }
+    /* The receives of a window completed by MPI_Testall polling, then by
+     * MPI_Waitany and MPI_Waitsome: each exactly once, in its place. */
+    for (int how = 0; how < 3; how++) {
+        int seen[W] = {0}, bad = 0, flag = 0, n = 0, idx[W], count;
+        for (int i = 0; i < W; i++)
+            in[i] = -1, out[i] = val(T_rank, i, 5 + how);
+        for (int i = 0; i < W; i++)
+            OK(MPI_Irecv(&in[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[i]));
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+        for (int i = 0; i < W; i++)
+            OK(MPI_Isend(&out[i], 1, MPI_INT, peer, 60 + i, MPI_COMM_WORLD, &r[W + i]));
+        if (how == 0) {
+            while (!flag)
+                OK(MPI_Testall(W, r, &flag, st));
+            for (int i = 0; i < W; i++)
+                seen[i] += st[i].MPI_TAG == 60 + i;
+        } else {
+            while (n < W) {
+                if (how == 1) {
+                    OK(MPI_Waitany(W, r, &idx[0], &st[0]));
+                    count = 1;
+                } else {
+                    OK(MPI_Waitsome(W, r, &count, idx, st));
+                }
+                for (int k = 0; k < count; k++)
+                    seen[idx[k]] += st[k].MPI_TAG == 60 + idx[k];
+                n += count;
+            }
+        }
+        for (int i = 0; i < W; i++)
+            bad += seen[i] != 1 || in[i] != val(peer, i, 5 + how) || r[i] != MPI_REQUEST_NULL;
+        OK(MPI_Waitall(W, r + W, MPI_STATUSES_IGNORE));
+        say("window completed by %s: wrong %d", how == 0 ? "testall" : how == 1 ? "waitany" : "waitsome", bad);
+        OK(MPI_Barrier(MPI_COMM_WORLD));
+    }
+}
+
 int main(int argc, char **argv)
 {
     t_init(&argc, &argv);
@@ -201,6 +275,7 @@ int main(int argc, char **argv)
     proc_null();
     persistent();
     sets();
+    window();
     MPI_Finalize();
     return 0;
 }

@@ -18,6 +18,13 @@ const FINALIZED: u8 = 2;
 static PHASE: AtomicU8 = AtomicU8::new(BEFORE);
 /// The thread level provided (`MPI_Query_thread`).
 static LEVEL: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
+/// Whether the program may call MPI from several threads at once
+/// (`MPI_THREAD_MULTIPLE` provided).
+#[inline]
+pub(crate) fn multithreaded() -> bool {
+    LEVEL.load(Ordering::Relaxed) == MPI_THREAD_MULTIPLE
+}
+
 /// The thread that called `MPI_Init` (`MPI_Is_thread_main`).
 static MAIN: OnceLock<ThreadId> = OnceLock::new();
 

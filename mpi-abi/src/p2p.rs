@@ -10,12 +10,12 @@
 //! `adi`'s, unpacked into the program's at completion ([`crate::req`]).
 
 use crate::abi::*;
-use crate::comm::{comm, comm_ref, world, CommObj};
+use crate::comm::{comm, comm_ref, world, world_ref, CommObj};
 use crate::err::{check, err, run, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
 use crate::req::{new_request, outcome_of, status_of, PKind, Persistent, Req, Target};
-use crate::types::{dtype, dtype_ref, TypeObj, TypeRef};
+use crate::types::{dense_bytes, dtype, dtype_ref, TypeObj, TypeRef};
 use core::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -126,6 +126,34 @@ pub(crate) unsafe fn isend(
         }
     }?;
     Ok(Req::Op { r })
+}
+
+/// `MPI_Isend` of `len` contiguous bytes at `buf` on `MPI_COMM_WORLD`
+/// (a dense predefined type): lent to `adi` at once, with none of the
+/// general path's datatype and communicator objects. The request handle.
+///
+/// # Safety
+/// `buf` holds `len` bytes, unchanged until the request completes.
+#[inline]
+unsafe fn isend_world(buf: *const c_void, len: usize, dest: c_int, tag: c_int) -> R<MPI_Request> {
+    let w = world_ref()?;
+    // SAFETY: the caller's contract (MPI's rule for the buffer).
+    let r = unsafe { w.comm.isend_raw(buf.cast(), len, dest, tag) }?;
+    new_request(MPI_COMM_WORLD, Req::Op { r })
+}
+
+/// `MPI_Irecv` into `len` contiguous bytes at `buf` on `MPI_COMM_WORLD`
+/// (a dense predefined type), as [`isend_world`]. The request handle.
+///
+/// # Safety
+/// `buf` has room for `len` bytes, left alone by the program until the
+/// request completes.
+#[inline]
+unsafe fn irecv_world(buf: *mut c_void, len: usize, source: c_int, tag: c_int) -> R<MPI_Request> {
+    let w = world_ref()?;
+    // SAFETY: the caller's contract (MPI's rule for the buffer).
+    let r = unsafe { w.comm.irecv_raw(buf.cast(), len, source, tag) }?;
+    new_request(MPI_COMM_WORLD, Req::Op { r })
 }
 
 /// A blocking receive into `count` elements of `t` at `buf`.
@@ -250,6 +278,15 @@ macro_rules! nonblocking_send {
             $(#[$m])*
             fn $mpi / $pmpi(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, request: *mut MPI_Request) -> c_int {
                 run(stringify!($mpi), On::Comm(c), || {
+                    if $mode == Mode::Standard && c == MPI_COMM_WORLD {
+                        if let Some(len) = dense_bytes(datatype, count) {
+                            // SAFETY: MPI: `buf` holds `count` elements of
+                            // a dense predefined type (`len` bytes).
+                            let h = unsafe { isend_world(buf, len?, dest, tag) }?;
+                            // SAFETY: MPI: `request` points to a handle.
+                            return unsafe { ffi::put(request, h) };
+                        }
+                    }
                     let o = comm_ref(c)?;
                     let t = dtype_ref(datatype)?;
                     // SAFETY: MPI: `buf` holds `count` elements of `datatype`.
@@ -297,6 +334,15 @@ mpi_fn! {
     /// `MPI_Irecv`.
     fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, c: MPI_Comm, request: *mut MPI_Request) -> c_int {
         run("MPI_Irecv", On::Comm(c), || {
+            if c == MPI_COMM_WORLD {
+                if let Some(len) = dense_bytes(datatype, count) {
+                    // SAFETY: MPI: `buf` has room for `count` elements of a
+                    // dense predefined type (`len` bytes) until completion.
+                    let h = unsafe { irecv_world(buf, len?, source, tag) }?;
+                    // SAFETY: MPI: `request` points to a handle.
+                    return unsafe { ffi::put(request, h) };
+                }
+            }
             let o = comm_ref(c)?;
             let t = dtype_ref(datatype)?;
             // SAFETY: MPI: `buf` has room for `count` elements until completion.

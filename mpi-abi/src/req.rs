@@ -178,6 +178,7 @@ static ORPHANS: Mutex<Vec<Req>> = Mutex::new(Vec::new());
 static ORPHANS_N: AtomicUsize = AtomicUsize::new(0);
 
 /// A new request handle for `req`, raising errors on `comm`.
+#[inline]
 pub(crate) fn new_request(comm: MPI_Comm, req: Req) -> R<MPI_Request> {
     REQS.insert(ReqObj { comm, req })
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many requests"))
@@ -259,6 +260,30 @@ impl Req {
             return Ok(None);
         }
         Ok(self.take())
+    }
+
+    /// The outcome of a non-persistent request already complete, without
+    /// a progress pass (the request is then spent: the caller frees it);
+    /// `None` if an `adi` operation is still pending. Requests of other
+    /// kinds are advanced as [`Req::complete_now`] does.
+    #[inline]
+    fn complete_ready(&mut self) -> R<Option<Outcome>> {
+        if let Req::Op { r } = self {
+            if let Some(st) = r.take_if_done() {
+                return Ok(Some((status_of(&st), None)));
+            }
+            if !r.is_complete() {
+                return Ok(None);
+            }
+            // Complete: the test takes its outcome without progress.
+            let res = world_ref()?.comm.test(r);
+            return Ok(match res {
+                Ok(None) => None,
+                Ok(Some(st)) => Some((status_of(&st), None)),
+                Err(e) => Some(outcome_of(Err(e))),
+            });
+        }
+        self.complete_now()
     }
 
     /// Advances the request; once it is complete, keeps the outcome in
@@ -600,7 +625,13 @@ fn validate(hs: &[MPI_Request]) -> R<()> {
 
 /// Lets the device make progress (blocking briefly) between passes.
 fn relax() -> R<()> {
-    world_ref()?.comm.device_check(true).map_err(MpiErr::from)
+    advance(true)
+}
+
+/// One device check for a whole set of requests (blocking: until some
+/// request completes, or a bounded number of idle passes).
+fn advance(block: bool) -> R<()> {
+    world_ref()?.comm.device_check(block).map_err(MpiErr::from)
 }
 
 /// One request of a set, advanced without blocking.
@@ -613,17 +644,38 @@ enum Step {
     Done(Option<Outcome>),
 }
 
-/// Advances request `hs[i]` of a set; once complete and with `take`,
-/// hands it over (its error raised on its communicator).
+/// Looks at request `hs[i]` of a set; once complete and with `take`,
+/// hands it over (its error raised on its communicator). A pending
+/// point-to-point operation is only looked at, not advanced (the caller
+/// makes one device check for the whole set); other kinds are advanced
+/// without blocking.
 fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqObj>) -> R<Step> {
-    let Some(mut e) = lookup(hs[i])? else {
+    let Some(e) = lookup(hs[i])? else {
         return Ok(Step::Null);
     };
+    step_held(hs, i, e, take, frees)
+}
+
+/// [`step`] of request `hs[i]`, held (`e`).
+fn step_held(
+    hs: &mut [MPI_Request],
+    i: usize,
+    mut e: Held,
+    take: bool,
+    frees: &mut Frees<'_, ReqObj>,
+) -> R<Step> {
     if e.req.inactive() {
         return Ok(Step::Null);
     }
     let comm = e.comm;
     if !take {
+        if let Req::Op { r } = &e.req {
+            // Only looked at: the caller advances the set.
+            return Ok(match r.is_complete() {
+                true => Step::Done(None),
+                false => Step::Pending,
+            });
+        }
         return match e.req.progress(false).map_err(|x| with_comm(x, comm))? {
             true => Ok(Step::Done(None)),
             false => Ok(Step::Pending),
@@ -635,7 +687,7 @@ fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqO
         }
         hand_over(&mut hs[i], e, Some(frees))
     } else {
-        let Some(o) = e.req.complete_now().map_err(|x| with_comm(x, comm))? else {
+        let Some(o) = e.req.complete_ready().map_err(|x| with_comm(x, comm))? else {
             return Ok(Step::Pending);
         };
         hs[i] = MPI_REQUEST_NULL;
@@ -686,6 +738,19 @@ impl<'a> Statuses<'a> {
         }
     }
 
+    /// Records the successful completion `st` at position `k` (the
+    /// common case of [`put`](Self::put), without an [`Outcome`] built
+    /// and moved).
+    #[inline]
+    fn put_ok(&mut self, k: usize, st: &adi::Status) {
+        self.written = self.written.max(k + 1);
+        if let Some(s) = self.sts.as_deref_mut().and_then(|s| s.get_mut(k)) {
+            let keep = s.error;
+            *s = status_of(st);
+            s.error = keep;
+        }
+    }
+
     /// `MPI_ERR_IN_STATUS` (with every status's `MPI_ERROR` set) if a
     /// request failed.
     fn finish(self) -> R<()> {
@@ -707,7 +772,9 @@ impl<'a> Statuses<'a> {
 }
 
 /// `MPI_Waitall` (and `MPI_Testall` once all are complete): hands over
-/// each request as it completes, in one pass when all are complete.
+/// the requests already complete in one pass without progress; then, when
+/// every one left is a point-to-point operation, waits for them together
+/// ([`wait_ops`]); otherwise advances the others request by request.
 fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
     drain_orphans(false);
     let mut out = Statuses::new(sts);
@@ -716,12 +783,38 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
     // there are none).
     let mut left = Vec::new();
     for i in 0..hs.len() {
-        match step(hs, i, true, &mut frees)? {
+        let Some(mut e) = lookup(hs[i])? else {
+            out.put(i, (empty_status(), None));
+            continue;
+        };
+        // The common case on its own path: a send or receive of
+        // contiguous data already complete (its status moved once).
+        if let Req::Op { r } = &mut e.req {
+            if let Some(st) = r.take_if_done() {
+                hs[i] = MPI_REQUEST_NULL;
+                e.discard_into(&mut frees);
+                out.put_ok(i, &st);
+                continue;
+            }
+        }
+        match step_held(hs, i, e, true, &mut frees)? {
             Step::Null => out.put(i, (empty_status(), None)),
             Step::Pending => left.push(i),
             Step::Done(o) => out.put(i, o.unwrap_or((empty_status(), None))),
         }
     }
+    if left.is_empty() {
+        return out.finish();
+    }
+    // Under MPI_THREAD_MULTIPLE another thread may cancel one of the
+    // requests while this one waits (to end the wait): their slots are not
+    // held through the wait there.
+    if !crate::init::multithreaded() && wait_ops(hs, &left, &mut out, &mut frees)? {
+        drain_orphans(false);
+        return out.finish();
+    }
+    // Rounds of one blocking device check, then one look at each request
+    // left (complete ones handed over; no progress pass per request).
     while !left.is_empty() {
         relax()?;
         drain_orphans(false);
@@ -742,6 +835,86 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
         }
     }
     out.finish()
+}
+
+/// Waits for the pending requests at positions `left` of `hs` together,
+/// if every one is a point-to-point operation (`Req::Op`): their `adi`
+/// requests go to one `adi` waitall, whose progress passes complete
+/// them in place, as they are harvested (not one pass per request, nor
+/// the publication of each completion through its shared slot). Their
+/// slots stay locked meanwhile. `Ok(false)`, with nothing changed, if
+/// some request is of another kind (or is held elsewhere): the caller
+/// advances them one by one.
+fn wait_ops(
+    hs: &mut [MPI_Request],
+    left: &[usize],
+    out: &mut Statuses<'_>,
+    frees: &mut Frees<'_, ReqObj>,
+) -> R<bool> {
+    let w = world_ref()?;
+    let mut held: Vec<Held> = Vec::with_capacity(left.len());
+    let mut reqs: Vec<adi::Request> = Vec::with_capacity(left.len());
+    for &i in left {
+        // A handle met twice, or locked by another thread, is left to
+        // the general loop (`try_get`: no waiting for ourselves).
+        let Some(mut e) = REQS.try_get(hs[i]) else {
+            put_back(held, reqs);
+            return Ok(false);
+        };
+        let Req::Op { r } = &mut e.req else {
+            drop(e);
+            put_back(held, reqs);
+            return Ok(false);
+        };
+        reqs.push(core::mem::replace(r, adi::Request::null()));
+        held.push(e);
+    }
+    let statuses = match w.comm.waitall(&mut reqs) {
+        Ok(sts) => sts,
+        Err(adi::Error::InStatus { statuses, .. }) if statuses.len() == reqs.len() => {
+            statuses.into_iter().map(|(_, st)| st).collect()
+        }
+        Err(e) => {
+            // Progress failed: the requests already taken are spent (their
+            // outcome is this error); the others stay pending.
+            let e = MpiErr::from(e);
+            for ((e_held, r), &i) in held.into_iter().zip(reqs).zip(left) {
+                if r.is_null() {
+                    let mut st = empty_status();
+                    st.error = e.code;
+                    out.put(i, (st, Some(err(e.code, e.msg.clone()))));
+                    hs[i] = MPI_REQUEST_NULL;
+                    e_held.discard_into(frees);
+                } else {
+                    let mut e_held = e_held;
+                    e_held.req = Req::Op { r };
+                }
+            }
+            return Err(e);
+        }
+    };
+    for ((e, st), &i) in held.into_iter().zip(statuses).zip(left) {
+        let mut s = status_of(&st);
+        let outcome = if st.error.is_success() {
+            (s, None)
+        } else {
+            let code = st.error.code();
+            s.error = code;
+            raise_on(On::Comm(e.comm));
+            (s, Some(err(code, "a request of the set failed")))
+        };
+        out.put(i, outcome);
+        hs[i] = MPI_REQUEST_NULL;
+        e.discard_into(frees);
+    }
+    Ok(true)
+}
+
+/// Gives the `adi` requests taken out of `held` back to their slots.
+fn put_back(held: Vec<Held>, reqs: Vec<adi::Request>) {
+    for (mut e, r) in held.into_iter().zip(reqs) {
+        e.req = Req::Op { r };
+    }
 }
 
 mpi_fn! {
@@ -769,6 +942,9 @@ mpi_fn! {
             validate(hs)?;
             drain_orphans(false);
             let mut frees = Frees::new(&REQS);
+            // One progress pass for the set, then a look at each request
+            // (not a pass per request).
+            advance(false)?;
             let mut all = true;
             for i in 0..hs.len() {
                 all &= !matches!(step(hs, i, false, &mut frees)?, Step::Pending);
@@ -803,6 +979,12 @@ fn any(hs: &mut [MPI_Request], block: bool) -> R<Option<(c_int, MPI_Status)>> {
         return Ok(Some((MPI_UNDEFINED, empty_status())));
     }
     let mut frees = Frees::new(&REQS);
+    // A test makes one progress pass for the set, then looks at each
+    // request once; a wait looks first, then alternates a blocking device
+    // check and a look (never a pass per request).
+    if !block {
+        advance(false)?;
+    }
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {
@@ -880,6 +1062,10 @@ fn some(
     let mut out = Statuses::new(sts);
     let mut frees = Frees::new(&REQS);
     let mut k = 0usize;
+    // As in `any`: a test's one pass first, a wait's look first.
+    if !block {
+        advance(false)?;
+    }
     loop {
         drain_orphans(false);
         for i in 0..hs.len() {

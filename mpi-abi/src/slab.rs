@@ -118,21 +118,13 @@ impl<T> Slab<T> {
 
     /// Stores `v` and returns its handle (`None` when 2²⁰ objects are
     /// live).
+    #[inline]
     pub(crate) fn insert(&self, v: T) -> Option<i32> {
         let index = {
             let mut f = self.free_list();
             match f.list.pop() {
                 Some(i) => i,
-                None => {
-                    if f.next > SLOT_MASK {
-                        return None;
-                    }
-                    let i = f.next;
-                    self.chunks[(i >> CHUNK_BITS) as usize]
-                        .get_or_init(|| (0..CHUNK).map(|_| Slot::new()).collect());
-                    f.next += 1;
-                    i
-                }
+                None => self.fresh(&mut f)?,
             }
         };
         // A slot on the free list, or below `next`, exists.
@@ -142,6 +134,20 @@ impl<T> Slab<T> {
         s.val = Some(v);
         slot.live.store(h, Ordering::Release);
         Some(h)
+    }
+
+    /// A slot never handed out before (its chunk allocated on first use);
+    /// `None` when all 2²⁰ have been.
+    #[cold]
+    fn fresh(&self, f: &mut FreeList) -> Option<u32> {
+        if f.next > SLOT_MASK {
+            return None;
+        }
+        let i = f.next;
+        self.chunks[(i >> CHUNK_BITS) as usize]
+            .get_or_init(|| (0..CHUNK).map(|_| Slot::new()).collect());
+        f.next += 1;
+        Some(i)
     }
 
     /// Whether `h` is live (without locking it: the answer may be stale
@@ -170,6 +176,38 @@ impl<T> Slab<T> {
             index,
             g,
         })
+    }
+
+    /// [`get`](Self::get) without waiting: `None` also when another
+    /// holder has the object locked (a set call that holds several
+    /// objects at once, and may meet one of them twice, does not wait for
+    /// itself).
+    #[inline]
+    pub(crate) fn try_get(&self, h: i32) -> Option<Entry<'_, T>> {
+        let (index, slot) = self.decode(h)?;
+        if slot.live.load(Ordering::Acquire) != h {
+            return None;
+        }
+        let g = match slot.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        if slot.live.load(Ordering::Relaxed) != h || g.val.is_none() {
+            return None;
+        }
+        Some(Entry {
+            slab: self,
+            slot,
+            index,
+            g,
+        })
+    }
+
+    /// Returns one freed slot to the free list.
+    #[inline]
+    fn release_one(&self, slot: u32) {
+        self.free_list().list.push(slot);
     }
 
     /// Returns freed slots to the free list.
@@ -208,17 +246,21 @@ impl<T> Entry<'_, T> {
     pub(crate) fn remove(self) -> T {
         let slab = self.slab;
         let (v, index) = self.take_out();
-        slab.release(&[index]);
+        slab.release_one(index);
         v
     }
 
     /// Drops the object in place (its handle becomes stale); the slot
     /// goes back to the free list at once.
     #[inline]
-    pub(crate) fn discard(self) {
+    pub(crate) fn discard(mut self) {
         let slab = self.slab;
-        let mut batch = Frees::new(slab);
-        self.discard_into(&mut batch);
+        self.g.val = None;
+        self.g.gen = (self.g.gen + 1) & GEN_MASK;
+        self.slot.live.store(0, Ordering::Release);
+        let index = self.index;
+        drop(self);
+        slab.release_one(index);
     }
 
     /// Drops the object in place (its handle becomes stale); the slot is
@@ -352,6 +394,19 @@ mod tests {
             "the stale handle does not reach the new object"
         );
         assert_eq!(*s.get(b).unwrap(), 2);
+    }
+
+    #[test]
+    fn try_get_does_not_wait_for_a_held_object() {
+        let s = slab();
+        let a = s.insert(5).unwrap();
+        let held = s.try_get(a).unwrap();
+        assert_eq!(*held, 5);
+        assert!(s.try_get(a).is_none(), "held: not waited for");
+        drop(held);
+        assert_eq!(*s.try_get(a).unwrap(), 5, "free again");
+        s.get(a).unwrap().discard();
+        assert!(s.try_get(a).is_none(), "stale handle");
     }
 
     #[test]

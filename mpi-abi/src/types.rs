@@ -238,6 +238,10 @@ struct Predefined {
     builtin: Vec<Option<(MPI_Datatype, Arc<TypeObj>)>>,
     /// `0x8c00000x` handles (the pair types) by their low bits.
     pairs: Vec<Option<Arc<TypeObj>>>,
+    /// Each `0x4c0000xx` handle whose elements are dense (size = extent,
+    /// data from byte 0) with its element size, by its low byte; size 0
+    /// for the others.
+    dense: [(MPI_Datatype, u32); 256],
 }
 
 fn predefined() -> &'static Predefined {
@@ -246,6 +250,7 @@ fn predefined() -> &'static Predefined {
         let mut p = Predefined {
             builtin: vec![None; 256],
             pairs: vec![None; 8],
+            dense: [(MPI_DATATYPE_NULL, 0); 256],
         };
         for &(h, name, b) in PREDEFINED {
             let obj = Arc::new(TypeObj {
@@ -255,6 +260,11 @@ fn predefined() -> &'static Predefined {
                 predefined: true,
             });
             if h as u32 & 0xffff_0000 == 0x4c00_0000 {
+                let dt = &obj.dt;
+                let size = dt.size();
+                if size > 0 && dt.extent() == size as isize && dt.lb() == 0 && dt.true_lb() == 0 {
+                    p.dense[(h & 0xff) as usize] = (h, u32::try_from(size).unwrap_or(0));
+                }
                 p.builtin[(h & 0xff) as usize] = Some((h, obj));
             } else {
                 p.pairs[(h & 0x7) as usize] = Some(obj);
@@ -343,6 +353,28 @@ pub(crate) fn dtype_ref(h: MPI_Datatype) -> R<TypeRef> {
         };
     }
     dtype(h).map(TypeRef::Shared)
+}
+
+/// The bytes `count` elements of predefined type `h` take, if `h` is a
+/// predefined type whose elements are dense (every basic type: size =
+/// extent, data from byte 0): the point-to-point calls' fast path, which
+/// goes to `adi` with the bytes at once. `None` for any other handle
+/// (derived, pair or invalid types: the general path decides).
+/// `count` negative, or the bytes overflowing, is `MPI_ERR_COUNT`.
+#[inline]
+pub(crate) fn dense_bytes(h: MPI_Datatype, count: c_int) -> Option<R<usize>> {
+    let u = h as u32;
+    if u & 0xffff_0000 != 0x4c00_0000 {
+        return None;
+    }
+    let (hh, size) = predefined().dense[(u & 0xff) as usize];
+    if hh != h || size == 0 {
+        return None;
+    }
+    Some(crate::ffi::count(count).and_then(|n| {
+        n.checked_mul(size as usize)
+            .ok_or_else(|| err(MPI_ERR_COUNT, "message size overflows"))
+    }))
 }
 
 /// A new handle for a derived type.
