@@ -77,12 +77,18 @@
 //! # Ok::<(), adi::Error>(())
 //! ```
 //!
-//! `unsafe` code only in two private modules: `core_cell`, the device core
-//! owned by one thread under [`ThreadLevel::Funneled`] (a `RefCell` plus a
-//! thread check, instead of a lock), and `win::mem`, the slice over memory
-//! a window borrows from its caller ([`Win::create_raw`],
-//! [`Win::attach_raw`], whose contracts make it sound). Buffers are slices
-//! and every access is bounds-checked before any byte moves.
+//! `unsafe_code` is denied crate-wide and allowed only where memory is
+//! lent across a call or owned by one thread, each block with its
+//! `SAFETY` comment: `core_cell`, the device core owned by one thread
+//! under [`ThreadLevel::Funneled`] (a `RefCell` plus a thread check,
+//! instead of a lock); [`lent`] and the device's and transports' lent
+//! paths, whose callers lend their memory until a request completes
+//! (MPI's own rule: [`Comm::isend_raw`], [`Comm::irecv_raw`]); the
+//! blocking collectives that send and receive on the caller's memory
+//! (`coll::algo::direct`, `coll::task`); and `win::mem`, the slice over
+//! memory a window borrows from its caller ([`Win::create_raw`],
+//! [`Win::attach_raw`], whose contracts make it sound). Otherwise buffers
+//! are slices and every access is bounds-checked before any byte moves.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 // `option.ok_or(Error::…)` builds the error before it knows it is needed,
