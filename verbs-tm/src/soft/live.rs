@@ -841,8 +841,10 @@ impl Shared {
 /// whose frames are parsed and delivered in place, so the payload is
 /// copied once, into the memory it lands in. A READ response of 64 KiB or
 /// more is read from the socket straight into the requester's memory
-/// region, in one frame for the whole READ; the responder copies it out of
-/// its region into a pooled buffer, and answers a READ request only while
+/// region, in one frame for the whole READ; the responder writes it to the
+/// socket from its region (a large response is a `writev` entry into the
+/// region, kept until the socket took it; a region deregistered meanwhile
+/// is copied out first), and answers a READ request only while
 /// fewer than [`LiveConfig::read_backlog`] bytes wait to be sent on that
 /// connection. [`Live::wire_stats`] counts frames, bytes and calls.
 ///
