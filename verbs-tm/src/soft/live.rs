@@ -714,10 +714,14 @@ impl Core {
 
     /// Copies the queued READ responses that refer to region `mr` out of
     /// it, before it is deregistered (a connection where that fails is
-    /// failed: it could not send them).
+    /// failed: it could not send them). Dead connections are never written
+    /// again: their outboxes are left as they are.
     fn own_region(&mut self, mr: &Mr) {
         self.route();
         for c in 0..self.conns.len() {
+            if self.conns[c].dead {
+                continue;
+            }
             let (conn, nic) = (&mut self.conns[c], &mut self.nic);
             if let Err(e) = conn.own_region(mr.id(), mr.lkey(), nic) {
                 self.fail_conn(c, e.to_string());
