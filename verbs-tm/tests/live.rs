@@ -460,6 +460,121 @@ fn oversized_frames_are_refused() {
     }
 }
 
+/// READ responses are written to the socket from the responder's memory
+/// region: a 1 MiB response copies nothing (no staged byte). A region
+/// deregistered while a 32 MiB response from it waits in the outbox (the
+/// peer does not read) is copied out first: the peer still receives the
+/// region's bytes as they were, not what the program writes to the buffer
+/// it got back.
+fn read_responses_from_regions() {
+    use std::io::Read;
+    use std::net::TcpListener;
+    use verbs_tm::verbs::{CqInitAttr, QpInitAttr, SrqInitAttr, IBV_ACCESS_REMOTE_READ};
+    use verbs_tm::Provider;
+
+    const READ_REQ: u8 = 3;
+    const READ_RESP: u8 = 4;
+    const HELLO_ACK: u8 = 6;
+    let job = (u64::from(std::process::id()) << 8) | 0x40;
+    let mut lc = LiveConfig::new(job, 0);
+    lc.listen = "127.0.0.1:0".parse().unwrap();
+    lc.helper = false;
+    let mut dev = Live::new(lc).unwrap();
+    let cq = dev
+        .create_cq(&CqInitAttr {
+            cqe: 64,
+            wc_flags: 0,
+            extended: true,
+        })
+        .unwrap();
+    let srq = dev.create_srq(&mut SrqInitAttr::tm(cq, 16, 4, 16)).unwrap();
+    let qp = dev
+        .create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            srq: Some(srq),
+            max_send_wr: 4,
+            max_send_sge: 1,
+        })
+        .unwrap();
+    // A fake peer on 127.0.0.2 (the device connects to it).
+    let l = TcpListener::bind("127.0.0.2:0").unwrap();
+    let mut blob = b"TMXL".to_vec();
+    blob.extend_from_slice(&job.to_le_bytes());
+    blob.extend_from_slice(&1u32.to_le_bytes());
+    blob.extend_from_slice(&7u32.to_le_bytes());
+    blob.extend_from_slice(l.local_addr().unwrap().to_string().as_bytes());
+    dev.connect(qp, &blob).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    let mut hello = [0u8; 36];
+    s.read_exact(&mut hello).unwrap();
+    s.write_all(&raw_frame(HELLO_ACK, 0, job, 1, 4, &[0; 4]))
+        .unwrap();
+    // The peer asks for `len` bytes of `mr` and reads the response in a
+    // thread while the device runs.
+    let read = |dev: &mut Live, s: &mut std::net::TcpStream, id: u64, mr: &verbs_tm::Mr| {
+        let len = mr.len() as u32;
+        let req = raw_frame(READ_REQ, mr.rkey(), id, len, 8, &mr.addr().to_le_bytes());
+        s.write_all(&req).unwrap();
+        let mut r = s.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut b = vec![0u8; 24 + len as usize];
+            r.read_exact(&mut b).unwrap();
+            b
+        });
+        let until = Instant::now() + Duration::from_secs(30);
+        while !t.is_finished() {
+            dev.step();
+            assert!(Instant::now() < until, "READ {id} not answered");
+        }
+        let b = t.join().unwrap();
+        assert_eq!(b[..24], raw_frame(READ_RESP, 0, id, 0, len, &[]), "header");
+        b[24..].to_vec()
+    };
+    let access = IBV_ACCESS_REMOTE_READ;
+    let small = dev.reg_mr(data(1, 1 << 20), access).unwrap();
+    assert!(read(&mut dev, &mut s, 1, &small) == data(1, 1 << 20));
+    let (st, w) = (dev.stats(), dev.wire_stats());
+    assert_eq!((st.reads_served, st.read_bytes_staged), (1, 0), "{st:?}");
+    assert_eq!(w.in_place_bytes, 1 << 20, "{w}");
+    // 32 MiB: more than the sockets take while the peer does not read.
+    const BIG: usize = 32 << 20;
+    let big = dev.reg_mr(data(2, BIG), access).unwrap();
+    let req = raw_frame(
+        READ_REQ,
+        big.rkey(),
+        2,
+        BIG as u32,
+        8,
+        &big.addr().to_le_bytes(),
+    );
+    s.write_all(&req).unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while dev.stats().reads_served < 2 {
+        dev.step();
+        assert!(Instant::now() < until, "READ request not served");
+    }
+    assert!(dev.unsent() > 0);
+    let mut back = dev.dereg_mr(big).unwrap();
+    back.fill(0xee);
+    assert_eq!(dev.stats().read_bytes_staged, BIG as u64);
+    let mut r = s.try_clone().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut b = vec![0u8; 24 + BIG];
+        r.read_exact(&mut b).unwrap();
+        b
+    });
+    while !t.is_finished() {
+        dev.step();
+        assert!(Instant::now() < until, "READ response not sent");
+    }
+    let b = t.join().unwrap();
+    assert_eq!(b[..24], raw_frame(READ_RESP, 0, 2, 0, BIG as u32, &[]));
+    assert!(b[24..] == data(2, BIG), "the region's bytes as they were");
+    assert_eq!(dev.wire_stats().in_place_bytes, 1 << 20);
+    dev.dereg_mr(small).unwrap();
+}
+
 // ------------------------------------------------------------ two processes
 
 struct Peer {
@@ -616,10 +731,19 @@ fn stream_between_processes() {
     let big: u64 = STREAM.iter().map(|&l| l as u64).sum();
     assert!(w.bytes_out >= big, "{w}");
     assert!(w.read_waits > 0, "{w}");
-    // The staging buffers (SEND payloads, READ responses) are reused: of
-    // the 18 (12 rendezvous requests, 6 READ responses) few are allocated.
+    // The staging buffers of the 12 SENDs (6 eager messages, 6 rendezvous
+    // requests) are reused. The 6 READ responses take none: they are
+    // written to the socket from the sender's memory regions.
     let st = ep.provider().stats();
-    assert!(st.staging_allocs <= 6 && st.staging_reused >= 12, "{st:?}");
+    assert_eq!(st.staging_allocs + st.staging_reused, 12, "{st:?}");
+    assert!(st.staging_allocs <= 6, "{st:?}");
+    assert_eq!(st.read_bytes_staged, 0, "{st:?}");
+    let rndv: u64 = STREAM
+        .iter()
+        .filter(|&&l| l > 4096)
+        .map(|&l| l as u64)
+        .sum();
+    assert_eq!(w.in_place_bytes, rndv, "{w}");
     ep.finalize().unwrap();
     peer.finish();
 }
@@ -785,6 +909,7 @@ fn main() -> ExitCode {
             busy_owners_keep_helpers_asleep,
         ),
         ("oversized_frames_are_refused", oversized_frames_are_refused),
+        ("read_responses_from_regions", read_responses_from_regions),
         ("eager_between_processes", eager_between_processes),
         ("stream_between_processes", stream_between_processes),
         (

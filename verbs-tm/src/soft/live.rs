@@ -20,7 +20,7 @@ use self::conn::{Conn, Direct, Phase};
 use self::helper::{LiveWorld, Signals, Timer, Watch};
 use self::poller::{Poller, Ready, LINGER};
 use super::handoff::{helper_loop, Handoff};
-use super::nic::{Frame, FrameRef, Nic, NicStats, Rnr};
+use super::nic::{Frame, FrameRef, Nic, NicStats, Outgoing, Rnr};
 use super::wire::{self, FrameError, Wire, WireRef};
 use super::SoftConfig;
 use crate::config::var_size;
@@ -664,7 +664,7 @@ impl Core {
                         rank: me,
                         qpn: dst_qpn,
                     });
-                    let _ = conn.flush();
+                    let _ = conn.flush(&self.nic);
                     self.fail_conn(
                         c,
                         format!("handshake from job {j:#x} version {version} refused"),
@@ -697,11 +697,34 @@ impl Core {
 
     /// Moves the device's frames to their connections' outboxes.
     fn route(&mut self) {
-        while let Some((qp, f)) = self.nic.take_out() {
-            match self.qp_conn.get(&qp.0) {
-                Some(&c) if !self.conns[c].dead => self.conns[c].push(Wire::Dev(f)),
-                Some(_) => {}
-                None => self.pre_out.entry(qp.0).or_default().push(Wire::Dev(f)),
+        while let Some((qp, o)) = self.nic.take_out_ref() {
+            match (self.qp_conn.get(&qp.0), o) {
+                (Some(&c), _) if self.conns[c].dead => {}
+                (Some(&c), Outgoing::Frame(f)) => self.conns[c].push(Wire::Dev(f)),
+                (Some(&c), Outgoing::ReadResp { id, data }) => {
+                    self.conns[c].push_read_resp(id, data, &self.nic);
+                }
+                (None, o) => {
+                    let f = self.nic.own(o);
+                    self.pre_out.entry(qp.0).or_default().push(Wire::Dev(f));
+                }
+            }
+        }
+    }
+
+    /// Copies the queued READ responses that refer to region `mr` out of
+    /// it, before it is deregistered (a connection where that fails is
+    /// failed: it could not send them). Dead connections are never written
+    /// again: their outboxes are left as they are.
+    fn own_region(&mut self, mr: &Mr) {
+        self.route();
+        for c in 0..self.conns.len() {
+            if self.conns[c].dead {
+                continue;
+            }
+            let (conn, nic) = (&mut self.conns[c], &mut self.nic);
+            if let Err(e) = conn.own_region(mr.id(), mr.lkey(), nic) {
+                self.fail_conn(c, e.to_string());
             }
         }
     }
@@ -711,7 +734,7 @@ impl Core {
         self.route();
         for c in 0..self.conns.len() {
             if !self.conns[c].dead && !self.conns[c].out.is_empty() {
-                if let Err(e) = self.conns[c].flush() {
+                if let Err(e) = self.conns[c].flush(&self.nic) {
                     self.fail_conn(c, format!("send failed: {e}"));
                 }
             }
@@ -822,8 +845,10 @@ impl Shared {
 /// whose frames are parsed and delivered in place, so the payload is
 /// copied once, into the memory it lands in. A READ response of 64 KiB or
 /// more is read from the socket straight into the requester's memory
-/// region, in one frame for the whole READ; the responder copies it out of
-/// its region into a pooled buffer, and answers a READ request only while
+/// region, in one frame for the whole READ; the responder writes it to the
+/// socket from its region (a large response is a `writev` entry into the
+/// region, kept until the socket took it; a region deregistered meanwhile
+/// is copied out first), and answers a READ request only while
 /// fewer than [`LiveConfig::read_backlog`] bytes wait to be sent on that
 /// connection. [`Live::wire_stats`] counts frames, bytes and calls.
 ///
@@ -885,8 +910,10 @@ impl Live {
             helper_steps: AtomicU64::new(0),
             timer: Timer::new(cfg.helper_idle).map_err(|e| Error::io("helper timer", e))?,
         });
+        let mut nic = Nic::new(cfg.soft);
+        nic.set_in_place_reads(true);
         let core = Core {
-            nic: Nic::new(cfg.soft),
+            nic,
             cfg,
             listener,
             addr,
@@ -1053,13 +1080,14 @@ impl Provider for Live {
     fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
         let mut core = self.owner();
         if let Some(c) = core.qp_conn.remove(&qp.0) {
-            let conn = &mut core.conns[c];
+            let core = &mut *core;
+            let (conn, nic) = (&mut core.conns[c], &core.nic);
             if !conn.dead {
                 conn.push(Wire::Close);
                 // Best effort, bounded: the CLOSE should reach the peer.
                 let until = Instant::now() + Duration::from_secs(2);
                 while !conn.out.is_empty() && Instant::now() < until {
-                    if conn.flush().is_err() {
+                    if conn.flush(nic).is_err() {
                         break;
                     }
                     if !conn.out.is_empty() {
@@ -1180,7 +1208,9 @@ impl Provider for Live {
     }
 
     fn dereg_mr(&mut self, mr: Mr) -> Result<Vec<u8>> {
-        self.owner().nic.dereg_mr(mr)
+        let mut core = self.owner();
+        core.own_region(&mr);
+        core.nic.dereg_mr(mr)
     }
 
     fn mr_read(&self, mr: &Mr, offset: usize, dst: &mut [u8]) -> Result<()> {

@@ -259,6 +259,12 @@ pub(crate) fn encode(w: Wire) -> ([u8; HDR], Vec<u8>) {
     (h, p)
 }
 
+/// The header of a successful READ response of `len` bytes (its payload
+/// is written after it from elsewhere: the responder's region).
+pub(crate) fn read_resp_ok_header(id: u64, len: usize) -> [u8; HDR] {
+    header(READ_RESP, WcStatus::SUCCESS.0, id, 0, len)
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }

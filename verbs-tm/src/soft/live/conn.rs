@@ -6,8 +6,10 @@ use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
+use super::super::nic::Frame;
+use super::super::nic::{Nic, RegionRef};
 use super::super::wire::{self, Wire};
-use crate::verbs::QpId;
+use crate::verbs::{QpId, WcStatus};
 
 #[derive(Debug)]
 pub(super) enum Phase {
@@ -40,13 +42,27 @@ pub(super) struct Direct {
     pub(super) ok: bool,
 }
 
-/// Bytes queued on a connection: coalesced small frames (`payload`
-/// false: reused by the connection), or one large payload as the device
-/// made it (`payload`: back to the device's pool once written).
+/// Bytes queued on a connection.
 #[derive(Debug)]
-pub(super) struct Chunk {
-    pub(super) data: Vec<u8>,
-    pub(super) payload: bool,
+pub(super) enum Chunk {
+    /// Coalesced small frames (reused by the connection).
+    Small(Vec<u8>),
+    /// One large payload as the device made it (back to the device's pool
+    /// once written).
+    Payload(Vec<u8>),
+    /// A READ response's data, written from the responder's memory region
+    /// (no copy); copied out first if the region is deregistered while it
+    /// waits ([`Conn::own_region`]).
+    Region(RegionRef),
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Small(v) | Chunk::Payload(v) => v.len(),
+            Chunk::Region(r) => r.len,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -109,23 +125,62 @@ impl Conn {
     /// Appends bytes to the open chunk (opening one if needed).
     pub(super) fn append(&mut self, b: &[u8]) {
         let open = self.back_open
-            && self
-                .out
-                .back()
-                .is_some_and(|v| v.data.len() + b.len() <= CHUNK_MAX);
+            && matches!(self.out.back(), Some(Chunk::Small(v)) if v.len() + b.len() <= CHUNK_MAX);
         if !open {
             let mut data = self.spare.pop().unwrap_or_default();
             data.clear();
-            self.out.push_back(Chunk {
-                data,
-                payload: false,
-            });
+            self.out.push_back(Chunk::Small(data));
             self.back_open = true;
         }
-        if let Some(v) = self.out.back_mut() {
-            v.data.extend_from_slice(b);
+        if let Some(Chunk::Small(v)) = self.out.back_mut() {
+            v.extend_from_slice(b);
         }
         self.out_bytes += b.len();
+    }
+
+    /// Queues a successful READ response whose data is `data` of `nic`'s
+    /// regions: a small one copied into the open chunk, a large one
+    /// written from the region when the socket takes it. A region that is
+    /// gone (it cannot be: the device just checked it) answers an access
+    /// error.
+    pub(super) fn push_read_resp(&mut self, id: u64, data: RegionRef, nic: &Nic) {
+        let Some(bytes) = nic.region(&data) else {
+            self.push(Wire::Dev(Frame::ReadResp {
+                id,
+                status: WcStatus::REM_ACCESS_ERR,
+                data: Vec::new(),
+            }));
+            return;
+        };
+        let h = wire::read_resp_ok_header(id, data.len);
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += (h.len() + data.len) as u64;
+        self.append(&h);
+        if data.len <= COALESCE {
+            self.append(bytes);
+        } else {
+            self.out_bytes += data.len;
+            self.out.push_back(Chunk::Region(data));
+            self.back_open = false;
+        }
+    }
+
+    /// Copies the queued READ responses that refer to region `mr` (key
+    /// `key`) out of it, before it is deregistered.
+    pub(super) fn own_region(
+        &mut self,
+        mr: u32,
+        key: u32,
+        nic: &mut Nic,
+    ) -> Result<(), RegionGone> {
+        for ch in self.out.iter_mut() {
+            if let Chunk::Region(r) = *ch {
+                if r.mr == mr && r.key == key {
+                    *ch = Chunk::Payload(nic.staged(r).ok_or(RegionGone)?);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Queues a frame.
@@ -140,27 +195,27 @@ impl Conn {
             self.written.push(p);
         } else {
             self.out_bytes += p.len();
-            self.out.push_back(Chunk {
-                data: p,
-                payload: true,
-            });
+            self.out.push_back(Chunk::Payload(p));
             self.back_open = false;
         }
     }
 
     /// Writes as much of the outbox as the socket takes, several chunks
-    /// per `writev`. Large payloads written wait in `written` for reuse.
-    pub(super) fn flush(&mut self) -> std::io::Result<()> {
+    /// per `writev` (READ responses from their regions of `nic`). Large
+    /// payloads written wait in `written` for reuse.
+    pub(super) fn flush(&mut self, nic: &Nic) -> std::io::Result<()> {
         while !self.out.is_empty() {
             let mut iov = [IoSlice::new(&[]); IOV_MAX];
             let mut k = 0;
             let mut want = 0;
             for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
-                let b = if i == 0 {
-                    &ch.data[self.out_off..]
-                } else {
-                    &ch.data[..]
+                let all: &[u8] = match ch {
+                    Chunk::Small(v) | Chunk::Payload(v) => v,
+                    Chunk::Region(r) => nic
+                        .region(r)
+                        .ok_or_else(|| std::io::Error::other(RegionGone))?,
                 };
+                let b = if i == 0 { &all[self.out_off..] } else { all };
                 iov[k] = IoSlice::new(b);
                 want += b.len();
                 k += 1;
@@ -177,7 +232,7 @@ impl Conn {
             self.out_bytes -= n.min(self.out_bytes);
             while n > 0 {
                 let Some(front) = self.out.front() else { break };
-                let left = front.data.len() - self.out_off;
+                let left = front.len() - self.out_off;
                 if n < left {
                     self.out_off += n;
                     n = 0;
@@ -190,7 +245,7 @@ impl Conn {
                 }
             }
             // Empty chunks (a frame without payload never makes one).
-            while self.out.front().is_some_and(|c| c.data.is_empty()) && self.out_off == 0 {
+            while self.out.front().is_some_and(|c| c.len() == 0) && self.out_off == 0 {
                 if let Some(v) = self.out.pop_front() {
                     self.done_chunk(v);
                 }
@@ -208,13 +263,21 @@ impl Conn {
     }
 
     pub(super) fn done_chunk(&mut self, c: Chunk) {
-        if c.payload {
-            self.written.push(c.data);
-        } else if self.spare.len() < 4 {
-            self.spare.push(c.data);
+        match c {
+            Chunk::Payload(v) => self.written.push(v),
+            Chunk::Small(v) if self.spare.len() < 4 => self.spare.push(v),
+            Chunk::Small(_) => {}
+            Chunk::Region(r) => self.stats.in_place_bytes += r.len as u64,
         }
     }
 }
+
+/// A queued READ response refers to a memory region that is gone: it was
+/// deregistered without its responses being copied out first (a bug of
+/// the driver). The connection fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the memory region of a queued READ response is gone")]
+pub(super) struct RegionGone;
 
 /// Counters of a [`super::Live`] device's connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -244,6 +307,10 @@ pub struct WireStats {
     /// READ responses received straight into the requester's memory
     /// (64 KiB and more, one scatter entry).
     pub direct: u64,
+    /// Bytes of READ responses written to the socket straight from the
+    /// responder's memory region (responses over 16 KiB; smaller ones are
+    /// copied into the outbox with their header).
+    pub in_place_bytes: u64,
     /// Returns of the helper thread from poll(2): socket readiness, a
     /// deadline, the owner's signal, or the end of an idle-time sleep.
     /// Zero while the device is idle, whether its owner polls or computes.
@@ -256,7 +323,7 @@ impl std::fmt::Display for WireStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "frames out {} in {}, bytes out {} in {}, writev {}, reads {} (empty {}), epoll_wait {}, READs waited {}, direct {}, helper wakes {} steps {}",
+            "frames out {} in {}, bytes out {} in {}, writev {}, reads {} (empty {}), epoll_wait {}, READs waited {}, direct {}, in place {} B, helper wakes {} steps {}",
             self.frames_out,
             self.frames_in,
             self.bytes_out,
@@ -267,6 +334,7 @@ impl std::fmt::Display for WireStats {
             self.polls,
             self.read_waits,
             self.direct,
+            self.in_place_bytes,
             self.helper_wakes,
             self.helper_steps
         )
@@ -285,6 +353,7 @@ impl WireStats {
         self.polls += o.polls;
         self.read_waits += o.read_waits;
         self.direct += o.direct;
+        self.in_place_bytes += o.in_place_bytes;
         self.helper_wakes += o.helper_wakes;
         self.helper_steps += o.helper_steps;
     }

@@ -84,6 +84,25 @@ impl FrameRef<'_> {
     }
 }
 
+/// Bytes `off..off + len` of memory region `mr` (with key `key`): the data
+/// of a READ response that the driver writes to the wire straight from the
+/// responder's region ([`Nic::set_in_place_reads`](super::Nic::set_in_place_reads)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RegionRef {
+    pub(crate) mr: u32,
+    pub(crate) key: u32,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+}
+
+/// What the device queues for a peer: a frame, or a successful READ
+/// response whose data is still in the responder's region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outgoing {
+    Frame(Frame),
+    ReadResp { id: u64, data: RegionRef },
+}
+
 /// The device cannot take an arriving SEND yet (no SRQ buffer: RNR);
 /// nothing changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

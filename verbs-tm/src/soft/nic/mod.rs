@@ -27,7 +27,7 @@ use crate::{Error, Result};
 mod frame;
 mod mr;
 
-pub(crate) use frame::{Frame, FrameRef, Rnr};
+pub(crate) use frame::{Frame, FrameRef, Outgoing, RegionRef, Rnr};
 
 /// Most SGEs an untagged WQE may have.
 const MAX_SRQ_SGE: u32 = 16;
@@ -152,6 +152,12 @@ pub struct NicStats {
     pub staging_reused: u64,
     /// Payload buffers allocated (or grown) because no pooled one fitted.
     pub staging_allocs: u64,
+    /// Bytes of READ responses copied out of the responder's region into a
+    /// payload buffer before they were sent: every response under
+    /// `soft::Sim`; under `soft::Live` only the responses whose region was
+    /// deregistered while they waited to be sent (the others are written
+    /// to the socket from the region).
+    pub read_bytes_staged: u64,
 }
 
 /// One software device. See the [module docs](self).
@@ -168,7 +174,10 @@ pub(crate) struct Nic {
     reads: HashMap<u64, PendingRead>,
     next_read: u64,
     late: VecDeque<LateData>,
-    out: VecDeque<(QpId, Frame)>,
+    out: VecDeque<(QpId, Outgoing)>,
+    /// Successful READ responses are queued as references into the region
+    /// ([`Outgoing::ReadResp`]) instead of copies.
+    in_place_reads: bool,
     misuse: Vec<String>,
     stats: NicStats,
     /// Payload buffers given back by the driver once written or copied,
@@ -206,6 +215,7 @@ impl Nic {
             next_read: 1,
             late: VecDeque::new(),
             out: VecDeque::new(),
+            in_place_reads: false,
             misuse: Vec::new(),
             stats: NicStats::default(),
             pool: Vec::new(),
@@ -230,9 +240,48 @@ impl Nic {
         std::mem::take(&mut self.misuse)
     }
 
-    /// The next frame for a peer.
+    /// Queues successful READ responses as references into the region
+    /// (taken with [`Nic::take_out_ref`]), for a driver that writes them
+    /// from there; off by default (every response a copy).
+    pub fn set_in_place_reads(&mut self, on: bool) {
+        self.in_place_reads = on;
+    }
+
+    /// The next frame for a peer (a READ response referring to a region
+    /// copied out of it).
     pub fn take_out(&mut self) -> Option<(QpId, Frame)> {
+        let (qp, o) = self.out.pop_front()?;
+        Some((qp, self.own(o)))
+    }
+
+    /// The next frame for a peer, as queued: READ responses may refer to
+    /// their region ([`Nic::set_in_place_reads`]).
+    pub fn take_out_ref(&mut self) -> Option<(QpId, Outgoing)> {
         self.out.pop_front()
+    }
+
+    /// An owned frame: a READ response's data copied out of its region
+    /// (an access error if the region is gone).
+    pub fn own(&mut self, o: Outgoing) -> Frame {
+        match o {
+            Outgoing::Frame(f) => f,
+            Outgoing::ReadResp { id, data } => match self.staged(data) {
+                Some(data) => Frame::ReadResp {
+                    id,
+                    status: WcStatus::SUCCESS,
+                    data,
+                },
+                None => Frame::ReadResp {
+                    id,
+                    status: WcStatus::REM_ACCESS_ERR,
+                    data: Vec::new(),
+                },
+            },
+        }
+    }
+
+    fn push_out(&mut self, (qp, f): (QpId, Frame)) {
+        self.out.push_back((qp, Outgoing::Frame(f)));
     }
 
     // ------------------------------------------------------------- CQs ---
@@ -732,7 +781,7 @@ impl Nic {
                 }
                 let imm = (wr.opcode == WrOpcode::SEND_WITH_IMM).then_some(wr.imm_data);
                 let len = data.len() as u32;
-                self.out.push_back((qp, Frame::Send { imm, data }));
+                self.push_out((qp, Frame::Send { imm, data }));
                 if signaled {
                     self.push_cqe(
                         send_cq,
@@ -771,7 +820,7 @@ impl Nic {
                 if let Some(Some(q)) = self.qps.get_mut(qp.0 as usize) {
                     q.reads_out += 1;
                 }
-                self.out.push_back((
+                self.push_out((
                     qp,
                     Frame::ReadReq {
                         id,
@@ -818,7 +867,7 @@ impl Nic {
         // zero-length rendezvous names no memory region (key 0).
         if len == 0 {
             self.stats.reads_served += 1;
-            self.out.push_back((
+            self.push_out((
                 qp,
                 Frame::ReadResp {
                     id,
@@ -837,12 +886,24 @@ impl Nic {
             let end = off.checked_add(len as usize)?;
             (end <= m.buf.len()).then_some((i, off, end))
         });
-        let data = range.map(|(i, off, end)| {
-            let mut v = self.buf(end - off);
-            if let Some(Some(m)) = self.mrs.get(i as usize) {
-                v.extend_from_slice(&m.buf[off..end]);
-            }
-            v
+        self.stats.reads_served += 1;
+        if let Some((i, off, end)) = range.filter(|_| self.in_place_reads) {
+            let data = RegionRef {
+                mr: i,
+                key: rkey,
+                off,
+                len: end - off,
+            };
+            self.out.push_back((qp, Outgoing::ReadResp { id, data }));
+            return;
+        }
+        let data = range.and_then(|(i, off, end)| {
+            self.staged(RegionRef {
+                mr: i,
+                key: rkey,
+                off,
+                len: end - off,
+            })
         });
         let (status, data) = match data {
             Some(d) => (WcStatus::SUCCESS, d),
@@ -851,9 +912,7 @@ impl Nic {
                 (WcStatus::REM_ACCESS_ERR, Vec::new())
             }
         };
-        self.stats.reads_served += 1;
-        self.out
-            .push_back((qp, Frame::ReadResp { id, status, data }));
+        self.push_out((qp, Frame::ReadResp { id, status, data }));
     }
 
     fn finish_read(&mut self, id: u64, status: WcStatus, data: &[u8]) {
@@ -981,7 +1040,7 @@ impl Nic {
                     let mut fin = Vec::with_capacity(tm_proto::FIN_LEN);
                     fin.extend_from_slice(&tmh.fin_reply().to_bytes());
                     fin.extend_from_slice(&rvh.to_bytes());
-                    self.out.push_back((
+                    self.push_out((
                         qp,
                         Frame::Send {
                             imm: None,
@@ -1235,7 +1294,7 @@ impl Nic {
                         rvh,
                     },
                 );
-                self.out.push_back((
+                self.push_out((
                     qp,
                     Frame::ReadReq {
                         id,

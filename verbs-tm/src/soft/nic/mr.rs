@@ -1,7 +1,7 @@
 //! Memory regions of the software device: registration, access by the
 //! driver, scatter of arriving data, and the pool of large payload buffers.
 
-use super::{MrEntry, Nic};
+use super::{MrEntry, Nic, RegionRef};
 use crate::verbs::{errno, Sge, WcStatus, IBV_ACCESS_LOCAL_WRITE};
 use crate::{Error, Mr, Result};
 
@@ -76,6 +76,27 @@ impl Nic {
         }
         let end = off.checked_add(len)?;
         m.buf.get_mut(off..end)
+    }
+
+    /// The bytes a READ response refers to; `None` if the region is gone
+    /// (or was registered again) or the range is outside it.
+    pub fn region(&self, r: &RegionRef) -> Option<&[u8]> {
+        let m = self.mrs.get(r.mr as usize)?.as_ref()?;
+        if m.key != r.key {
+            return None;
+        }
+        m.buf.get(r.off..r.off.checked_add(r.len)?)
+    }
+
+    /// A READ response's data copied out of its region into a payload
+    /// buffer (counted in [`super::NicStats::read_bytes_staged`]).
+    pub fn staged(&mut self, r: RegionRef) -> Option<Vec<u8>> {
+        self.region(&r)?;
+        let mut v = self.buf(r.len);
+        let src = self.region(&r)?;
+        v.extend_from_slice(src);
+        self.stats.read_bytes_staged += r.len as u64;
+        Some(v)
     }
 
     pub fn reg_mr(
