@@ -502,11 +502,27 @@ fn run_suite(
     filter: &[String],
     tally: &mut Tally,
 ) {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1)
-        ^ u64::from(std::process::id());
+    // A seed given in the environment replays a failed stress run.
+    let seed = match std::env::var("TMX_STRESS_SEED") {
+        Ok(v) => match v.parse::<u64>() {
+            Ok(s) => s,
+            Err(_) => {
+                println!(
+                    "test {}::stress ... FAILED (TMX_STRESS_SEED={v:?} is not a number)",
+                    hosts.label()
+                );
+                tally.failed += 1;
+                return;
+            }
+        },
+        Err(_) => {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                ^ u64::from(std::process::id())
+        }
+    };
     let exes: Vec<PathBuf> = bins.iter().map(|(_, p)| p.clone()).collect();
     for j in jobs(seed) {
         let name = format!("{}::{}", hosts.label(), j.name);
