@@ -21,6 +21,19 @@
 //!   frame nobody will run while the helper loops idle: loom reports a
 //!   run that never ends, "exceeded maximum number of branches", which
 //!   the two models above, with the same threads and waits, never hit).
+//! - `stop_between_drain_and_poll_ends_the_helper`: the wake-up descriptor
+//!   (`WakePipe`) modelled as a count of unread bytes and poll(2) on it as
+//!   a wait for a byte; the helper runs `helper_loop` with `Live`'s wait
+//!   (`Handoff::drain_wake`, then poll) and no socket ready, while the
+//!   owner signals one change of what to watch and then drops the device
+//!   (`Handoff::stop_and_wake`); the helper ends in every interleaving.
+//! - Negative control `stop_flag_read_before_drain_is_rejected`: the same
+//!   with the stop flag read before the drain
+//!   (`Handoff::drain_wake_checked_first`, the order before the fix): a
+//!   stop between the read and the drain loses its byte to the drain, the
+//!   helper polls for good and the owner would hang in join; loom must
+//!   find that execution (the owner asserts that the helper is not in poll
+//!   with no byte left).
 
 #![allow(clippy::unwrap_used)]
 
@@ -28,7 +41,7 @@ use std::collections::VecDeque;
 
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
-use verbs_tm::soft::handoff::{helper_loop, helper_loop_edge, Handoff, HelperWorld};
+use verbs_tm::soft::handoff::{helper_loop, helper_loop_edge, Handoff, HelperWorld, WakePipe};
 
 struct Model {
     /// Frames the kernel holds for us; `ready` is poll(2)'s readiness.
@@ -152,4 +165,127 @@ fn owner_polling_throughout_also_serves_everything() {
 #[should_panic(expected = "maximum number of branches")]
 fn edge_triggered_helper_is_rejected() {
     loom::model(|| scenario(true, 1));
+}
+
+/// The wake-up descriptor and what the owner sees of the helper.
+#[derive(Default)]
+struct PipeState {
+    /// Bytes written and not read yet.
+    bytes: usize,
+    /// The helper is in poll(2) on the descriptor.
+    polling: bool,
+    /// The helper loop returned.
+    exited: bool,
+}
+
+struct Pipe {
+    state: Mutex<PipeState>,
+    /// Wakes the helper's poll.
+    readable: Condvar,
+    /// Wakes the owner watching the helper.
+    changed: Condvar,
+}
+
+impl WakePipe for Pipe {
+    fn signal(&self) {
+        self.state.lock().unwrap().bytes += 1;
+        self.readable.notify_all();
+    }
+
+    fn drain(&self) {
+        self.state.lock().unwrap().bytes = 0;
+    }
+}
+
+struct WakeModel {
+    pipe: Pipe,
+    handoff: Handoff,
+}
+
+struct PipeWorld {
+    m: Arc<WakeModel>,
+    checked_first: bool,
+}
+
+impl HelperWorld for PipeWorld {
+    fn wait_idle(&mut self) {
+        thread::yield_now();
+    }
+
+    /// `LiveWorld::wait_ready` with no socket ready: the drain and the stop
+    /// flag, then poll(2) without timeout, which returns once a byte is
+    /// there (and does not read it).
+    fn wait_ready(&mut self) -> bool {
+        let (h, pipe) = (&self.m.handoff, &self.m.pipe);
+        let go_on = if self.checked_first {
+            h.drain_wake_checked_first(pipe)
+        } else {
+            h.drain_wake(pipe)
+        };
+        if go_on {
+            let mut st = pipe.state.lock().unwrap();
+            st.polling = true;
+            pipe.changed.notify_all();
+            while st.bytes == 0 {
+                st = pipe.readable.wait(st).unwrap();
+            }
+            st.polling = false;
+        }
+        false
+    }
+
+    fn step(&mut self) {}
+}
+
+fn stop_scenario(checked_first: bool) {
+    let m = Arc::new(WakeModel {
+        pipe: Pipe {
+            state: Mutex::new(PipeState::default()),
+            readable: Condvar::new(),
+            changed: Condvar::new(),
+        },
+        handoff: Handoff::new(),
+    });
+    let helper = {
+        let m = Arc::clone(&m);
+        thread::spawn(move || {
+            let mut w = PipeWorld {
+                m: Arc::clone(&m),
+                checked_first,
+            };
+            helper_loop(&m.handoff, &mut w);
+            m.pipe.state.lock().unwrap().exited = true;
+            m.pipe.changed.notify_all();
+        })
+    };
+    // `Core::publish`: a change of what to watch, signalled.
+    m.pipe.signal();
+    // `Drop for Live`: stop, then join. Nobody writes a byte after the
+    // stop's, so a helper in poll with no byte left never returns: the
+    // join would hang (asserted here, on the owner's thread, rather than
+    // left to loom's deadlock check, which may fire on the helper's
+    // thread, where a panic aborts the test binary).
+    m.handoff.stop_and_wake(&m.pipe);
+    {
+        let mut st = m.pipe.state.lock().unwrap();
+        while !st.exited {
+            assert!(
+                !(st.polling && st.bytes == 0),
+                "lost wake-up: the helper polls with no byte left after the stop"
+            );
+            st = m.pipe.changed.wait(st).unwrap();
+        }
+    }
+    helper.join().unwrap();
+}
+
+#[test]
+fn stop_between_drain_and_poll_ends_the_helper() {
+    loom::model(|| stop_scenario(false));
+}
+
+#[test]
+#[should_panic(expected = "lost wake-up")]
+fn stop_flag_read_before_drain_is_rejected() {
+    loom::model(|| stop_scenario(true));
 }

@@ -39,10 +39,19 @@
 //! readiness is level-triggered, so a frame that arrived after the owner's
 //! last poll keeps its socket ready until someone runs the device, and the
 //! helper does once the owner has been idle for one idle time.
-//! [`Handoff::stop`] ends the helper (finalize, drop).
+//! [`Handoff::stop_and_wake`] ends the helper (finalize, drop).
+//!
+//! The wake-up descriptor ([`WakePipe`]) is drained before each blocking
+//! wait, so that bytes already seen do not wake it again. A stop whose byte
+//! that drain takes must still end the helper: the helper reads the stop
+//! flag after the drain ([`Handoff::drain_wake`]), and a stop sets the flag
+//! before it writes the byte, so either the helper sees the flag or the
+//! byte is still there when it blocks.
 //!
 //! `tests/loom.rs` checks this protocol ([`helper_loop`] with a model of the
-//! sockets) and a variant that loses the wake-up (`helper_loop_edge`).
+//! sockets; [`Handoff::drain_wake`] and [`Handoff::stop_and_wake`] with a
+//! model of the wake-up descriptor) and two variants that lose a wake-up
+//! (`helper_loop_edge`, `Handoff::drain_wake_checked_first`).
 
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
@@ -65,6 +74,16 @@ pub trait HelperWorld {
     fn wait_ready(&mut self) -> bool;
     /// Runs the device once, under its lock.
     fn step(&mut self);
+}
+
+/// The helper's wake-up descriptor: a byte written to it makes the
+/// helper's blocking wait return; the helper reads what is there before it
+/// blocks again. A socket pair for `Live`, a counter for loom.
+pub trait WakePipe {
+    /// Writes a byte (never blocks: a full pipe wakes the helper already).
+    fn signal(&self);
+    /// Reads every byte written so far (never blocks).
+    fn drain(&self);
 }
 
 impl Handoff {
@@ -96,6 +115,32 @@ impl Handoff {
     /// Whether [`Handoff::stop`] was called.
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// Tells the helper to end and wakes it: the flag first, then the
+    /// byte (see [`Handoff::drain_wake`]).
+    pub fn stop_and_wake<P: WakePipe + ?Sized>(&self, pipe: &P) {
+        self.stop();
+        pipe.signal();
+    }
+
+    /// The helper, before it blocks on `pipe`: drains it, then reads the
+    /// stop flag; `false`: stopped, do not block. A stop whose byte the
+    /// drain took set its flag before, so it is seen here; a stop after the
+    /// read leaves its byte for the blocking wait.
+    pub fn drain_wake<P: WakePipe + ?Sized>(&self, pipe: &P) -> bool {
+        pipe.drain();
+        !self.stopped()
+    }
+
+    /// A broken variant, for the loom negative control only: the stop flag
+    /// read before the drain, so a stop between the two loses its byte to
+    /// the drain and the helper blocks for good.
+    #[doc(hidden)]
+    pub fn drain_wake_checked_first<P: WakePipe + ?Sized>(&self, pipe: &P) -> bool {
+        let go_on = !self.stopped();
+        pipe.drain();
+        go_on
     }
 }
 

@@ -3,7 +3,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, IoSliceMut, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
@@ -17,7 +16,7 @@ mod poller;
 
 pub use self::conn::WireStats;
 use self::conn::{Conn, Direct, Phase};
-use self::helper::{LiveWorld, Signals, Timer, Watch};
+use self::helper::{LiveWorld, Pipe, Signals, Timer, Watch};
 use self::poller::{Poller, Ready, LINGER};
 use super::handoff::{helper_loop, Handoff};
 use super::nic::{Frame, FrameRef, Nic, NicStats, Outgoing, Rnr};
@@ -820,10 +819,6 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-
-    fn wake(&self) {
-        self.sig.wake();
-    }
 }
 
 /// The software device over TCP.
@@ -893,11 +888,6 @@ impl Live {
             local.ip()
         };
         let addr = SocketAddr::new(ip, local.port());
-        let (wake_w, wake_r) = UnixStream::pair().map_err(|e| Error::io("wake-up pipe", e))?;
-        for s in [&wake_w, &wake_r] {
-            s.set_nonblocking(true)
-                .map_err(|e| Error::io("wake-up pipe", e))?;
-        }
         let sig = Arc::new(Signals {
             gen: AtomicU64::new(0),
             out: AtomicU64::new(0),
@@ -905,7 +895,7 @@ impl Live {
             deadline: AtomicU64::new(u64::MAX),
             base: Instant::now(),
             watching: AtomicU64::new(u64::MAX),
-            wake: wake_w,
+            wake: Pipe::new().map_err(|e| Error::io("wake-up pipe", e))?,
             helper_wakes: AtomicU64::new(0),
             helper_steps: AtomicU64::new(0),
             timer: Timer::new(cfg.helper_idle).map_err(|e| Error::io("helper timer", e))?,
@@ -943,7 +933,6 @@ impl Live {
         let helper = if cfg.helper {
             let mut world = LiveWorld {
                 shared: Arc::clone(&shared),
-                wake: wake_r,
                 idle: cfg.helper_idle,
                 gen: None,
                 socks: Vec::new(),
@@ -1032,8 +1021,7 @@ impl Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        self.shared.handoff.stop();
-        self.shared.wake();
+        self.shared.handoff.stop_and_wake(&self.shared.sig.wake);
         if let Some(h) = self.helper.take() {
             let _ = h.join();
         }

@@ -16,7 +16,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use tracing::debug;
 
-use super::super::handoff::HelperWorld;
+use super::super::handoff::{HelperWorld, WakePipe};
 use super::{Core, Phase, Shared};
 
 /// What the helper thread must watch: published by the device (the owner
@@ -46,7 +46,7 @@ pub(super) struct Signals {
     /// The output bits the helper is blocked on (`u64::MAX` while it is not
     /// blocked: it reads [`Signals::out`] again before it blocks).
     pub(super) watching: AtomicU64,
-    pub(super) wake: UnixStream,
+    pub(super) wake: Pipe,
     pub(super) helper_wakes: AtomicU64,
     pub(super) helper_steps: AtomicU64,
     pub(super) timer: Timer,
@@ -117,9 +117,39 @@ impl Timer {
     }
 }
 
+/// The wake-up descriptor: a nonblocking socket pair, the owner's end and
+/// the helper's.
+#[derive(Debug)]
+pub(super) struct Pipe {
+    pub(super) tx: UnixStream,
+    pub(super) rx: UnixStream,
+}
+
+impl Pipe {
+    pub(super) fn new() -> std::io::Result<Self> {
+        let (tx, rx) = UnixStream::pair()?;
+        tx.set_nonblocking(true)?;
+        rx.set_nonblocking(true)?;
+        Ok(Pipe { tx, rx })
+    }
+}
+
+impl WakePipe for Pipe {
+    fn signal(&self) {
+        // A full socket (`WouldBlock`) holds bytes the helper has not read:
+        // it wakes anyway.
+        let _ = (&self.tx).write(&[1]);
+    }
+
+    fn drain(&self) {
+        let mut b = [0u8; 64];
+        while matches!((&self.rx).read(&mut b), Ok(n) if n > 0) {}
+    }
+}
+
 impl Signals {
     pub(super) fn wake(&self) {
-        let _ = (&self.wake).write(&[1]);
+        self.wake.signal();
     }
 
     pub(super) fn ms(&self, t: Instant) -> u64 {
@@ -187,7 +217,6 @@ impl Core {
 /// The helper thread's view of the device.
 pub(super) struct LiveWorld {
     pub(super) shared: Arc<Shared>,
-    pub(super) wake: UnixStream,
     pub(super) idle: Duration,
     pub(super) gen: Option<u64>,
     pub(super) socks: Vec<(TcpStream, usize)>,
@@ -204,11 +233,6 @@ fn timeout(d: Option<Duration>) -> PollTimeout {
 }
 
 impl LiveWorld {
-    fn drain_wake(&self) {
-        let mut b = [0u8; 64];
-        while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
-    }
-
     fn woke(&self) {
         self.shared.sig.helper_wakes.fetch_add(1, Ordering::Relaxed);
     }
@@ -256,9 +280,10 @@ impl HelperWorld for LiveWorld {
     /// does at its first call while the helper waits), until the owner has
     /// not called in for an idle time.
     fn wait_idle(&mut self) {
-        let timer = &self.shared.sig.timer;
+        let sig = &self.shared.sig;
+        let timer = &sig.timer;
         timer.wanted.store(true, Ordering::SeqCst);
-        let wake = PollFd::new(self.wake.as_fd(), PollFlags::POLLIN);
+        let wake = PollFd::new(sig.wake.rx.as_fd(), PollFlags::POLLIN);
         let signalled = if matches!(timer.fd.get(), Ok(Some(_))) {
             // Armed: the owner pushes it back while it calls in.
             let mut fds = [wake, PollFd::new(timer.fd.as_fd(), PollFlags::POLLIN)];
@@ -278,17 +303,15 @@ impl HelperWorld for LiveWorld {
         if signalled {
             // A signal: what it announces is published, and read again
             // before the next wait.
-            self.drain_wake();
+            self.shared.sig.wake.drain();
         }
     }
 
     fn wait_ready(&mut self) -> bool {
         let sig = Arc::clone(&self.shared.sig);
-        self.drain_wake();
-        // A stop signalled before the drain lost its wake-up byte to it:
-        // read the flag after draining (a stop after this read leaves its
-        // byte for the poll below).
-        if self.shared.handoff.stopped() {
+        // The drain, then the stop flag (a stop after it leaves its byte
+        // for the poll below; loom-checked).
+        if !self.shared.handoff.drain_wake(&sig.wake) {
             return false;
         }
         self.refresh();
@@ -311,7 +334,7 @@ impl HelperWorld for LiveWorld {
             let at = sig.base + Duration::from_millis(deadline);
             at.saturating_duration_since(Instant::now())
         });
-        let mut fds = vec![PollFd::new(self.wake.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(sig.wake.rx.as_fd(), PollFlags::POLLIN)];
         if let Some(l) = self.listener.as_ref().filter(|_| accepting) {
             fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
         }
