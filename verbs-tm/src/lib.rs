@@ -137,6 +137,7 @@ mod error;
 #[cfg(feature = "ibverbs")]
 #[allow(unsafe_code)]
 pub mod ibverbs;
+mod pool;
 mod provider;
 pub mod soft;
 mod sync;

@@ -8,6 +8,8 @@
 //! `munmap` per message, and a page fault for every page the copy or the
 //! READ touches.
 
+use crate::pool::BufPool;
+
 /// Buffers kept.
 const KEEP: usize = 4;
 /// Smallest buffer worth keeping (and taken from the spares): below it
@@ -18,13 +20,23 @@ pub(super) const MIN: usize = 64 << 10;
 const MAX: usize = 16 << 20;
 
 /// The spare buffers and their counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Spare {
-    bufs: Vec<Vec<u8>>,
+    bufs: BufPool,
     /// Temporaries taken from the spares.
     pub(super) reused: u64,
     /// Temporaries allocated because no spare held them.
     pub(super) allocs: u64,
+}
+
+impl Default for Spare {
+    fn default() -> Self {
+        Spare {
+            bufs: BufPool::new(KEEP, MIN, MAX),
+            reused: 0,
+            allocs: 0,
+        }
+    }
 }
 
 impl Spare {
@@ -52,16 +64,9 @@ impl Spare {
     /// (empty, with that capacity).
     fn take(&mut self, len: usize) -> Vec<u8> {
         if len >= MIN {
-            let fit = self
-                .bufs
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| v.capacity() >= len)
-                .min_by_key(|(_, v)| v.capacity())
-                .map(|(i, _)| i);
-            if let Some(i) = fit {
+            if let Some(v) = self.bufs.take_fit(len) {
                 self.reused += 1;
-                return self.bufs.swap_remove(i);
+                return v;
             }
             self.allocs += 1;
         }
@@ -71,23 +76,7 @@ impl Spare {
     /// Keeps a temporary that came back (a full set keeps the larger
     /// buffers); contents are not cleared.
     pub(super) fn put(&mut self, v: Vec<u8>) {
-        if !(MIN..=MAX).contains(&v.capacity()) {
-            return;
-        }
-        if self.bufs.len() < KEEP {
-            self.bufs.push(v);
-            return;
-        }
-        let smallest = self
-            .bufs
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, b)| b.capacity())
-            .filter(|(_, b)| b.capacity() < v.capacity())
-            .map(|(i, _)| i);
-        if let Some(i) = smallest {
-            self.bufs[i] = v;
-        }
+        self.bufs.put(v);
     }
 }
 
@@ -131,13 +120,12 @@ mod tests {
         }
         s.put(Vec::with_capacity(MIN / 2 + MIN));
         s.put(Vec::with_capacity(10 * MIN));
-        let mut caps: Vec<usize> = s.bufs.iter().map(Vec::capacity).collect();
-        caps.sort_unstable();
+        let caps = s.bufs.capacities();
         assert_eq!(caps.len(), KEEP);
         assert!(caps[0] >= 2 * MIN, "the smallest was replaced: {caps:?}");
         assert!(caps[KEEP - 1] >= 10 * MIN);
         // Larger than the largest kept: freed.
         s.put(Vec::with_capacity(MAX + 1));
-        assert!(s.bufs.iter().all(|b| b.capacity() <= MAX));
+        assert!(s.bufs.capacities().iter().all(|&c| c <= MAX));
     }
 }

@@ -182,7 +182,7 @@ pub(crate) struct Nic {
     stats: NicStats,
     /// Payload buffers given back by the driver once written or copied,
     /// for the next READ response or SEND (no allocation, no page faults).
-    pool: Vec<Vec<u8>>,
+    pool: crate::pool::BufPool,
 }
 
 /// Where a READ response's data is: in the frame, or already written to
@@ -218,7 +218,7 @@ impl Nic {
             in_place_reads: false,
             misuse: Vec::new(),
             stats: NicStats::default(),
-            pool: Vec::new(),
+            pool: crate::pool::BufPool::new(mr::POOL_BUFS, mr::MIN_CAP, mr::POOL_MAX),
         }
     }
 

@@ -6,38 +6,24 @@ use crate::verbs::{errno, Sge, WcStatus, IBV_ACCESS_LOCAL_WRITE};
 use crate::{Error, Mr, Result};
 
 /// Buffers kept in the pool.
-const POOL_BUFS: usize = 16;
+pub(super) const POOL_BUFS: usize = 16;
 /// Largest buffer kept in the pool.
-const POOL_MAX: usize = 16 << 20;
+pub(super) const POOL_MAX: usize = 16 << 20;
 /// Smallest capacity a payload buffer is allocated with (eager messages
 /// of different sizes then share pooled buffers).
-const MIN_CAP: usize = 4 << 10;
+pub(super) const MIN_CAP: usize = 4 << 10;
 
 impl Nic {
     /// An empty buffer for a payload of `len` bytes: the smallest pooled
     /// buffer that holds it, else the largest pooled one grown, else a new
     /// one.
     pub(super) fn buf(&mut self, len: usize) -> Vec<u8> {
-        let fit = self
-            .pool
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.capacity() >= len)
-            .min_by_key(|(_, v)| v.capacity())
-            .map(|(i, _)| i);
-        if let Some(i) = fit {
+        if let Some(v) = self.pool.take_fit(len) {
             self.stats.staging_reused += 1;
-            return self.pool.swap_remove(i);
+            return v;
         }
         self.stats.staging_allocs += 1;
-        let largest = self
-            .pool
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, v)| v.capacity())
-            .map(|(i, _)| i);
-        if let Some(i) = largest {
-            let mut v = self.pool.swap_remove(i);
+        if let Some(mut v) = self.pool.take_largest() {
             v.reserve(len);
             return v;
         }
@@ -47,23 +33,9 @@ impl Nic {
     /// Takes back a payload buffer the driver has written or copied. A full
     /// pool keeps the larger buffers.
     pub fn recycle(&mut self, mut v: Vec<u8>) {
-        if !(MIN_CAP..=POOL_MAX).contains(&v.capacity()) {
-            return;
-        }
-        v.clear();
-        if self.pool.len() < POOL_BUFS {
-            self.pool.push(v);
-            return;
-        }
-        let smallest = self
-            .pool
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, b)| b.capacity())
-            .filter(|(_, b)| b.capacity() < v.capacity())
-            .map(|(i, _)| i);
-        if let Some(i) = smallest {
-            self.pool[i] = v;
+        if self.pool.keeps(v.capacity()) {
+            v.clear();
+            self.pool.put(v);
         }
     }
 
