@@ -618,19 +618,21 @@ fn lent_receives_deferred_in_order() {
             ep.send(peer, 6, 4, &data(5, 8)).unwrap();
             gate.wait();
         } else {
-            let mut mem = vec![[0u8; 8]; 5];
+            let mut mem = [[0u8; 8]; 5];
             let p: Vec<*mut u8> = mem.iter_mut().map(|m| m.as_mut_ptr()).collect();
             let any_tag = MatchSpec {
                 tag: tm_proto::Tag::Any,
                 ..spec(peer, 0)
             };
-            // SAFETY (every lent receive below): `mem` outlives the
-            // receives, each gets its own 8 bytes, and nothing touches
-            // them until the receive has completed.
+            // Every lent receive below: `mem` outlives the receives, each
+            // gets its own 8 bytes, and nothing touches them until the
+            // receive has completed.
+            // SAFETY: lent as said above.
             let a = match unsafe { ep.irecv_or_done_lent(spec(peer, 5), p[0], 8) }.unwrap() {
                 Started::Pending(r) => r,
                 Started::Done(d) => panic!("nothing was sent yet: {d:?}"),
             };
+            // SAFETY: lent as said above.
             let b = match unsafe { ep.irecv_or_done_lent(any_tag, p[1], 8) }.unwrap() {
                 Started::Pending(r) => r,
                 Started::Done(d) => panic!("nothing was sent yet: {d:?}"),
@@ -644,6 +646,7 @@ fn lent_receives_deferred_in_order() {
             }
             // Tag 5 (1) goes to `a`, tag 7 (2) to `b` (any tag), and the
             // later receive takes tag 5 (3), never (1).
+            // SAFETY: lent as said above.
             match unsafe { ep.irecv_or_done_lent(spec(peer, 5), p[2], 8) }.unwrap() {
                 Started::Done(Ok(st)) => assert_eq!((st.tag, st.len), (5, 8)),
                 other => panic!("the message was in the ring: {other:?}"),
@@ -657,6 +660,7 @@ fn lent_receives_deferred_in_order() {
             // A deferred receive for tag 6, then tag 5 (4) and tag 6 (5)
             // arrive: the later tag-5 receive posts it and takes (4); (5)
             // is the older receive's.
+            // SAFETY: lent as said above.
             let c = match unsafe { ep.irecv_or_done_lent(spec(peer, 6), p[3], 8) }.unwrap() {
                 Started::Pending(r) => r,
                 Started::Done(d) => panic!("nothing was sent yet: {d:?}"),
@@ -664,6 +668,7 @@ fn lent_receives_deferred_in_order() {
             assert_eq!(ep.matching.deferred_len(), 1);
             gate.wait();
             gate.wait();
+            // SAFETY: lent as said above.
             let r = unsafe { ep.irecv_or_done_lent(spec(peer, 5), p[4], 8) }.unwrap();
             assert_eq!(ep.matching.deferred_len(), 0);
             let st = match r {
