@@ -3,7 +3,8 @@
 //! One thread drives two endpoints of one segment (rank 0 sends, rank 1
 //! receives), so every run is deterministic: a program of sends, nonblocking
 //! receives (`irecv_or_done`, alone or after `recv_arrived` as the adi
-//! makes them, exact or `ANY_TAG`), probes, cancels, plain
+//! makes them, into an owned buffer or lent memory, exact or `ANY_TAG`),
+//! probes, cancels, plain
 //! `irecv`s and progress passes, then a drain with `ANY_TAG` receives. The
 //! outcome is checked against the rules, not against one schedule:
 //!
@@ -46,6 +47,11 @@ enum Op {
     PlainIrecv {
         tag: Option<u32>,
     },
+    /// As the adi makes one into lent memory: `recv_arrived`, then
+    /// `irecv_or_done_lent` if it declines.
+    LentIrecv {
+        tag: Option<u32>,
+    },
     Probe {
         tag: Option<u32>,
     },
@@ -64,6 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => tag.clone().prop_map(|tag| Op::Irecv { tag }),
         4 => tag.clone().prop_map(|tag| Op::ArrivedIrecv { tag }),
         1 => tag.clone().prop_map(|tag| Op::PlainIrecv { tag }),
+        3 => tag.clone().prop_map(|tag| Op::LentIrecv { tag }),
         1 => tag.prop_map(|tag| Op::Probe { tag }),
         1 => (0usize..16).prop_map(|k| Op::Cancel { k }),
         2 => Just(Op::Progress),
@@ -99,6 +106,8 @@ enum How {
     OrDone,
     /// `recv_arrived`, then `irecv_or_done` if it declines.
     Arrived,
+    /// `recv_arrived`, then `irecv_or_done_lent` if it declines.
+    Lent,
 }
 
 struct Recv {
@@ -109,6 +118,8 @@ struct Recv {
     /// Message index it got.
     got: Option<usize>,
     cancelled: bool,
+    /// The memory lent to a pending `irecv_or_done_lent` receive.
+    lent: Option<Box<[u8]>>,
 }
 
 struct Probe {
@@ -157,6 +168,10 @@ fn harvest(e1: &mut Endpoint, recvs: &mut [Recv], msgs: &[(u32, usize)]) {
         rv.req = None;
         if st.cancelled {
             rv.cancelled = true;
+        } else if let Some(mem) = rv.lent.take() {
+            // Written in place; the feed hands back no buffer.
+            assert!(f.buf.is_empty());
+            record(rv, &st, &mem, msgs);
         } else {
             record(rv, &st, &f.buf, msgs);
         }
@@ -192,8 +207,28 @@ fn run(ops: &[Op], defer: bool) -> u64 {
             req: None,
             got: None,
             cancelled: false,
+            lent: None,
         };
-        if how == How::Plain {
+        if how == How::Lent {
+            let mut mem = buf.into_boxed_slice();
+            if let Some(st) = e1.recv_arrived(spec(tag), &mut mem).unwrap() {
+                record(&mut rv, &st, &mem, msgs);
+            } else {
+                // SAFETY: the box's 300 bytes stay allocated, and are
+                // neither read nor written here, until the receive has
+                // finished (`harvest` takes them back then; every receive
+                // finishes before the endpoints are finalized).
+                match unsafe { e1.irecv_or_done_lent(spec(tag), mem.as_mut_ptr(), mem.len()) }
+                    .unwrap()
+                {
+                    Started::Pending(r) => {
+                        rv.req = Some(r);
+                        rv.lent = Some(mem);
+                    }
+                    Started::Done(st) => record(&mut rv, &st.unwrap(), &mem, msgs),
+                }
+            }
+        } else if how == How::Plain {
             rv.req = Some(e1.irecv(spec(tag), buf).unwrap());
         } else if let Some(st) = (how == How::Arrived)
             .then(|| e1.recv_arrived(spec(tag), &mut buf).unwrap())
@@ -226,6 +261,7 @@ fn run(ops: &[Op], defer: bool) -> u64 {
                 post(&mut e1, &mut recvs, &msgs, tag, step, How::Arrived);
             }
             Op::PlainIrecv { tag } => post(&mut e1, &mut recvs, &msgs, tag, step, How::Plain),
+            Op::LentIrecv { tag } => post(&mut e1, &mut recvs, &msgs, tag, step, How::Lent),
             Op::Probe { tag } => {
                 let saw = e1.iprobe(spec(tag)).unwrap().map(|st| (st.tag, st.len));
                 probes.push(Probe {

@@ -124,6 +124,19 @@ impl Endpoint {
         spec: MatchSpec,
         buf: Vec<u8>,
     ) -> core::result::Result<RecvRequest, Vec<u8>> {
+        self.defer_into(spec, ReqBuf::Owned(buf))
+            .map_err(ReqBuf::into_vec)
+    }
+
+    /// [`Endpoint::defer`] of a receive into `buf`, an owned buffer or lent
+    /// memory ([`Endpoint::irecv_or_done_lent`]); `buf` back, nothing
+    /// changed, when the model refuses.
+    #[inline]
+    pub(super) fn defer_into(
+        &mut self,
+        spec: MatchSpec,
+        buf: ReqBuf,
+    ) -> core::result::Result<RecvRequest, ReqBuf> {
         let key = self.next_id;
         let Ok(id) = self.matching.defer(spec, key) else {
             return Err(buf);
@@ -131,7 +144,7 @@ impl Endpoint {
         self.next_id += 1;
         let req = Req {
             spec,
-            buf: ReqBuf::Owned(buf),
+            buf,
             done: None,
             id: Some(id),
             user: true,
@@ -190,9 +203,14 @@ impl Endpoint {
             let mut buf = match &mut req.buf {
                 ReqBuf::Owned(v) => core::mem::take(v),
                 ReqBuf::Caller => Vec::new(),
-                // Never deferred (`irecv_or_done_lent` posts): posted now.
-                ReqBuf::Lent(_) => {
-                    self.post_deferred()?;
+                // Lent memory, written in place (out of line: the owned
+                // path below stays as it was).
+                ReqBuf::Lent(lent) => {
+                    let lent = *lent;
+                    if self.take_deferred_lent(key, spec, lent)? {
+                        done += 1;
+                        continue;
+                    }
                     return Ok(done);
                 }
             };
@@ -253,6 +271,48 @@ impl Endpoint {
             }
         }
         Ok(done)
+    }
+
+    /// [`Endpoint::take_deferred`]'s step for the oldest deferred receive
+    /// `key` when it receives into lent memory `lent`
+    /// ([`Endpoint::irecv_or_done_lent`]): the message at the front of the
+    /// ring is copied into that memory as into an owned buffer, and the
+    /// receive completes with an empty buffer (as a posted lent receive
+    /// does). `false` when the front message is not one it may take
+    /// directly: then every deferred receive has been posted.
+    #[inline(never)]
+    fn take_deferred_lent(&mut self, key: u64, spec: MatchSpec, lent: Lent) -> Result<bool> {
+        // SAFETY: the lender's contract (`irecv_or_done_lent`): the memory
+        // stays valid, and untouched by anyone else, until this pending
+        // receive completes; the request only records its address, so
+        // this slice is the only reference to it while it lives (to the
+        // end of this function).
+        let buf = unsafe { lent.bytes() };
+        let taker = Taker::Deferred(spec);
+        let taken = match self.take_front(taker, buf) {
+            Ok(Some(st)) => Ok(Some(Ok(st))),
+            Ok(None) => self.take_now(taker, buf),
+            Err(e) => Err(e),
+        };
+        match taken? {
+            Some(result) => {
+                if self.feed.is_empty() {
+                    self.requests.remove(key);
+                    self.finished.push(RecvFinished {
+                        id: key,
+                        result: boxed(result),
+                        buf: Vec::new(),
+                    });
+                } else {
+                    self.finish_recv_with(key, result, None);
+                }
+                Ok(true)
+            }
+            None => {
+                self.post_deferred()?;
+                Ok(false)
+            }
+        }
     }
 
     /// Moves every deferred receive into the model's posted queue, oldest

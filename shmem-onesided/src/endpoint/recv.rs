@@ -324,7 +324,10 @@ impl Endpoint {
     /// CMA one read into it). [`Started::Done`] holds the result of a
     /// receive that completed in the call; a pending request completes as
     /// an [`Endpoint::irecv`] one does, reported with an empty buffer.
-    /// Never deferred.
+    /// Deferred as [`Endpoint::irecv_or_done`] defers (the front message
+    /// is then copied into the lent memory when the receive takes it), so
+    /// that a window of receives made before their messages costs no post
+    /// each and the message of a later receive can be taken directly.
     ///
     /// # Safety
     ///
@@ -342,20 +345,25 @@ impl Endpoint {
         len: usize,
     ) -> Result<Started<RecvRequest, Result<Status>>> {
         self.check_source(spec)?;
-        if self.matching.deferred_len() != 0 {
-            // Older deferred receives first (as `irecv_or_done`); this one
-            // never joins them, so those still waiting are posted.
-            if !self.deferred_quiet() {
-                self.take_deferred()?;
-            }
-            if self.matching.deferred_len() != 0 {
-                self.post_deferred()?;
-            }
-        }
         let lent = Lent {
             addr: ptr as usize,
             len,
         };
+        if self.matching.deferred_len() != 0 {
+            // Older deferred receives first, then this one joins those
+            // still waiting or they are posted (as in `irecv_or_done`).
+            if !self.deferred_quiet() {
+                self.take_deferred()?;
+            }
+            if self.matching.deferred_len() != 0 {
+                if self.may_defer(spec, len) {
+                    if let Ok(req) = self.defer_into(spec, ReqBuf::Lent(lent)) {
+                        return Ok(Started::Pending(req));
+                    }
+                }
+                self.post_deferred()?;
+            }
+        }
         {
             // SAFETY: the caller's contract; no request holds this memory
             // yet, so this slice is the only reference to it.
@@ -365,6 +373,15 @@ impl Endpoint {
             self.defer_cma_of_posted = false;
             if let Some(result) = drained? {
                 return Ok(Started::Done(result));
+            }
+        }
+        if self.may_defer(spec, len) {
+            if let Source::Rank(s) = spec.source {
+                if self.ring_empty(s) {
+                    if let Ok(req) = self.defer_into(spec, ReqBuf::Lent(lent)) {
+                        return Ok(Started::Pending(req));
+                    }
+                }
             }
         }
         if !self.advertisable(spec, len) {

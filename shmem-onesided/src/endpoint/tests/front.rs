@@ -594,3 +594,92 @@ fn arrival_watch_sees_headers_at_the_next_index() {
         ep.finalize().unwrap();
     });
 }
+
+/// Receives into lent memory are deferred as owned ones are, and keep
+/// MPI's order: with two earlier lent receives deferred (one for any tag)
+/// and their messages and a later receive's message all in the ring, the
+/// later receive completes each older one with its own message first,
+/// then takes the next; a front message the oldest deferred receive does
+/// not match posts them all, and the later receive still takes only what
+/// no older one matches.
+#[test]
+fn lent_receives_deferred_in_order() {
+    let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+    pair("lentdefer", move |me, mut ep| {
+        let peer = 1 - me;
+        if me == 1 {
+            gate.wait();
+            for (k, tag) in [(1u32, 5u32), (2, 7), (3, 5)] {
+                ep.send(peer, tag, 4, &data(k, 8)).unwrap();
+            }
+            gate.wait();
+            gate.wait();
+            ep.send(peer, 5, 4, &data(4, 8)).unwrap();
+            ep.send(peer, 6, 4, &data(5, 8)).unwrap();
+            gate.wait();
+        } else {
+            let mut mem = [[0u8; 8]; 5];
+            let p: Vec<*mut u8> = mem.iter_mut().map(|m| m.as_mut_ptr()).collect();
+            let any_tag = MatchSpec {
+                tag: tm_proto::Tag::Any,
+                ..spec(peer, 0)
+            };
+            // Every lent receive below: `mem` outlives the receives, each
+            // gets its own 8 bytes, and nothing touches them until the
+            // receive has completed.
+            // SAFETY: lent as said above.
+            let a = match unsafe { ep.irecv_or_done_lent(spec(peer, 5), p[0], 8) }.unwrap() {
+                Started::Pending(r) => r,
+                Started::Done(d) => panic!("nothing was sent yet: {d:?}"),
+            };
+            // SAFETY: lent as said above.
+            let b = match unsafe { ep.irecv_or_done_lent(any_tag, p[1], 8) }.unwrap() {
+                Started::Pending(r) => r,
+                Started::Done(d) => panic!("nothing was sent yet: {d:?}"),
+            };
+            assert_eq!(ep.matching.deferred_len(), 2);
+            assert_eq!(ep.matching.posted_len(), 0);
+            gate.wait();
+            gate.wait();
+            while ep.ring_empty(peer) {
+                std::hint::spin_loop();
+            }
+            // Tag 5 (1) goes to `a`, tag 7 (2) to `b` (any tag), and the
+            // later receive takes tag 5 (3), never (1).
+            // SAFETY: lent as said above.
+            match unsafe { ep.irecv_or_done_lent(spec(peer, 5), p[2], 8) }.unwrap() {
+                Started::Done(Ok(st)) => assert_eq!((st.tag, st.len), (5, 8)),
+                other => panic!("the message was in the ring: {other:?}"),
+            }
+            assert_eq!(mem[2][..], data(3, 8)[..]);
+            assert_eq!(ep.matching.deferred_len(), 0);
+            let (st, buf) = ep.wait(a).unwrap();
+            assert_eq!((st.tag, buf.len(), &mem[0][..]), (5, 0, &data(1, 8)[..]));
+            let (st, _) = ep.wait(b).unwrap();
+            assert_eq!((st.tag, &mem[1][..]), (7, &data(2, 8)[..]));
+            // A deferred receive for tag 6, then tag 5 (4) and tag 6 (5)
+            // arrive: the later tag-5 receive posts it and takes (4); (5)
+            // is the older receive's.
+            // SAFETY: lent as said above.
+            let c = match unsafe { ep.irecv_or_done_lent(spec(peer, 6), p[3], 8) }.unwrap() {
+                Started::Pending(r) => r,
+                Started::Done(d) => panic!("nothing was sent yet: {d:?}"),
+            };
+            assert_eq!(ep.matching.deferred_len(), 1);
+            gate.wait();
+            gate.wait();
+            // SAFETY: lent as said above.
+            let r = unsafe { ep.irecv_or_done_lent(spec(peer, 5), p[4], 8) }.unwrap();
+            assert_eq!(ep.matching.deferred_len(), 0);
+            let st = match r {
+                Started::Done(Ok(st)) => st,
+                Started::Pending(r) => ep.wait(r).unwrap().0,
+                Started::Done(Err(e)) => panic!("failed: {e}"),
+            };
+            assert_eq!((st.tag, &mem[4][..]), (5, &data(4, 8)[..]));
+            let (st, _) = ep.wait(c).unwrap();
+            assert_eq!((st.tag, &mem[3][..]), (6, &data(5, 8)[..]));
+        }
+        ep.finalize().unwrap();
+    });
+}
