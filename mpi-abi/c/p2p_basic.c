@@ -93,6 +93,8 @@ static void wildcards(void)
         OK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st));
         say("nothing left: flag %d", flag);
     }
+    /* Rank 0 has looked for leftovers before anyone sends again. */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
     /* Matched probe. */
     if (T_size > 1) {
         if (T_rank == 1) {
