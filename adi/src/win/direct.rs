@@ -155,8 +155,14 @@ pub(super) enum Ready<'a> {
         ticket: u64,
         exclusive: bool,
     },
-    /// [`Poll::Barrier`]: every other rank's fence word.
-    Barrier { words: Vec<&'a AtomicU64>, no: u64 },
+    /// [`Poll::Barrier`]: every other rank's fence word: the first one
+    /// apart, so that the barrier of two ranks allocates nothing (`rest`
+    /// is empty); `first` is `None` in a window of one rank.
+    Barrier {
+        first: Option<&'a AtomicU64>,
+        rest: Vec<&'a AtomicU64>,
+        no: u64,
+    },
     /// [`Poll::Post`] and [`Poll::Complete`]: a counter in this rank's
     /// block.
     Counter { word: &'a AtomicU64, seen: u64 },
@@ -178,7 +184,10 @@ impl Ready<'_> {
                     lock.may_enter(*ticket, false)
                 }
             }
-            Ready::Barrier { words, no } => words.iter().all(|w| winsync::arrived(w, *no)),
+            Ready::Barrier { first, rest, no } => {
+                first.is_none_or(|w| winsync::arrived(w, *no))
+                    && rest.iter().all(|w| winsync::arrived(w, *no))
+            }
             Ready::Counter { word, seen } => winsync::observed(word, *seen),
         }
     }
@@ -477,11 +486,15 @@ impl DirectWin {
                 let Some(others) = &self.fence_others else {
                     return Err(Error::Abandoned);
                 };
-                let words = others
-                    .iter()
-                    .map(|&(pe, a)| self.view.atomic_u64(pe, a))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ready::Barrier { words, no }
+                let word = |&(pe, a): &(u32, SymAddr)| self.view.atomic_u64(pe, a);
+                let first = others.first().map(word).transpose()?;
+                let rest = match others.get(1..) {
+                    Some(r) if !r.is_empty() => {
+                        r.iter().map(word).collect::<Result<Vec<_>, _>>()?
+                    }
+                    _ => Vec::new(),
+                };
+                Ready::Barrier { first, rest, no }
             }
             Poll::Post { target, seen } => Ready::Counter {
                 word: self.word(self.me, CB_POST + 8 * u64::from(target))?,
@@ -983,5 +996,41 @@ pub(super) fn completed_read(rank: i32, buf: Vec<u8>) -> Request {
 impl LockType {
     pub(super) fn exclusive(self) -> bool {
         self == LockType::Exclusive
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn barrier_holds_once_every_other_rank_arrived() {
+        let (a, b, c) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+        // Two ranks: one word, nothing allocated.
+        let two = Ready::Barrier {
+            first: Some(&a),
+            rest: Vec::new(),
+            no: 1,
+        };
+        assert!(!two.holds());
+        winsync::arrive(&a, 1);
+        assert!(two.holds());
+        // Four ranks: the first word has arrived, the rest must too.
+        let four = Ready::Barrier {
+            first: Some(&a),
+            rest: vec![&b, &c],
+            no: 1,
+        };
+        winsync::arrive(&b, 1);
+        assert!(!four.holds(), "a rank of the rest has not arrived");
+        winsync::arrive(&c, 2);
+        assert!(four.holds());
+        // One rank: nobody to wait for.
+        let one = Ready::Barrier {
+            first: None,
+            rest: Vec::new(),
+            no: 7,
+        };
+        assert!(one.holds());
     }
 }

@@ -4,7 +4,7 @@
 //! barriers of messages) and the device's progress.
 
 use super::am::{self, RmaState};
-use super::direct::{self, DirectWin, Poll, Started};
+use super::direct::{self, DirectWin, Poll, Ready, Started};
 use super::{LockType, Win};
 use crate::Error;
 use rma_epoch::{CallStatus, DirectFence, Engine, Gate, WinId};
@@ -120,8 +120,13 @@ impl Win {
     /// The condition's words are looked up once ([`DirectWin::ready`]), so
     /// that a look costs a few loads and the spin sees a change soon.
     fn wait_for(&self, d: &DirectWin, p: &Poll, idle: &mut u32) -> Result<(), Error> {
+        self.wait_ready(d, &d.ready(p)?, idle)
+    }
+
+    /// [`Win::wait_for`] on a condition whose words were looked up already:
+    /// returns when it holds, or after [`RECHECK_EVERY`] looks.
+    fn wait_ready(&self, d: &DirectWin, ready: &Ready<'_>, idle: &mut u32) -> Result<(), Error> {
         let dev = self.comm.dev();
-        let ready = d.ready(p)?;
         let mut spins = 0u32;
         loop {
             if ready.holds() {
@@ -286,14 +291,16 @@ impl Win {
     }
 
     /// Waits (outside the lock) until every rank arrived at fence barrier
-    /// `no`; returns the RMA lock again.
+    /// `no`; returns the RMA lock again. The fence words are looked up once
+    /// per fence ([`DirectWin::ready`]; no allocation for two ranks), and
+    /// the spin's last look is the answer (no second, checked look).
     #[cold]
     #[inline(never)]
     fn fence_wait(&self, d: &DirectWin, no: u64) -> Result<MutexGuard<'_, RmaState>, Error> {
-        let p = Poll::Barrier { no };
+        let ready = d.ready(&Poll::Barrier { no })?;
         let mut idle = 0u32;
-        while !d.may_fire(&p)? {
-            self.wait_for(d, &p, &mut idle)?;
+        while !ready.holds() {
+            self.wait_ready(d, &ready, &mut idle)?;
         }
         Ok(am::lock(&self.comm.dev().rma.state))
     }
