@@ -88,19 +88,24 @@ impl Coll {
         c.isend_on(c.inner.coll, data, to, self.tag(sub), Mode::Standard)
     }
 
+    /// The match of a receive from rank `from` with sub-tag `sub`.
+    fn spec(&self, from: i32, sub: i32) -> Result<tm_proto::MatchSpec, Error> {
+        let c = &self.comm;
+        c.spec_on(
+            c.inner.coll,
+            crate::Source::Rank(from),
+            crate::Tag::Value(self.tag(sub)),
+        )?
+        .ok_or_else(|| Error::InvalidRank {
+            rank: from,
+            size: self.n,
+        })
+    }
+
     /// Starts receiving `len` bytes from rank `from` with sub-tag `sub`.
     pub(crate) fn recv(&self, len: usize, from: i32, sub: i32) -> Result<Request, Error> {
         let c = &self.comm;
-        let spec = c
-            .spec_on(
-                c.inner.coll,
-                crate::Source::Rank(from),
-                crate::Tag::Value(self.tag(sub)),
-            )?
-            .ok_or_else(|| Error::InvalidRank {
-                rank: from,
-                size: self.n,
-            })?;
+        let spec = self.spec(from, sub)?;
         c.dev()
             .start_recv_owned(spec, vec![0u8; len], &c.inner.group)
     }
@@ -157,16 +162,7 @@ impl Coll {
         sub: i32,
     ) -> Result<Request, Error> {
         let c = &self.comm;
-        let spec = c
-            .spec_on(
-                c.inner.coll,
-                crate::Source::Rank(from),
-                crate::Tag::Value(self.tag(sub)),
-            )?
-            .ok_or_else(|| Error::InvalidRank {
-                rank: from,
-                size: self.n,
-            })?;
+        let spec = self.spec(from, sub)?;
         let lent = LentInto {
             addr: ptr as usize,
             len,
