@@ -15,7 +15,7 @@
 //! than freed under a transfer.
 
 use super::rabenseifner;
-use super::tuned::{self, block, Fold};
+use super::tuned::{self, Fold};
 use crate::coll::op::{reduce_into_left, reduce_local, reduce_to, Op};
 use crate::coll::task::{check_blocks, Coll};
 use crate::request::Request;
@@ -323,24 +323,7 @@ fn rabenseifner_in_place(
     if let Some(nr) = f.newrank {
         let es = ty.size().max(1);
         let count = acc.len() / es;
-        let range = |base: i32, m: i32| {
-            (
-                block(base, f.pof2, count, es).0,
-                block(base + m - 1, f.pof2, count, es).1,
-            )
-        };
-        let (mut lo, mut hi) = (0, f.pof2);
-        let mut mask = f.pof2 / 2;
-        while mask > 0 {
-            let dst = f.real(nr ^ mask);
-            let mid = lo + mask;
-            let (keep, give) = if nr & mask == 0 {
-                ((lo, mid), (mid, hi))
-            } else {
-                ((mid, hi), (lo, mid))
-            };
-            let (k0, k1) = range(keep.0, keep.1 - keep.0);
-            let (g0, g1) = range(give.0, give.1 - give.0);
+        for (dst, (k0, k1), (g0, g1)) in f.halving_steps(nr, count, es) {
             let t = &mut tmp[..k1 - k0];
             let src = mine.unwrap_or(acc);
             whole(exchange(c, &src[g0..g1], dst, t, dst, sub + 1)?, k1 - k0)?;
@@ -349,18 +332,10 @@ fn rabenseifner_in_place(
             let mut part = mine.map(|m| &m[k0..k1]);
             mine = None;
             combine_mine(op, ty, &mut part, &mut acc[k0..k1], t, dst < c.me)?;
-            (lo, hi) = keep;
-            mask >>= 1;
         }
-        let mut mask = 1;
-        while mask < f.pof2 {
-            let dst_new = nr ^ mask;
-            let dst = f.real(dst_new);
-            let my = range(nr & !(mask - 1), mask);
-            let theirs = range(dst_new & !(mask - 1), mask);
+        for (dst, my, theirs) in f.doubling_steps(nr, count, es) {
             let (out, into) = split(acc, my, theirs)?;
             exchange(c, out, dst, into, dst, sub + 3)?;
-            mask <<= 1;
         }
     }
     fold_out(c, &f, acc, sub + 2)

@@ -135,6 +135,10 @@ pub(crate) fn pof2(n: i32) -> i32 {
     1 << (31 - (n.max(1) as u32).leading_zeros())
 }
 
+/// One step of a halving or doubling exchange: the partner's real rank and
+/// two byte ranges (see [`Fold::halving_steps`], [`Fold::doubling_steps`]).
+pub(super) type Step = (i32, (usize, usize), (usize, usize));
+
 /// The folding of `n` ranks onto a power of two (see the module docs).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Fold {
@@ -163,6 +167,58 @@ impl Fold {
         } else {
             newrank + self.rem
         }
+    }
+
+    /// The byte range of blocks `base .. base + m` of [`block`]'s split of
+    /// `count` elements of `es` bytes.
+    fn range(&self, base: i32, m: i32, count: usize, es: usize) -> (usize, usize) {
+        (
+            block(base, self.pof2, count, es).0,
+            block(base + m - 1, self.pof2, count, es).1,
+        )
+    }
+
+    /// Rabenseifner's recursive halving for folded rank `nr`, in order:
+    /// per step the partner's real rank, the byte range this rank keeps
+    /// (and reduces) and the range it gives away.
+    pub(super) fn halving_steps(&self, nr: i32, count: usize, es: usize) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let (mut lo, mut hi) = (0, self.pof2);
+        let mut mask = self.pof2 / 2;
+        while mask > 0 {
+            let mid = lo + mask;
+            let (keep, give) = if nr & mask == 0 {
+                ((lo, mid), (mid, hi))
+            } else {
+                ((mid, hi), (lo, mid))
+            };
+            steps.push((
+                self.real(nr ^ mask),
+                self.range(keep.0, keep.1 - keep.0, count, es),
+                self.range(give.0, give.1 - give.0, count, es),
+            ));
+            (lo, hi) = keep;
+            mask >>= 1;
+        }
+        steps
+    }
+
+    /// The recursive doubling allgather that follows [`Self::halving_steps`],
+    /// in order: per step the partner's real rank, the byte range this rank
+    /// sends and the range it receives.
+    pub(super) fn doubling_steps(&self, nr: i32, count: usize, es: usize) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let mut mask = 1;
+        while mask < self.pof2 {
+            let peer = nr ^ mask;
+            steps.push((
+                self.real(peer),
+                self.range(nr & !(mask - 1), mask, count, es),
+                self.range(peer & !(mask - 1), mask, count, es),
+            ));
+            mask <<= 1;
+        }
+        steps
     }
 }
 
@@ -254,30 +310,11 @@ async fn halving(
     };
     let es = ty.size().max(1);
     let count = acc.len() / es;
-    let (mut lo, mut hi) = (0, f.pof2);
-    let mut mask = f.pof2 / 2;
-    while mask > 0 {
-        let dst = f.real(nr ^ mask);
-        let mid = lo + mask;
-        let (keep, give) = if nr & mask == 0 {
-            ((lo, mid), (mid, hi))
-        } else {
-            ((mid, hi), (lo, mid))
-        };
-        let (k0, k1) = (
-            block(keep.0, f.pof2, count, es).0,
-            block(keep.1 - 1, f.pof2, count, es).1,
-        );
-        let (g0, g1) = (
-            block(give.0, f.pof2, count, es).0,
-            block(give.1 - 1, f.pof2, count, es).1,
-        );
+    for (dst, (k0, k1), (g0, g1)) in f.halving_steps(nr, count, es) {
         let theirs = exchange(c, acc[g0..g1].to_vec(), dst, k1 - k0, dst, sub + 1).await?;
         let mut mine = acc[k0..k1].to_vec();
         combine(op, ty, &mut mine, theirs, dst < c.me)?;
         acc[k0..k1].copy_from_slice(&mine);
-        (lo, hi) = keep;
-        mask >>= 1;
     }
     Ok(f)
 }
@@ -297,21 +334,9 @@ pub(crate) async fn allreduce_rabenseifner(
     if let Some(nr) = f.newrank {
         let es = ty.size().max(1);
         let count = acc.len() / es;
-        let range = |base: i32, m: i32| {
-            (
-                block(base, f.pof2, count, es).0,
-                block(base + m - 1, f.pof2, count, es).1,
-            )
-        };
-        let mut mask = 1;
-        while mask < f.pof2 {
-            let dst_new = nr ^ mask;
-            let dst = f.real(dst_new);
-            let (m0, m1) = range(nr & !(mask - 1), mask);
-            let (p0, p1) = range(dst_new & !(mask - 1), mask);
+        for (dst, (m0, m1), (p0, p1)) in f.doubling_steps(nr, count, es) {
             let b = exchange(c, acc[m0..m1].to_vec(), dst, p1 - p0, dst, sub + 3).await?;
             place(&mut acc, p0, p1 - p0, &b)?;
-            mask <<= 1;
         }
     }
     fold_out(c, &f, &mut acc, sub + 2).await?;
