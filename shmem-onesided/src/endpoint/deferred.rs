@@ -141,19 +141,7 @@ impl Endpoint {
         let Ok(id) = self.matching.defer(spec, key) else {
             return Err(buf);
         };
-        self.next_id += 1;
-        let req = Req {
-            spec,
-            buf,
-            done: None,
-            id: Some(id),
-            user: true,
-            fed: Fed::No,
-        };
-        match self.requests.reqs.vacant(key) {
-            Some(slot) => slot.fill(req),
-            None => self.requests.reqs.insert(key, req),
-        }
+        self.file_user_recv(key, id, spec, buf);
         Ok(RecvRequest(key))
     }
 

@@ -17,16 +17,10 @@ pub(super) const IDLE_FULL_PASS: u32 = 8;
 pub(super) const IN_PLACE_PREFETCH_STREAM: usize = 4096;
 
 impl Endpoint {
-    /// Files a receive the matcher has just queued in software under `key`
-    /// (`id` its matcher id): the request, then the matcher's output.
+    /// Files the program's receive under `key` (the endpoint's next id;
+    /// `id` its matcher id), posted or deferred.
     #[inline]
-    fn queued_in_software(
-        &mut self,
-        key: u64,
-        id: RecvId,
-        spec: MatchSpec,
-        buf: ReqBuf,
-    ) -> Result<RecvRequest> {
+    pub(super) fn file_user_recv(&mut self, key: u64, id: RecvId, spec: MatchSpec, buf: ReqBuf) {
         self.next_id += 1;
         let req = Req {
             spec,
@@ -40,6 +34,19 @@ impl Endpoint {
             Some(slot) => slot.fill(req),
             None => self.requests.reqs.insert(key, req),
         }
+    }
+
+    /// Files a receive the matcher has just queued in software under `key`
+    /// (`id` its matcher id): the request, then the matcher's output.
+    #[inline]
+    fn queued_in_software(
+        &mut self,
+        key: u64,
+        id: RecvId,
+        spec: MatchSpec,
+        buf: ReqBuf,
+    ) -> Result<RecvRequest> {
+        self.file_user_recv(key, id, spec, buf);
         if self.matching.has_output() {
             self.poll_matching(&mut [])?;
         }
