@@ -49,6 +49,37 @@ impl Comm {
         unsafe { self.isend_raw_mode(ptr, len, dest, tag, Mode::Standard) }
     }
 
+    /// [`Comm::isend_raw`] without a request for a send that completed
+    /// in the call: `Ok(None)` then (it succeeded; its status would be
+    /// `ANY_SOURCE`, `ANY_TAG` and `len` bytes). A caller that keeps its
+    /// own record of finished sends (a C binding's request handles)
+    /// saves building and dropping one.
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::isend_raw`].
+    #[inline]
+    pub unsafe fn isend_raw_or_done(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        dest: i32,
+        tag: i32,
+    ) -> Result<Option<Request>, Error> {
+        let tag = Self::send_tag(tag)?;
+        let Some(world) = self.dest(dest)? else {
+            return Ok(Some(self.proc_null_request(None)));
+        };
+        // SAFETY: the caller's contract (as in `isend_raw_mode`).
+        let data = unsafe { lent_bytes(ptr, len) };
+        // SAFETY: the caller's contract keeps `data` valid and unchanged
+        // until the request completes.
+        unsafe {
+            self.dev()
+                .start_send_lent_or_done(world, tag, self.context_id(), data, Mode::Standard)
+        }
+    }
+
     /// `MPI_Issend` of lent bytes: as [`Comm::isend_raw`], completing
     /// once the receiver has matched the message.
     ///
@@ -98,13 +129,8 @@ impl Comm {
         let Some(world) = self.dest(dest)? else {
             return Ok(self.proc_null_request(None));
         };
-        let data: &[u8] = if len == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller's contract: `ptr` is valid for reads of
-            // `len` bytes, unchanged while the operation is pending.
-            unsafe { core::slice::from_raw_parts(ptr, len) }
-        };
+        // SAFETY: the caller's contract.
+        let data = unsafe { lent_bytes(ptr, len) };
         // SAFETY: the caller's contract keeps `data` valid and unchanged
         // until the request completes.
         unsafe {
@@ -142,4 +168,19 @@ impl Comm {
         // SAFETY: the caller's contract.
         unsafe { self.dev().start_recv_lent(spec, lent, &self.inner.group) }
     }
+}
+
+/// The `len` bytes at `ptr` (empty, whatever `ptr`, for 0).
+///
+/// # Safety
+///
+/// `ptr` is valid for reads of `len` bytes, unchanged while the borrow
+/// (and the operation given it) lasts.
+#[inline(always)]
+unsafe fn lent_bytes<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { core::slice::from_raw_parts(ptr, len) }
 }

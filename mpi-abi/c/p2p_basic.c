@@ -268,6 +268,49 @@ static void window(void)
     }
 }
 
+/* Small sends that complete in their call, through each call that takes
+ * a request: get_status (the request stays), test, testany, testsome,
+ * waitany, waitsome, testall, wait, free. */
+static void done_sends(void)
+{
+    int peer = T_size - 1 - T_rank, out[8], in[8], flag = 0, index, count, idx[2];
+    MPI_Request r[8], rr[8];
+    MPI_Status st[8];
+    for (int i = 0; i < 8; i++) {
+        out[i] = val(T_rank, i, 7);
+        in[i] = -1;
+        OK(MPI_Irecv(&in[i], 1, MPI_INT, peer, 70 + i, MPI_COMM_WORLD, &rr[i]));
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    for (int i = 0; i < 8; i++)
+        OK(MPI_Isend(&out[i], 1, MPI_INT, peer, 70 + i, MPI_COMM_WORLD, &r[i]));
+    for (flag = 0; !flag;)
+        OK(MPI_Request_get_status(r[0], &flag, &st[0]));
+    say("get_status: request kept %d", r[0] != MPI_REQUEST_NULL);
+    for (flag = 0; !flag;)
+        OK(MPI_Test(&r[0], &flag, &st[0]));
+    say("test: request null %d, not cancelled %d", r[0] == MPI_REQUEST_NULL,
+        (MPI_Test_cancelled(&st[0], &flag), !flag));
+    for (flag = 0; !flag;)
+        OK(MPI_Testany(2, r, &index, &flag, &st[0]));
+    say("testany: index %d, request null %d", index, r[1] == MPI_REQUEST_NULL);
+    for (count = 0; count == 0;)
+        OK(MPI_Testsome(2, &r[1], &count, idx, st));
+    say("testsome: count %d index %d, request null %d", count, idx[0], r[2] == MPI_REQUEST_NULL);
+    OK(MPI_Waitany(2, &r[2], &index, &st[0]));
+    say("waitany: index %d, request null %d", index, r[3] == MPI_REQUEST_NULL);
+    OK(MPI_Waitsome(2, &r[3], &count, idx, st));
+    say("waitsome: count %d index %d, request null %d", count, idx[0], r[4] == MPI_REQUEST_NULL);
+    for (flag = 0; !flag;)
+        OK(MPI_Testall(2, &r[4], &flag, st));
+    say("testall: requests null %d", r[4] == MPI_REQUEST_NULL && r[5] == MPI_REQUEST_NULL);
+    OK(MPI_Wait(&r[6], &st[0]));
+    OK(MPI_Request_free(&r[7]));
+    say("wait and free: requests null %d", r[6] == MPI_REQUEST_NULL && r[7] == MPI_REQUEST_NULL);
+    OK(MPI_Waitall(8, rr, st));
+    say("received %d %d %d %d", in[0], in[3], in[6], in[7]);
+}
+
 int main(int argc, char **argv)
 {
     t_init(&argc, &argv);
@@ -277,6 +320,7 @@ int main(int argc, char **argv)
     proc_null();
     persistent();
     sets();
+    done_sends();
     window();
     MPI_Finalize();
     return 0;

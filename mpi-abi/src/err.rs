@@ -14,6 +14,7 @@ use crate::handles::{prefix, Table};
 use core::ffi::{c_char, c_int, c_void};
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// An MPI error: a class (or user code) and a message for fatal handlers.
@@ -177,9 +178,16 @@ thread_local! {
     static TARGET: Cell<Option<On>> = const { Cell::new(None) };
 }
 
+/// Whether some thread has set its [`TARGET`]: until one has, a call that
+/// succeeds has no target to take, and skips the thread-local access (a
+/// call into the dynamic loader in a shared library). Set once, never
+/// cleared; a thread reads its own store, so `Relaxed` suffices.
+static TARGET_USED: AtomicBool = AtomicBool::new(false);
+
 /// Raises the current call's error, if any, on `on` instead of the
 /// object the call was started with.
 pub(crate) fn raise_on(on: On) {
+    TARGET_USED.store(true, Ordering::Relaxed);
     TARGET.with(|t| t.set(Some(on)));
 }
 
@@ -189,6 +197,9 @@ pub(crate) fn raise_on(on: On) {
 pub(crate) fn run(func: &'static str, on: On, f: impl FnOnce() -> R<()>) -> c_int {
     // TARGET is `None` between calls: every call takes it when it ends.
     let r = catch_unwind(AssertUnwindSafe(f));
+    if matches!(r, Ok(Ok(()))) && !TARGET_USED.load(Ordering::Relaxed) {
+        return MPI_SUCCESS;
+    }
     let on = TARGET.with(|t| t.take()).unwrap_or(on);
     match r {
         Ok(Ok(())) => MPI_SUCCESS,
@@ -491,5 +502,26 @@ mpi_fn! {
             // SAFETY: as above.
             unsafe { crate::ffi::put(eh, MPI_ERRHANDLER_NULL) }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_set_by_a_successful_call_does_not_leak_into_the_next() {
+        assert_eq!(run("t", On::World, || Ok(())), MPI_SUCCESS);
+        // A call that names a target and then succeeds anyway.
+        let rc = run("t", On::World, || {
+            raise_on(On::Comm(MPI_COMM_SELF));
+            Ok(())
+        });
+        assert_eq!(rc, MPI_SUCCESS);
+        assert!(TARGET_USED.load(Ordering::Relaxed));
+        // Taken by that call: the thread's target is empty again.
+        assert!(TARGET.with(|t| t.get()).is_none());
+        assert_eq!(run("t", On::World, || Ok(())), MPI_SUCCESS);
+        assert!(TARGET.with(|t| t.get()).is_none());
     }
 }

@@ -14,7 +14,9 @@ use crate::comm::{comm, comm_ref, world, world_ref, CommObj};
 use crate::err::{check, err, run, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
-use crate::req::{new_request, outcome_of, status_of, PKind, Persistent, Req, Target};
+use crate::req::{
+    new_request, new_send, outcome_of, sent_or_pending, status_of, PKind, Persistent, Req, Target,
+};
 use crate::types::{dense_bytes, dtype, dtype_ref, TypeObj, TypeRef};
 use core::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -138,8 +140,8 @@ pub(crate) unsafe fn isend(
 unsafe fn isend_world(buf: *const c_void, len: usize, dest: c_int, tag: c_int) -> R<MPI_Request> {
     let w = world_ref()?;
     // SAFETY: the caller's contract (MPI's rule for the buffer).
-    let r = unsafe { w.comm.isend_raw(buf.cast(), len, dest, tag) }?;
-    new_request(MPI_COMM_WORLD, Req::Op { r })
+    let r = unsafe { w.comm.isend_raw_or_done(buf.cast(), len, dest, tag) }?;
+    sent_or_pending(MPI_COMM_WORLD, len, r)
 }
 
 /// `MPI_Irecv` into `len` contiguous bytes at `buf` on `MPI_COMM_WORLD`
@@ -291,7 +293,10 @@ macro_rules! nonblocking_send {
                     let t = dtype_ref(datatype)?;
                     // SAFETY: MPI: `buf` holds `count` elements of `datatype`.
                     let r = unsafe { isend(buf, count, &t, dest, tag, &o, $mode) }?;
-                    let h = new_request(c, r)?;
+                    let h = match r {
+                        Req::Op { r } => new_send(c, r)?,
+                        r => new_request(c, r)?,
+                    };
                     // SAFETY: MPI: `request` points to a handle.
                     unsafe { ffi::put(request, h) }
                 })

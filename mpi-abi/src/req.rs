@@ -10,6 +10,13 @@
 //! the completing MPI call, as MPI allows. A completed request keeps its
 //! outcome ([`Req::Done`]) until a wait or test hands it over, so that
 //! `MPI_Testall` can leave every request untouched when not all are done.
+//!
+//! A send that completed inside its call, successfully (a small message
+//! copied out at once), takes no slot: its handle is of a kind of its own
+//! ([`SENT`]) and holds the byte count its status reports, so that its
+//! start and its wait cost no table work. Such a handle stays valid until
+//! a wait or test hands it over; a copy of it waited for twice is not
+//! refused (as for any freed handle, MPI calls that erroneous).
 
 use crate::abi::*;
 use crate::comm::{world_ref, CommObj};
@@ -176,6 +183,66 @@ type Held = slab::Entry<'static, ReqObj>;
 static ORPHANS: Mutex<Vec<Req>> = Mutex::new(Vec::new());
 /// How many requests [`ORPHANS`] holds (read without its lock).
 static ORPHANS_N: AtomicUsize = AtomicUsize::new(0);
+
+/// Handles of sends complete and successful when started ([`new_send`]):
+/// MPICH's *direct* prefix of the request kind (bits 30–31 `10`, bits
+/// 26–29 the request kind; the slab's handles are indirect, and
+/// `MPI_REQUEST_NULL` has the invalid prefix), the byte count in the low
+/// [`SENT_BITS`] bits.
+const SENT: i32 = 0xac00_0000_u32 as i32;
+/// Bits of a [`SENT`] handle that hold the byte count.
+const SENT_BITS: u32 = 26;
+const SENT_MASK: i32 = (1 << SENT_BITS) - 1;
+
+/// The byte count of `h` if it is a [`SENT`] handle.
+#[inline]
+fn sent_len(h: MPI_Request) -> Option<usize> {
+    (h & !SENT_MASK == SENT).then_some((h & SENT_MASK) as usize)
+}
+
+/// The status a [`SENT`] handle of `len` bytes completes with: what the
+/// send's own request would have reported.
+#[inline]
+fn sent_status(len: usize) -> MPI_Status {
+    status_of(&adi::Status::new(
+        adi::attr::ANY_SOURCE,
+        adi::attr::ANY_TAG,
+        len,
+    ))
+}
+
+/// A new request handle for send `r` on `comm`: a [`SENT`] handle if it
+/// completed in its call and succeeded, else a slot holding it.
+#[inline]
+pub(crate) fn new_send(comm: MPI_Comm, mut r: adi::Request) -> R<MPI_Request> {
+    if let Some(st) = r.take_if_done() {
+        if st.source == adi::attr::ANY_SOURCE
+            && st.tag == adi::attr::ANY_TAG
+            && !st.cancelled
+            && st.count <= SENT_MASK as usize
+        {
+            return Ok(SENT | st.count as i32);
+        }
+        return new_request(comm, Req::Done((status_of(&st), None)));
+    }
+    new_request(comm, Req::Op { r })
+}
+
+/// A new request handle for a send of `len` bytes on `comm` that is
+/// pending (`Some`) or completed in its call, successfully (`None`: a
+/// [`SENT`] handle).
+#[inline]
+pub(crate) fn sent_or_pending(
+    comm: MPI_Comm,
+    len: usize,
+    r: Option<adi::Request>,
+) -> R<MPI_Request> {
+    match r {
+        None if len <= SENT_MASK as usize => Ok(SENT | len as i32),
+        None => new_request(comm, Req::Done((sent_status(len), None))),
+        Some(r) => new_request(comm, Req::Op { r }),
+    }
+}
 
 /// A new request handle for `req`, raising errors on `comm`.
 #[inline]
@@ -454,6 +521,11 @@ fn hand_over(
 
 /// `MPI_Wait` on one handle.
 fn wait_one(h: &mut MPI_Request) -> R<MPI_Status> {
+    if let Some(len) = sent_len(*h) {
+        *h = MPI_REQUEST_NULL;
+        drain_orphans(false);
+        return Ok(sent_status(len));
+    }
     let Some(mut e) = lookup(*h)? else {
         return Ok(empty_status());
     };
@@ -489,6 +561,10 @@ fn wait_one(h: &mut MPI_Request) -> R<MPI_Status> {
 
 /// `MPI_Test` on one handle: `Some(status)` once complete.
 fn test_one(h: &mut MPI_Request) -> R<Option<MPI_Status>> {
+    if let Some(len) = sent_len(*h) {
+        *h = MPI_REQUEST_NULL;
+        return Ok(Some(sent_status(len)));
+    }
     let Some(mut e) = lookup(*h)? else {
         return Ok(Some(empty_status()));
     };
@@ -572,13 +648,16 @@ mpi_fn! {
     /// `MPI_Request_get_status`: like `MPI_Test` without freeing.
     fn MPI_Request_get_status / PMPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
         run_req("MPI_Request_get_status", || {
-            let st = match lookup(request)? {
+            let st = match sent_len(request) {
+                Some(len) => Some(sent_status(len)),
+                None => match lookup(request)? {
                 None => Some(empty_status()),
                 Some(mut e) => {
                     let comm = e.comm;
                     e.req.progress(false).map_err(|x| with_comm(x, comm))?;
                     e.req.peek().map(|(st, _)| st)
                 }
+                },
             };
             // SAFETY: MPI: `flag` and `status` as documented.
             unsafe {
@@ -617,7 +696,10 @@ unsafe fn statuses<'a>(p: *mut MPI_Status, n: usize) -> R<Option<&'a mut [MPI_St
 /// Checks every handle of a set before any is touched: each is null or
 /// live (`MPI_ERR_REQUEST` otherwise).
 fn validate(hs: &[MPI_Request]) -> R<()> {
-    match hs.iter().all(|&h| h == MPI_REQUEST_NULL || REQS.is_live(h)) {
+    match hs
+        .iter()
+        .all(|&h| h == MPI_REQUEST_NULL || REQS.is_live(h) || sent_len(h).is_some())
+    {
         true => Ok(()),
         false => Err(err(MPI_ERR_REQUEST, "invalid request")),
     }
@@ -650,6 +732,13 @@ enum Step {
 /// makes one device check for the whole set); other kinds are advanced
 /// without blocking.
 fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqObj>) -> R<Step> {
+    if let Some(len) = sent_len(hs[i]) {
+        if !take {
+            return Ok(Step::Done(None));
+        }
+        hs[i] = MPI_REQUEST_NULL;
+        return Ok(Step::Done(Some((sent_status(len), None))));
+    }
     let Some(e) = lookup(hs[i])? else {
         return Ok(Step::Null);
     };
@@ -751,6 +840,18 @@ impl<'a> Statuses<'a> {
         }
     }
 
+    /// Records the completion of a [`SENT`] handle of `len` bytes at
+    /// position `k`.
+    #[inline]
+    fn put_sent(&mut self, k: usize, len: usize) {
+        self.written = self.written.max(k + 1);
+        if let Some(s) = self.sts.as_deref_mut().and_then(|s| s.get_mut(k)) {
+            let keep = s.error;
+            *s = sent_status(len);
+            s.error = keep;
+        }
+    }
+
     /// `MPI_ERR_IN_STATUS` (with every status's `MPI_ERROR` set) if a
     /// request failed.
     fn finish(self) -> R<()> {
@@ -783,6 +884,11 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
     // there are none).
     let mut left = Vec::new();
     for i in 0..hs.len() {
+        if let Some(len) = sent_len(hs[i]) {
+            hs[i] = MPI_REQUEST_NULL;
+            out.put_sent(i, len);
+            continue;
+        }
         let Some(mut e) = lookup(hs[i])? else {
             out.put(i, (empty_status(), None));
             continue;
@@ -963,6 +1069,9 @@ mpi_fn! {
 /// Whether every request of `hs` is null or inactive.
 fn all_null(hs: &[MPI_Request]) -> R<bool> {
     for &h in hs {
+        if sent_len(h).is_some() {
+            return Ok(false);
+        }
         if let Some(e) = lookup(h)? {
             if !e.req.inactive() {
                 return Ok(false);
@@ -1134,6 +1243,10 @@ mpi_fn! {
         run_req("MPI_Cancel", || {
             // SAFETY: MPI: `request` points to a request handle.
             let h = unsafe { ffi::get(request) }?;
+            if sent_len(h).is_some() {
+                // Complete: nothing to cancel.
+                return Ok(());
+            }
             let mut obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "cancel of MPI_REQUEST_NULL"))?;
             let w = world_ref()?;
             let comm = obj.comm;
@@ -1171,6 +1284,10 @@ mpi_fn! {
             // SAFETY: MPI: `request` points to a request handle.
             let h = unsafe { ffi::get(request) }?;
             check(h != MPI_REQUEST_NULL, MPI_ERR_REQUEST, "free of MPI_REQUEST_NULL")?;
+            if sent_len(h).is_some() {
+                // SAFETY: as above.
+                return unsafe { ffi::put(request, MPI_REQUEST_NULL) };
+            }
             let obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "invalid request"))?.remove();
             let pending = match obj.req {
                 r @ (Req::Recv { .. } | Req::Rma(_)) => Some(r),
@@ -1203,6 +1320,11 @@ mpi_fn! {
 
 /// Starts persistent request `h`.
 fn start(h: MPI_Request) -> R<()> {
+    check(
+        sent_len(h).is_none(),
+        MPI_ERR_REQUEST,
+        "start of a request that is not persistent",
+    )?;
     let mut obj = lookup(h)?.ok_or_else(|| err(MPI_ERR_REQUEST, "start of MPI_REQUEST_NULL"))?;
     let comm = obj.comm;
     let Req::Persistent(p) = &mut obj.req else {
@@ -1260,6 +1382,7 @@ mpi_fn! {
     /// `MPI_Grequest_complete`: the request's waits may now return.
     fn MPI_Grequest_complete / PMPI_Grequest_complete(request: MPI_Request) -> c_int {
         run("MPI_Grequest_complete", On::World, || {
+            check(sent_len(request).is_none(), MPI_ERR_REQUEST, "not a generalized request")?;
             let mut obj = lookup(request)?.ok_or_else(|| err(MPI_ERR_REQUEST, "MPI_REQUEST_NULL"))?;
             match &mut obj.req {
                 Req::Grequest(g) => {
@@ -1276,4 +1399,52 @@ mpi_fn! {
 pub(crate) fn finalize() {
     drain_orphans(true);
     drop(REQS.clear());
+}
+
+#[cfg(test)]
+mod sent_tests {
+    use super::*;
+
+    #[test]
+    fn a_send_done_at_once_takes_no_slot_and_completes_once() {
+        let h = sent_or_pending(MPI_COMM_WORLD, 5, None).unwrap();
+        assert_ne!(h, MPI_REQUEST_NULL);
+        assert!(!REQS.is_live(h), "no slot");
+        assert_eq!(h as u32 & 0xfc00_0000, 0xac00_0000, "direct request kind");
+        validate(&[h, MPI_REQUEST_NULL]).unwrap();
+        let mut w = h;
+        let st = wait_one(&mut w).unwrap();
+        assert_eq!(w, MPI_REQUEST_NULL);
+        assert_eq!(
+            (st.source, st.tag, st.count()),
+            (MPI_ANY_SOURCE, MPI_ANY_TAG, 5)
+        );
+        assert!(!st.cancelled());
+        let mut t = h;
+        assert_eq!(test_one(&mut t).unwrap().map(|s| s.count()), Some(5));
+        assert_eq!(t, MPI_REQUEST_NULL);
+        let mut hs = [MPI_REQUEST_NULL, h];
+        let mut frees = Frees::new(&REQS);
+        assert!(matches!(
+            step(&mut hs, 1, false, &mut frees),
+            Ok(Step::Done(None))
+        ));
+        assert_eq!(hs[1], h, "only looked at");
+        assert!(matches!(
+            step(&mut hs, 1, true, &mut frees),
+            Ok(Step::Done(Some(_)))
+        ));
+        assert_eq!(hs[1], MPI_REQUEST_NULL);
+        assert!(!all_null(&[h]).unwrap());
+        assert!(start(h).is_err(), "not persistent");
+    }
+
+    #[test]
+    fn a_send_too_long_for_the_handle_takes_a_slot() {
+        let h = sent_or_pending(MPI_COMM_WORLD, 1 << SENT_BITS, None).unwrap();
+        assert!(sent_len(h).is_none());
+        let e = REQS.get(h).expect("a slot");
+        assert!(matches!(&e.req, Req::Done((st, None)) if st.count() == 1 << SENT_BITS));
+        e.discard();
+    }
 }

@@ -28,6 +28,27 @@ impl Device {
         data: &[u8],
         mode: Mode,
     ) -> Result<Request, Error> {
+        let len = data.len();
+        // SAFETY: the caller's contract.
+        let started = unsafe { self.start_send_lent_or_done(dest, tag, context, data, mode) }?;
+        Ok(started.unwrap_or_else(|| Request::completed(Status::new(ANY_SOURCE, ANY_TAG, len))))
+    }
+
+    /// [`Device::start_send_lent`], without a request for a send that
+    /// completed in the call (successfully): `None` then (its status
+    /// would be `ANY_SOURCE`, `ANY_TAG` and its length).
+    ///
+    /// # Safety
+    ///
+    /// As [`Device::start_send_lent`].
+    pub(crate) unsafe fn start_send_lent_or_done(
+        &self,
+        dest: u32,
+        tag: u32,
+        context: u32,
+        data: &[u8],
+        mode: Mode,
+    ) -> Result<Option<Request>, Error> {
         dispatch!(self.dest_of(dest)?, |V, peer| {
             self.start_send_lent_on::<V>(dest, peer, tag, context, data, mode)
         })
@@ -42,7 +63,7 @@ impl Device {
         context: u32,
         data: &[u8],
         mode: Mode,
-    ) -> Result<Request, Error> {
+    ) -> Result<Option<Request>, Error> {
         let len = data.len();
         let t_mode = match mode {
             Mode::Synchronous => SendMode::Synchronous,
@@ -69,7 +90,7 @@ impl Device {
             at_once = req.is_none(),
             "lent send started"
         );
-        Ok(req.unwrap_or_else(|| Request::completed(Status::new(ANY_SOURCE, ANY_TAG, len))))
+        Ok(req)
     }
 }
 

@@ -557,7 +557,7 @@ pub struct Endpoint {
     /// request id: the destination and the data (kept by the request
     /// until the FIN, which the receiver sends only once the hand-off is
     /// over).
-    split_sends: std::collections::HashMap<u64, (u32, usize, usize)>,
+    split_sends: IdMap<u64, (u32, usize, usize)>,
     /// How many of `split_sends` go to each peer.
     split_sends_to: Vec<u32>,
     /// We marked some ring `READY` since the last
@@ -676,7 +676,7 @@ impl Endpoint {
             idle_looks: 0,
             in_place_consumers: VecDeque::new(),
             late_cma: VecDeque::new(),
-            split_sends: std::collections::HashMap::new(),
+            split_sends: IdMap::default(),
             split_sends_to: vec![0; n as usize],
             splits_marked_ready: false,
             defer_cma_at_post: false,
