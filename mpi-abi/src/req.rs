@@ -651,12 +651,12 @@ mpi_fn! {
             let st = match sent_len(request) {
                 Some(len) => Some(sent_status(len)),
                 None => match lookup(request)? {
-                None => Some(empty_status()),
-                Some(mut e) => {
-                    let comm = e.comm;
-                    e.req.progress(false).map_err(|x| with_comm(x, comm))?;
-                    e.req.peek().map(|(st, _)| st)
-                }
+                    None => Some(empty_status()),
+                    Some(mut e) => {
+                        let comm = e.comm;
+                        e.req.progress(false).map_err(|x| with_comm(x, comm))?;
+                        e.req.peek().map(|(st, _)| st)
+                    }
                 },
             };
             // SAFETY: MPI: `flag` and `status` as documented.
