@@ -444,6 +444,26 @@ impl DirectWin {
         Ok(w.others().all(|o| winsync::arrived(o, no)))
     }
 
+    /// Whether every other rank arrives at fence barrier `no` within
+    /// `looks` looks, a spin-loop hint between two: the short wait a fence
+    /// does under the device's RMA lock, so that a barrier the other ranks
+    /// complete within it ends the fence in that one critical section
+    /// (the longer wait, outside the lock, costs a second one). Out of
+    /// line: what it counts is waiting, not work.
+    #[inline(never)]
+    pub(super) fn arrived_within(&self, no: u64, looks: u32) -> Result<bool, Error> {
+        let Some(w) = &self.fence else {
+            return Err(Error::Abandoned);
+        };
+        for _ in 1..looks {
+            if w.others().all(|o| winsync::arrived(o, no)) {
+                return Ok(true);
+            }
+            std::hint::spin_loop();
+        }
+        Ok(w.others().all(|o| winsync::arrived(o, no)))
+    }
+
     /// Whether `p` holds now, without consuming it (what a waiter spins
     /// on, outside every lock).
     #[inline]

@@ -17,6 +17,9 @@ const PURE_SPINS: u32 = 64;
 const LIVENESS_EVERY: u32 = 1024;
 /// Waiting iterations on one condition before the window is looked at again.
 const RECHECK_EVERY: u32 = 256;
+/// Looks at the other ranks' fence words under the device's RMA lock
+/// before a fence waits outside it ([`DirectWin::arrived_within`]).
+const LOCKED_LOOKS: u32 = PURE_SPINS;
 
 /// Reports a condition that holds to the epoch machine.
 fn report(engine: &mut Engine, id: WinId, p: Poll) -> Result<(), Error> {
@@ -236,9 +239,10 @@ impl Win {
 
     /// `fence` of a window whose ranks are all direct: the epoch machine
     /// lets this thread carry out the shared-memory barrier itself
-    /// ([`Engine::fence_direct_now`]: arrive under the lock; if a rank has
-    /// not arrived yet, [`DirectFence::Barrier`]: wait for it outside the
-    /// lock, then report).
+    /// ([`Engine::fence_direct_now`]: arrive under the lock and look at
+    /// the other ranks' words for a short while, [`LOCKED_LOOKS`]; if a
+    /// rank has not arrived by then, [`DirectFence::Barrier`]: wait for it
+    /// outside the lock, then report).
     #[inline]
     fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
         let id = self.id;
@@ -251,7 +255,7 @@ impl Win {
         let fd = g.engine.fence_direct_now(id, assert, || {
             match d.arrive().and_then(|n| {
                 no = n;
-                d.all_arrived(n)
+                Ok(d.all_arrived(n)? || d.arrived_within(n, LOCKED_LOOKS)?)
             }) {
                 Ok(all) => all,
                 Err(e) => {
