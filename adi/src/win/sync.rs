@@ -272,7 +272,15 @@ impl Win {
                 drop(g);
                 return self.fence_general(assert);
             }
-            DirectFence::Done => {}
+            // The window is idle (the engine's short path), and the lock
+            // was held throughout: only actions of other windows can be
+            // queued.
+            DirectFence::Done => {
+                if g.engine.has_actions() {
+                    return self.fence_drive(g);
+                }
+                return Ok(());
+            }
             DirectFence::Barrier => {
                 drop(g);
                 g = self.fence_wait(d, no)?;
@@ -280,7 +288,7 @@ impl Win {
             }
         }
         // The lean answer leaves nothing else to do (unless another thread
-        // started something meanwhile).
+        // started something while the lock was let go).
         if g.engine.has_actions() || !g.engine.is_idle(id) {
             return self.fence_drive(g);
         }
