@@ -158,7 +158,9 @@ pub enum DirectFence {
     /// [`crate::Engine::fence`].
     General,
     /// The fence is over: nothing to synchronize (`MODE_NOPRECEDE |
-    /// MODE_NOSUCCEED`), or the barrier completed at once.
+    /// MODE_NOSUCCEED`), or the barrier completed at once. The window is
+    /// idle ([`crate::Engine::is_idle`]): the short path applies only
+    /// with no call in progress and no steps queued.
     Done,
     /// The barrier ([`DirectAction::Barrier`], started by the driver, not
     /// queued for [`crate::Engine::poll_direct`]) did not complete at once:

@@ -37,7 +37,7 @@
 //!   of origin ([`DirectWin::target_access`]): they are atomic per element
 //!   with respect to each other from every rank.
 
-use super::mem::WinBuf;
+use super::mem::{FenceWords, WinBuf};
 use super::{LockType, ANY_TAG};
 use crate::request::{Request, Status};
 use crate::Error;
@@ -233,11 +233,10 @@ pub(super) struct DirectWin {
     /// Fence barriers this rank arrived at (changed only under the
     /// device's RMA lock, see [`bump_locked`]).
     fence_no: AtomicU64,
-    /// Fence words (node index, address) of this rank and of every other
-    /// rank of the window, looked up once; `others` is `None` if a rank is
-    /// not direct (no shared-memory barrier then).
-    fence_own: Option<(u32, SymAddr)>,
-    fence_others: Option<Vec<(u32, SymAddr)>>,
+    /// Fence words of this rank and of every other rank of the window,
+    /// resolved once; `None` if a rank is not direct (no shared-memory
+    /// barrier then).
+    fence: Option<FenceWords>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -257,12 +256,24 @@ impl DirectWin {
             .get(me as usize)
             .and_then(Option::as_ref)
             .map(fence_word);
-        let fence_others = targets
+        let fence_others: Option<Vec<_>> = targets
             .iter()
             .enumerate()
             .filter(|(r, _)| *r != me as usize)
             .map(|(_, t)| t.as_ref().map(fence_word))
             .collect();
+        let fence = match (fence_own, fence_others) {
+            (Some(own), Some(others)) => match FenceWords::new(&view, own, &others) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    // Not expected (the control blocks are in the heaps);
+                    // the window's fences then fail with `Abandoned`.
+                    tracing::warn!(error = %e, "window fence words out of reach");
+                    None
+                }
+            },
+            _ => None,
+        };
         DirectWin {
             view,
             me,
@@ -272,8 +283,7 @@ impl DirectWin {
             attached: Mutex::new(Vec::new()),
             scratch: Mutex::new(Vec::new()),
             fence_no: AtomicU64::new(0),
-            fence_own,
-            fence_others,
+            fence,
         }
     }
 
@@ -416,27 +426,42 @@ impl DirectWin {
     #[inline]
     pub(super) fn arrive(&self) -> Result<u64, Error> {
         bump_locked(&GLOBAL.fences);
-        let Some((pe, a)) = self.fence_own else {
+        let Some(w) = &self.fence else {
             return Err(Error::Abandoned);
         };
         let no = self.fence_no.load(Ordering::Relaxed) + 1;
         self.fence_no.store(no, Ordering::Relaxed);
-        winsync::arrive(self.view.atomic_u64(pe, a)?, no);
+        winsync::arrive(w.own(), no);
         Ok(no)
     }
 
     /// Whether every other rank arrived at fence barrier `no`.
     #[inline]
     pub(super) fn all_arrived(&self, no: u64) -> Result<bool, Error> {
-        let Some(others) = &self.fence_others else {
+        let Some(w) = &self.fence else {
             return Err(Error::Abandoned);
         };
-        for &(pe, a) in others {
-            if !winsync::arrived(self.view.atomic_u64(pe, a)?, no) {
-                return Ok(false);
+        Ok(w.others().all(|o| winsync::arrived(o, no)))
+    }
+
+    /// Whether every other rank arrives at fence barrier `no` within
+    /// `looks` looks, a spin-loop hint between two: the short wait a fence
+    /// does under the device's RMA lock, so that a barrier the other ranks
+    /// complete within it ends the fence in that one critical section
+    /// (the longer wait, outside the lock, costs a second one). Out of
+    /// line: what it counts is waiting, not work.
+    #[inline(never)]
+    pub(super) fn arrived_within(&self, no: u64, looks: u32) -> Result<bool, Error> {
+        let Some(w) = &self.fence else {
+            return Err(Error::Abandoned);
+        };
+        for _ in 1..looks {
+            if w.others().all(|o| winsync::arrived(o, no)) {
+                return Ok(true);
             }
+            std::hint::spin_loop();
         }
-        Ok(true)
+        Ok(w.others().all(|o| winsync::arrived(o, no)))
     }
 
     /// Whether `p` holds now, without consuming it (what a waiter spins
@@ -483,16 +508,14 @@ impl DirectWin {
                 exclusive,
             },
             Poll::Barrier { no } => {
-                let Some(others) = &self.fence_others else {
+                let Some(w) = &self.fence else {
                     return Err(Error::Abandoned);
                 };
-                let word = |&(pe, a): &(u32, SymAddr)| self.view.atomic_u64(pe, a);
-                let first = others.first().map(word).transpose()?;
-                let rest = match others.get(1..) {
-                    Some(r) if !r.is_empty() => {
-                        r.iter().map(word).collect::<Result<Vec<_>, _>>()?
-                    }
-                    _ => Vec::new(),
+                let mut others = w.others();
+                let first = others.next();
+                let rest = match others.len() {
+                    0 => Vec::new(),
+                    _ => others.collect(),
                 };
                 Ready::Barrier { first, rest, no }
             }

@@ -4,13 +4,17 @@
 //!
 //! This module holds the window code's only `unsafe`: turning the
 //! borrowed range into a slice, under the contract of
-//! [`Win::create_raw`].
+//! [`Win::create_raw`]; and [`FenceWords`], the fence words of a window
+//! resolved once to their addresses in the node mapping.
 //!
 //! [`Win::create`]: super::Win::create
 //! [`Win::allocate`]: super::Win::allocate
 //! [`Win::create_raw`]: super::Win::create_raw
 
+use crate::Error;
+use shmem_onesided::{NodeView, SymAddr};
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::AtomicU64;
 
 /// Private window memory.
 #[derive(Debug)]
@@ -85,5 +89,64 @@ impl DerefMut for WinBuf {
                 std::slice::from_raw_parts_mut(*addr as *mut u8, *len)
             },
         }
+    }
+}
+
+/// The fence words of a window whose ranks are all direct: this rank's and
+/// every other rank's, each looked up (bounds and alignment checked) once
+/// when the window is made and kept as an address in this process's
+/// mapping of the node segment, so that a fence stores and loads them
+/// without a lookup through the view. The value holds a clone of the view,
+/// which keeps the mapping (fixed in place) alive as long as the addresses
+/// are used.
+#[derive(Debug)]
+pub(super) struct FenceWords {
+    /// Keeps the mapping the addresses point into alive.
+    _view: NodeView,
+    /// Address of this rank's word.
+    own: usize,
+    /// Addresses of the other ranks' words, in rank order.
+    others: Box<[usize]>,
+}
+
+impl FenceWords {
+    /// Looks the words up: `own` is this rank's (node index, address),
+    /// `others` every other rank's.
+    pub(super) fn new(
+        view: &NodeView,
+        own: (u32, SymAddr),
+        others: &[(u32, SymAddr)],
+    ) -> Result<FenceWords, Error> {
+        let addr = |&(pe, a): &(u32, SymAddr)| -> Result<usize, Error> {
+            Ok(view.atomic_u64(pe, a)? as *const AtomicU64 as usize)
+        };
+        Ok(FenceWords {
+            own: addr(&own)?,
+            others: others.iter().map(addr).collect::<Result<_, _>>()?,
+            _view: view.clone(),
+        })
+    }
+
+    /// The word at `addr`, one of this value's addresses.
+    #[inline(always)]
+    fn word(&self, addr: usize) -> &AtomicU64 {
+        // SAFETY: `addr` is the address of an `AtomicU64` that
+        // `NodeView::atomic_u64` returned (in bounds of a PE's heap, 8-byte
+        // aligned) in the mapping that `self._view` keeps alive and never
+        // moves; the returned reference does not outlive `self`. The word
+        // is only ever accessed atomically, by every process.
+        unsafe { &*(addr as *const AtomicU64) }
+    }
+
+    /// This rank's fence word.
+    #[inline(always)]
+    pub(super) fn own(&self) -> &AtomicU64 {
+        self.word(self.own)
+    }
+
+    /// The other ranks' fence words, in rank order.
+    #[inline(always)]
+    pub(super) fn others(&self) -> impl ExactSizeIterator<Item = &AtomicU64> + '_ {
+        self.others.iter().map(|&a| self.word(a))
     }
 }

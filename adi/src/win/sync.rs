@@ -17,6 +17,9 @@ const PURE_SPINS: u32 = 64;
 const LIVENESS_EVERY: u32 = 1024;
 /// Waiting iterations on one condition before the window is looked at again.
 const RECHECK_EVERY: u32 = 256;
+/// Looks at the other ranks' fence words under the device's RMA lock
+/// before a fence waits outside it ([`DirectWin::arrived_within`]).
+const LOCKED_LOOKS: u32 = PURE_SPINS;
 
 /// Reports a condition that holds to the epoch machine.
 fn report(engine: &mut Engine, id: WinId, p: Poll) -> Result<(), Error> {
@@ -236,9 +239,10 @@ impl Win {
 
     /// `fence` of a window whose ranks are all direct: the epoch machine
     /// lets this thread carry out the shared-memory barrier itself
-    /// ([`Engine::fence_direct_now`]: arrive under the lock; if a rank has
-    /// not arrived yet, [`DirectFence::Barrier`]: wait for it outside the
-    /// lock, then report).
+    /// ([`Engine::fence_direct_now`]: arrive under the lock and look at
+    /// the other ranks' words for a short while, [`LOCKED_LOOKS`]; if a
+    /// rank has not arrived by then, [`DirectFence::Barrier`]: wait for it
+    /// outside the lock, then report).
     #[inline]
     fn fence_shm(&self, d: &DirectWin, assert: u32) -> Result<(), Error> {
         let id = self.id;
@@ -251,7 +255,7 @@ impl Win {
         let fd = g.engine.fence_direct_now(id, assert, || {
             match d.arrive().and_then(|n| {
                 no = n;
-                d.all_arrived(n)
+                Ok(d.all_arrived(n)? || d.arrived_within(n, LOCKED_LOOKS)?)
             }) {
                 Ok(all) => all,
                 Err(e) => {
@@ -268,7 +272,15 @@ impl Win {
                 drop(g);
                 return self.fence_general(assert);
             }
-            DirectFence::Done => {}
+            // The window is idle (the engine's short path), and the lock
+            // was held throughout: only actions of other windows can be
+            // queued.
+            DirectFence::Done => {
+                if g.engine.has_actions() {
+                    return self.fence_drive(g);
+                }
+                return Ok(());
+            }
             DirectFence::Barrier => {
                 drop(g);
                 g = self.fence_wait(d, no)?;
@@ -276,7 +288,7 @@ impl Win {
             }
         }
         // The lean answer leaves nothing else to do (unless another thread
-        // started something meanwhile).
+        // started something while the lock was let go).
         if g.engine.has_actions() || !g.engine.is_idle(id) {
             return self.fence_drive(g);
         }
