@@ -48,12 +48,15 @@ static char *sbuf, *rbuf;
     }
 
 AR(ar_8, 8)
+AR(ar_1k, 1024)
 AR(ar_64k, 65536)
 AR(ar_1m, 1048576)
 BC(bc_8, 8)
 BC(bc_64k, 65536)
 BC(bc_1m, 1048576)
+A2A(a2a_4, 4)
 A2A(a2a_8, 8)
+A2A(a2a_512, 512)
 A2A(a2a_64k, 65536)
 
 /* A check that the sums are right (both libraries print the same). */
@@ -88,12 +91,15 @@ int main(int argc, char **argv) {
     reps = r;
     MPI_Barrier(MPI_COMM_WORLD);
     ar_8();
+    ar_1k();
     ar_64k();
     ar_1m();
     bc_8();
     bc_64k();
     bc_1m();
+    a2a_4();
     a2a_8();
+    a2a_512();
     a2a_64k();
     check(rank);
     free(sbuf);
