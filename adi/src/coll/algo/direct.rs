@@ -120,6 +120,10 @@ fn send(c: &Coll, data: &[u8], to: i32, sub: i32) -> Res<()> {
 
 /// Receives up to `into.len()` bytes from `from` and waits; the count.
 fn recv(c: &Coll, into: &mut [u8], from: i32, sub: i32) -> Res<usize> {
+    if into.len() <= SEND_FIRST && task::idle() {
+        // Small: blocking, as the receives of `exchange_small`.
+        return Ok(c.recv_blocking(into, from, sub)?);
+    }
     // SAFETY: `into` is borrowed mutably for this call, which waits for
     // the receive.
     let mut q = unsafe { c.recv_lent(into.as_mut_ptr(), into.len(), from, sub) }?;
