@@ -11,8 +11,10 @@
  * REPS the bytes copied per call (about one instruction per byte for
  * large copies). The counts include polling while the peer is late,
  * which grows with the machine's load: for tmx, subtract the inclusive
- * count of the device's progress passes (Device::check_since_on) to get
- * the work of the call itself.
+ * count of the device's progress passes (Device::check_since_on) and of
+ * its blocking receives' waits (Device::recv_into, keeping one average
+ * pass, its inclusive count divided by the calls of Endpoint::try_recv,
+ * per receive) to get the work of the call itself.
  *
  *   mpicc.mpich -O2 -o coll_cost mpi-abi/bench/coll_cost.c
  *   target/release/tmrun -n 2 valgrind --tool=callgrind \
