@@ -811,6 +811,45 @@ fn role_mixed(w: &Comm) {
     );
 }
 
+/// A blocking collective entered while a nonblocking one is pending must
+/// advance it: rank 0 calls `ibarrier`, then the blocking allreduce and
+/// all-to-all, then waits; the others wait for the barrier first. Rank 2
+/// needs rank 0's second barrier message, which rank 0's schedule sends
+/// only from inside its blocking calls. Four ranks.
+fn role_progress(w: &Comm) {
+    let int = Datatype::basic(BasicType::I64);
+    let (me, n) = (w.rank(), w.size());
+    let mut sum = [0u8; 8];
+    let send: Vec<u8> = (0..n).flat_map(|d| (me * 100 + d).to_ne_bytes()).collect();
+    let blocks: Vec<(usize, usize)> = (0..n as usize).map(|i| (4 * i, 4)).collect();
+    let mut got = vec![0u8; 4 * n as usize];
+    // Rank 3 starts its barrier only after rank 0's first poll of its
+    // own (rank 0's first round waits for rank 3's message).
+    if me == 3 {
+        w.recv(&mut [0u8; 1], 0, 5).unwrap();
+    }
+    let mut b = w.ibarrier().unwrap();
+    if me == 0 {
+        w.send(&[1], 3, 5).unwrap();
+    } else {
+        w.wait(&mut b).unwrap();
+    }
+    w.allreduce_packed(&(me as i64).to_ne_bytes(), &mut sum, &int, &Op::Sum)
+        .unwrap();
+    w.alltoallv_direct(&send, &blocks, &mut got, &blocks)
+        .unwrap();
+    if me == 0 {
+        w.wait(&mut b).unwrap();
+    }
+    assert_eq!(i64::from_ne_bytes(sum), (n * (n - 1) / 2) as i64);
+    for (s, c) in got.chunks_exact(4).enumerate() {
+        assert_eq!(
+            i32::from_ne_bytes(c.try_into().unwrap()),
+            s as i32 * 100 + me
+        );
+    }
+}
+
 #[test]
 fn rank_entry_point() {
     let Some(role) = common::role() else { return };
@@ -820,6 +859,7 @@ fn rank_entry_point() {
         "errors" => role_errors(&w),
         "intercomm" => role_intercomm(&w),
         "mixed" => role_mixed(&w),
+        "progress" => role_progress(&w),
         other => panic!("unknown role {other}"),
     }
     adi::finalize().unwrap();
@@ -905,6 +945,12 @@ fn mixed_forms_5_ranks_long_algorithms() {
         code, 0,
         "job mixed -n 5 (long algorithms): exit status {code}"
     );
+}
+
+#[test]
+fn blocking_collectives_advance_a_pending_one_4_ranks() {
+    let code = common::launch("progress", 4, &[], Duration::from_secs(30));
+    assert_eq!(code, 0, "job progress -n 4: exit status {code}");
 }
 
 #[test]

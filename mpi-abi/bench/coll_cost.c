@@ -11,8 +11,10 @@
  * REPS the bytes copied per call (about one instruction per byte for
  * large copies). The counts include polling while the peer is late,
  * which grows with the machine's load: for tmx, subtract the inclusive
- * count of the device's progress passes (Device::check_since_on) to get
- * the work of the call itself.
+ * count of the device's progress passes (Device::check_since_on) and of
+ * its blocking receives' waits (Device::recv_into, keeping one average
+ * pass, its inclusive count divided by the calls of Endpoint::try_recv,
+ * per receive) to get the work of the call itself.
  *
  *   mpicc.mpich -O2 -o coll_cost mpi-abi/bench/coll_cost.c
  *   target/release/tmrun -n 2 valgrind --tool=callgrind \
@@ -48,12 +50,15 @@ static char *sbuf, *rbuf;
     }
 
 AR(ar_8, 8)
+AR(ar_1k, 1024)
 AR(ar_64k, 65536)
 AR(ar_1m, 1048576)
 BC(bc_8, 8)
 BC(bc_64k, 65536)
 BC(bc_1m, 1048576)
+A2A(a2a_4, 4)
 A2A(a2a_8, 8)
+A2A(a2a_512, 512)
 A2A(a2a_64k, 65536)
 
 /* A check that the sums are right (both libraries print the same). */
@@ -88,12 +93,15 @@ int main(int argc, char **argv) {
     reps = r;
     MPI_Barrier(MPI_COMM_WORLD);
     ar_8();
+    ar_1k();
     ar_64k();
     ar_1m();
     bc_8();
     bc_64k();
     bc_1m();
+    a2a_4();
     a2a_8();
+    a2a_512();
     a2a_64k();
     check(rank);
     free(sbuf);

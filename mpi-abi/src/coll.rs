@@ -995,6 +995,138 @@ unsafe fn alltoall_sides(
     }
 }
 
+/// A committed datatype handle (as [`side_v`] checks it).
+fn committed(datatype: MPI_Datatype) -> R<Arc<TypeObj>> {
+    let t = dtype(datatype)?;
+    check(
+        t.dt.is_committed(),
+        MPI_ERR_TYPE,
+        "datatype used before MPI_Type_commit",
+    )?;
+    Ok(t)
+}
+
+/// One side of an `MPI_Alltoall` whose `n` blocks of `count` elements
+/// are each one contiguous range, equally spaced and apart: the span
+/// holding them (start address and length), the block length and the
+/// spacing. `None` when it is not so (a gap-free span too large for the
+/// address space, overlapping or backward blocks, or a count the general
+/// path is to report on).
+fn equal_span(addr: usize, count: i64, t: &TypeObj, n: usize) -> Option<Span> {
+    let Ok(Some((s, l))) = t.contig(count) else {
+        return None;
+    };
+    if l == 0 || n == 0 {
+        return Some(Span::default());
+    }
+    let step = usize::try_from(t.dt.extent().checked_mul(count as isize)?).ok()?;
+    if step < l {
+        return None;
+    }
+    let lo = addr.wrapping_add_signed(s);
+    let len = (n - 1).checked_mul(step)?.checked_add(l)?;
+    lo.checked_add(len)?;
+    Some(Span {
+        lo,
+        len,
+        block: l,
+        step,
+    })
+}
+
+/// The memory of one side of an `MPI_Alltoall` ([`equal_span`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    /// Address of the first block.
+    lo: usize,
+    /// Bytes from the first block's start to the last one's end.
+    len: usize,
+    /// Bytes per block.
+    block: usize,
+    /// Bytes from one block's start to the next one's.
+    step: usize,
+}
+
+impl Span {
+    /// Each rank's block, (offset in the span, length), into `out`.
+    fn blocks(self, out: &mut [(usize, usize)]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = if self.len == 0 {
+                (0, 0)
+            } else {
+                (i * self.step, self.block)
+            };
+        }
+    }
+}
+
+/// Communicators up to this size describe an `MPI_Alltoall`'s blocks on
+/// the stack.
+const STACK_RANKS: usize = 16;
+
+/// Blocking `MPI_Alltoall` on an intracommunicator when both sides are
+/// [`equal_span`]s apart from each other: straight between the buffers
+/// ([`adi::Comm::alltoallv_direct`]), without per-rank descriptions of
+/// the sides. The same checks, in the same order, as the general path;
+/// `Ok(false)` when it does not apply (nothing done).
+///
+/// # Safety
+/// MPI's contract for `MPI_Alltoall`'s buffers.
+#[allow(clippy::too_many_arguments)]
+unsafe fn alltoall_equal(
+    sendbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    c: MPI_Comm,
+) -> R<bool> {
+    let o = comm(c)?;
+    if o.inter.is_some() || ffi::in_place(sendbuf) {
+        return Ok(false);
+    }
+    let w = intra(&o)?;
+    let n = w.size() as usize;
+    let rc = ffi::count(rcount)? as i64;
+    let rt = committed(rtype)?;
+    let sc = ffi::count(scount)? as i64;
+    let st = committed(stype)?;
+    let (Some(s), Some(r)) = (
+        equal_span(sendbuf as usize, sc, &st, n),
+        equal_span(recvbuf as usize, rc, &rt, n),
+    ) else {
+        return Ok(false);
+    };
+    not_aliased(sendbuf, recvbuf, s.block.saturating_mul(n))?;
+    let apart = s.len == 0 || r.len == 0 || s.lo + s.len <= r.lo || r.lo + r.len <= s.lo;
+    if !apart {
+        return Ok(false);
+    }
+    // SAFETY: MPI: the send buffer holds the `n` blocks of the call, the
+    // receive buffer has room for them; each span is theirs, and the two
+    // are apart (checked).
+    let (sb, rb) = unsafe {
+        (
+            ffi::bytes(s.lo as *const c_void, 0, s.len),
+            ffi::bytes_mut(r.lo as *mut c_void, 0, r.len),
+        )
+    };
+    let mut stack = [(0usize, 0usize); 2 * STACK_RANKS];
+    let mut heap = Vec::new();
+    let all = if n <= STACK_RANKS {
+        &mut stack[..2 * n]
+    } else {
+        heap.resize(2 * n, (0, 0));
+        &mut heap[..]
+    };
+    let (sblocks, rblocks) = all.split_at_mut(n);
+    s.blocks(sblocks);
+    r.blocks(rblocks);
+    w.alltoallv_direct(sb, sblocks, rb, rblocks)?;
+    Ok(true)
+}
+
 /// Byte displacements of an `int` array.
 fn bytes(d: &[c_int]) -> Vec<isize> {
     d.iter().map(|&v| v as isize).collect()
@@ -1244,6 +1376,9 @@ both!(
     MPI_Ialltoall / PMPI_Ialltoall,
     c, (sendbuf: *const c_void, scount: c_int, stype: MPI_Datatype, recvbuf: *mut c_void, rcount: c_int, rtype: MPI_Datatype, c: MPI_Comm),
     |nb| {
+        if nb.is_none() && alltoall_equal(sendbuf, scount, stype, recvbuf, rcount, rtype, c)? {
+            return Ok(());
+        }
         let n = size_of(c)?;
         ffi::count(rcount)?;
         let (rc, rd) = equal(n, rcount);

@@ -144,8 +144,6 @@ impl Comm {
         ty: &Datatype,
         op: &Op,
     ) -> Result<(), Error> {
-        Self::reduction_ok(op, ty, send.len())?;
-        Self::same_len(send.len(), recv.len())?;
         self.allreduce_direct(Some(send), recv, ty, op)
     }
 

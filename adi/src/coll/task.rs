@@ -172,6 +172,30 @@ impl Coll {
     }
 }
 
+impl Coll {
+    /// Receives up to `into.len()` bytes from rank `from` with sub-tag
+    /// `sub`, blocking: a message already here is taken at once, else the
+    /// call watches its source's ring ([`crate::Comm::recv`]'s path). No
+    /// request, and no pass over the background schedules while it
+    /// waits: for callers that checked [`idle`]. Returns the count.
+    pub(crate) fn recv_blocking(
+        &self,
+        into: &mut [u8],
+        from: i32,
+        sub: i32,
+    ) -> Result<usize, Error> {
+        let c = &self.comm;
+        let spec = self.spec(from, sub)?;
+        Ok(c.dev().recv_into(spec, into, &c.inner.group)?.count)
+    }
+}
+
+/// Whether no nonblocking collective runs in the background (whose
+/// schedule a blocking receive's wait would not advance).
+pub(crate) fn idle() -> bool {
+    PENDING.load(Ordering::Relaxed) == 0
+}
+
 /// A progress hook that does nothing: schedules only look at requests;
 /// the device is driven by whoever polls them.
 fn no_progress(_: bool) -> Result<(), Error> {

@@ -7,7 +7,13 @@
 //! buffer (a reduction also receives the peer's contribution into one
 //! scratch buffer, kept per thread between calls) and reduced in place:
 //! no boxed future, no owned buffer per message, no copy but the
-//! reduction's own reads.
+//! reduction's own reads. Small messages (up to [`SEND_FIRST`] bytes)
+//! go send first: a send that finishes in the call (copied out) is
+//! followed by a blocking receive ([`Coll::recv_blocking`]), which takes
+//! a message already here at once and otherwise watches the peer's ring,
+//! without a request or whole progress passes. That wait does not advance
+//! the schedules of nonblocking collectives, so it is taken only while
+//! none is pending ([`task::idle`]).
 //!
 //! Every operation started is waited for before its function returns,
 //! also after an error (its memory is lent to it); a wait that fails
@@ -17,7 +23,7 @@
 use super::rabenseifner;
 use super::tuned::{self, Fold};
 use crate::coll::op::{reduce_into_left, reduce_local, reduce_to, Op};
-use crate::coll::task::{check_blocks, Coll};
+use crate::coll::task::{self, check_blocks, Coll};
 use crate::request::Request;
 use crate::{Comm, Datatype, Error};
 use std::cell::Cell;
@@ -114,15 +120,26 @@ fn send(c: &Coll, data: &[u8], to: i32, sub: i32) -> Res<()> {
 
 /// Receives up to `into.len()` bytes from `from` and waits; the count.
 fn recv(c: &Coll, into: &mut [u8], from: i32, sub: i32) -> Res<usize> {
+    if into.len() <= SEND_FIRST && task::idle() {
+        // Small: blocking, as the receives of `exchange_small`.
+        return Ok(c.recv_blocking(into, from, sub)?);
+    }
     // SAFETY: `into` is borrowed mutably for this call, which waits for
     // the receive.
     let mut q = unsafe { c.recv_lent(into.as_mut_ptr(), into.len(), from, sub) }?;
     wait(c, &mut q)
 }
 
+/// Messages up to this size are exchanged send first
+/// ([`exchange_small`]).
+const SEND_FIRST: usize = 4096;
+
 /// Sends `data` to `to` and receives up to `into.len()` bytes from
 /// `from`, both at once; waits for both and returns the count received.
 fn exchange(c: &Coll, data: &[u8], to: i32, into: &mut [u8], from: i32, sub: i32) -> Res<usize> {
+    if data.len() <= SEND_FIRST && task::idle() {
+        return exchange_small(c, data, to, into, from, sub);
+    }
     // SAFETY: `into` is borrowed mutably for this call, which waits for
     // the receive (also when the send cannot start).
     let mut r = unsafe { c.recv_lent(into.as_mut_ptr(), into.len(), from, sub) }?;
@@ -139,6 +156,50 @@ fn exchange(c: &Coll, data: &[u8], to: i32, into: &mut [u8], from: i32, sub: i32
     };
     let got = wait(c, &mut r);
     let sent = wait(c, &mut s);
+    both(got, sent)
+}
+
+/// [`exchange`] of a small message: the send starts first and usually
+/// finishes in the call (copied out); the receive then takes the peer's
+/// message blocking ([`Coll::recv_blocking`]: no request, and a wait that
+/// watches the peer's ring instead of running whole progress passes).
+/// A send still pending receives the general way.
+fn exchange_small(
+    c: &Coll,
+    data: &[u8],
+    to: i32,
+    into: &mut [u8],
+    from: i32,
+    sub: i32,
+) -> Res<usize> {
+    // SAFETY: `data` is borrowed for this call, which waits for the send.
+    let mut s = unsafe { c.send_lent(data.as_ptr(), data.len(), to, sub) }?;
+    if s.take_if_done().is_some() {
+        tracing::trace!(
+            to,
+            from,
+            len = data.len(),
+            "small exchange: blocking receive"
+        );
+        return Ok(c.recv_blocking(into, from, sub)?);
+    }
+    // SAFETY: `into` is borrowed mutably for this call, which waits for
+    // the receive.
+    let r = unsafe { c.recv_lent(into.as_mut_ptr(), into.len(), from, sub) };
+    let mut r = match r {
+        Ok(r) => r,
+        Err(err) => {
+            let pending = wait(c, &mut s).err().is_some_and(|f| f.pending);
+            return Err(Failed { err, pending });
+        }
+    };
+    let got = wait(c, &mut r);
+    let sent = wait(c, &mut s);
+    both(got, sent)
+}
+
+/// The count received, or the first failure (pending if either is).
+fn both(got: Res<usize>, sent: Res<usize>) -> Res<usize> {
     match (got, sent) {
         (Ok(n), Ok(_)) => Ok(n),
         (Err(a), Err(b)) => Err(Failed {
@@ -344,6 +405,17 @@ fn rabenseifner_in_place(
 /// Whether the blocks (offset, length) overlap one another (empty ones
 /// never do).
 pub(crate) fn overlapping(blocks: &[(usize, usize)]) -> bool {
+    // The usual layout first: ascending blocks, each after the one
+    // before (one pass, no allocation).
+    let mut end = 0usize;
+    let ascending = blocks.iter().filter(|b| b.1 > 0).all(|&(o, l)| {
+        let after = o >= end;
+        end = o.saturating_add(l);
+        after
+    });
+    if ascending {
+        return false;
+    }
     let mut b: Vec<(usize, usize)> = blocks.iter().copied().filter(|b| b.1 > 0).collect();
     b.sort_unstable();
     b.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
@@ -371,7 +443,7 @@ impl Comm {
         ty: &Datatype,
         op: &Op,
     ) -> Result<(), Error> {
-        Self::reduction_ok(op, ty, recv.len())?;
+        Self::reduction_ok(op, ty, send.map_or(recv.len(), <[u8]>::len))?;
         if let Some(s) = send {
             Self::same_len(s.len(), recv.len())?;
         }
@@ -466,6 +538,17 @@ fn all_at_once(
     rblocks: &[(usize, usize)],
 ) -> Res<()> {
     let (me, n) = (c.me, c.n);
+    if n == 2 {
+        // One peer: its receive and its send, posted in the same order.
+        let peer = 1 - me;
+        let (so, sl) = sblocks[peer as usize];
+        let (ro, rl) = rblocks[peer as usize];
+        let into = &mut recv[ro..ro + rl];
+        return exchange(c, &send[so..so + sl], peer, into, peer, 0).map(|_| ());
+    }
+    if task::idle() && sblocks.iter().all(|b| b.1 <= SEND_FIRST) {
+        return sends_first(c, send, sblocks, recv, rblocks);
+    }
     let mut reqs = Vec::with_capacity(2 * (n as usize).saturating_sub(1));
     let base = recv.as_mut_ptr();
     let mut started = Ok(());
@@ -507,4 +590,82 @@ fn all_at_once(
         return Err(Failed { err, pending });
     }
     settle(c, &mut reqs)
+}
+
+/// [`all_at_once`] of small blocks, as [`exchange_small`]: every send
+/// first (each usually finishing in the call), then each receive blocking
+/// in turn; if a send is still pending, the receives are posted and all
+/// waited for.
+fn sends_first(
+    c: &Coll,
+    send: &[u8],
+    sblocks: &[(usize, usize)],
+    recv: &mut [u8],
+    rblocks: &[(usize, usize)],
+) -> Res<()> {
+    let (me, n) = (c.me, c.n);
+    let mut reqs = Vec::new();
+    for i in 1..n {
+        let to = (me + i) % n;
+        let (o, l) = sblocks[to as usize];
+        let b = &send[o..o + l];
+        // SAFETY: `send` is borrowed for this call, which waits for every
+        // request it started.
+        match unsafe { c.send_lent(b.as_ptr(), b.len(), to, 0) } {
+            Ok(mut q) => {
+                if q.take_if_done().is_none() {
+                    reqs.push(q);
+                }
+            }
+            Err(err) => {
+                let pending = settle(c, &mut reqs).err().is_some_and(|f| f.pending);
+                return Err(Failed { err, pending });
+            }
+        }
+    }
+    if reqs.is_empty() {
+        for i in 1..n {
+            let from = (me - i).rem_euclid(n);
+            let (o, l) = rblocks[from as usize];
+            c.recv_blocking(&mut recv[o..o + l], from, 0)?;
+        }
+        return Ok(());
+    }
+    let base = recv.as_mut_ptr();
+    for i in 1..n {
+        let from = (me - i).rem_euclid(n);
+        let (o, l) = rblocks[from as usize];
+        // SAFETY: block `from` lies inside `recv` (checked) and overlaps no
+        // other receive block (checked); `recv` is borrowed mutably for
+        // this call, which waits for every request it started.
+        match unsafe { c.recv_lent(base.add(o), l, from, 0) } {
+            Ok(q) => reqs.push(q),
+            Err(err) => {
+                for q in &reqs {
+                    let _ = c.comm.cancel(q);
+                }
+                let pending = settle(c, &mut reqs).err().is_some_and(|f| f.pending);
+                return Err(Failed { err, pending });
+            }
+        }
+    }
+    settle(c, &mut reqs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overlapping;
+
+    #[test]
+    fn overlapping_blocks_in_any_order() {
+        // Ascending and apart (the one-pass case), with empty blocks anywhere.
+        assert!(!overlapping(&[(0, 4), (4, 4), (8, 0), (0, 0), (8, 4)]));
+        assert!(!overlapping(&[]));
+        // Apart but out of order (sorted first).
+        assert!(!overlapping(&[(8, 4), (0, 4), (4, 4)]));
+        // Overlapping, in order and out of order.
+        assert!(overlapping(&[(0, 5), (4, 4)]));
+        assert!(overlapping(&[(8, 4), (0, 4), (2, 4)]));
+        assert!(overlapping(&[(4, 4), (0, 8)]));
+    }
 }
