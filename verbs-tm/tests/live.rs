@@ -210,6 +210,37 @@ fn blocking_rendezvous_reuses_spares() {
     );
 }
 
+/// A receive posted before its message arrives meets it in the device's
+/// tag list: the run that reads the message executes the receive's ADD
+/// first (in the other order the message is found unexpected: a software
+/// match, a SYNC and a DEL of the posted buffer).
+fn posted_receives_meet_their_messages() {
+    let job = (u64::from(std::process::id()) << 8) | 3;
+    // The helpers never run the device: every run is the owners'.
+    let idle = |c: &mut LiveConfig| c.helper_idle = Duration::from_secs(30);
+    let mut a = live_with(job, 0, idle);
+    let mut b = live_with(job, 1, idle);
+    connect_pair(&mut a, &mut b);
+    const N: u32 = 8;
+    for round in 0..N {
+        // 2 KiB: offered to the tag list, sent eagerly.
+        let RecvStart::Pending(r) = b.irecv(spec(0, round), vec![0; 2048]).unwrap() else {
+            panic!("a receive before its message finished at once");
+        };
+        send(&mut a, 1, round, data(round, 2048), SendMode::Standard);
+        // The frame is in b's socket before b runs its device again.
+        std::thread::sleep(Duration::from_millis(5));
+        let f = wait(&mut b, r, Duration::from_secs(10));
+        assert_eq!(f.result.unwrap().len, 2048);
+        assert_eq!(f.buf, data(round, 2048));
+    }
+    let c = b.stats();
+    assert_eq!(c.device_receives, u64::from(N), "{c:?}");
+    assert_eq!(c.offload.sw_matches, 0, "{c:?}");
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
 /// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
 /// with both owners polling, then 200 ms with both computing, it wakes a
 /// handful of times at most (a helper that checked on the owner every
@@ -901,6 +932,10 @@ fn main() -> ExitCode {
         (
             "blocking_rendezvous_reuses_spares",
             blocking_rendezvous_reuses_spares,
+        ),
+        (
+            "posted_receives_meet_their_messages",
+            posted_receives_meet_their_messages,
         ),
         ("idle_helper_sleeps", idle_helper_sleeps),
         ("idle_runs_poll_once", idle_runs_poll_once),

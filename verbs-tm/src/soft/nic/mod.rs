@@ -614,6 +614,23 @@ impl Nic {
         done
     }
 
+    /// Executes every queued list operation of every TM-SRQ (in post
+    /// order within each); returns how many ran. Allocates nothing: a run
+    /// of the device with no operation queued costs one look per SRQ.
+    pub fn exec_all_ops(&mut self) -> usize {
+        let mut done = 0;
+        for i in 0..self.srqs.len() {
+            let queued = self.srqs[i]
+                .as_ref()
+                .and_then(|s| s.tm.as_ref())
+                .is_some_and(|tm| tm.queued_ops() > 0);
+            if queued {
+                done += self.exec_ops(SrqId(i as u32), usize::MAX);
+            }
+        }
+        done
+    }
+
     /// Every TM-SRQ of this device with queued operations.
     pub fn srqs_with_ops(&self) -> Vec<SrqId> {
         self.srqs
