@@ -1098,11 +1098,13 @@ impl Provider for Live {
     }
 
     fn post_srq_ops(&mut self, srq: SrqId, wrs: &mut [OpsWr<'_>]) -> Result<()> {
-        self.with(|n| n.post_srq_ops(srq, wrs))
+        // Queued for the next run; nothing for the wire.
+        self.owner().nic.post_srq_ops(srq, wrs)
     }
 
     fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
-        self.with(|n| n.post_srq_recv(srq, wr))
+        // A buffer for the next run; nothing for the wire.
+        self.owner().nic.post_srq_recv(srq, wr)
     }
 
     fn create_qp(&mut self, attr: &QpInitAttr) -> Result<QpId> {
