@@ -210,6 +210,93 @@ fn blocking_rendezvous_reuses_spares() {
     );
 }
 
+/// A receive posted before its message arrives meets it in the device's
+/// tag list: the run that reads the message executes the receive's ADD
+/// first (in the other order the message is found unexpected: a software
+/// match, a SYNC and a DEL of the posted buffer).
+fn posted_receives_meet_their_messages() {
+    let job = (u64::from(std::process::id()) << 8) | 3;
+    // The helpers never run the device: every run is the owners'.
+    let idle = |c: &mut LiveConfig| c.helper_idle = Duration::from_secs(30);
+    let mut a = live_with(job, 0, idle);
+    let mut b = live_with(job, 1, idle);
+    connect_pair(&mut a, &mut b);
+    const N: u32 = 8;
+    for round in 0..N {
+        // 2 KiB: offered to the tag list, sent eagerly.
+        let RecvStart::Pending(r) = b.irecv(spec(0, round), vec![0; 2048]).unwrap() else {
+            panic!("a receive before its message finished at once");
+        };
+        send(&mut a, 1, round, data(round, 2048), SendMode::Standard);
+        // The frame is in b's socket before b runs its device again.
+        std::thread::sleep(Duration::from_millis(5));
+        let f = wait(&mut b, r, Duration::from_secs(10));
+        assert_eq!(f.result.unwrap().len, 2048);
+        assert_eq!(f.buf, data(round, 2048));
+    }
+    let c = b.stats();
+    assert_eq!(c.device_receives, u64::from(N), "{c:?}");
+    assert_eq!(c.offload.sw_matches, 0, "{c:?}");
+    a.finalize().unwrap();
+    b.finalize().unwrap();
+}
+
+/// Eager SENDs of 4 KiB and more leave from the send buffers: no copy
+/// into the outbox (`in_place_bytes` counts every payload byte), and a
+/// send buffer is reused only once its bytes were written: a burst of
+/// distinct 16 KiB messages, far more than the send buffers and the socket
+/// hold, arrives intact while the receiver starts late.
+fn sends_leave_from_the_send_buffers() {
+    let job = (u64::from(std::process::id()) << 8) | 4;
+    let ep = |rank: u32| {
+        let mut lc = LiveConfig::new(job, rank);
+        lc.listen = "127.0.0.1:0".parse().unwrap();
+        // Only the owners run the devices: nothing reads the receiver's
+        // socket while it waits.
+        lc.helper_idle = Duration::from_secs(30);
+        let c = EndpointConfig {
+            eager_max: 16 << 10,
+            send_bufs: 8,
+            ..EndpointConfig::default()
+        };
+        Endpoint::new(Live::new(lc).unwrap(), c, rank, 2).unwrap()
+    };
+    let (mut a, mut b) = (ep(0), ep(1));
+    connect_pair(&mut a, &mut b);
+    const N: u32 = 1000;
+    const LEN: usize = 16 << 10;
+    let msgs: Vec<Vec<u8>> = (0..N).map(|i| data(i, LEN)).collect();
+    let (posted, start) = std::sync::mpsc::channel::<()>();
+    let expect = msgs.clone();
+    let thread = std::thread::spawn(move || {
+        // Idle until every send was posted: the socket fills up.
+        start.recv().unwrap();
+        for (i, m) in expect.iter().enumerate() {
+            let f = recv(&mut b, spec(0, i as u32), LEN);
+            assert_eq!(f.result.unwrap().len, LEN);
+            assert!(f.buf == *m, "message {i} changed on the way");
+        }
+        b.finalize().unwrap()
+    });
+    let w0 = a.provider().wire_stats();
+    let mut ids = Vec::new();
+    for (i, m) in msgs.into_iter().enumerate() {
+        if let SendStart::Pending(id) = a.isend(1, i as u32, 0, m, SendMode::Standard).unwrap() {
+            ids.push(id);
+        }
+        a.progress().unwrap();
+    }
+    posted.send(()).unwrap();
+    for f in wait_all(&mut a, &ids, Duration::from_secs(60)) {
+        f.result.unwrap();
+    }
+    thread.join().unwrap();
+    let w = a.provider().wire_stats();
+    let payload = u64::from(N) * (LEN as u64 + 16);
+    assert!(w.in_place_bytes - w0.in_place_bytes >= payload, "{w}");
+    a.finalize().unwrap();
+}
+
 /// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
 /// with both owners polling, then 200 ms with both computing, it wakes a
 /// handful of times at most (a helper that checked on the owner every
@@ -901,6 +988,14 @@ fn main() -> ExitCode {
         (
             "blocking_rendezvous_reuses_spares",
             blocking_rendezvous_reuses_spares,
+        ),
+        (
+            "posted_receives_meet_their_messages",
+            posted_receives_meet_their_messages,
+        ),
+        (
+            "sends_leave_from_the_send_buffers",
+            sends_leave_from_the_send_buffers,
         ),
         ("idle_helper_sleeps", idle_helper_sleeps),
         ("idle_runs_poll_once", idle_runs_poll_once),

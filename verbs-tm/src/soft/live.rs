@@ -107,6 +107,10 @@ const READ_CHUNK: usize = 256 << 10;
 /// READ responses at least this large are received straight into the
 /// requester's memory region (no copy through the receive buffer).
 const DIRECT_MIN: usize = 64 << 10;
+/// SENDs of at least this many bytes are written to the socket from the
+/// sender's send buffer (completing once written); smaller ones are copied
+/// into the outbox with their header and complete when posted.
+const IN_PLACE_SEND_MIN: usize = 4 << 10;
 
 /// A QP that waits for its peer to connect.
 #[derive(Debug)]
@@ -229,6 +233,7 @@ impl Core {
         self.poller.remove(&self.conns[c].stream);
         let conn = &mut self.conns[c];
         conn.dead = true;
+        conn.flush_sends();
         let closed = conn.saw_close;
         if let Some(qp) = conn.qp {
             if closed {
@@ -698,8 +703,20 @@ impl Core {
     fn route(&mut self) {
         while let Some((qp, o)) = self.nic.take_out_ref() {
             match (self.qp_conn.get(&qp.0), o) {
-                (Some(&c), _) if self.conns[c].dead => {}
+                (Some(&c), o) if self.conns[c].dead => {
+                    if let Outgoing::Send {
+                        done: Some((cq, wc)),
+                        ..
+                    } = o
+                    {
+                        let st = WcStatus::WR_FLUSH_ERR;
+                        self.nic.complete_send(qp, cq, wc, st);
+                    }
+                }
                 (Some(&c), Outgoing::Frame(f)) => self.conns[c].push(Wire::Dev(f)),
+                (Some(&c), Outgoing::Send { imm, data, done }) => {
+                    self.conns[c].push_send(imm, data, done);
+                }
                 (Some(&c), Outgoing::ReadResp { id, data }) => {
                     self.conns[c].push_read_resp(id, data, &self.nic);
                 }
@@ -740,6 +757,15 @@ impl Core {
             for v in self.conns[c].written.drain(..) {
                 self.nic.recycle(v);
             }
+            if !self.conns[c].sent.is_empty() {
+                let conn = &mut self.conns[c];
+                let qp = conn.qp;
+                for (cq, wc, st) in conn.sent.drain(..) {
+                    if let Some(qp) = qp {
+                        self.nic.complete_send(qp, cq, wc, st);
+                    }
+                }
+            }
         }
         self.publish();
     }
@@ -772,12 +798,28 @@ impl Core {
                 }
             }
         }
+        // The list operations posted since the last run before the
+        // arrivals: a receive posted before its message came in is in the
+        // tag list when the message is delivered (executed after them, it
+        // would find it unexpected: a software match, a SYNC and a DEL of
+        // the posted buffer).
+        self.nic.exec_all_ops();
         self.read_ready();
-        for srq in self.nic.srqs_with_ops() {
-            self.nic.exec_ops(srq, usize::MAX);
-        }
+        self.nic.exec_all_ops();
         self.nic.complete_data(usize::MAX);
+        // Publishes what the helper watches.
         self.route_and_flush();
+        // Connect deadlines: no clock read, and nothing more to publish,
+        // unless a QP waits for its peer or a handshake for its answer
+        // (an established job's run ends here).
+        let waiting = !self.expect.is_empty()
+            || self
+                .conns
+                .iter()
+                .any(|c| matches!(c.phase, Phase::Handshake { .. }));
+        if !waiting {
+            return;
+        }
         let now = Instant::now();
         let late: Vec<u32> = self
             .expect
@@ -832,10 +874,11 @@ impl Shared {
 /// connection's outbox.
 ///
 /// Costs per message: one frame (a message is one SEND; there are no
-/// acknowledgement frames: a SEND completes when it is posted, its bytes
-/// copied, and TCP delivers it or the connection fails); one `writev` per pass carries every frame queued on a
-/// connection (small frames are copied into the outbox with their headers,
-/// payloads over 16 KiB are gathered as they are); one `read` per pass
+/// acknowledgement frames: a SEND under 4 KiB completes when it is posted,
+/// its bytes copied into the outbox with its header; a larger one is
+/// written from the sender's region and completes once written; TCP
+/// delivers it or the connection fails); one `writev` per pass carries
+/// every frame queued on a connection; one `read` per pass
 /// takes what the socket has into a per-connection buffer (256 KiB and up)
 /// whose frames are parsed and delivered in place, so the payload is
 /// copied once, into the memory it lands in. A READ response of 64 KiB or
@@ -902,6 +945,7 @@ impl Live {
         });
         let mut nic = Nic::new(cfg.soft);
         nic.set_in_place_reads(true);
+        nic.set_in_place_sends(Some(IN_PLACE_SEND_MIN));
         let core = Core {
             nic,
             cfg,
@@ -1054,11 +1098,13 @@ impl Provider for Live {
     }
 
     fn post_srq_ops(&mut self, srq: SrqId, wrs: &mut [OpsWr<'_>]) -> Result<()> {
-        self.with(|n| n.post_srq_ops(srq, wrs))
+        // Queued for the next run; nothing for the wire.
+        self.owner().nic.post_srq_ops(srq, wrs)
     }
 
     fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr<'_>) -> Result<()> {
-        self.with(|n| n.post_srq_recv(srq, wr))
+        // A buffer for the next run; nothing for the wire.
+        self.owner().nic.post_srq_recv(srq, wr)
     }
 
     fn create_qp(&mut self, attr: &QpInitAttr) -> Result<QpId> {

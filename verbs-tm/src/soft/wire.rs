@@ -259,6 +259,15 @@ pub(crate) fn encode(w: Wire) -> ([u8; HDR], Vec<u8>) {
     (h, p)
 }
 
+/// The header of a SEND (with `imm`: SEND_WITH_IMM) of `len` bytes (its
+/// payload follows it on the wire, written from elsewhere).
+pub(crate) fn send_header(imm: Option<u32>, len: usize) -> [u8; HDR] {
+    match imm {
+        Some(i) => header(SEND_IMM, i, 0, 0, len),
+        None => header(SEND, 0, 0, 0, len),
+    }
+}
+
 /// The header of a successful READ response of `len` bytes (its payload
 /// is written after it from elsewhere: the responder's region).
 pub(crate) fn read_resp_ok_header(id: u64, len: usize) -> [u8; HDR] {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::super::nic::Frame;
 use super::super::nic::{Nic, RegionRef};
 use super::super::wire::{self, Wire};
-use crate::verbs::{QpId, WcStatus};
+use crate::verbs::{CqId, QpId, Wc, WcStatus};
 
 #[derive(Debug)]
 pub(super) enum Phase {
@@ -52,8 +52,11 @@ pub(super) enum Chunk {
     Payload(Vec<u8>),
     /// A READ response's data, written from the responder's memory region
     /// (no copy); copied out first if the region is deregistered while it
-    /// waits ([`Conn::own_region`]).
+    /// waits ([`Conn::own_region`]). Also a SEND's payload.
     Region(RegionRef),
+    /// No bytes: the completion of the in-place SEND before it (its
+    /// CQ and work completion), due once everything before it is written.
+    Done(CqId, Wc),
 }
 
 impl Chunk {
@@ -61,6 +64,7 @@ impl Chunk {
         match self {
             Chunk::Small(v) | Chunk::Payload(v) => v.len(),
             Chunk::Region(r) => r.len,
+            Chunk::Done(..) => 0,
         }
     }
 }
@@ -96,6 +100,9 @@ pub(super) struct Conn {
     pub(super) stats: WireStats,
     /// A READ response's payload being read straight into memory.
     pub(super) direct: Option<Direct>,
+    /// Completions of in-place SENDs whose payload left (or never will:
+    /// `WR_FLUSH_ERR`), for the device.
+    pub(super) sent: Vec<(CqId, Wc, WcStatus)>,
 }
 
 impl Conn {
@@ -119,7 +126,41 @@ impl Conn {
             peer: None,
             stats: WireStats::default(),
             direct: None,
+            sent: Vec::new(),
         }
+    }
+
+    /// Queues a SEND whose payload `data` is written from the sender's
+    /// region when the socket takes it; `done` (its completion) follows it.
+    pub(super) fn push_send(
+        &mut self,
+        imm: Option<u32>,
+        data: RegionRef,
+        done: Option<(CqId, Wc)>,
+    ) {
+        let h = wire::send_header(imm, data.len);
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += (h.len() + data.len) as u64;
+        self.append(&h);
+        self.out_bytes += data.len;
+        self.out.push_back(Chunk::Region(data));
+        if let Some((cq, wc)) = done {
+            self.out.push_back(Chunk::Done(cq, wc));
+        }
+        self.back_open = false;
+    }
+
+    /// The connection failed: the in-place SENDs still queued are flushed
+    /// (their completions say `WR_FLUSH_ERR`).
+    pub(super) fn flush_sends(&mut self) {
+        for ch in self.out.drain(..) {
+            if let Chunk::Done(cq, wc) = ch {
+                self.sent.push((cq, wc, WcStatus::WR_FLUSH_ERR));
+            }
+        }
+        self.out_off = 0;
+        self.out_bytes = 0;
+        self.back_open = false;
     }
 
     /// Appends bytes to the open chunk (opening one if needed).
@@ -211,6 +252,7 @@ impl Conn {
             for (i, ch) in self.out.iter().take(IOV_MAX).enumerate() {
                 let all: &[u8] = match ch {
                     Chunk::Small(v) | Chunk::Payload(v) => v,
+                    Chunk::Done(..) => &[],
                     Chunk::Region(r) => nic
                         .region(r)
                         .ok_or_else(|| std::io::Error::other(RegionGone))?,
@@ -268,6 +310,7 @@ impl Conn {
             Chunk::Small(v) if self.spare.len() < 4 => self.spare.push(v),
             Chunk::Small(_) => {}
             Chunk::Region(r) => self.stats.in_place_bytes += r.len as u64,
+            Chunk::Done(cq, wc) => self.sent.push((cq, wc, WcStatus::SUCCESS)),
         }
     }
 }
@@ -307,9 +350,9 @@ pub struct WireStats {
     /// READ responses received straight into the requester's memory
     /// (64 KiB and more, one scatter entry).
     pub direct: u64,
-    /// Bytes of READ responses written to the socket straight from the
-    /// responder's memory region (responses over 16 KiB; smaller ones are
-    /// copied into the outbox with their header).
+    /// Bytes written to the socket straight from memory regions: READ
+    /// responses over 16 KiB and SEND payloads of 4 KiB and more (smaller
+    /// ones are copied into the outbox with their header).
     pub in_place_bytes: u64,
     /// Returns of the helper thread from poll(2): socket readiness, a
     /// deadline, the owner's signal, or the end of an idle-time sleep.

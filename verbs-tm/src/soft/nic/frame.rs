@@ -2,7 +2,7 @@
 //! (queued for a peer, or held while the device cannot take them) and
 //! borrowed (parsed in place from a driver's receive buffer).
 
-use crate::verbs::WcStatus;
+use crate::verbs::{CqId, Wc, WcStatus};
 
 /// What travels between two connected QPs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,20 @@ pub(crate) struct RegionRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outgoing {
     Frame(Frame),
-    ReadResp { id: u64, data: RegionRef },
+    ReadResp {
+        id: u64,
+        data: RegionRef,
+    },
+    /// A SEND whose payload is still in the sender's region
+    /// ([`Nic::set_in_place_sends`](super::Nic::set_in_place_sends)): its
+    /// completion, if signaled, is `done`, delivered by
+    /// [`Nic::complete_send`](super::Nic::complete_send) once the payload
+    /// has left (the region may be reused only then, as on a NIC).
+    Send {
+        imm: Option<u32>,
+        data: RegionRef,
+        done: Option<(CqId, Wc)>,
+    },
 }
 
 /// The device cannot take an arriving SEND yet (no SRQ buffer: RNR);

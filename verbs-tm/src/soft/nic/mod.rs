@@ -178,6 +178,9 @@ pub(crate) struct Nic {
     /// Successful READ responses are queued as references into the region
     /// ([`Outgoing::ReadResp`]) instead of copies.
     in_place_reads: bool,
+    /// SENDs of at least this many bytes from one region are queued as
+    /// references into it ([`Outgoing::Send`]); `usize::MAX`: never.
+    in_place_sends: usize,
     misuse: Vec<String>,
     stats: NicStats,
     /// Payload buffers given back by the driver once written or copied,
@@ -216,6 +219,7 @@ impl Nic {
             late: VecDeque::new(),
             out: VecDeque::new(),
             in_place_reads: false,
+            in_place_sends: usize::MAX,
             misuse: Vec::new(),
             stats: NicStats::default(),
             pool: crate::pool::BufPool::new(mr::POOL_BUFS, mr::MIN_CAP, mr::POOL_MAX),
@@ -247,6 +251,30 @@ impl Nic {
         self.in_place_reads = on;
     }
 
+    /// Queues SENDs of at least `min` bytes from a single region as
+    /// references into it (taken with [`Nic::take_out_ref`]), their
+    /// completions held until the driver reports the payload sent
+    /// ([`Nic::complete_send`]); off by default (`None`: every SEND is
+    /// copied and completes when posted).
+    pub fn set_in_place_sends(&mut self, min: Option<usize>) {
+        self.in_place_sends = min.unwrap_or(usize::MAX);
+    }
+
+    /// Delivers the completion of an in-place SEND whose payload left (or
+    /// was flushed: `status`), unless its QP or CQ is gone (a destroyed QP
+    /// completes nothing more).
+    pub fn complete_send(&mut self, qp: QpId, cq: CqId, mut wc: Wc, status: WcStatus) {
+        if matches!(self.qps.get(qp.0 as usize), Some(Some(_)))
+            && matches!(self.cqs.get(cq.0 as usize), Some(Some(_)))
+        {
+            wc.status = status;
+            if status != WcStatus::SUCCESS {
+                wc.byte_len = 0;
+            }
+            self.push_cqe(cq, wc, Effect::None);
+        }
+    }
+
     /// The next frame for a peer (a READ response referring to a region
     /// copied out of it).
     pub fn take_out(&mut self) -> Option<(QpId, Frame)> {
@@ -265,6 +293,25 @@ impl Nic {
     pub fn own(&mut self, o: Outgoing) -> Frame {
         match o {
             Outgoing::Frame(f) => f,
+            Outgoing::Send { imm, data, done } => {
+                // Copied: the SEND is complete.
+                let bytes = self.region(&data).map(<[u8]>::to_vec);
+                if let Some((cq, wc)) = done {
+                    let ok = if bytes.is_some() {
+                        WcStatus::SUCCESS
+                    } else {
+                        WcStatus::LOC_PROT_ERR
+                    };
+                    let qp = self.qp_by_num(wc.qp_num);
+                    if let Some(qp) = qp {
+                        self.complete_send(qp, cq, wc, ok);
+                    }
+                }
+                Frame::Send {
+                    imm,
+                    data: bytes.unwrap_or_default(),
+                }
+            }
             Outgoing::ReadResp { id, data } => match self.staged(data) {
                 Some(data) => Frame::ReadResp {
                     id,
@@ -614,6 +661,23 @@ impl Nic {
         done
     }
 
+    /// Executes every queued list operation of every TM-SRQ (in post
+    /// order within each); returns how many ran. Allocates nothing: a run
+    /// of the device with no operation queued costs one look per SRQ.
+    pub fn exec_all_ops(&mut self) -> usize {
+        let mut done = 0;
+        for i in 0..self.srqs.len() {
+            let queued = self.srqs[i]
+                .as_ref()
+                .and_then(|s| s.tm.as_ref())
+                .is_some_and(|tm| tm.queued_ops() > 0);
+            if queued {
+                done += self.exec_ops(SrqId(i as u32), usize::MAX);
+            }
+        }
+        done
+    }
+
     /// Every TM-SRQ of this device with queued operations.
     pub fn srqs_with_ops(&self) -> Vec<SrqId> {
         self.srqs
@@ -760,6 +824,24 @@ impl Nic {
         match wr.opcode {
             WrOpcode::SEND | WrOpcode::SEND_WITH_IMM => {
                 let total: usize = wr.sg_list.iter().map(|g| g.length as usize).sum();
+                if let ([g], true) = (wr.sg_list, total >= self.in_place_sends) {
+                    if self.check_sge(g, 0) {
+                        if let Some((mr, off)) = self.locate(g.addr, g.lkey) {
+                            let key = g.lkey;
+                            let data = RegionRef {
+                                mr,
+                                key,
+                                off,
+                                len: total,
+                            };
+                            let imm = (wr.opcode == WrOpcode::SEND_WITH_IMM).then_some(wr.imm_data);
+                            let wc = completion(WcStatus::SUCCESS, WcOpcode::SEND, total as u32);
+                            let done = signaled.then_some((send_cq, wc));
+                            self.out.push_back((qp, Outgoing::Send { imm, data, done }));
+                            return Ok(());
+                        }
+                    }
+                }
                 let mut data = self.buf(total);
                 for g in wr.sg_list {
                     if !self.check_sge(g, 0) {
