@@ -628,3 +628,49 @@ fn moved_names_are_read_from_the_table() {
     assert!(!mentions_var("set TMX_A_OLD_MIN=1", "TMX_A_OLD"));
     assert!(!mentions_var("MY_TMX_A_OLD", "TMX_A_OLD"));
 }
+
+/// Headings (`### Added`, `### Changed`, ...) that occur twice inside one version
+/// section of a CHANGELOG, as `"<version> / <heading>"`.
+fn duplicate_changelog_headings(text: &str) -> Vec<String> {
+    let mut version = String::new();
+    let mut seen: Vec<String> = Vec::new();
+    let mut dups = Vec::new();
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("## ") {
+            version = v.trim().to_string();
+            seen.clear();
+        } else if let Some(h) = line.strip_prefix("### ") {
+            let h = h.trim().to_string();
+            if seen.contains(&h) {
+                dups.push(format!("{version} / {h}"));
+            } else {
+                seen.push(h);
+            }
+        }
+    }
+    dups
+}
+
+#[test]
+fn changelog_sections_have_each_heading_once() {
+    let mut bad = Vec::new();
+    for c in CRATES.iter().chain(&["xtask"]) {
+        let text = read(&root().join(c).join("CHANGELOG.md"));
+        for d in duplicate_changelog_headings(&text) {
+            bad.push(format!("{c}/CHANGELOG.md: {d}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "merge repeated headings into one per version:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn duplicate_changelog_headings_are_found() {
+    let text = "## [Unreleased]\n### Changed\n- a\n### Added\n- b\n### Changed\n- c\n\
+                ## [0.1.0]\n### Changed\n- d\n";
+    assert_eq!(duplicate_changelog_headings(text), vec!["[Unreleased] / Changed"]);
+    assert!(duplicate_changelog_headings("## [1]\n### Added\n## [0]\n### Added\n").is_empty());
+}
