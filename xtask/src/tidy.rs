@@ -671,6 +671,9 @@ fn changelog_sections_have_each_heading_once() {
 fn duplicate_changelog_headings_are_found() {
     let text = "## [Unreleased]\n### Changed\n- a\n### Added\n- b\n### Changed\n- c\n\
                 ## [0.1.0]\n### Changed\n- d\n";
-    assert_eq!(duplicate_changelog_headings(text), vec!["[Unreleased] / Changed"]);
+    assert_eq!(
+        duplicate_changelog_headings(text),
+        vec!["[Unreleased] / Changed"]
+    );
     assert!(duplicate_changelog_headings("## [1]\n### Added\n## [0]\n### Added\n").is_empty());
 }
