@@ -602,6 +602,28 @@ impl Endpoint {
         Ok(u)
     }
 
+    /// Delivers queued message `msg`, which a receive matched as it was
+    /// posted (`PostOutcome::Matched`), into `buf`, memory the caller holds,
+    /// as [`Endpoint::complete_stored_slow`] completes such a receive into
+    /// lent memory (delivered in the call), but with no request made for
+    /// it: the receive's result.
+    pub(super) fn deliver_matched(&mut self, msg: Msg, buf: &mut [u8]) -> Result<Result<Status>> {
+        let Msg::Stored(key) = msg else {
+            // Prepost results complete the receive they were written into;
+            // they are never queued as unexpected.
+            return Err(Error::InvalidArgument(
+                "matcher returned a message written into a receive",
+            ));
+        };
+        let u = self.take_stored(key)?;
+        tracing::trace!(source = u.hdr.source, "queued message taken at post");
+        let result = self.deliver(u.hdr, u.data, buf);
+        if matches!(&result, Ok(st) if st.truncated()) {
+            self.counters.truncated += 1;
+        }
+        Ok(result)
+    }
+
     /// Completes receive `key`, which matched queued message `msg` when it
     /// was posted (`PostOutcome::Matched`).
     pub(super) fn complete_at_post(

@@ -400,6 +400,22 @@ impl Endpoint {
                     .queued_in_software(key, id, spec, ReqBuf::Lent(lent))
                     .map(Started::Pending);
             }
+            // A message is queued: the model's post searches the queue once.
+            // Matched, the message is delivered into the lent memory with no
+            // request made; not, the receive is queued in software.
+            match self.matching.post(spec, key, false)? {
+                PostOutcome::Matched { msg, .. } => {
+                    // SAFETY: the caller's contract; no request holds this
+                    // memory, so this slice is the only reference to it.
+                    let buf = unsafe { lent.bytes() };
+                    return self.deliver_matched(msg, buf).map(Started::Done);
+                }
+                PostOutcome::Queued { id, .. } => {
+                    return self
+                        .queued_in_software(key, id, spec, ReqBuf::Lent(lent))
+                        .map(Started::Pending);
+                }
+            }
         }
         self.defer_cma_at_post = true;
         let posted = self.post(

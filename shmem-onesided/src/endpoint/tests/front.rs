@@ -683,3 +683,60 @@ fn lent_receives_deferred_in_order() {
         ep.finalize().unwrap();
     });
 }
+
+/// A receive into lent memory whose message is already queued as
+/// unexpected takes it in the call, the oldest matching first, without
+/// making a request (no request key used), truncating into a small
+/// buffer as any receive does; a synchronous sender learns of the match.
+#[test]
+fn lent_receive_takes_its_queued_message_without_a_request() {
+    let gate = std::sync::Arc::new(std::sync::Barrier::new(2));
+    pair("lent-queued", move |me, mut ep| {
+        let peer = 1 - me;
+        if me == 1 {
+            ep.send(peer, 7, 4, &data(1, 8)).unwrap();
+            ep.send(peer, 5, 4, &data(2, 8)).unwrap();
+            ep.send(peer, 5, 4, &data(3, 300)).unwrap();
+            let sync = ep
+                .isend(peer, 5, 4, data(4, 8), SendMode::Synchronous)
+                .unwrap();
+            gate.wait();
+            ep.wait_send(sync).unwrap();
+            gate.wait();
+        } else {
+            gate.wait();
+            // A pass queues the arrivals: nothing is posted for them.
+            while ep.matching.unexpected_len() < 4 {
+                assert_eq!(ep.iprobe(spec(peer, 9)).unwrap(), None);
+            }
+            let lent = |ep: &mut Endpoint, tag: u32, buf: &mut [u8]| {
+                let key = ep.next_id;
+                // SAFETY: `buf` outlives the call, and the receive is
+                // complete when it returns (asserted).
+                let r =
+                    unsafe { ep.irecv_or_done_lent(spec(peer, tag), buf.as_mut_ptr(), buf.len()) };
+                assert_eq!(ep.next_id, key, "no request made");
+                match r.unwrap() {
+                    Started::Done(st) => st.unwrap(),
+                    Started::Pending(_) => panic!("its message was queued"),
+                }
+            };
+            let mut buf = vec![0u8; 300];
+            let st = lent(&mut ep, 5, &mut buf);
+            assert_eq!((st.source, st.tag, st.len), (peer, 5, 8));
+            assert_eq!(&buf[..8], &data(2, 8)[..]);
+            let st = lent(&mut ep, 5, &mut buf);
+            assert_eq!((st.len, &buf), (300, &data(3, 300)));
+            let st = lent(&mut ep, 5, &mut buf[..8]);
+            assert_eq!((st.len, &buf[..8]), (8, &data(4, 8)[..]));
+            let truncated = ep.counters().truncated;
+            let mut small = [0u8; 4];
+            let st = lent(&mut ep, 7, &mut small);
+            assert_eq!((st.len, st.msg_len, &small[..]), (4, 8, &data(1, 8)[..4]));
+            assert_eq!(ep.counters().truncated, truncated + 1);
+            assert_eq!(ep.matching.unexpected_len(), 0);
+            gate.wait();
+        }
+        ep.finalize().unwrap();
+    });
+}
