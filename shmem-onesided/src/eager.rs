@@ -150,6 +150,12 @@ impl EagerArea {
         self.in_flight.len()
     }
 
+    /// The oldest block in flight.
+    #[inline]
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        self.in_flight.front().map(|&(off, _)| off)
+    }
+
     /// A block of at least `need` bytes, 64-byte aligned, now in flight;
     /// `None` if the area has no room even after taking back every block
     /// `released` says the receiver is done with.
