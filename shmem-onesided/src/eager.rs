@@ -116,6 +116,10 @@ pub(crate) struct EagerArea {
     /// Payloads of at least this many bytes are copied into a block with
     /// `rep movsb` (`crate::copy::to_block`; `usize::MAX`: never).
     movsb_min: usize,
+    /// The last need asked for and its class (`class_of`): a sender's
+    /// next message is most often of the same size, and each send asks
+    /// twice ([`EagerArea::alloc`], [`EagerArea::next_kept`]).
+    last_class: (u64, Option<(usize, u64)>),
 }
 
 impl EagerArea {
@@ -131,6 +135,7 @@ impl EagerArea {
             in_flight: VecDeque::new(),
             blocks: vec![0; CLASSES],
             movsb_min,
+            last_class: (0, class_of(0)),
         }
     }
 
@@ -150,11 +155,18 @@ impl EagerArea {
         self.in_flight.len()
     }
 
+    /// The oldest block in flight.
+    #[inline]
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        self.in_flight.front().map(|&(off, _)| off)
+    }
+
     /// A block of at least `need` bytes, 64-byte aligned, now in flight;
     /// `None` if the area has no room even after taking back every block
     /// `released` says the receiver is done with.
     pub(crate) fn alloc(&mut self, need: u64, released: impl Fn(u64) -> bool) -> Option<u64> {
-        let class = class_of(need).filter(|&(_, size)| size <= self.heap.size());
+        let class = self.class(need);
+        let class = class.filter(|&(_, size)| size <= self.heap.size());
         // Asked before anything is taken back: a stream's reclaim can leave
         // a single block in flight.
         let stream = self.in_flight.len() > 1;
@@ -190,6 +202,25 @@ impl EagerArea {
             return self.alloc_fresh(need, class);
         }
         None
+    }
+
+    /// [`class_of`]`(need)`, remembered for the next call.
+    #[inline]
+    fn class(&mut self, need: u64) -> Option<(usize, u64)> {
+        if self.last_class.0 != need {
+            self.last_class = (need, class_of(need));
+        }
+        self.last_class.1
+    }
+
+    /// [`class_of`]`(need)`, from the remembered one when it is `need`'s.
+    #[inline]
+    fn class_cached(&self, need: u64) -> Option<(usize, u64)> {
+        if self.last_class.0 == need {
+            self.last_class.1
+        } else {
+            class_of(need)
+        }
     }
 
     /// Whether a class of blocks of `size` bytes hands out its oldest kept
@@ -240,7 +271,7 @@ impl EagerArea {
     /// block is a fresh one).
     #[inline]
     pub(crate) fn next_kept(&self, need: u64) -> Option<u64> {
-        let (c, size) = class_of(need)?;
+        let (c, size) = self.class_cached(need)?;
         let kept = self.stacks.get(c)?;
         let stream = self.in_flight.len() > 1;
         if self.ring_grows(c, size, stream) {
@@ -387,6 +418,30 @@ mod tests {
         }
         assert_eq!(last, (CLASSES - 1, POOL_MAX));
         assert_eq!(class_of(POOL_MAX + 1), None);
+    }
+
+    /// The remembered class is always `class_of`'s, whatever the order of
+    /// the needs (repeated, alternating, out of the pool's range).
+    #[test]
+    fn the_remembered_class_is_class_ofs() {
+        let mut a = EagerArea::new(1 << 20, usize::MAX);
+        for need in [
+            0,
+            0,
+            1,
+            1088,
+            1088,
+            64,
+            1088,
+            POOL_MAX + 1,
+            POOL_MAX + 1,
+            300,
+            0,
+        ] {
+            assert_eq!(a.class_cached(need), class_of(need), "{need} (cached)");
+            assert_eq!(a.class(need), class_of(need), "{need}");
+            assert_eq!(a.class_cached(need), class_of(need), "{need} (after)");
+        }
     }
 
     /// A need of the 640-byte class, below `STREAM_MIN`.

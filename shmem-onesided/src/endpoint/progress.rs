@@ -78,7 +78,23 @@ impl Endpoint {
     /// allows it ([`Offload::offer_unposted`]: no receive posted or
     /// deferred, nothing parked, nothing queued).
     /// Returns the events and that receive's result.
+    /// A pass [`Endpoint::quiet`] finds nothing for costs its checks only
+    /// (not the whole pass's call).
+    #[inline]
     pub(super) fn progress_want(
+        &mut self,
+        want: Option<MatchSpec>,
+        buf: &mut [u8],
+    ) -> Result<(usize, Option<Result<Status>>)> {
+        if self.quiet() {
+            return Ok((self.quiet_pass(), None));
+        }
+        self.full_pass(want, buf)
+    }
+
+    /// [`Endpoint::progress_want`]'s pass when there is something to do.
+    #[inline(never)]
+    fn full_pass(
         &mut self,
         mut want: Option<MatchSpec>,
         buf: &mut [u8],
@@ -152,6 +168,72 @@ impl Endpoint {
             tracing::debug!(pressure = staged, "eager-pressure flag changed");
         }
         Ok((events, got))
+    }
+
+    /// Whether a progress pass would find nothing to do: no header in any
+    /// inbound ring, nothing queued for a peer, no local work (late CMA
+    /// copies, engine requests, split sends, copies owed to a pressured
+    /// sender, a raised pressure flag), no deferred receive its pass would
+    /// post, no parked message, and no eager block a pass would take back
+    /// (at most one in flight, not released yet; with more, a pass takes
+    /// back released ones out of order). The idle pass of a wait then
+    /// costs these loads instead of the whole pass.
+    ///
+    /// An empty ring's look ([`Consumer::peek`]) publishes the consumer
+    /// index, as the pass's poll does.
+    #[inline]
+    pub(super) fn quiet(&mut self) -> bool {
+        let seg = self.node.segment();
+        let busy = !self.late_cma.is_empty()
+            || self.matching.parked_len() != 0
+            || !self.requests.engine.is_empty()
+            || !self.split_sends.is_empty()
+            || self.uncopied_eager > 0
+            || self.pressure_raised;
+        if busy {
+            return false;
+        }
+        // The pass would post the deferred receives for a pressured sender.
+        if self.matching.deferred_len() != 0
+            && self
+                .matching
+                .deferred_source()
+                .is_some_and(|s| seg.eager_pressure(s))
+        {
+            return false;
+        }
+        match self.eager.in_flight() {
+            0 => {}
+            1 => {
+                if self.eager.oldest().is_some_and(released(seg)) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+        let me = seg.rank();
+        for (s, p) in self.peers.iter_mut().enumerate() {
+            if p.outbox.pending() + p.staged.len() > 0 {
+                return false;
+            }
+            if p.inbox.peek(seg.ring(s as u32, me)).is_some() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The rest of a progress pass [`Endpoint::quiet`] found nothing for:
+    /// the count of idle passes while unexpected messages are stored
+    /// ([`Endpoint::idle_with_unexpected`]). Returns its events.
+    #[inline]
+    pub(super) fn quiet_pass(&mut self) -> usize {
+        if self.unexpected.is_empty() {
+            self.idle_passes = 0;
+            0
+        } else {
+            self.idle_with_unexpected()
+        }
     }
 
     /// The progress pass's handling of the continuation of inline-ext

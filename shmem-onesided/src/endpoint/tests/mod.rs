@@ -688,4 +688,5 @@ fn stepped_eager_copies_arrive_whole() {
 }
 
 mod front;
+mod quiet;
 mod replies;
