@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 mod conn;
 mod helper;
@@ -111,6 +111,9 @@ const DIRECT_MIN: usize = 64 << 10;
 /// sender's send buffer (completing once written); smaller ones are copied
 /// into the outbox with their header and complete when posted.
 const IN_PLACE_SEND_MIN: usize = 4 << 10;
+/// The largest inline SEND ([`Provider::post_send_inline`]): below the
+/// in-place sends, whose payload is not copied at all.
+const INLINE_MAX: usize = IN_PLACE_SEND_MIN - 1;
 
 /// A QP that waits for its peer to connect.
 #[derive(Debug)]
@@ -749,25 +752,67 @@ impl Core {
     fn route_and_flush(&mut self) {
         self.route();
         for c in 0..self.conns.len() {
-            if !self.conns[c].dead && !self.conns[c].out.is_empty() {
-                if let Err(e) = self.conns[c].flush(&self.nic) {
-                    self.fail_conn(c, format!("send failed: {e}"));
-                }
+            self.flush_conn(c);
+        }
+        self.publish();
+    }
+
+    /// Writes connection `c`'s outbox (as much as the socket takes), gives
+    /// the written payload buffers back to the device and completes the
+    /// in-place SENDs that left.
+    fn flush_conn(&mut self, c: usize) {
+        if !self.conns[c].dead && !self.conns[c].out.is_empty() {
+            if let Err(e) = self.conns[c].flush(&self.nic) {
+                self.fail_conn(c, format!("send failed: {e}"));
             }
-            for v in self.conns[c].written.drain(..) {
-                self.nic.recycle(v);
-            }
-            if !self.conns[c].sent.is_empty() {
-                let conn = &mut self.conns[c];
-                let qp = conn.qp;
-                for (cq, wc, st) in conn.sent.drain(..) {
-                    if let Some(qp) = qp {
-                        self.nic.complete_send(qp, cq, wc, st);
-                    }
+        }
+        for v in self.conns[c].written.drain(..) {
+            self.nic.recycle(v);
+        }
+        if !self.conns[c].sent.is_empty() {
+            let conn = &mut self.conns[c];
+            let qp = conn.qp;
+            for (cq, wc, st) in conn.sent.drain(..) {
+                if let Some(qp) = qp {
+                    self.nic.complete_send(qp, cq, wc, st);
                 }
             }
         }
-        self.publish();
+    }
+
+    /// An inline SEND ([`Provider::post_send_inline`]): its frame is copied
+    /// straight into the connection's outbox, behind what the device
+    /// queued before it, and written at once. `false` (nothing done) unless
+    /// the QP is ready on a live connection.
+    fn send_inline(&mut self, qp: QpId, parts: &[&[u8]], len: usize) -> bool {
+        if !self.nic.qp_ready(qp) {
+            return false;
+        }
+        let Some(&c) = self.qp_conn.get(&qp.0) else {
+            return false;
+        };
+        if self.conns[c].dead {
+            return false;
+        }
+        // What was posted before it goes first (then every outbox with
+        // something routed to it is written, as after any post).
+        let routed = self.nic.has_out();
+        if routed {
+            self.route();
+        }
+        self.conns[c].push_inline(parts, len);
+        trace!(qp = qp.0, len, "verbs-tm soft-live: inline SEND");
+        if routed {
+            self.route_and_flush();
+            return true;
+        }
+        self.flush_conn(c);
+        // The helper watches output left in an outbox; nothing to tell it
+        // when this one emptied and none was watched.
+        if !self.conns[c].out.is_empty() || self.published.out != 0 {
+            self.publish();
+        }
+        true
     }
 
     /// Runs the device once: accept, read, deliver, execute list
@@ -1235,6 +1280,17 @@ impl Provider for Live {
 
     fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
         self.with(|n| n.post_send(qp, wr))
+    }
+
+    /// Payloads under 4 KiB ([`INLINE_MAX`]) are copied into the
+    /// connection's outbox with their frame header and written at once,
+    /// under one device lock.
+    fn post_send_inline(&mut self, qp: QpId, parts: &[&[u8]]) -> Result<bool> {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > INLINE_MAX {
+            return Ok(false);
+        }
+        Ok(self.owner().send_inline(qp, parts, len))
     }
 
     fn reg_mr(&mut self, buf: Vec<u8>, access: u32) -> core::result::Result<Mr, (Error, Vec<u8>)> {
