@@ -100,13 +100,18 @@ impl<P: Provider> Endpoint<P> {
     /// buffer, no completion); a provider that declines gets them copied
     /// into a send buffer and posted.
     pub fn send_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<bool> {
-        if dest == self.rank || data.len() > self.eager_limit(dest) || !self.pending.is_empty() {
+        // One look at the peer (no self sends here: this rank has no QP).
+        let Some(p) = self.peers.get(&dest) else {
+            return Ok(false);
+        };
+        let (qp, connected) = (p.qp, p.connected);
+        if data.len() > p.eager_max.min(self.cfg.eager_max) || !self.pending.is_empty() {
             return Ok(false);
         }
         let t = self.encode_tag(tag, context)?;
-        if let Some(p) = self.peers.get(&dest).filter(|p| p.connected) {
+        if connected {
             let tmh = Tmh::new(Opcode::Eager, 0, t).to_bytes();
-            if self.p.post_send_inline(p.qp, &[&tmh, data])? {
+            if self.p.post_send_inline(qp, &[&tmh, data])? {
                 self.counters.eager_sends += 1;
                 self.counters.inline_sends += 1;
                 return Ok(true);

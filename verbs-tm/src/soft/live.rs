@@ -138,7 +138,8 @@ struct Core {
     poller: Poller,
     /// The ready sockets of a run (kept for its allocation).
     ready: Vec<Ready>,
-    qp_conn: HashMap<u32, usize>,
+    /// The connection of each QP, by QP index (QPs are small indexes).
+    qp_conn: QpConns,
     pre_out: HashMap<u32, Vec<Wire>>,
     expect: HashMap<u32, Expect>,
     hold: HashMap<u32, VecDeque<Frame>>,
@@ -278,7 +279,7 @@ impl Core {
         for w in self.pre_out.remove(&e.qp.0).unwrap_or_default() {
             self.conns[c].push(w);
         }
-        self.qp_conn.insert(e.qp.0, c);
+        self.qp_conn.insert(e.qp, c);
         self.nic.set_qp_state(e.qp, QpState::Ready);
         debug!(
             qp = e.qp.0,
@@ -510,7 +511,7 @@ impl Core {
     fn deliver(&mut self, qp: QpId, f: FrameRef<'_>) -> core::result::Result<(), Rnr> {
         if let FrameRef::ReadReq { .. } = f {
             let limit = self.cfg.read_backlog;
-            let conn = self.qp_conn.get(&qp.0).and_then(|&c| self.conns.get_mut(c));
+            let conn = self.qp_conn.get(qp).and_then(|c| self.conns.get_mut(c));
             if let Some(conn) = conn.filter(|c| c.out_bytes >= limit) {
                 conn.stats.read_waits += 1;
                 return Err(Rnr);
@@ -705,8 +706,8 @@ impl Core {
     /// Moves the device's frames to their connections' outboxes.
     fn route(&mut self) {
         while let Some((qp, o)) = self.nic.take_out_ref() {
-            match (self.qp_conn.get(&qp.0), o) {
-                (Some(&c), o) if self.conns[c].dead => {
+            match (self.qp_conn.get(qp), o) {
+                (Some(c), o) if self.conns[c].dead => {
                     if let Outgoing::Send {
                         done: Some((cq, wc)),
                         ..
@@ -716,11 +717,11 @@ impl Core {
                         self.nic.complete_send(qp, cq, wc, st);
                     }
                 }
-                (Some(&c), Outgoing::Frame(f)) => self.conns[c].push(Wire::Dev(f)),
-                (Some(&c), Outgoing::Send { imm, data, done }) => {
+                (Some(c), Outgoing::Frame(f)) => self.conns[c].push(Wire::Dev(f)),
+                (Some(c), Outgoing::Send { imm, data, done }) => {
                     self.conns[c].push_send(imm, data, done);
                 }
-                (Some(&c), Outgoing::ReadResp { id, data }) => {
+                (Some(c), Outgoing::ReadResp { id, data }) => {
                     self.conns[c].push_read_resp(id, data, &self.nic);
                 }
                 (None, o) => {
@@ -788,7 +789,7 @@ impl Core {
         if !self.nic.qp_ready(qp) {
             return false;
         }
-        let Some(&c) = self.qp_conn.get(&qp.0) else {
+        let Some(c) = self.qp_conn.get(qp) else {
             return false;
         };
         if self.conns[c].dead {
@@ -888,6 +889,29 @@ impl Core {
             }
         }
         self.publish();
+    }
+}
+
+/// The connection index of each QP, indexed by the QP's index: a lookup
+/// per send and per arrival, without hashing.
+#[derive(Debug, Default)]
+struct QpConns(Vec<Option<usize>>);
+
+impl QpConns {
+    fn get(&self, qp: QpId) -> Option<usize> {
+        self.0.get(qp.0 as usize).copied().flatten()
+    }
+
+    fn insert(&mut self, qp: QpId, c: usize) {
+        let i = qp.0 as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some(c);
+    }
+
+    fn remove(&mut self, qp: QpId) -> Option<usize> {
+        self.0.get_mut(qp.0 as usize).and_then(Option::take)
     }
 }
 
@@ -1000,7 +1024,7 @@ impl Live {
             lingering: Vec::new(),
             poller: Poller::new().map_err(|e| Error::io("epoll set", e))?,
             ready: Vec::new(),
-            qp_conn: HashMap::new(),
+            qp_conn: QpConns::default(),
             pre_out: HashMap::new(),
             expect: HashMap::new(),
             hold: HashMap::new(),
@@ -1158,7 +1182,7 @@ impl Provider for Live {
 
     fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
         let mut core = self.owner();
-        if let Some(c) = core.qp_conn.remove(&qp.0) {
+        if let Some(c) = core.qp_conn.remove(qp) {
             let core = &mut *core;
             let (conn, nic) = (&mut core.conns[c], &core.nic);
             if !conn.dead {
@@ -1250,7 +1274,7 @@ impl Provider for Live {
             core.conns.push(conn);
             let c = core.conns.len() - 1;
             core.watch(c);
-            core.qp_conn.insert(qp.0, c);
+            core.qp_conn.insert(qp, c);
             core.bump();
             debug!(qp = qp.0, peer = rrank, %raddr, "verbs-tm soft-live: connecting");
         } else {
