@@ -129,6 +129,9 @@ impl Provider for AnyProvider {
     fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
         any!(self, p => p.post_send(qp, wr))
     }
+    fn post_send_inline(&mut self, qp: QpId, parts: &[&[u8]]) -> Result<bool> {
+        any!(self, p => p.post_send_inline(qp, parts))
+    }
     fn reg_mr(&mut self, buf: Vec<u8>, access: u32) -> core::result::Result<Mr, (Error, Vec<u8>)> {
         any!(self, p => p.reg_mr(buf, access))
     }

@@ -149,6 +149,20 @@ pub trait Provider: Send {
     /// `ibv_post_send` of one work request (SEND, SEND_WITH_IMM, RDMA_READ).
     fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<()>;
 
+    /// An unsignaled SEND whose payload is `parts` one after the other,
+    /// copied at post time, like `ibv_post_send` with `IBV_SEND_INLINE`:
+    /// the caller's buffers are free on return and no completion is
+    /// generated. It goes after every send posted before it on `qp`.
+    ///
+    /// `Ok(false)`: nothing was posted (the provider has no inline path,
+    /// the payload is over its inline limit, or the QP cannot take the send
+    /// at once, e.g. it is not ready); the caller posts it the ordinary way.
+    /// The default posts nothing.
+    fn post_send_inline(&mut self, qp: QpId, parts: &[&[u8]]) -> Result<bool> {
+        let _ = (qp, parts);
+        Ok(false)
+    }
+
     /// `ibv_reg_mr`: registers `buf` with `access` (`IBV_ACCESS_*`). The
     /// region owns the buffer; on failure the buffer is handed back.
     fn reg_mr(

@@ -297,6 +297,62 @@ fn sends_leave_from_the_send_buffers() {
     a.finalize().unwrap();
 }
 
+/// Small sends go inline (no send buffer, one device call) and never
+/// overtake what was posted or held before them: 16 KiB sends whose
+/// payloads wait in the outbox and in the endpoint's queue (the receiver
+/// starts late, the socket fills up) alternate with 8 B sends of the same
+/// tag, and every message arrives in order, intact.
+fn inline_sends_keep_their_order() {
+    let job = (u64::from(std::process::id()) << 8) | 5;
+    let ep = |rank: u32| {
+        let mut lc = LiveConfig::new(job, rank);
+        lc.listen = "127.0.0.1:0".parse().unwrap();
+        lc.helper_idle = Duration::from_secs(30);
+        let c = EndpointConfig {
+            eager_max: 16 << 10,
+            send_bufs: 8,
+            ..EndpointConfig::default()
+        };
+        Endpoint::new(Live::new(lc).unwrap(), c, rank, 2).unwrap()
+    };
+    let (mut a, mut b) = (ep(0), ep(1));
+    connect_pair(&mut a, &mut b);
+    const N: u32 = 2000;
+    let len = |i: u32| if i % 2 == 0 { 16 << 10 } else { 8 };
+    let msgs: Vec<Vec<u8>> = (0..N).map(|i| data(i, len(i))).collect();
+    let (posted, start) = std::sync::mpsc::channel::<()>();
+    let expect = msgs.clone();
+    let thread = std::thread::spawn(move || {
+        start.recv().unwrap();
+        for (i, m) in expect.iter().enumerate() {
+            let f = recv(&mut b, spec(0, 7), 16 << 10);
+            assert_eq!(f.result.unwrap().len, m.len(), "message {i} out of order");
+            assert!(f.buf[..m.len()] == *m, "message {i} changed on the way");
+        }
+        b.finalize().unwrap()
+    });
+    let c0 = a.stats().inline_sends;
+    let mut ids = Vec::new();
+    for m in msgs {
+        if m.len() == 8 {
+            ids.extend(a.send_borrowed(1, 7, 0, &m, SendMode::Standard).unwrap());
+        } else if let SendStart::Pending(id) = a.isend(1, 7, 0, m, SendMode::Standard).unwrap() {
+            ids.push(id);
+        }
+        a.progress().unwrap();
+    }
+    posted.send(()).unwrap();
+    for f in wait_all(&mut a, &ids, Duration::from_secs(60)) {
+        f.result.unwrap();
+    }
+    thread.join().unwrap();
+    let s = a.stats();
+    assert!(s.inline_sends - c0 > 0, "no send went inline: {s}");
+    // Sends were held (the socket was full): later small ones waited.
+    assert!(s.sends_held > 0, "no send waited: {s}");
+    a.finalize().unwrap();
+}
+
 /// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
 /// with both owners polling, then 200 ms with both computing, it wakes a
 /// handful of times at most (a helper that checked on the owner every
@@ -996,6 +1052,10 @@ fn main() -> ExitCode {
         (
             "sends_leave_from_the_send_buffers",
             sends_leave_from_the_send_buffers,
+        ),
+        (
+            "inline_sends_keep_their_order",
+            inline_sends_keep_their_order,
         ),
         ("idle_helper_sleeps", idle_helper_sleeps),
         ("idle_runs_poll_once", idle_runs_poll_once),

@@ -277,7 +277,8 @@ impl Transport for VerbsTransport {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> bool,
     ) -> bool {
-        if len > self.ep.eager_limit(peer) || !self.ep.is_connected(peer) {
+        // No device call here: `send_now` finds out whether the QP is ready.
+        if len > self.ep.eager_limit(peer) || !self.ep.connect_started(peer) {
             return false;
         }
         let mut data = vec![0u8; len];

@@ -134,6 +134,9 @@ pub struct Counters {
     pub offload: tm_match::offload::OffloadStats,
     /// Eager sends.
     pub eager_sends: u64,
+    /// Of the eager sends, those the provider took inline
+    /// ([`Provider::post_send_inline`]).
+    pub inline_sends: u64,
     /// Rendezvous sends.
     pub rndv_sends: u64,
     /// Rendezvous receives finished by a software READ + FIN.
@@ -163,10 +166,11 @@ impl fmt::Display for Counters {
         let o = &self.offload;
         write!(
             f,
-            "verbs-tm: eager {} rndv {} self {} | device receives {} sw reads {} (rndv incomplete {}) | \
+            "verbs-tm: eager {} (inline {}) rndv {} self {} | device receives {} sw reads {} (rndv incomplete {}) | \
              adds {} deletes {} syncs {} engine matches {} sw matches {} unexpected {} withdrawals {} delete races {} | \
              ops held {} sends held {} cancelled sends {} | temps reused {} allocated {}",
             self.eager_sends,
+            self.inline_sends,
             self.rndv_sends,
             self.self_sends,
             self.device_receives,
@@ -708,6 +712,13 @@ impl<P: Provider> Endpoint<P> {
         }
         debug!(peer, "verbs-tm: connecting");
         Ok(())
+    }
+
+    /// Whether the QP toward `peer` was connected ([`Endpoint::connect`]),
+    /// without asking the device: it may still be finishing its handshake
+    /// (see [`Endpoint::is_connected`]).
+    pub fn connect_started(&self, peer: u32) -> bool {
+        self.peers.get(&peer).is_some_and(|p| p.connected)
     }
 
     /// Whether the QP toward `peer` is ready (the software provider over TCP

@@ -92,18 +92,34 @@ impl<P: Provider> Endpoint<P> {
     }
 
     /// A standard send of borrowed `data` if it can go at once (eager size,
-    /// a send buffer free, nothing waiting before it, the QP ready);
-    /// `false`: nothing was sent.
+    /// nothing waiting before it, the QP ready, and the provider takes it
+    /// inline or a send buffer is free); `false`: nothing was sent.
+    ///
+    /// The TM header and the payload are first offered to the provider as
+    /// an inline SEND ([`Provider::post_send_inline`]: one call, no send
+    /// buffer, no completion); a provider that declines gets them copied
+    /// into a send buffer and posted.
     pub fn send_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> Result<bool> {
-        if dest == self.rank
-            || data.len() > self.eager_limit(dest)
-            || !self.pending.is_empty()
-            || self.free_slots.is_empty()
-            || !self.is_connected(dest)
-        {
+        // One look at the peer (no self sends here: this rank has no QP).
+        let Some(p) = self.peers.get(&dest) else {
+            return Ok(false);
+        };
+        let (qp, connected) = (p.qp, p.connected);
+        if data.len() > p.eager_max.min(self.cfg.eager_max) || !self.pending.is_empty() {
             return Ok(false);
         }
         let t = self.encode_tag(tag, context)?;
+        if connected {
+            let tmh = Tmh::new(Opcode::Eager, 0, t).to_bytes();
+            if self.p.post_send_inline(qp, &[&tmh, data])? {
+                self.counters.eager_sends += 1;
+                self.counters.inline_sends += 1;
+                return Ok(true);
+            }
+        }
+        if self.free_slots.is_empty() || !self.is_connected(dest) {
+            return Ok(false);
+        }
         let Some(slot) = self.free_slots.pop() else {
             return Ok(false);
         };

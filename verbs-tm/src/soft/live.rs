@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 mod conn;
 mod helper;
@@ -111,6 +111,9 @@ const DIRECT_MIN: usize = 64 << 10;
 /// sender's send buffer (completing once written); smaller ones are copied
 /// into the outbox with their header and complete when posted.
 const IN_PLACE_SEND_MIN: usize = 4 << 10;
+/// The largest inline SEND ([`Provider::post_send_inline`]): below the
+/// in-place sends, whose payload is not copied at all.
+const INLINE_MAX: usize = IN_PLACE_SEND_MIN - 1;
 
 /// A QP that waits for its peer to connect.
 #[derive(Debug)]
@@ -135,7 +138,8 @@ struct Core {
     poller: Poller,
     /// The ready sockets of a run (kept for its allocation).
     ready: Vec<Ready>,
-    qp_conn: HashMap<u32, usize>,
+    /// The connection of each QP, by QP index (QPs are small indexes).
+    qp_conn: QpConns,
     pre_out: HashMap<u32, Vec<Wire>>,
     expect: HashMap<u32, Expect>,
     hold: HashMap<u32, VecDeque<Frame>>,
@@ -275,7 +279,7 @@ impl Core {
         for w in self.pre_out.remove(&e.qp.0).unwrap_or_default() {
             self.conns[c].push(w);
         }
-        self.qp_conn.insert(e.qp.0, c);
+        self.qp_conn.insert(e.qp, c);
         self.nic.set_qp_state(e.qp, QpState::Ready);
         debug!(
             qp = e.qp.0,
@@ -507,7 +511,7 @@ impl Core {
     fn deliver(&mut self, qp: QpId, f: FrameRef<'_>) -> core::result::Result<(), Rnr> {
         if let FrameRef::ReadReq { .. } = f {
             let limit = self.cfg.read_backlog;
-            let conn = self.qp_conn.get(&qp.0).and_then(|&c| self.conns.get_mut(c));
+            let conn = self.qp_conn.get(qp).and_then(|c| self.conns.get_mut(c));
             if let Some(conn) = conn.filter(|c| c.out_bytes >= limit) {
                 conn.stats.read_waits += 1;
                 return Err(Rnr);
@@ -702,8 +706,8 @@ impl Core {
     /// Moves the device's frames to their connections' outboxes.
     fn route(&mut self) {
         while let Some((qp, o)) = self.nic.take_out_ref() {
-            match (self.qp_conn.get(&qp.0), o) {
-                (Some(&c), o) if self.conns[c].dead => {
+            match (self.qp_conn.get(qp), o) {
+                (Some(c), o) if self.conns[c].dead => {
                     if let Outgoing::Send {
                         done: Some((cq, wc)),
                         ..
@@ -713,11 +717,11 @@ impl Core {
                         self.nic.complete_send(qp, cq, wc, st);
                     }
                 }
-                (Some(&c), Outgoing::Frame(f)) => self.conns[c].push(Wire::Dev(f)),
-                (Some(&c), Outgoing::Send { imm, data, done }) => {
+                (Some(c), Outgoing::Frame(f)) => self.conns[c].push(Wire::Dev(f)),
+                (Some(c), Outgoing::Send { imm, data, done }) => {
                     self.conns[c].push_send(imm, data, done);
                 }
-                (Some(&c), Outgoing::ReadResp { id, data }) => {
+                (Some(c), Outgoing::ReadResp { id, data }) => {
                     self.conns[c].push_read_resp(id, data, &self.nic);
                 }
                 (None, o) => {
@@ -749,25 +753,67 @@ impl Core {
     fn route_and_flush(&mut self) {
         self.route();
         for c in 0..self.conns.len() {
-            if !self.conns[c].dead && !self.conns[c].out.is_empty() {
-                if let Err(e) = self.conns[c].flush(&self.nic) {
-                    self.fail_conn(c, format!("send failed: {e}"));
-                }
+            self.flush_conn(c);
+        }
+        self.publish();
+    }
+
+    /// Writes connection `c`'s outbox (as much as the socket takes), gives
+    /// the written payload buffers back to the device and completes the
+    /// in-place SENDs that left.
+    fn flush_conn(&mut self, c: usize) {
+        if !self.conns[c].dead && !self.conns[c].out.is_empty() {
+            if let Err(e) = self.conns[c].flush(&self.nic) {
+                self.fail_conn(c, format!("send failed: {e}"));
             }
-            for v in self.conns[c].written.drain(..) {
-                self.nic.recycle(v);
-            }
-            if !self.conns[c].sent.is_empty() {
-                let conn = &mut self.conns[c];
-                let qp = conn.qp;
-                for (cq, wc, st) in conn.sent.drain(..) {
-                    if let Some(qp) = qp {
-                        self.nic.complete_send(qp, cq, wc, st);
-                    }
+        }
+        for v in self.conns[c].written.drain(..) {
+            self.nic.recycle(v);
+        }
+        if !self.conns[c].sent.is_empty() {
+            let conn = &mut self.conns[c];
+            let qp = conn.qp;
+            for (cq, wc, st) in conn.sent.drain(..) {
+                if let Some(qp) = qp {
+                    self.nic.complete_send(qp, cq, wc, st);
                 }
             }
         }
-        self.publish();
+    }
+
+    /// An inline SEND ([`Provider::post_send_inline`]): its frame is copied
+    /// straight into the connection's outbox, behind what the device
+    /// queued before it, and written at once. `false` (nothing done) unless
+    /// the QP is ready on a live connection.
+    fn send_inline(&mut self, qp: QpId, parts: &[&[u8]], len: usize) -> bool {
+        if !self.nic.qp_ready(qp) {
+            return false;
+        }
+        let Some(c) = self.qp_conn.get(qp) else {
+            return false;
+        };
+        if self.conns[c].dead {
+            return false;
+        }
+        // What was posted before it goes first (then every outbox with
+        // something routed to it is written, as after any post).
+        let routed = self.nic.has_out();
+        if routed {
+            self.route();
+        }
+        self.conns[c].push_inline(parts, len);
+        trace!(qp = qp.0, len, "verbs-tm soft-live: inline SEND");
+        if routed {
+            self.route_and_flush();
+            return true;
+        }
+        self.flush_conn(c);
+        // The helper watches output left in an outbox; nothing to tell it
+        // when this one emptied and none was watched.
+        if !self.conns[c].out.is_empty() || self.published.out != 0 {
+            self.publish();
+        }
+        true
     }
 
     /// Runs the device once: accept, read, deliver, execute list
@@ -843,6 +889,29 @@ impl Core {
             }
         }
         self.publish();
+    }
+}
+
+/// The connection index of each QP, indexed by the QP's index: a lookup
+/// per send and per arrival, without hashing.
+#[derive(Debug, Default)]
+struct QpConns(Vec<Option<usize>>);
+
+impl QpConns {
+    fn get(&self, qp: QpId) -> Option<usize> {
+        self.0.get(qp.0 as usize).copied().flatten()
+    }
+
+    fn insert(&mut self, qp: QpId, c: usize) {
+        let i = qp.0 as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some(c);
+    }
+
+    fn remove(&mut self, qp: QpId) -> Option<usize> {
+        self.0.get_mut(qp.0 as usize).and_then(Option::take)
     }
 }
 
@@ -955,7 +1024,7 @@ impl Live {
             lingering: Vec::new(),
             poller: Poller::new().map_err(|e| Error::io("epoll set", e))?,
             ready: Vec::new(),
-            qp_conn: HashMap::new(),
+            qp_conn: QpConns::default(),
             pre_out: HashMap::new(),
             expect: HashMap::new(),
             hold: HashMap::new(),
@@ -1113,7 +1182,7 @@ impl Provider for Live {
 
     fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
         let mut core = self.owner();
-        if let Some(c) = core.qp_conn.remove(&qp.0) {
+        if let Some(c) = core.qp_conn.remove(qp) {
             let core = &mut *core;
             let (conn, nic) = (&mut core.conns[c], &core.nic);
             if !conn.dead {
@@ -1205,7 +1274,7 @@ impl Provider for Live {
             core.conns.push(conn);
             let c = core.conns.len() - 1;
             core.watch(c);
-            core.qp_conn.insert(qp.0, c);
+            core.qp_conn.insert(qp, c);
             core.bump();
             debug!(qp = qp.0, peer = rrank, %raddr, "verbs-tm soft-live: connecting");
         } else {
@@ -1235,6 +1304,17 @@ impl Provider for Live {
 
     fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<()> {
         self.with(|n| n.post_send(qp, wr))
+    }
+
+    /// Payloads under 4 KiB ([`INLINE_MAX`]) are copied into the
+    /// connection's outbox with their frame header and written at once,
+    /// under one device lock.
+    fn post_send_inline(&mut self, qp: QpId, parts: &[&[u8]]) -> Result<bool> {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > INLINE_MAX {
+            return Ok(false);
+        }
+        Ok(self.owner().send_inline(qp, parts, len))
     }
 
     fn reg_mr(&mut self, buf: Vec<u8>, access: u32) -> core::result::Result<Mr, (Error, Vec<u8>)> {

@@ -150,6 +150,18 @@ impl Conn {
         self.back_open = false;
     }
 
+    /// Queues a SEND of `len` bytes, `parts` one after the other, copied
+    /// into the outbox with its header (an inline SEND: no completion).
+    pub(super) fn push_inline(&mut self, parts: &[&[u8]], len: usize) {
+        let h = wire::send_header(None, len);
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += (h.len() + len) as u64;
+        self.append(&h);
+        for p in parts {
+            self.append(p);
+        }
+    }
+
     /// The connection failed: the in-place SENDs still queued are flushed
     /// (their completions say `WR_FLUSH_ERR`).
     pub(super) fn flush_sends(&mut self) {

@@ -754,6 +754,16 @@ impl Nic {
         }
     }
 
+    /// Whether QP `qp` is ready to send (RTS).
+    pub fn qp_ready(&self, qp: QpId) -> bool {
+        matches!(self.qps.get(qp.0 as usize), Some(Some(q)) if q.state == QpState::Ready)
+    }
+
+    /// Whether frames posted wait to be taken ([`Nic::take_out_ref`]).
+    pub fn has_out(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Sets a QP's state (the driver's connection logic). Moving to an error
     /// state flushes its outstanding READs.
     pub fn set_qp_state(&mut self, qp: QpId, state: QpState) {
