@@ -850,6 +850,27 @@ fn role_progress(w: &Comm) {
     }
 }
 
+/// A blocking receive advances a pending nonblocking collective: rank 0
+/// starts a barrier, then blocks in a receive whose message rank 2 sends
+/// only once its own barrier completed, which needs rank 0's schedule to
+/// go on past its first round while rank 0 waits in the receive.
+fn role_recv_progress(w: &Comm) {
+    let me = w.rank();
+    if me != 0 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut b = w.ibarrier().unwrap();
+    if me == 0 {
+        let mut got = [0u8; 1];
+        w.recv(&mut got, 2, 7).unwrap();
+        assert_eq!(got, [42]);
+    }
+    w.wait(&mut b).unwrap();
+    if me == 2 {
+        w.send(&[42], 0, 7).unwrap();
+    }
+}
+
 #[test]
 fn rank_entry_point() {
     let Some(role) = common::role() else { return };
@@ -860,6 +881,7 @@ fn rank_entry_point() {
         "intercomm" => role_intercomm(&w),
         "mixed" => role_mixed(&w),
         "progress" => role_progress(&w),
+        "recv_progress" => role_recv_progress(&w),
         other => panic!("unknown role {other}"),
     }
     adi::finalize().unwrap();
@@ -951,6 +973,12 @@ fn mixed_forms_5_ranks_long_algorithms() {
 fn blocking_collectives_advance_a_pending_one_4_ranks() {
     let code = common::launch("progress", 4, &[], Duration::from_secs(30));
     assert_eq!(code, 0, "job progress -n 4: exit status {code}");
+}
+
+#[test]
+fn a_blocking_receive_advances_a_pending_collective_4_ranks() {
+    let code = common::launch("recv_progress", 4, &[], Duration::from_secs(30));
+    assert_eq!(code, 0, "job recv_progress -n 4: exit status {code}");
 }
 
 #[test]

@@ -512,13 +512,22 @@ impl Device {
             first = false;
             let n = self.complete_all_into(finished, &mut [], &mut 0);
             self.note_completed(n);
-            // Passive-target RMA progress also runs in blocking receives;
-            // applying RMA packets counts as activity (keeps spinning).
+            // Passive-target RMA progress and the schedules of pending
+            // nonblocking collectives also run in blocking receives (MPI's
+            // progress rule: a rank blocked here may be the one another
+            // rank's collective waits for); either counts as activity
+            // (keeps spinning). With no collective pending the schedules'
+            // check is one relaxed load.
             let rma_active = crate::win::progress(self)?.packets > 0;
+            let coll_active = crate::coll::task::progress() > 0;
             if let Some(st) = got? {
                 return self.recv_result(&st, Group::as_kept(group));
             }
-            idle = if rma_active { 1 } else { idle.wrapping_add(1) };
+            idle = if rma_active || coll_active {
+                1
+            } else {
+                idle.wrapping_add(1)
+            };
             if idle % 64 == 0 {
                 if let Err(e) = self.source_alive::<Q>(spec) {
                     // Deliver what the peer sent before it died, if it matches.
