@@ -913,18 +913,7 @@ pub(crate) fn side_w(
             .map(|&n| ffi::count(n).map(|n| n as i64))
             .collect::<R<_>>()?,
         bytes: displs,
-        types: types
-            .iter()
-            .map(|&h| {
-                let t = dtype(h)?;
-                check(
-                    t.dt.is_committed(),
-                    MPI_ERR_TYPE,
-                    "datatype used before MPI_Type_commit",
-                )?;
-                Ok(t)
-            })
-            .collect::<R<_>>()?,
+        types: types.iter().map(|&h| committed(h)).collect::<R<_>>()?,
     })
 }
 

@@ -1306,7 +1306,7 @@ impl Provider for Live {
         self.with(|n| n.post_send(qp, wr))
     }
 
-    /// Payloads under 4 KiB ([`INLINE_MAX`]) are copied into the
+    /// Payloads under 4 KiB (`INLINE_MAX`) are copied into the
     /// connection's outbox with their frame header and written at once,
     /// under one device lock.
     fn post_send_inline(&mut self, qp: QpId, parts: &[&[u8]]) -> Result<bool> {
