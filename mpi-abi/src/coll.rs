@@ -29,12 +29,7 @@ struct Buf {
 impl Buf {
     fn new(addr: *const c_void, count: c_int, datatype: MPI_Datatype) -> R<Buf> {
         let count = ffi::count(count)? as i64;
-        let t = dtype(datatype)?;
-        check(
-            t.dt.is_committed(),
-            MPI_ERR_TYPE,
-            "datatype used before MPI_Type_commit",
-        )?;
+        let t = committed(datatype)?;
         Ok(Buf {
             addr: addr as usize,
             count,
@@ -984,7 +979,7 @@ unsafe fn alltoall_sides(
     }
 }
 
-/// A committed datatype handle (as [`side_v`] checks it).
+/// A committed datatype handle (`MPI_ERR_TYPE` before `MPI_Type_commit`).
 fn committed(datatype: MPI_Datatype) -> R<Arc<TypeObj>> {
     let t = dtype(datatype)?;
     check(

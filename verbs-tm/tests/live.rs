@@ -241,28 +241,34 @@ fn posted_receives_meet_their_messages() {
     b.finalize().unwrap();
 }
 
+/// Two connected endpoints of job `tag` with a 16 KiB eager limit and 8
+/// send buffers whose helper threads stay idle for 30 s: only the owners
+/// run the devices, so nothing reads a receiver's socket while it waits.
+fn late_pair(tag: u64) -> (Endpoint<Live>, Endpoint<Live>) {
+    let job = (u64::from(std::process::id()) << 8) | tag;
+    let c = EndpointConfig {
+        eager_max: 16 << 10,
+        send_bufs: 8,
+        ..EndpointConfig::default()
+    };
+    let ep = |rank: u32| {
+        let mut lc = LiveConfig::new(job, rank);
+        lc.listen = "127.0.0.1:0".parse().unwrap();
+        lc.helper_idle = Duration::from_secs(30);
+        Endpoint::new(Live::new(lc).unwrap(), c, rank, 2).unwrap()
+    };
+    let (mut a, mut b) = (ep(0), ep(1));
+    connect_pair(&mut a, &mut b);
+    (a, b)
+}
+
 /// Eager SENDs of 4 KiB and more leave from the send buffers: no copy
 /// into the outbox (`in_place_bytes` counts every payload byte), and a
 /// send buffer is reused only once its bytes were written: a burst of
 /// distinct 16 KiB messages, far more than the send buffers and the socket
 /// hold, arrives intact while the receiver starts late.
 fn sends_leave_from_the_send_buffers() {
-    let job = (u64::from(std::process::id()) << 8) | 4;
-    let ep = |rank: u32| {
-        let mut lc = LiveConfig::new(job, rank);
-        lc.listen = "127.0.0.1:0".parse().unwrap();
-        // Only the owners run the devices: nothing reads the receiver's
-        // socket while it waits.
-        lc.helper_idle = Duration::from_secs(30);
-        let c = EndpointConfig {
-            eager_max: 16 << 10,
-            send_bufs: 8,
-            ..EndpointConfig::default()
-        };
-        Endpoint::new(Live::new(lc).unwrap(), c, rank, 2).unwrap()
-    };
-    let (mut a, mut b) = (ep(0), ep(1));
-    connect_pair(&mut a, &mut b);
+    let (mut a, mut b) = late_pair(4);
     const N: u32 = 1000;
     const LEN: usize = 16 << 10;
     let msgs: Vec<Vec<u8>> = (0..N).map(|i| data(i, LEN)).collect();
@@ -303,20 +309,7 @@ fn sends_leave_from_the_send_buffers() {
 /// starts late, the socket fills up) alternate with 8 B sends of the same
 /// tag, and every message arrives in order, intact.
 fn inline_sends_keep_their_order() {
-    let job = (u64::from(std::process::id()) << 8) | 5;
-    let ep = |rank: u32| {
-        let mut lc = LiveConfig::new(job, rank);
-        lc.listen = "127.0.0.1:0".parse().unwrap();
-        lc.helper_idle = Duration::from_secs(30);
-        let c = EndpointConfig {
-            eager_max: 16 << 10,
-            send_bufs: 8,
-            ..EndpointConfig::default()
-        };
-        Endpoint::new(Live::new(lc).unwrap(), c, rank, 2).unwrap()
-    };
-    let (mut a, mut b) = (ep(0), ep(1));
-    connect_pair(&mut a, &mut b);
+    let (mut a, mut b) = late_pair(5);
     const N: u32 = 2000;
     let len = |i: u32| if i % 2 == 0 { 16 << 10 } else { 8 };
     let msgs: Vec<Vec<u8>> = (0..N).map(|i| data(i, len(i))).collect();
