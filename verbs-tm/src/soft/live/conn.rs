@@ -162,6 +162,49 @@ impl Conn {
         }
     }
 
+    /// Writes a SEND frame of `parts` (`len` bytes) from `parts` themselves,
+    /// with one `writev`; what the socket does not take is copied into the
+    /// outbox. Only with the outbox empty (nothing to write before it).
+    pub(super) fn write_through(&mut self, parts: &[&[u8]], len: usize) -> std::io::Result<()> {
+        let h = wire::send_header(None, len);
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += (h.len() + len) as u64;
+        let mut iov = [IoSlice::new(&[]); 4];
+        if parts.len() >= iov.len() {
+            // Not the driver's shape (header and payload): copied.
+            self.append(&h);
+            for p in parts {
+                self.append(p);
+            }
+            return Ok(());
+        }
+        iov[0] = IoSlice::new(&h);
+        for (v, p) in iov[1..].iter_mut().zip(parts) {
+            *v = IoSlice::new(p);
+        }
+        let n = loop {
+            match (&self.stream).write_vectored(&iov[..=parts.len()]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        self.stats.writes += 1;
+        // Payload bytes that left without a copy.
+        self.stats.in_place_bytes += n.saturating_sub(h.len()).min(len) as u64;
+        let mut skip = n;
+        for b in std::iter::once(&h[..]).chain(parts.iter().copied()) {
+            if skip >= b.len() {
+                skip -= b.len();
+            } else {
+                self.append(&b[skip..]);
+                skip = 0;
+            }
+        }
+        Ok(())
+    }
+
     /// The connection failed: the in-place SENDs still queued are flushed
     /// (their completions say `WR_FLUSH_ERR`).
     pub(super) fn flush_sends(&mut self) {
