@@ -150,7 +150,7 @@ pub trait Provider: Send {
     fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<()>;
 
     /// An unsignaled SEND whose payload is `parts` one after the other,
-    /// copied at post time, like `ibv_post_send` with `IBV_SEND_INLINE`:
+    /// copied (or written out) at post time, like `ibv_post_send` with `IBV_SEND_INLINE`:
     /// the caller's buffers are free on return and no completion is
     /// generated. It goes after every send posted before it on `qp`.
     ///

@@ -346,6 +346,52 @@ fn inline_sends_keep_their_order() {
     a.finalize().unwrap();
 }
 
+/// Borrowed eager sends of 4 KiB and more are written through from the
+/// caller's memory (an inline SEND: no send buffer, no copy) while nothing
+/// waits before them, and take the send buffers once the socket is full: a
+/// burst of distinct 16 KiB messages to a receiver that starts late arrives
+/// intact and in order; the first went inline with its payload counted in
+/// `in_place_bytes`, later ones waited in send buffers.
+fn borrowed_sends_write_through() {
+    let (mut a, mut b) = late_pair(6);
+    const N: u32 = 1000;
+    const LEN: usize = 16 << 10;
+    let msgs: Vec<Vec<u8>> = (0..N).map(|i| data(i + 7, LEN)).collect();
+    let (posted, start) = std::sync::mpsc::channel::<()>();
+    let expect = msgs.clone();
+    let thread = std::thread::spawn(move || {
+        start.recv().unwrap();
+        for (i, m) in expect.iter().enumerate() {
+            let f = recv(&mut b, spec(0, 9), LEN);
+            assert_eq!(f.result.unwrap().len, LEN);
+            assert!(f.buf == *m, "message {i} changed or out of order");
+        }
+        b.finalize().unwrap()
+    });
+    let (c0, w0) = (a.stats(), a.provider().wire_stats());
+    let mut ids = Vec::new();
+    for m in &msgs {
+        ids.extend(a.send_borrowed(1, 9, 0, m, SendMode::Standard).unwrap());
+        a.progress().unwrap();
+    }
+    posted.send(()).unwrap();
+    for f in wait_all(&mut a, &ids, Duration::from_secs(60)) {
+        f.result.unwrap();
+    }
+    thread.join().unwrap();
+    let (s, w) = (a.stats(), a.provider().wire_stats());
+    assert!(
+        s.inline_sends - c0.inline_sends > 0,
+        "none written through: {s}"
+    );
+    assert!(w.in_place_bytes - w0.in_place_bytes >= LEN as u64, "{w}");
+    assert!(
+        s.inline_sends - c0.inline_sends < u64::from(N),
+        "every send went inline although the socket filled up: {s}"
+    );
+    a.finalize().unwrap();
+}
+
 /// The helper thread of an idle pair stays blocked in poll(2): over 200 ms
 /// with both owners polling, then 200 ms with both computing, it wakes a
 /// handful of times at most (a helper that checked on the owner every
@@ -1050,6 +1096,7 @@ fn main() -> ExitCode {
             "inline_sends_keep_their_order",
             inline_sends_keep_their_order,
         ),
+        ("borrowed_sends_write_through", borrowed_sends_write_through),
         ("idle_helper_sleeps", idle_helper_sleeps),
         ("idle_runs_poll_once", idle_runs_poll_once),
         (

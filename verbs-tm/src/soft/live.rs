@@ -111,8 +111,10 @@ const DIRECT_MIN: usize = 64 << 10;
 /// sender's send buffer (completing once written); smaller ones are copied
 /// into the outbox with their header and complete when posted.
 const IN_PLACE_SEND_MIN: usize = 4 << 10;
-/// The largest inline SEND ([`Provider::post_send_inline`]): below the
-/// in-place sends, whose payload is not copied at all.
+/// The largest inline SEND ([`Provider::post_send_inline`]) copied into
+/// the outbox: below the in-place sends, whose payload is not copied at
+/// all. A larger inline SEND is written through from the caller's memory
+/// (only its unwritten rest copied), or declined.
 const INLINE_MAX: usize = IN_PLACE_SEND_MIN - 1;
 
 /// A QP that waits for its peer to connect.
@@ -785,6 +787,11 @@ impl Core {
     /// straight into the connection's outbox, behind what the device
     /// queued before it, and written at once. `false` (nothing done) unless
     /// the QP is ready on a live connection.
+    ///
+    /// A frame over [`INLINE_MAX`] is written from `parts` themselves, and
+    /// only when nothing waits before it (else `false`: the caller's send
+    /// buffer path keeps it in order and bounded); a short write copies
+    /// the rest into the outbox.
     fn send_inline(&mut self, qp: QpId, parts: &[&[u8]], len: usize) -> bool {
         if !self.nic.qp_ready(qp) {
             return false;
@@ -794,6 +801,18 @@ impl Core {
         };
         if self.conns[c].dead {
             return false;
+        }
+        if len > INLINE_MAX {
+            if self.nic.has_out() || !self.conns[c].out.is_empty() {
+                return false;
+            }
+            if let Err(e) = self.conns[c].write_through(parts, len) {
+                self.fail_conn(c, format!("send failed: {e}"));
+            }
+            if !self.conns[c].out.is_empty() || self.published.out != 0 {
+                self.publish();
+            }
+            return true;
         }
         // What was posted before it goes first (then every outbox with
         // something routed to it is written, as after any post).
@@ -1308,12 +1327,11 @@ impl Provider for Live {
 
     /// Payloads under 4 KiB (`INLINE_MAX`) are copied into the
     /// connection's outbox with their frame header and written at once,
-    /// under one device lock.
+    /// under one device lock; larger ones are written from `parts` when
+    /// nothing is queued before them on the connection (declined
+    /// otherwise), the unwritten rest of a short write copied.
     fn post_send_inline(&mut self, qp: QpId, parts: &[&[u8]]) -> Result<bool> {
         let len = parts.iter().map(|p| p.len()).sum::<usize>();
-        if len > INLINE_MAX {
-            return Ok(false);
-        }
         Ok(self.owner().send_inline(qp, parts, len))
     }
 
