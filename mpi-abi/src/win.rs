@@ -32,7 +32,7 @@ use crate::err::{check, err, handler, run, Handler, HandlerKind, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
 use crate::req::{new_request, Req};
-use crate::types::{dense_bytes, dtype, dtype_ref, TypeObj};
+use crate::types::{dense_len, dense_size, dtype, dtype_ref, TypeObj};
 use adi::{AccOp, BasicType, ElemType};
 use core::ffi::{c_char, c_int, c_void};
 use std::borrow::Cow;
@@ -806,15 +806,15 @@ unsafe fn put(
     let o = win(h)?;
     // Predefined types on both sides (the common case): the origin's bytes
     // to one byte range, no datatype object looked at.
-    if let (Some(olen), Some(tlen)) = (dense_bytes(otype, ocount), dense_bytes(ttype, tcount)) {
-        let olen = olen?;
+    if let (Some(osize), Some(tsize)) = (dense_size(otype), dense_size(ttype)) {
+        let olen = dense_len(ocount, osize)?;
         // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
         let data = unsafe { ffi::bytes(oaddr, 0, olen) };
         return o.with(|i| {
             if rank == MPI_PROC_NULL {
                 return Ok(());
             }
-            let tlen = tlen?;
+            let tlen = dense_len(tcount, tsize)?;
             let d = o.byte_disp(disp)?;
             check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
             if olen > 0 {
@@ -867,10 +867,11 @@ unsafe fn get(
     // Predefined types on both sides, to a target this rank reaches
     // directly: loaded straight into the program's buffer, no datatype
     // object looked at (anything else takes the general path below).
-    if let (Some(olen), Some(tlen)) = (dense_bytes(otype, ocount), dense_bytes(ttype, tcount)) {
+    if let (Some(osize), Some(tsize)) = (dense_size(otype), dense_size(ttype)) {
         if rank != MPI_PROC_NULL {
             let done = o.with(|i| {
-                let (olen, tlen) = (olen?, tlen?);
+                let olen = dense_len(ocount, osize)?;
+                let tlen = dense_len(tcount, tsize)?;
                 let d = o.byte_disp(disp)?;
                 check(olen == tlen, MPI_ERR_TYPE, SIZES_DIFFER)?;
                 if olen == 0 {
@@ -964,19 +965,17 @@ unsafe fn accumulate(
     let e = elem_of(&tt, a)?;
     // Predefined types on both sides and an operation with data: the
     // origin's bytes to one byte range.
-    if let (Some(olen), Some(tlen), false) = (
-        dense_bytes(otype, ocount),
-        dense_bytes(ttype, tcount),
-        a == AccOp::NoOp,
-    ) {
-        let olen = olen?;
+    if let (Some(osize), Some(tsize), false) =
+        (dense_size(otype), dense_size(ttype), a == AccOp::NoOp)
+    {
+        let olen = dense_len(ocount, osize)?;
         // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
         let data = unsafe { ffi::bytes(oaddr, 0, olen) };
         return o.with(|i| {
             if rank == MPI_PROC_NULL {
                 return Ok(());
             }
-            let tlen = tlen?;
+            let tlen = dense_len(tcount, tsize)?;
             let d = o.byte_disp(disp)?;
             check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
             if olen > 0 {
