@@ -510,10 +510,21 @@ fn role_noops_and_errors(w: &Comm) {
     let e = win.put((me + 1) % n, 0, &one(1)).unwrap_err();
     assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
     assert!(matches!(e, Error::Rma(_)));
+    let e = win
+        .accumulate((me + 1) % n, 0, &one(1), ElemType::I64, AccOp::Sum)
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
+    let mut b = [0u8; 8];
+    match win.get_direct((me + 1) % n, 0, &mut b) {
+        Err(e) => assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}"),
+        // Only a target reached by messages says "not direct" here.
+        Ok(direct) => assert!(!direct && win.path() != WinPath::Direct),
+    }
     let e = win.unlock((me + 1) % n).unwrap_err();
     assert_eq!(e.class(), ErrorClass::RmaSync, "{e:?}");
     win.fence(0).unwrap();
     // PROC_NULL: nothing happens; a read completes empty.
+    assert!(win.get_direct(PROC_NULL, 0, &mut b).unwrap());
     win.put(PROC_NULL, 0, &one(9)).unwrap();
     win.accumulate(PROC_NULL, 0, &one(9), ElemType::I64, AccOp::Sum)
         .unwrap();
@@ -532,6 +543,14 @@ fn role_noops_and_errors(w: &Comm) {
     assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
     let e = win.get((me + 1) % n, u64::MAX, 8).unwrap_err();
     assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    let e = win.get_direct((me + 1) % n, 28, &mut b).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    let e = win
+        .accumulate((me + 1) % n, 25, &one(1), ElemType::I64, AccOp::Sum)
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::RmaRange, "{e:?}");
+    let e = win.put(n + 1, 0, &one(1)).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Rank, "{e:?}");
     let e = win
         .accumulate((me + 1) % n, 0, &[1, 2, 3], ElemType::I64, AccOp::Sum)
         .unwrap_err();

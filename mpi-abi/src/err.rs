@@ -44,13 +44,21 @@ pub(crate) fn err(code: c_int, msg: impl Into<String>) -> MpiErr {
     }
 }
 
-/// `MPI_ERR_ARG` unless `ok`.
+/// Error `code` with `msg` unless `ok` (inlined: the test is on every
+/// call's path, the error is built out of line).
+#[inline]
 pub(crate) fn check(ok: bool, code: c_int, msg: &str) -> R<()> {
     if ok {
         Ok(())
     } else {
-        Err(err(code, msg))
+        Err(check_failed(code, msg))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn check_failed(code: c_int, msg: &str) -> MpiErr {
+    err(code, msg)
 }
 
 /// The object whose error handler an error is raised on.

@@ -363,18 +363,30 @@ pub(crate) fn dtype_ref(h: MPI_Datatype) -> R<TypeRef> {
 /// `count` negative, or the bytes overflowing, is `MPI_ERR_COUNT`.
 #[inline]
 pub(crate) fn dense_bytes(h: MPI_Datatype, count: c_int) -> Option<R<usize>> {
+    dense_size(h).map(|size| dense_len(count, size))
+}
+
+/// The size of one element of `h` if `h` is a predefined type whose
+/// elements are dense (as [`dense_bytes`]); `None` for any other handle.
+/// Answered in registers: the one-sided calls' fast path.
+#[inline]
+pub(crate) fn dense_size(h: MPI_Datatype) -> Option<usize> {
     let u = h as u32;
     if u & 0xffff_0000 != 0x4c00_0000 {
         return None;
     }
     let (hh, size) = predefined().dense[(u & 0xff) as usize];
-    if hh != h || size == 0 {
-        return None;
-    }
-    Some(crate::ffi::count(count).and_then(|n| {
-        n.checked_mul(size as usize)
+    (hh == h && size != 0).then_some(size as usize)
+}
+
+/// The bytes of `count` elements of `size` bytes (`MPI_ERR_COUNT` if
+/// `count` is negative or the bytes overflow).
+#[inline]
+pub(crate) fn dense_len(count: c_int, size: usize) -> R<usize> {
+    crate::ffi::count(count).and_then(|n| {
+        n.checked_mul(size)
             .ok_or_else(|| err(MPI_ERR_COUNT, "message size overflows"))
-    }))
+    })
 }
 
 /// A new handle for a derived type.

@@ -32,10 +32,11 @@ use crate::err::{check, err, handler, run, Handler, HandlerKind, On, R};
 use crate::ffi;
 use crate::handles::{prefix, Table};
 use crate::req::{new_request, Req};
-use crate::types::{dtype, TypeObj};
+use crate::types::{dense_len, dense_size, dtype, dtype_ref, TypeObj};
 use adi::{AccOp, BasicType, ElemType};
 use core::ffi::{c_char, c_int, c_void};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 /// The `adi` window behind a handle.
@@ -81,6 +82,10 @@ pub(crate) struct WinObj {
     meta: Mutex<Meta>,
     /// Reads waiting for their synchronization to deliver them.
     pending: Mutex<Vec<Read>>,
+    /// Whether `pending` may hold reads (changed only under its lock): a
+    /// synchronization call of a window whose reads all completed in
+    /// their calls (direct targets) looks at this word, not the lock.
+    has_pending: AtomicBool,
 }
 
 static WINS: Table<WinObj> = Table::new(prefix::WIN);
@@ -122,6 +127,10 @@ impl WinObj {
     /// Delivers pending reads: those to `rank` (every one for `None`)
     /// waiting for them, the others if already complete.
     fn settle(&self, w: &adi::Win, rank: Option<c_int>) -> R<()> {
+        if !self.has_pending.load(Ordering::Acquire) {
+            // Every read completed in its call (direct targets).
+            return Ok(());
+        }
         let mut pending = std::mem::take(&mut *lock(&self.pending));
         let mut first_err = None;
         let mut keep = Vec::new();
@@ -135,7 +144,10 @@ impl WinObj {
                 }
             }
         }
-        lock(&self.pending).extend(keep);
+        let mut g = lock(&self.pending);
+        g.extend(keep);
+        self.has_pending.store(!g.is_empty(), Ordering::Release);
+        drop(g);
         first_err.map_or(Ok(()), Err)
     }
 }
@@ -248,6 +260,7 @@ fn insert(
                 info,
             }),
             pending: Mutex::new(Vec::new()),
+            has_pending: AtomicBool::new(false),
         })
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many windows"))?;
     // SAFETY: MPI: `out` points to an MPI_Win.
@@ -603,22 +616,37 @@ mpi_fn! {
 
 // ---------------------------------------------------------- operations
 
+/// A target `(rank, disp, count, datatype)` whose layout is one
+/// contiguous run: its byte range `(displacement, length)` in the target's
+/// window (the length may be 0); `None` for a layout of several blocks
+/// ([`target_blocks`]). No allocation: the common case of the operations.
+#[inline]
+fn target_contig(o: &WinObj, disp: MPI_Aint, count: i64, t: &TypeObj) -> R<Option<(u64, usize)>> {
+    let Some((start, len)) = t.contig(count)? else {
+        return Ok(None);
+    };
+    let base = o.byte_disp(disp)?;
+    u64::try_from(base as i128 + start as i128)
+        .map(|a| Some((a, len)))
+        .map_err(|_| err(MPI_ERR_DISP, "target datatype reaches below the window"))
+}
+
 /// A target `(rank, disp, count, datatype)` as byte ranges of the
 /// target's window, in the type's packed order.
 fn target_blocks(o: &WinObj, disp: MPI_Aint, count: i64, t: &TypeObj) -> R<Vec<(u64, usize)>> {
+    if let Some(block) = target_contig(o, disp, count, t)? {
+        return Ok(if block.1 == 0 {
+            Vec::new()
+        } else {
+            vec![block]
+        });
+    }
     let base = o.byte_disp(disp)?;
     let at = |start: i128, len: usize| -> R<(u64, usize)> {
         u64::try_from(base as i128 + start)
             .map(|a| (a, len))
             .map_err(|_| err(MPI_ERR_DISP, "target datatype reaches below the window"))
     };
-    if let Some((start, len)) = t.contig(count)? {
-        return Ok(if len == 0 {
-            Vec::new()
-        } else {
-            vec![at(start as i128, len)?]
-        });
-    }
     check(
         t.dt.is_committed(),
         MPI_ERR_TYPE,
@@ -700,6 +728,9 @@ fn elem_of(t: &TypeObj, op: AccOp) -> R<ElemType> {
     }
 }
 
+/// The error of an origin and a target that do not match.
+const SIZES_DIFFER: &str = "origin and target datatypes describe different amounts of data";
+
 /// Splits `data` along `blocks` and calls `f` on each piece.
 fn for_blocks<T>(
     blocks: &[(u64, usize)],
@@ -707,11 +738,7 @@ fn for_blocks<T>(
     mut f: impl FnMut(u64, &[u8]) -> Result<T, adi::Error>,
 ) -> R<Vec<T>> {
     let total: usize = blocks.iter().map(|b| b.1).sum();
-    check(
-        total == data.len(),
-        MPI_ERR_TYPE,
-        "origin and target datatypes describe different amounts of data",
-    )?;
+    check(total == data.len(), MPI_ERR_TYPE, SIZES_DIFFER)?;
     let mut pos = 0;
     let mut out = Vec::with_capacity(blocks.len());
     for &(disp, len) in blocks {
@@ -732,7 +759,9 @@ fn finish_read(o: &WinObj, w: &adi::Win, mut r: Read, request: Option<*mut MPI_R
     match request {
         None => {
             if !r.progress(w, false)? {
-                lock(&o.pending).push(r);
+                let mut g = lock(&o.pending);
+                g.push(r);
+                o.has_pending.store(true, Ordering::Release);
             }
             Ok(())
         }
@@ -775,7 +804,26 @@ unsafe fn put(
     h: MPI_Win,
 ) -> R<()> {
     let o = win(h)?;
-    let (ot, tt) = (dtype(otype)?, dtype(ttype)?);
+    // Predefined types on both sides (the common case): the origin's bytes
+    // to one byte range, no datatype object looked at.
+    if let (Some(osize), Some(tsize)) = (dense_size(otype), dense_size(ttype)) {
+        let olen = dense_len(ocount, osize)?;
+        // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
+        let data = unsafe { ffi::bytes(oaddr, 0, olen) };
+        return o.with(|i| {
+            if rank == MPI_PROC_NULL {
+                return Ok(());
+            }
+            let tlen = dense_len(tcount, tsize)?;
+            let d = o.byte_disp(disp)?;
+            check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
+            if olen > 0 {
+                i.win().put(rank, d, data)?;
+            }
+            Ok(())
+        });
+    }
+    let (ot, tt) = (dtype_ref(otype)?, dtype_ref(ttype)?);
     // SAFETY: the caller's contract.
     let data = unsafe { origin(oaddr, ocount, &ot) }?;
     o.with(|i| {
@@ -783,7 +831,17 @@ unsafe fn put(
         if rank == MPI_PROC_NULL {
             return Ok(());
         }
-        let blocks = target_blocks(&o, disp, ffi::count(tcount)? as i64, &tt)?;
+        let tn = ffi::count(tcount)? as i64;
+        // A contiguous target: one put of the origin's bytes, no list of
+        // blocks.
+        if let Some((d, len)) = target_contig(&o, disp, tn, &tt)? {
+            check(len == data.len(), MPI_ERR_TYPE, SIZES_DIFFER)?;
+            if len > 0 {
+                w.put(rank, d, &data)?;
+            }
+            return Ok(());
+        }
+        let blocks = target_blocks(&o, disp, tn, &tt)?;
         for_blocks(&blocks, &data, |d, piece| w.put(rank, d, piece))?;
         Ok(())
     })
@@ -806,10 +864,59 @@ unsafe fn get(
     request: Option<*mut MPI_Request>,
 ) -> R<()> {
     let o = win(h)?;
-    let (ot, tt) = (dtype(otype)?, dtype(ttype)?);
+    // Predefined types on both sides, to a target this rank reaches
+    // directly: loaded straight into the program's buffer, no datatype
+    // object looked at (anything else takes the general path below).
+    if let (Some(osize), Some(tsize)) = (dense_size(otype), dense_size(ttype)) {
+        if rank != MPI_PROC_NULL {
+            let done = o.with(|i| {
+                let olen = dense_len(ocount, osize)?;
+                let tlen = dense_len(tcount, tsize)?;
+                let d = o.byte_disp(disp)?;
+                check(olen == tlen, MPI_ERR_TYPE, SIZES_DIFFER)?;
+                if olen == 0 {
+                    return Ok(false);
+                }
+                // SAFETY: MPI: `oaddr` has room for `ocount` dense
+                // elements of `otype`.
+                let dst = unsafe { ffi::bytes_mut(oaddr, 0, olen) };
+                Ok(i.win().get_direct(rank, d, dst)?)
+            })?;
+            if done {
+                return match request {
+                    None => Ok(()),
+                    Some(out) => done_request(out),
+                };
+            }
+        }
+    }
+    let (ot, tt) = (dtype_ref(otype)?, dtype_ref(ttype)?);
     let n = ffi::count(ocount)? as i64;
     o.with(|i| {
         let w = i.win();
+        // One contiguous block into a contiguous origin, to a target this
+        // rank reaches directly: loaded straight into the program's buffer
+        // (no list of blocks).
+        if rank != MPI_PROC_NULL {
+            let tn = ffi::count(tcount)? as i64;
+            if let Some((d, len)) = target_contig(&o, disp, tn, &tt)? {
+                if let Some((start, olen)) = ot.contig(n)? {
+                    check(olen == len, MPI_ERR_TYPE, SIZES_DIFFER)?;
+                    if len > 0 {
+                        // SAFETY: MPI: `oaddr` has room for `ocount`
+                        // elements of `otype`, contiguous from `start` for
+                        // `olen` bytes.
+                        let dst = unsafe { ffi::bytes_mut(oaddr, start, olen) };
+                        if w.get_direct(rank, d, dst)? {
+                            return match request {
+                                None => Ok(()),
+                                Some(out) => done_request(out),
+                            };
+                        }
+                    }
+                }
+            }
+        }
         let blocks = if rank == MPI_PROC_NULL {
             Vec::new()
         } else {
@@ -819,23 +926,8 @@ unsafe fn get(
         check(
             rank == MPI_PROC_NULL || total == ot.packed(n)?,
             MPI_ERR_TYPE,
-            "origin and target datatypes describe different amounts of data",
+            SIZES_DIFFER,
         )?;
-        // One contiguous block into a contiguous origin, to a target this
-        // rank reaches directly: loaded straight into the program's buffer.
-        if let ([(d, len)], Some((start, olen))) = (blocks.as_slice(), ot.contig(n)?) {
-            if olen == *len {
-                // SAFETY: MPI: `oaddr` has room for `ocount` elements of
-                // `otype`, contiguous from `start` for `olen` bytes.
-                let dst = unsafe { ffi::bytes_mut(oaddr, start, olen) };
-                if w.get_direct(rank, *d, dst)? {
-                    return match request {
-                        None => Ok(()),
-                        Some(out) => done_request(out),
-                    };
-                }
-            }
-        }
         let parts = blocks
             .iter()
             .map(|&(d, len)| w.get(rank, d, len))
@@ -845,7 +937,7 @@ unsafe fn get(
             target: rank,
             parts,
             done: 0,
-            to: Some((oaddr as usize, n, ot)),
+            to: Some((oaddr as usize, n, ot.to_arc())),
         };
         finish_read(&o, w, r, request)
     })
@@ -868,9 +960,30 @@ unsafe fn accumulate(
     h: MPI_Win,
 ) -> R<()> {
     let o = win(h)?;
-    let (ot, tt) = (dtype(otype)?, dtype(ttype)?);
+    let (ot, tt) = (dtype_ref(otype)?, dtype_ref(ttype)?);
     let a = acc_op(op)?;
     let e = elem_of(&tt, a)?;
+    // Predefined types on both sides and an operation with data: the
+    // origin's bytes to one byte range.
+    if let (Some(osize), Some(tsize), false) =
+        (dense_size(otype), dense_size(ttype), a == AccOp::NoOp)
+    {
+        let olen = dense_len(ocount, osize)?;
+        // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
+        let data = unsafe { ffi::bytes(oaddr, 0, olen) };
+        return o.with(|i| {
+            if rank == MPI_PROC_NULL {
+                return Ok(());
+            }
+            let tlen = dense_len(tcount, tsize)?;
+            let d = o.byte_disp(disp)?;
+            check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
+            if olen > 0 {
+                i.win().accumulate(rank, d, data, e, a)?;
+            }
+            Ok(())
+        });
+    }
     // SAFETY: the caller's contract.
     let data = unsafe { origin(oaddr, ocount, &ot) }?;
     o.with(|i| {
@@ -878,7 +991,19 @@ unsafe fn accumulate(
         if rank == MPI_PROC_NULL {
             return Ok(());
         }
-        let blocks = target_blocks(&o, disp, ffi::count(tcount)? as i64, &tt)?;
+        let tn = ffi::count(tcount)? as i64;
+        // A contiguous target and an operation with data: one accumulate,
+        // no list of blocks.
+        if a != AccOp::NoOp {
+            if let Some((d, len)) = target_contig(&o, disp, tn, &tt)? {
+                check(len == data.len(), MPI_ERR_TYPE, SIZES_DIFFER)?;
+                if len > 0 {
+                    w.accumulate(rank, d, &data, e, a)?;
+                }
+                return Ok(());
+            }
+        }
+        let blocks = target_blocks(&o, disp, tn, &tt)?;
         let data = if a == AccOp::NoOp {
             Cow::Owned(zeros(&blocks))
         } else {

@@ -71,6 +71,10 @@ fn cb_complete(n: u32) -> u64 {
 /// Largest accumulate scratch buffer kept between operations.
 const SCRATCH_KEEP: usize = 16 << 20;
 
+/// Read-modify-writes of at most this many bytes work in a buffer on the
+/// stack instead of the window's scratch buffer.
+const SMALL_RMW: usize = 64;
+
 /// Where a rank's window memory is, for the direct backend.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Mem {
@@ -692,6 +696,21 @@ impl DirectWin {
     ) -> Result<Option<Vec<u8>>, Error> {
         GLOBAL.rmw.fetch_add(1, Ordering::Relaxed);
         let l = self.acc_lock(rank)?;
+        if len <= SMALL_RMW {
+            // A few elements (the common accumulate): on the stack, without
+            // the scratch buffer's lock.
+            let mut buf = [0u8; SMALL_RMW];
+            let cur = &mut buf[..len];
+            let res = (|| {
+                self.read(rank, disp, cur)?;
+                let old = fetch.then(|| cur.to_vec());
+                f(cur);
+                self.write(rank, disp, cur)?;
+                Ok(old)
+            })();
+            l.release_exclusive();
+            return res;
+        }
         let res = (|| {
             // One scratch buffer per window: a fresh large buffer per
             // operation costs a page fault per page.

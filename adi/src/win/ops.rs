@@ -5,7 +5,7 @@
 //! sends it as an active message.
 
 use super::am;
-use super::direct::completed_read;
+use super::direct::{completed_read, DirectWin, Mem};
 use super::{AccOp, ElemType, Win, ANY_TAG};
 use crate::request::{request, Request, Status};
 use crate::Error;
@@ -35,6 +35,42 @@ impl Win {
             });
         }
         Ok(t)
+    }
+
+    /// The direct backend and engine rank of `rank` if it is reached
+    /// directly, with `disp..disp+len` checked against its window (a
+    /// dynamic window's regions are checked at the access, as in
+    /// [`Win::check_range`]); `None` for any other rank (`PROC_NULL`, a
+    /// rank outside the group, an active-message target), which the
+    /// general path handles. The operations' common case, one look-up.
+    #[inline(always)]
+    fn direct_range(
+        &self,
+        rank: i32,
+        disp: u64,
+        len: usize,
+    ) -> Result<Option<(&DirectWin, u32)>, Error> {
+        let Some(d) = self.direct.as_deref() else {
+            return Ok(None);
+        };
+        let Ok(t) = u32::try_from(rank) else {
+            return Ok(None);
+        };
+        let Some(Some(tg)) = d.targets().get(t as usize) else {
+            return Ok(None);
+        };
+        if len > 0 && !matches!(tg.mem, Mem::Dynamic) {
+            let end = disp.checked_add(len as u64);
+            if end.is_none_or(|e| e > tg.size) {
+                return Err(Error::RmaRange {
+                    target: rank,
+                    disp,
+                    len,
+                    size: tg.size,
+                });
+            }
+        }
+        Ok(Some((d, t)))
     }
 
     /// Posts an operation to an active-message target; for a read, returns
@@ -79,6 +115,10 @@ impl Win {
     /// complete at the target at the closing synchronization (a direct
     /// target: when the call returns).
     pub fn put(&self, target: i32, disp: u64, data: &[u8]) -> Result<(), Error> {
+        if let Some((d, t)) = self.direct_range(target, disp, data.len())? {
+            self.gate(t)?;
+            return d.store(t, disp, data);
+        }
         let t = self.check_range(target, disp, data.len())?;
         if t == rma_epoch::PROC_NULL {
             return Ok(());
@@ -202,6 +242,11 @@ impl Win {
     /// nothing, when `target` is reached by messages: use [`Win::get`] or
     /// [`Win::get_into`] then. `PROC_NULL` is a completed empty read.
     pub fn get_direct(&self, target: i32, disp: u64, buf: &mut [u8]) -> Result<bool, Error> {
+        if let Some((d, t)) = self.direct_range(target, disp, buf.len())? {
+            self.gate(t)?;
+            d.load(t, disp, buf)?;
+            return Ok(true);
+        }
         let t = self.check_range(target, disp, buf.len())?;
         if t == rma_epoch::PROC_NULL {
             return Ok(true);
@@ -266,6 +311,12 @@ impl Win {
         elem: ElemType,
         op: AccOp,
     ) -> Result<(), Error> {
+        if let Some((d, t)) = self.direct_range(target, disp, data.len())? {
+            check_acc(op, elem, data.len(), false)?;
+            self.gate(t)?;
+            d.accumulate(t, disp, data, elem, op, false)?;
+            return Ok(());
+        }
         let t = self.check_range(target, disp, data.len())?;
         if t == rma_epoch::PROC_NULL {
             return Ok(());
