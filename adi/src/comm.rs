@@ -566,20 +566,12 @@ impl Comm {
             }
             SendPlan::Pipelined { len, .. } => {
                 self.dev().note_packed();
-                let mut out = crate::mem::zeroed(len, "a packed message")?;
-                for part in plan.parts() {
-                    let n = datatype.pack_part(
-                        buf,
-                        count,
-                        part.offset,
-                        &mut out[part.offset..part.offset + part.len],
-                    )?;
-                    if n != part.len {
-                        return Err(Error::Truncated {
-                            need: part.len,
-                            have: n,
-                        });
-                    }
+                // Packed whole (the parts' bytes in order), appended to an
+                // empty buffer: never zero-filled first.
+                let mut out = Vec::new();
+                let n = datatype.pack_append(buf, count, &mut out)?;
+                if n != len {
+                    return Err(Error::Truncated { need: len, have: n });
                 }
                 Ok(out)
             }

@@ -123,9 +123,8 @@ impl TypeObj {
         }
         // SAFETY: the caller's contract.
         let (src, dt) = unsafe { self.view(addr, count) }?;
-        let mut out = vec![0u8; dt.pack_size(count)?];
-        let mut pos = 0;
-        dt.pack(src, count, &mut out, &mut pos)?;
+        let mut out = Vec::new();
+        dt.pack_append(src, count, &mut out)?;
         Ok(out)
     }
 

@@ -57,10 +57,28 @@ fn spec(source: Option<u32>, tag: Option<u32>) -> MatchSpec {
     }
 }
 
+/// `len` bytes of a pattern seeded by `seed`, with period 251: one
+/// period computed, then copied (cheap for messages of megabytes in an
+/// unoptimised test build).
 fn pattern(seed: u32, len: usize) -> Vec<u8> {
-    (0..len)
+    let mut v: Vec<u8> = (0..len.min(251))
         .map(|i| (seed as usize * 131 + i * 7 % 251) as u8)
-        .collect()
+        .collect();
+    v.reserve_exact(len - v.len());
+    while v.len() < len {
+        // `v.len()` is a multiple of 251 until the last copy.
+        let k = (len - v.len()).min(v.len());
+        v.extend_from_within(..k);
+    }
+    v
+}
+
+#[test]
+fn pattern_is_its_formula() {
+    for len in [0, 1, 250, 251, 252, 502, 503, 4097, 100_000] {
+        let slow: Vec<u8> = (0..len).map(|i| (7 * 131 + i * 7 % 251) as u8).collect();
+        assert!(pattern(7, len) == slow, "len {len}");
+    }
 }
 
 fn cma(ep: &Endpoint) -> bool {
@@ -1029,12 +1047,15 @@ fn cma_matched_by_irecv_is_read_by_the_next_progress_pass() {
 #[test]
 fn cma_split_copies_shared_withdrawn_or_whole() {
     // Sharing needs the sender's thread to run while the receiver reads
-    // its half: a loaded machine (tests in parallel) may deschedule it for
-    // that long, so the halves are large (4 MiB, a millisecond or more to
-    // copy) and the shared cases are retried (a fresh message each time)
-    // until each has happened once.
+    // its half (a millisecond or so for 4 MiB), which a loaded machine
+    // (tests in parallel) may not grant: the sender waits for its FIN in
+    // short sleeps (a thread that mostly sleeps is run soon after it
+    // wakes, where one that spins waits for its turn), and the shared
+    // cases are retried, a fresh message each time (cheap to make), until
+    // each has happened once or the time for it is up.
     const LEN: usize = (8 << 20) + 4097;
-    const TRIES: u32 = 40;
+    // The time for the shared cases (within the 60 s deadline).
+    const TRY_FOR: Duration = Duration::from_secs(40);
     let cfg = Config {
         cma_threshold: 4096,
         cma_split: 32 << 10,
@@ -1046,7 +1067,8 @@ fn cma_split_copies_shared_withdrawn_or_whole() {
         if !cma(&ep) {
             return None;
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let start = std::time::Instant::now();
+        let deadline = start + Duration::from_secs(60);
         if me == 1 {
             // 2: withdrawn (one idle pass says READY, then we stop until
             // the receiver is done); 3: whole (never an idle pass before
@@ -1070,6 +1092,7 @@ fn cma_split_copies_shared_withdrawn_or_whole() {
                 }
                 while !ep.test_send(&s).unwrap() {
                     assert!(std::time::Instant::now() < deadline, "no FIN for tag {tag}");
+                    std::thread::sleep(Duration::from_micros(20));
                 }
                 assert!(ep.wait_send(s).unwrap().unwrap() == pattern(tag, LEN));
                 if tag >= 10 {
@@ -1085,12 +1108,9 @@ fn cma_split_copies_shared_withdrawn_or_whole() {
             let mut tag = 2u32;
             loop {
                 gate.wait();
-                // Odd tags from 10 on: a shorter buffer (truncated).
-                let cap = if tag >= 10 && tag % 2 == 1 {
-                    LEN - 100_000
-                } else {
-                    LEN
-                };
+                // From tag 10 on: a full buffer until a message was shared
+                // into one, then a shorter one (truncated).
+                let cap = if full { LEN - 100_000 } else { LEN };
                 let before = ep.counters();
                 let mut got = vec![0u8; cap];
                 let st = ep.recv(spec(Some(1), Some(tag)), &mut got).unwrap();
@@ -1111,7 +1131,7 @@ fn cma_split_copies_shared_withdrawn_or_whole() {
                 if tag == 2 || tag == 3 {
                     gate.wait();
                 } else {
-                    let go_on = !(full && short) && tag < 10 + TRIES;
+                    let go_on = !(full && short) && start.elapsed() < TRY_FOR;
                     more.store(go_on, Ordering::SeqCst);
                     gate.wait();
                     if !go_on {
@@ -1120,8 +1140,9 @@ fn cma_split_copies_shared_withdrawn_or_whole() {
                 }
                 tag = if tag == 3 { 10 } else { tag + 1 };
             }
-            assert!(full, "never shared into a full buffer in {TRIES} tries");
-            assert!(short, "never shared into a shorter buffer in {TRIES} tries");
+            let tries = tag - 9;
+            assert!(full, "never shared into a full buffer in {tries} tries");
+            assert!(short, "never shared into a shorter buffer in {tries} tries");
         }
         Some(ep.finalize().unwrap())
     });

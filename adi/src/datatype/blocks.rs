@@ -78,6 +78,59 @@ pub(super) fn gather_blocks(
     }
 }
 
+/// The stack chunk [`append_blocks`] gathers small blocks in (2 KiB: it
+/// stays in the L1 cache, and is appended with vector moves).
+pub(super) const APPEND_CHUNK: usize = 2048;
+
+/// Appends to `out` the `n` blocks of `len` bytes of `src` (block `k` at
+/// `start + k * stride`): the bytes [`gather_blocks`] would write into a
+/// slice of `n * len`, without a zero-filled slice to overwrite. Blocks
+/// of a quarter of `chunk` or more are appended from `src` as they are;
+/// smaller ones are gathered `chunk` by `chunk` (a buffer that stays in
+/// the L1 cache) and appended from there, so the copy loops of
+/// [`gather_blocks`] still move them.
+pub(super) fn append_blocks(
+    src: &[u8],
+    start: isize,
+    len: usize,
+    n: usize,
+    stride: isize,
+    chunk: &mut [u8; APPEND_CHUNK],
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    if len == 0 || n == 0 {
+        return Ok(());
+    }
+    // Block `k`'s offset in `src` (checked: a block outside is reported).
+    let at = |k: usize| {
+        isize::try_from(k)
+            .ok()
+            .and_then(|k| k.checked_mul(stride))
+            .and_then(|d| d.checked_add(start))
+            .ok_or_else(|| oob(start, len, src.len()))
+    };
+    if len >= APPEND_CHUNK / 4 || n == 1 {
+        for k in 0..n {
+            let a = at(k)?;
+            let s = usize::try_from(a)
+                .ok()
+                .and_then(|s| src.get(s..s.checked_add(len)?));
+            out.extend_from_slice(s.ok_or_else(|| oob(a, len, src.len()))?);
+        }
+        return Ok(());
+    }
+    let per = APPEND_CHUNK / len;
+    let mut k = 0;
+    while k < n {
+        let m = per.min(n - k);
+        let to = &mut chunk[..m * len];
+        gather_blocks(src, at(k)?, len, stride, to)?;
+        out.extend_from_slice(to);
+        k += m;
+    }
+    Ok(())
+}
+
 /// Whether blocks of `len` bytes `st` apart have a copy loop of their own
 /// ([`gather_fixed_stride`]): 4- or 8-byte blocks (an `int`, `float` or
 /// `double`) every second, third or fourth one (a vector with a stride of

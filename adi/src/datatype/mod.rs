@@ -98,7 +98,7 @@ pub use segments::Segments;
 use std::sync::{Arc, OnceLock};
 
 use crate::Error;
-use blocks::{gather_blocks, scatter_blocks};
+use blocks::{append_blocks, gather_blocks, scatter_blocks, APPEND_CHUNK};
 
 /// Most runs a committed type's flattened form may have (2²⁰, about 40 MiB
 /// of run list and prefix sums). Regular repetitions are one run each, so
@@ -1123,6 +1123,47 @@ impl Datatype {
             },
         )?;
         Ok(n)
+    }
+
+    /// Appends the packed stream of `count` elements of `src` to `out`
+    /// (the bytes [`pack`](Self::pack) writes); returns how many
+    /// ([`pack_size`](Self::pack_size)). For a buffer that packing fills
+    /// whole: `out` grows straight from the user's data, never
+    /// zero-filled first. On an error `out` is as it was.
+    pub fn pack_append(&self, src: &[u8], count: i64, out: &mut Vec<u8>) -> Result<usize, Error> {
+        let (flat, end) = self.checked_range(src.len(), count, 0, usize::MAX)?;
+        let base = out.len();
+        out.try_reserve_exact(end).map_err(|_| Error::NoMem {
+            bytes: end,
+            what: "a packed buffer",
+        })?;
+        if end <= APPEND_CHUNK {
+            // Small: zero-filling it costs less than the chunk would.
+            out.resize(base + end, 0);
+            return match self.pack_part(src, count, 0, &mut out[base..]) {
+                Ok(n) => Ok(n),
+                Err(e) => {
+                    out.truncate(base);
+                    Err(e)
+                }
+            };
+        }
+        let mut chunk = [0u8; APPEND_CHUNK];
+        let r = walk(flat, self.extent(), 0, end, |start, len, blocks, stride| {
+            append_blocks(src, start, len, blocks, stride, &mut chunk, out)
+        });
+        match r {
+            Ok(()) if out.len() - base == end => Ok(end),
+            Ok(()) => {
+                let have = out.len() - base;
+                out.truncate(base);
+                Err(Error::Truncated { need: end, have })
+            }
+            Err(e) => {
+                out.truncate(base);
+                Err(e)
+            }
+        }
     }
 
     /// Unpacks `packed`, which holds bytes `offset..` of the packed stream of

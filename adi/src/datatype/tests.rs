@@ -202,6 +202,55 @@ fn pack_unpack_column() {
     assert_eq!(back, expect);
 }
 
+/// `pack_append` appends exactly what `pack` writes, after what `out`
+/// held, on the small path (zero-filled, then packed) and the large one
+/// (blocks appended, or gathered a stack chunk at a time): small and
+/// large blocks, blocks out of order, several elements, a prefix in
+/// `out`.
+#[test]
+fn pack_append_is_pack() {
+    let i24 = Datatype::contiguous(3, &i8t()).unwrap();
+    let big = Datatype::contiguous(700, &i8t()).unwrap();
+    let cases = [
+        (
+            Datatype::vector(131_072, 1, 2, &f64t()).unwrap(),
+            1i64,
+            0usize,
+        ),
+        (Datatype::vector(4, 1, 2, &f64t()).unwrap(), 3, 0),
+        (Datatype::vector(1000, 1, 3, &i24).unwrap(), 2, 0),
+        (Datatype::vector(600, 2, 5, &i32t()).unwrap(), 1, 0),
+        (Datatype::vector(20, 1, 2, &big).unwrap(), 1, 0),
+        (
+            Datatype::indexed(&[700, 1, 900], &[1500, 0, 2], &i32t()).unwrap(),
+            2,
+            0,
+        ),
+    ];
+    for (k, (t, count, at)) in cases.into_iter().enumerate() {
+        t.commit().unwrap();
+        let (_, hi) = t.span(count).unwrap();
+        let src: Vec<u8> = (0..at + hi as usize).map(|i| (i * 7 % 251) as u8).collect();
+        let need = t.pack_size(count).unwrap();
+        let mut want = vec![0u8; need];
+        t.pack(&src[at..], count, &mut want, &mut 0).unwrap();
+        let mut out = vec![9u8, 8, 7];
+        assert_eq!(
+            t.pack_append(&src[at..], count, &mut out).unwrap(),
+            need,
+            "case {k}"
+        );
+        assert_eq!(out[..3], [9, 8, 7], "case {k}");
+        assert!(out[3..] == want[..], "case {k}: bytes");
+        // A buffer too short: an error, `out` as it was.
+        let mut out = vec![1u8];
+        assert!(t
+            .pack_append(&src[at..src.len() - 1], count, &mut out)
+            .is_err());
+        assert_eq!(out, [1], "case {k}");
+    }
+}
+
 #[test]
 fn pack_appends_at_position() {
     let t = Datatype::vector(2, 1, 2, &i8t()).unwrap();

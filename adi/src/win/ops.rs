@@ -158,8 +158,8 @@ impl Win {
         if t == rma_epoch::PROC_NULL || total == 0 {
             return Ok(());
         }
-        let mut packed = vec![0u8; total];
-        origin_type.pack_part(origin, origin_count, 0, &mut packed)?;
+        let mut packed = Vec::new();
+        origin_type.pack_append(origin, origin_count, &mut packed)?;
         let size = self.sizes.get(t as usize).copied().unwrap_or(0);
         let avail = size.checked_sub(disp).ok_or(Error::RmaRange {
             target,
