@@ -95,6 +95,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The window of handle `h` (`MPI_ERR_WIN` if invalid).
+#[inline]
 fn win(h: MPI_Win) -> R<Arc<WinObj>> {
     WINS.get(h)
         .ok_or_else(|| err(MPI_ERR_WIN, "invalid window"))
@@ -107,6 +108,7 @@ pub(crate) fn errhandler_of(h: MPI_Win) -> Option<Handler> {
 
 impl WinObj {
     /// Runs `f` on the `adi` window (`MPI_ERR_WIN` once freed).
+    #[inline]
     fn with<T>(&self, f: impl FnOnce(&Inner) -> R<T>) -> R<T> {
         let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
         match g.as_ref() {
@@ -117,6 +119,7 @@ impl WinObj {
 
     /// The byte displacement of `disp` units (`MPI_ERR_DISP` if negative
     /// or overflowing).
+    #[inline]
     fn byte_disp(&self, disp: MPI_Aint) -> R<u64> {
         check(disp >= 0, MPI_ERR_DISP, "negative target displacement")?;
         (disp as u64)
