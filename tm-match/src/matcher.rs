@@ -19,17 +19,15 @@
 //! O(1)), so memory stays proportional to the queue contents and no array is
 //! ever sized by the number of ranks.
 //!
-//! While a side holds at most [`SMALL`] entries (messages) or [`PSMALL`]
-//! (receives) it is a plain vector of the entries themselves (inline for
-//! messages, a ring buffer for receives, whose usual match is the oldest),
-//! scanned in order (what a list does, without the pointer chasing, the slab
-//! or any hashing); it moves to the indexed form on the 17th message or the
-//! 65th receive and back when it empties. Handles stay valid across the
+//! While a side holds at most [`SMALL`] messages or [`PSMALL`] receives it
+//! is a plain ring buffer of the entries themselves (the usual match is the
+//! oldest entry, a pop from the front), scanned in order (what a list does,
+//! without the pointer chasing, the slab or any hashing); it moves to the
+//! indexed form on the 65th message or receive and back when it empties. Handles stay valid across the
 //! move: an entry queued in the linear form is named by its sequence number
 //! (and found through a small map once moved), an indexed one by its slab
 //! index and generation.
 
-use smallvec::SmallVec;
 use std::collections::VecDeque;
 use tm_proto::{Envelope, MatchSpec, Source, Tag};
 
@@ -40,8 +38,12 @@ use crate::Error;
 /// List terminator.
 const NIL: u32 = u32::MAX;
 
-/// Entries a side holds in its linear (unindexed) form.
-pub const SMALL: usize = 16;
+/// Messages the unexpected side holds in its linear form: a ring buffer,
+/// so that the common take (the oldest message, first in line: a window
+/// of messages from one sender, each taken by the next receive) is a pop
+/// from the front, and a window of 64 such messages is neither linked
+/// onto four lists as it arrives nor unlinked from them as it is taken.
+pub const SMALL: usize = 64;
 
 /// Receives the posted side holds in its linear form: a ring buffer, so
 /// that the common match (the oldest receive, first in line) is a pop
@@ -519,7 +521,7 @@ pub struct Matcher<R, M> {
     /// Sequence number → node, for receives posted in the linear form and
     /// since moved to the index (at most [`SMALL`] per switch).
     migrated: FastMap<u64, u32>,
-    usmall: SmallVec<[USmall<M>; SMALL]>,
+    usmall: VecDeque<USmall<M>>,
     umigrated: FastMap<u64, u32>,
     p_indexed: bool,
     u_indexed: bool,
@@ -545,7 +547,7 @@ impl<R, M> Matcher<R, M> {
             ulists: ListIndex::default(),
             psmall: VecDeque::new(),
             migrated: FastMap::default(),
-            usmall: SmallVec::new(),
+            usmall: VecDeque::new(),
             umigrated: FastMap::default(),
             p_indexed: false,
             u_indexed: false,
@@ -746,7 +748,7 @@ impl<R, M> Matcher<R, M> {
         let seq = self.useq;
         if !self.u_indexed {
             if self.usmall.len() < SMALL {
-                self.usmall.push(USmall {
+                self.usmall.push_back(USmall {
                     ctx: env.context_id,
                     src: env.source,
                     tag: env.tag,
@@ -1046,11 +1048,19 @@ impl<R, M> Matcher<R, M> {
     fn find_unexpected(&self, spec: &MatchSpec) -> Option<ULoc> {
         if !self.u_indexed {
             let (ctx, src, tag, smask, tmask) = spec_fields(spec);
+            // The oldest message is the usual match: checked before the
+            // scan (whose iterator over the ring's two halves costs more).
+            match self.usmall.front() {
+                None => return None,
+                Some(u) if u.matches(ctx, src, tag, smask, tmask) => return Some(ULoc::Small(0)),
+                Some(_) => {}
+            }
             return self
                 .usmall
                 .iter()
+                .skip(1)
                 .position(|u| u.matches(ctx, src, tag, smask, tmask))
-                .map(ULoc::Small);
+                .map(|i| ULoc::Small(i + 1));
         }
         self.find_unexpected_indexed(spec).map(ULoc::Node)
     }
@@ -1294,13 +1304,16 @@ impl<R, M> Matcher<R, M> {
     fn take_unexpected(&mut self, loc: ULoc) -> (MsgId, Envelope, M) {
         match loc {
             ULoc::Small(pos) => {
-                let u = if pos + 1 == self.usmall.len() {
-                    match self.usmall.pop() {
-                        Some(u) => u,
-                        None => unreachable!("tm-match: queued message {pos} vanished"),
-                    }
+                // The oldest (the usual take) and the newest are pops;
+                // others shift the shorter side of the ring.
+                let u = if pos == 0 {
+                    self.usmall.pop_front()
                 } else {
                     self.usmall.remove(pos)
+                };
+                let u = match u {
+                    Some(u) => u,
+                    None => unreachable!("tm-match: queued message {pos} vanished"),
                 };
                 (MsgId::small(u.seq), u.env(), u.msg)
             }

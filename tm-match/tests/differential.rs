@@ -65,6 +65,22 @@ fn op(ctxs: u32, srcs: u32, tags: u32, wild: u32) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Arrival-heavy traffic: the unexpected queue grows well past its
+/// 64-message linear form (and empties again), so receives, probes and
+/// cancels meet both forms and the switches between them.
+fn deep_unexpected_op(ctxs: u32, srcs: u32, tags: u32, wild: u32) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => spec(ctxs, srcs, tags, wild).prop_map(Op::Post),
+        4 => env(ctxs, srcs, tags).prop_map(Op::Arrive),
+        2 => spec(ctxs, srcs, tags, wild).prop_map(Op::Probe),
+        2 => spec(ctxs, srcs, tags, wild).prop_map(Op::Improbe),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        2 => any::<usize>().prop_map(Op::CancelMessage),
+        1 => prop::collection::vec(spec(ctxs, srcs, tags, wild), 1..80).prop_map(Op::BurstPost),
+        3 => prop::collection::vec(env(ctxs, srcs, tags), 20..90).prop_map(Op::BurstArrive),
+    ]
+}
+
 /// Runs `ops` on both engines and fails at the first difference.
 fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let mut m: Matcher<u32, u32> = Matcher::new();
@@ -248,6 +264,12 @@ proptest! {
     /// No wildcards, more keys: exercises the exact-key lists.
     #[test]
     fn matches_reference_exact_only(ops in prop::collection::vec(op(2, 6, 8, 0), 1..300)) {
+        run(&ops)?;
+    }
+
+    /// Deep unexpected queues (past the linear form), wildcards included.
+    #[test]
+    fn matches_reference_deep_unexpected(ops in prop::collection::vec(deep_unexpected_op(2, 3, 4, 25), 1..200)) {
         run(&ops)?;
     }
 }
