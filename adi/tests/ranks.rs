@@ -1056,6 +1056,52 @@ fn role_many_to_one(w: &Comm) {
     assert!(next[1..].iter().all(|c| *c == per));
 }
 
+/// Rank 0 blocks in a receive from rank 1 that rank 1 sends only after
+/// rank 2's sends to rank 0 have completed, and those need rank 0's
+/// progress on rank 2's ring: first a rendezvous-sized message into a
+/// receive rank 0 posted before it blocked (read by CMA, or pipelined
+/// through the eager area without CMA), then a flood of eager messages
+/// nobody has asked for yet, more than rank 2's eager area and its ring
+/// hold (rank 0 must take the headers and copy the payloads out). A
+/// blocked receive that only watched its own source's ring would hang.
+fn role_blocked_recv_serves_others(w: &Comm) {
+    const BIG: usize = 3 << 20;
+    const SMALL: usize = 8 << 10;
+    const FLOOD: usize = 1500;
+    match w.rank() {
+        0 => {
+            let mut big = w.irecv(vec![0u8; BIG], 2, 1).unwrap();
+            let mut token = [0u8; 1];
+            w.recv(&mut token, 1, 2).unwrap();
+            assert_eq!(token, [7]);
+            let st = w.wait(&mut big).unwrap();
+            assert_eq!(st.count, BIG);
+            assert!(
+                big.take_buffer().unwrap() == pattern(1, BIG),
+                "rendezvous payload"
+            );
+            let mut buf = vec![0u8; SMALL];
+            for i in 0..FLOOD {
+                let st = w.recv(&mut buf, 2, 3).unwrap();
+                assert_eq!(st.count, SMALL);
+                assert!(buf == pattern(i, SMALL), "flood message {i}");
+            }
+        }
+        1 => {
+            let mut token = [0u8; 1];
+            w.recv(&mut token, 2, 4).unwrap();
+            w.send(&[7], 0, 2).unwrap();
+        }
+        _ => {
+            w.send(&pattern(1, BIG), 0, 1).unwrap();
+            for i in 0..FLOOD {
+                w.send(&pattern(i, SMALL), 0, 3).unwrap();
+            }
+            w.send(&[1], 1, 4).unwrap();
+        }
+    }
+}
+
 /// Windows of nonblocking receives posted before their messages arrive,
 /// completed by `waitall`/`waitany`/`testall` (whose progress passes
 /// complete them in place, the device's fast path): every request must
@@ -1516,6 +1562,10 @@ fn roles() -> Vec<Role> {
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
         ("many_to_one", role_many_to_one),
+        (
+            "blocked_recv_serves_others",
+            role_blocked_recv_serves_others,
+        ),
         ("windowed_in_place", role_windowed_in_place),
         (
             "finalize_with_pending_recv",
@@ -1714,6 +1764,20 @@ fn main() -> ExitCode {
         ("persistent_funneled".into(), "persistent", 2, funneled, 0),
         ("comms_funneled_3_ranks".into(), "comms", 3, funneled, 0),
         ("wait_mixes".into(), "wait_mixes", 2, &[], 0),
+        (
+            "a_blocked_receive_serves_a_third_rank_3_ranks".into(),
+            "blocked_recv_serves_others",
+            3,
+            &[],
+            0,
+        ),
+        (
+            "a_blocked_receive_serves_a_third_rank_without_cma".into(),
+            "blocked_recv_serves_others",
+            3,
+            no_cma,
+            0,
+        ),
         ("lifecycle".into(), "lifecycle", 2, &[], 0),
         (
             "many_to_one_any_source_4_ranks".into(),
