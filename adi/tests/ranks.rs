@@ -1057,47 +1057,53 @@ fn role_many_to_one(w: &Comm) {
 }
 
 /// Rank 0 blocks in a receive from rank 1 that rank 1 sends only after
-/// rank 2's sends to rank 0 have completed, and those need rank 0's
-/// progress on rank 2's ring: first a rendezvous-sized message into a
-/// receive rank 0 posted before it blocked (read by CMA, or pipelined
-/// through the eager area without CMA), then a flood of eager messages
+/// rank 2's sends to rank 0 have returned: first a flood of eager messages
 /// nobody has asked for yet, more than rank 2's eager area and its ring
-/// hold (rank 0 must take the headers and copy the payloads out). A
-/// blocked receive that only watched its own source's ring would hang.
+/// hold, while rank 0 has no receive posted (the sends that find no room
+/// wait in rank 2's outbox until rank 0 takes headers from its ring); then a
+/// rendezvous-sized message into a receive rank 0 posted before it blocked
+/// (read by CMA, or pipelined through the eager area without CMA), which
+/// completes only through rank 0's progress. Every message arrives whole
+/// and in order.
 fn role_blocked_recv_serves_others(w: &Comm) {
     const BIG: usize = 3 << 20;
     const SMALL: usize = 8 << 10;
     const FLOOD: usize = 1500;
     match w.rank() {
         0 => {
-            let mut big = w.irecv(vec![0u8; BIG], 2, 1).unwrap();
             let mut token = [0u8; 1];
             w.recv(&mut token, 1, 2).unwrap();
             assert_eq!(token, [7]);
-            let st = w.wait(&mut big).unwrap();
-            assert_eq!(st.count, BIG);
-            assert!(
-                big.take_buffer().unwrap() == pattern(1, BIG),
-                "rendezvous payload"
-            );
             let mut buf = vec![0u8; SMALL];
             for i in 0..FLOOD {
                 let st = w.recv(&mut buf, 2, 3).unwrap();
                 assert_eq!(st.count, SMALL);
                 assert!(buf == pattern(i, SMALL), "flood message {i}");
             }
+            let mut big = w.irecv(vec![0u8; BIG], 2, 1).unwrap();
+            w.recv(&mut token, 1, 2).unwrap();
+            assert_eq!(token, [8]);
+            let st = w.wait(&mut big).unwrap();
+            assert_eq!(st.count, BIG);
+            assert!(
+                big.take_buffer().unwrap() == pattern(1, BIG),
+                "rendezvous payload"
+            );
         }
         1 => {
             let mut token = [0u8; 1];
             w.recv(&mut token, 2, 4).unwrap();
             w.send(&[7], 0, 2).unwrap();
+            w.recv(&mut token, 2, 4).unwrap();
+            w.send(&[8], 0, 2).unwrap();
         }
         _ => {
-            w.send(&pattern(1, BIG), 0, 1).unwrap();
             for i in 0..FLOOD {
                 w.send(&pattern(i, SMALL), 0, 3).unwrap();
             }
             w.send(&[1], 1, 4).unwrap();
+            w.send(&pattern(1, BIG), 0, 1).unwrap();
+            w.send(&[2], 1, 4).unwrap();
         }
     }
 }
