@@ -1115,6 +1115,58 @@ fn role_many_to_one(w: &Comm) {
     assert!(next[1..].iter().all(|c| *c == per));
 }
 
+/// Rank 0 blocks in a receive from rank 1 that rank 1 sends only after
+/// rank 2's sends to rank 0 have returned: first a flood of eager messages
+/// nobody has asked for yet, more than rank 2's eager area and its ring
+/// hold, while rank 0 has no receive posted (the sends that find no room
+/// wait in rank 2's outbox until rank 0 takes headers from its ring); then a
+/// rendezvous-sized message into a receive rank 0 posted before it blocked
+/// (read by CMA, or pipelined through the eager area without CMA), which
+/// completes only through rank 0's progress. Every message arrives whole
+/// and in order.
+fn role_blocked_recv_serves_others(w: &Comm) {
+    const BIG: usize = 3 << 20;
+    const SMALL: usize = 8 << 10;
+    const FLOOD: usize = 1500;
+    match w.rank() {
+        0 => {
+            let mut token = [0u8; 1];
+            w.recv(&mut token, 1, 2).unwrap();
+            assert_eq!(token, [7]);
+            let mut buf = vec![0u8; SMALL];
+            for i in 0..FLOOD {
+                let st = w.recv(&mut buf, 2, 3).unwrap();
+                assert_eq!(st.count, SMALL);
+                assert!(buf == pattern(i, SMALL), "flood message {i}");
+            }
+            let mut big = w.irecv(vec![0u8; BIG], 2, 1).unwrap();
+            w.recv(&mut token, 1, 2).unwrap();
+            assert_eq!(token, [8]);
+            let st = w.wait(&mut big).unwrap();
+            assert_eq!(st.count, BIG);
+            assert!(
+                big.take_buffer().unwrap() == pattern(1, BIG),
+                "rendezvous payload"
+            );
+        }
+        1 => {
+            let mut token = [0u8; 1];
+            w.recv(&mut token, 2, 4).unwrap();
+            w.send(&[7], 0, 2).unwrap();
+            w.recv(&mut token, 2, 4).unwrap();
+            w.send(&[8], 0, 2).unwrap();
+        }
+        _ => {
+            for i in 0..FLOOD {
+                w.send(&pattern(i, SMALL), 0, 3).unwrap();
+            }
+            w.send(&[1], 1, 4).unwrap();
+            w.send(&pattern(1, BIG), 0, 1).unwrap();
+            w.send(&[2], 1, 4).unwrap();
+        }
+    }
+}
+
 /// Windows of nonblocking receives posted before their messages arrive,
 /// completed by `waitall`/`waitany`/`testall` (whose progress passes
 /// complete them in place, the device's fast path): every request must
@@ -1575,6 +1627,10 @@ fn roles() -> Vec<Role> {
         ("abort", role_abort),
         ("lifecycle", role_lifecycle),
         ("many_to_one", role_many_to_one),
+        (
+            "blocked_recv_serves_others",
+            role_blocked_recv_serves_others,
+        ),
         ("windowed_in_place", role_windowed_in_place),
         (
             "finalize_with_pending_recv",
@@ -1786,6 +1842,20 @@ fn main() -> ExitCode {
         ("persistent_funneled".into(), "persistent", 2, funneled, 0),
         ("comms_funneled_3_ranks".into(), "comms", 3, funneled, 0),
         ("wait_mixes".into(), "wait_mixes", 2, &[], 0),
+        (
+            "a_blocked_receive_serves_a_third_rank_3_ranks".into(),
+            "blocked_recv_serves_others",
+            3,
+            &[],
+            0,
+        ),
+        (
+            "a_blocked_receive_serves_a_third_rank_without_cma".into(),
+            "blocked_recv_serves_others",
+            3,
+            no_cma,
+            0,
+        ),
         ("lifecycle".into(), "lifecycle", 2, &[], 0),
         (
             "many_to_one_any_source_4_ranks".into(),

@@ -54,6 +54,7 @@ AR(ar_1k, 1024)
 AR(ar_64k, 65536)
 AR(ar_1m, 1048576)
 BC(bc_8, 8)
+BC(bc_1k, 1024)
 BC(bc_64k, 65536)
 BC(bc_1m, 1048576)
 A2A(a2a_4, 4)
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
     ar_64k();
     ar_1m();
     bc_8();
+    bc_1k();
     bc_64k();
     bc_1m();
     a2a_4();

@@ -27,6 +27,15 @@ use tm_proto::{MatchSpec, Source};
 const WATCH_SPINS: u32 = 32;
 /// Of those, the first this many look without a PAUSE in between.
 const WATCH_EAGER: u32 = 8;
+/// While nothing but the watched ring can bring work (no other transport,
+/// no sends or copies held by this rank, no shared receives, no window
+/// with active-message targets, no nonblocking collective pending), a
+/// blocking receive spins up to this many rounds of [`WATCH_SPINS`] looks
+/// between two passes under the core lock, and that pass is a full one
+/// (every ring, FINs, reclaim): the same cadence of full passes as a pass
+/// after every round, whose quick look at the source's ring ran a full
+/// pass every eighth time, without the quick looks the watch already made.
+const WATCH_ROUNDS: u32 = 8;
 /// Looks at its source's ring that a blocking datatype receive waiting
 /// for its message in place ([`Device::recv_in_place`]) takes before it
 /// receives the general way: about 50 µs of spinning (a PAUSE is ~27 ns on
@@ -99,6 +108,22 @@ trait Poll {
         let _ = (core, spec);
         None
     }
+    /// Whether, until the watched ring publishes a header, a pass under
+    /// the lock has nothing to do besides what [`Poll::try_recv_full`] does
+    /// (see [`WATCH_ROUNDS`]).
+    fn quiet(core: &Core) -> bool {
+        let _ = core;
+        false
+    }
+    /// [`Poll::try_recv`] as one full progress pass, without a quick look
+    /// at the source's ring (which the watch made).
+    fn try_recv_full(
+        core: &mut Core,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error> {
+        Self::try_recv(core, spec, buf)
+    }
     /// Which peers the receive waits for.
     fn alive(core: &mut Core, spec: MatchSpec) -> Result<(), Error>;
 }
@@ -141,6 +166,19 @@ impl Poll for OnLocal {
             Source::Rank(p) => core.local.arrival_watch(p),
             Source::Any => None,
         }
+    }
+
+    #[inline(always)]
+    fn quiet(core: &Core) -> bool {
+        core.remote.is_none() && !core.shared.has_work() && !core.local.has_local_work()
+    }
+
+    fn try_recv_full(
+        core: &mut Core,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error> {
+        core.local.try_recv_full(spec, buf)
     }
 
     fn alive(core: &mut Core, spec: MatchSpec) -> Result<(), Error> {
@@ -481,13 +519,28 @@ impl Device {
         // Between passes, an exact-source receive watches its source's ring
         // without the lock (see `ArrivalWatch`).
         let mut watch = None;
+        // Whether the last pass left nothing to do but watch, and whether
+        // the watch then ran out of rounds (the next pass is a full one).
+        let mut quiet = false;
+        let mut ran_out = false;
+        // Rounds of looks the last wait between passes ran: idle counts
+        // rounds, so that the spinning before yielding lasts as long with
+        // rounds between passes as without.
+        let mut spun = 1u32;
         loop {
             // Empty (no allocation); `harvest` fills it from the thread's
             // spare list only when something finished.
             let mut finished = Vec::new();
             let got = {
                 lock_core!(self, g, core);
-                let mut r = Q::try_recv(core, spec, buf);
+                // After rounds in which the watch saw nothing: the full
+                // pass they skipped, without the quick look at the source's
+                // ring that the watch made.
+                let mut r = if ran_out {
+                    Q::try_recv_full(core, spec, buf)
+                } else {
+                    Q::try_recv(core, spec, buf)
+                };
                 if first {
                     bump_locked(&self.counters.recvs);
                     if matches!(r, Ok(Some(_))) {
@@ -496,6 +549,7 @@ impl Device {
                 }
                 if let Ok(None) = r {
                     watch = Q::watch(core, spec);
+                    quiet = Q::quiet(core);
                 }
                 // A failed pass on another transport fails the receive
                 // (once what this pass harvested is completed), unless it
@@ -523,12 +577,15 @@ impl Device {
             if let Some(st) = got? {
                 return self.recv_result(&st, Group::as_kept(group));
             }
-            idle = if rma_active || coll_active {
-                1
-            } else {
-                idle.wrapping_add(1)
-            };
-            if idle % 64 == 0 {
+            // No more rounds without a pass while windows or collectives
+            // need this rank's progress.
+            quiet &=
+                !(rma_active || coll_active) && crate::win::idle(self) && crate::coll::task::idle();
+            let step = mem::replace(&mut spun, 1);
+            let active = rma_active || coll_active;
+            idle = if active { 1 } else { idle.wrapping_add(step) };
+            // Once every 64 rounds (`step` is at most WATCH_ROUNDS).
+            if !active && idle % 64 < step {
                 if let Err(e) = self.source_alive::<Q>(spec) {
                     // Deliver what the peer sent before it died, if it matches.
                     for _ in 0..64 {
@@ -539,20 +596,36 @@ impl Device {
                     return Err(e);
                 }
             }
+            ran_out = false;
             if idle < self.spin {
                 match &watch {
                     // Nothing new from the source: spin on its ring's next
-                    // slot, up to WATCH_SPINS times, before the next pass.
+                    // slot, up to WATCH_SPINS times (WATCH_ROUNDS rounds of
+                    // them while quiet), before the next pass.
                     Some(w) => {
-                        for i in 0..WATCH_SPINS {
-                            if w.published() {
-                                break;
+                        let rounds = if quiet { WATCH_ROUNDS } else { 1 };
+                        ran_out = quiet;
+                        'watch: for round in 0..rounds {
+                            spun = round + 1;
+                            for i in 0..WATCH_SPINS {
+                                if w.published() {
+                                    ran_out = false;
+                                    break 'watch;
+                                }
+                                // The first looks back to back: a PAUSE
+                                // costs ~27 ns on the project's VM, a fifth
+                                // of a small message's one-way time.
+                                if i >= WATCH_EAGER {
+                                    std::hint::spin_loop();
+                                }
                             }
-                            // The first looks back to back: a PAUSE costs
-                            // ~27 ns on the project's VM, a fifth of a
-                            // small message's one-way time.
-                            if i >= WATCH_EAGER {
-                                std::hint::spin_loop();
+                            // Another thread may have started a collective
+                            // or an RMA epoch meanwhile.
+                            if round + 1 < rounds
+                                && !(crate::win::idle(self) && crate::coll::task::idle())
+                            {
+                                ran_out = false;
+                                break;
                             }
                         }
                     }

@@ -80,6 +80,24 @@ impl ShmemTransport {
         })
     }
 
+    /// Whether a progress pass has work besides reading rings
+    /// (`Endpoint::has_local_work`).
+    #[inline]
+    pub(crate) fn has_local_work(&self) -> bool {
+        self.ep.has_local_work()
+    }
+
+    /// [`Transport::try_recv`] without the quick look at the source's ring:
+    /// one full pass (`Endpoint::try_recv_full`).
+    #[inline]
+    pub(crate) fn try_recv_full(
+        &mut self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+    ) -> Result<Option<RecvStatus>, Error> {
+        Ok(self.ep.try_recv_full(spec, buf)?.map(|st| self.st(&st)))
+    }
+
     /// The node segment (same-node windows map it).
     pub(crate) fn node_mut(&mut self) -> &mut Node {
         self.ep.node_mut()

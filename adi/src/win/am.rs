@@ -279,6 +279,13 @@ pub(crate) fn progress(dev: &Device) -> Result<Progressed, Error> {
     progress_windows(dev)
 }
 
+/// Whether no window has active-message targets ([`progress`] is then
+/// one load and does nothing).
+#[inline]
+pub(crate) fn idle(dev: &Device) -> bool {
+    dev.rma.live.load(Ordering::Acquire) == 0
+}
+
 /// [`progress`] with windows alive.
 fn progress_windows(dev: &Device) -> Result<Progressed, Error> {
     let mut g = match dev.rma.state.try_lock() {

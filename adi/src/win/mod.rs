@@ -71,7 +71,7 @@ use rma_epoch::WinId;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub(crate) use am::{progress, Rma};
+pub(crate) use am::{idle, progress, Rma};
 pub use rma_epoch::assert;
 pub use rma_epoch::{AccOp, ElemType};
 pub use shared::{SharedRegion, SharedWin};

@@ -70,6 +70,16 @@ impl Endpoint {
         Some((seg.arrival_watch(source, seg.rank()), next))
     }
 
+    /// Whether a progress pass has work here besides reading rings: sends
+    /// held locally, copies owed to a pressured sender, preposts (the
+    /// condition under which [`Endpoint::try_recv`]'s idle look runs a full
+    /// pass at once). A waiter on an [`ArrivalWatch`] that sees `false` may
+    /// run its full passes less often: until a header arrives, only such
+    /// passes (or another thread's calls) create work.
+    pub fn has_local_work(&self) -> bool {
+        self.local_work()
+    }
+
     /// Receives the oldest message matching `spec` into `buf` if one has
     /// arrived; never blocks (but does run one progress pass). Never
     /// preposted.
@@ -91,7 +101,6 @@ impl Endpoint {
             Source::Rank(pe) => seg.eager_pressure(pe),
             Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
         };
-        let mut pass = true;
         if !pressured && self.matching.queues_empty() {
             // The quick look first: the next header of the source's ring.
             if let Some(r) = self.take_now(Taker::Unposted(spec), buf)? {
@@ -115,6 +124,33 @@ impl Endpoint {
                 }
             }
         }
+        self.try_recv_pass(spec, buf, pressured)
+    }
+
+    /// [`Endpoint::try_recv`] without its quick look at the source's ring:
+    /// always one full progress pass, for a waiter that has just watched
+    /// that ring ([`Endpoint::arrival_watch`]) and seen nothing for a while.
+    pub fn try_recv_full(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
+        self.check_source(spec)?;
+        self.undefer()?;
+        let seg = self.node.segment();
+        let pressured = match spec.source {
+            Source::Rank(pe) => seg.eager_pressure(pe),
+            Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
+        };
+        self.try_recv_pass(spec, buf, pressured)
+    }
+
+    /// The part of [`Endpoint::try_recv`] after its quick look: one full
+    /// pass, the receive taking the first matching arrival when nothing
+    /// queued can match, else posted against the queue for the pass.
+    fn try_recv_pass(
+        &mut self,
+        spec: MatchSpec,
+        buf: &mut [u8],
+        pressured: bool,
+    ) -> Result<Option<Status>> {
+        let mut pass = true;
         if !pressured && self.matching.unexpected_len() == 0 && self.matching.parked_len() == 0 {
             // Nothing queued can match: the first matching arrival of this
             // pass is taken directly when nothing is posted either.
