@@ -824,6 +824,50 @@ fn inline_reply_calibration_cut_short_leaves_nothing_queued() {
 }
 
 #[test]
+fn an_unreceived_eager_message_leaves_the_receivers_waits_idle() {
+    // A message no receive takes holds its sender's eager block, which
+    // matters only once that sender runs short of space (it raises its
+    // pressure flag). Until then a progress pass has nothing to do for
+    // it, so the receiver's waits keep their idle look.
+    use std::sync::{Arc, Barrier};
+    let j = job("leftover-idle");
+    let c = Config {
+        cma: CmaMode::Off,
+        ..cfg()
+    };
+    let both = Arc::new(Barrier::new(2));
+    ranks(&j, 2, c, move |r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        if r == 0 {
+            ep.send(1, 77, 3, &[5u8; 4000]).unwrap();
+            both.wait();
+            both.wait();
+        } else {
+            both.wait();
+            while ep.unexpected_stored() == 0 {
+                ep.progress().unwrap();
+            }
+            assert_eq!(
+                ep.uncopied_eager(),
+                1,
+                "the message waits in an eager block"
+            );
+            ep.progress().unwrap();
+            assert!(ep.idle_now(), "a pass would do nothing");
+            // Its receive still finds it whole.
+            let mut buf = [0u8; 4000];
+            let st = ep.recv(spec(0, 77), &mut buf).unwrap();
+            assert_eq!(st.len, 4000);
+            assert!(buf.iter().all(|&b| b == 5));
+            assert_eq!(ep.uncopied_eager(), 0);
+            both.wait();
+        }
+        ep.finalize().unwrap();
+    });
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
 fn inline_reply_calibration_off_or_impossible_keeps_the_cap() {
     let run = |name: &str, size: u32, c: Config, cpus: usize| {
         ranks(&job(name), size, c, move |_r, n| {

@@ -793,6 +793,13 @@ impl Endpoint {
         self.uncopied_eager
     }
 
+    /// Whether a progress pass now would only count an idle pass
+    /// ([`Endpoint::quiet`]).
+    #[doc(hidden)]
+    pub fn idle_now(&mut self) -> bool {
+        self.quiet()
+    }
+
     /// Sends held locally (ring full or eager area full), over all peers.
     pub fn queued(&self) -> usize {
         self.peers
