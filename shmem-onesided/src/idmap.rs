@@ -79,7 +79,7 @@ impl<T> KeySlab<T> {
         self.slots.iter_mut().filter_map(Option::as_mut)
     }
 
-    #[cfg(test)]
+    /// How many values are stored.
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -17,11 +17,22 @@
 //! sends the outcome to every other local rank, which applies it too.
 //!
 //! The messages use a context id the caller reserves for it, so that
-//! nothing of them can match a user's receive even when a deadline cut the
-//! exchange short (a message left over stays queued under that context).
-//! Every wait is bounded by half of [`crate::Config::calibrate_deadline`]; after it the configured cap
-//! stands. The endpoint's counters are restored afterwards: they count the
-//! application's traffic only.
+//! nothing of them can match a user's receive. Nothing of them stays
+//! queued either, even when a deadline cut the exchange short: a message
+//! left unreceived would hold its sender's eager block and keep the
+//! unexpected queue from ever being empty again. Each rank's last message
+//! on the context closes its stream: rank 0's is the outcome (to every
+//! other rank), rank 1's an end marker (to rank 0, once it answers no
+//! more). Every rank receives from each rank that sends to it, with any
+//! tag, until that last message, discarding what comes before it (a ping
+//! or an answer its wait gave up on), so the per-sender order of the rings
+//! leaves nothing behind it. Rank 1 stops answering at the outcome, rank 0
+//! stops pinging at the end marker. Every wait is bounded by half of
+//! [`crate::Config::calibrate_deadline`] (the outcome's by the whole);
+//! after it the configured cap stands. With the ranks' starts less than
+//! half the deadline apart, every closing message arrives within those
+//! bounds. The endpoint's counters are restored afterwards: they count
+//! the application's traffic only.
 
 use crate::calibrate::cpus_online;
 use crate::endpoint::Endpoint;
@@ -40,9 +51,11 @@ const TIMED: usize = 40;
 /// The eager blocks must be this much faster (eager × 21 < inline × 20) to
 /// lower the cap below a size.
 const MARGIN: (u64, u64) = (21, 20);
-/// Tags of the ping-pong and of the outcome message.
+/// Tags of the ping-pong, of the outcome message and of rank 1's end
+/// marker.
 const TAG_PING: u32 = 1;
 const TAG_OUTCOME: u32 = 2;
+const TAG_END: u32 = 3;
 /// Outcome values: the cap stands (measured, inline never lost), or the
 /// measurement did not finish (every rank reports `None`).
 const KEEP: u64 = u64::MAX;
@@ -156,13 +169,23 @@ impl Endpoint {
         let deadline = start + bound;
         let word = match me {
             0 => {
-                let points = self.reply_leader(context, &sizes, cap, deadline)?;
+                let (points, ended) = self.reply_leader(context, &sizes, cap, deadline)?;
                 let word = match &points {
                     Some(p) => decide_reply(p, ext).unwrap_or(KEEP),
                     None => SKIPPED,
                 };
+                // Rank 0's last message to each rank on the context.
                 for r in 1..n {
                     self.send(r, TAG_OUTCOME, context, &word.to_le_bytes())?;
+                }
+                if !ended {
+                    let until = Instant::now().max(deadline) + bound;
+                    if self
+                        .reply_drain(context, 1, TAG_END, until, false)?
+                        .is_none()
+                    {
+                        tracing::warn!("inline reply calibration: no end marker in time");
+                    }
                 }
                 if let Some(p) = &points {
                     tracing::info!(
@@ -175,24 +198,27 @@ impl Endpoint {
                 points.map(|points| (word, points))
             }
             _ => {
-                if me == 1 && !self.reply_partner(context, &sizes, cap, deadline)? {
-                    tracing::warn!("inline reply calibration: no ping in time; cap kept");
-                }
-                // Rank 0 sends the outcome after its own deadline at the
-                // latest.
-                let spec = MatchSpec {
-                    context_id: context,
-                    source: Source::Rank(0),
-                    tag: Tag::Value(TAG_OUTCOME),
-                };
-                let mut b = [0u8; 8];
-                let got = poll(deadline + bound, me != 1, || self.recv_now(spec, &mut b))?;
-                match got {
-                    Some(st) if st.len == 8 && u64::from_le_bytes(b) != SKIPPED => {
-                        Some((u64::from_le_bytes(b), Vec::new()))
+                let mut got = None;
+                if me == 1 {
+                    match self.reply_partner(context, &sizes, cap, deadline)? {
+                        Partner::Finished => {}
+                        Partner::Outcome(w) => got = Some(w),
+                        Partner::Late => {
+                            tracing::warn!("inline reply calibration: no ping in time; cap kept");
+                        }
                     }
+                    // Rank 1's last message on the context.
+                    self.send(0, TAG_END, context, &[])?;
+                }
+                if got.is_none() {
+                    // Rank 0 sends the outcome after its own deadline at
+                    // the latest; pings before it are discarded.
+                    got = self.reply_drain(context, 0, TAG_OUTCOME, deadline + bound, me != 1)?;
+                }
+                match got {
+                    Some(w) if w != SKIPPED => Some((w, Vec::new())),
                     Some(_) => None,
-                    _ => {
+                    None => {
                         tracing::warn!("inline reply calibration: no outcome in time; cap kept");
                         None
                     }
@@ -226,14 +252,15 @@ impl Endpoint {
     }
 
     /// Local rank 0: sends each ping, times the round trip. `None` past
-    /// the deadline or on a wrong byte.
+    /// the deadline, on a wrong byte, or at rank 1's end marker (then
+    /// `true`: nothing more comes from rank 1 on the context).
     fn reply_leader(
         &mut self,
         context: u32,
         sizes: &[u64],
         cap: u64,
         deadline: Instant,
-    ) -> Result<Option<Vec<ReplyPoint>>> {
+    ) -> Result<(Option<Vec<ReplyPoint>>, bool)> {
         let (src, mut dst, spec) = ping_setup(0, context, sizes);
         let mut rtt = Vec::with_capacity(TIMED);
         let mut medians: Vec<(u64, bool, u64)> = Vec::new();
@@ -244,15 +271,17 @@ impl Endpoint {
             for i in 0..WARMUP + TIMED {
                 let t0 = Instant::now();
                 self.send(1, TAG_PING, context, &src[..len])?;
-                let Some(st) = poll(deadline, false, || self.recv_now(spec, &mut dst[..len]))?
-                else {
-                    return Ok(None);
+                let Some(st) = poll(deadline, false, || self.recv_now(spec, &mut dst))? else {
+                    return Ok((None, false));
                 };
                 if i >= WARMUP {
                     rtt.push(t0.elapsed().as_nanos() as u64);
                 }
-                if st.len != len {
-                    return Ok(None);
+                if st.tag == TAG_END {
+                    return Ok((None, true));
+                }
+                if st.tag != TAG_PING || st.msg_len != len {
+                    return Ok((None, false));
                 }
             }
             if dst[..len]
@@ -261,7 +290,7 @@ impl Endpoint {
                 .any(|(i, &b)| b != pattern(1, i))
             {
                 tracing::warn!(size, inline, "inline reply calibration read wrong bytes");
-                return Ok(None);
+                return Ok((None, false));
             }
             rtt.sort_unstable();
             medians.push((size, inline, rtt[rtt.len() / 2]));
@@ -274,51 +303,98 @@ impl Endpoint {
                 .min()
                 .unwrap_or(u64::MAX)
         };
-        Ok(Some(
-            sizes
-                .iter()
-                .map(|&s| ReplyPoint {
-                    bytes: s,
-                    inline_ns: best(s, true),
-                    eager_ns: best(s, false),
-                })
-                .collect(),
-        ))
+        let points = sizes
+            .iter()
+            .map(|&s| ReplyPoint {
+                bytes: s,
+                inline_ns: best(s, true),
+                eager_ns: best(s, false),
+            })
+            .collect();
+        Ok((Some(points), false))
     }
 
-    /// Local rank 1: answers each ping with a message of its size. False
-    /// past the deadline.
+    /// Local rank 1: answers each ping with a message of its size, until
+    /// the schedule's end, rank 0's outcome (it gave up) or the deadline.
     fn reply_partner(
         &mut self,
         context: u32,
         sizes: &[u64],
         cap: u64,
         deadline: Instant,
-    ) -> Result<bool> {
+    ) -> Result<Partner> {
         let (src, mut dst, spec) = ping_setup(1, context, sizes);
         for (size, inline) in Self::reply_schedule(sizes) {
             let len = size as usize;
             self.set_reply_cap(if inline { cap as usize } else { 0 });
             for _ in 0..WARMUP + TIMED {
-                if poll(deadline, false, || self.recv_now(spec, &mut dst[..len]))?.is_none() {
-                    return Ok(false);
+                let Some(st) = poll(deadline, false, || self.recv_now(spec, &mut dst))? else {
+                    return Ok(Partner::Late);
+                };
+                if st.tag == TAG_OUTCOME {
+                    return Ok(Partner::Outcome(outcome_word(&st, &dst)));
                 }
                 self.send(0, TAG_PING, context, &src[..len])?;
             }
         }
-        Ok(true)
+        Ok(Partner::Finished)
+    }
+
+    /// Receives `from`'s messages on `context` (any tag) until its closing
+    /// one, tagged `last`, discarding the others; `Some` with its word
+    /// ([`outcome_word`]) when it came, `None` past `until`.
+    fn reply_drain(
+        &mut self,
+        context: u32,
+        from: u32,
+        last: u32,
+        until: Instant,
+        sleepy: bool,
+    ) -> Result<Option<u64>> {
+        let spec = MatchSpec {
+            context_id: context,
+            source: Source::Rank(from),
+            tag: Tag::Any,
+        };
+        let mut buf = vec![0u8; REPLY_SIZES[REPLY_SIZES.len() - 1] as usize];
+        poll(until, sleepy, || {
+            Ok(match self.recv_now(spec, &mut buf)? {
+                Some(st) if st.tag == last => Some(outcome_word(&st, &buf)),
+                _ => None,
+            })
+        })
+    }
+}
+
+/// How [`Endpoint::reply_partner`] ended.
+enum Partner {
+    /// It answered every ping of the schedule.
+    Finished,
+    /// Rank 0's outcome came instead of a ping: it gave up.
+    Outcome(u64),
+    /// No ping before the deadline.
+    Late,
+}
+
+/// The outcome word of message `st` received into `buf` ([`SKIPPED`]
+/// unless it holds exactly one).
+fn outcome_word(st: &crate::endpoint::Status, buf: &[u8]) -> u64 {
+    match buf.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+        Some(w) if st.len == 8 => u64::from_le_bytes(w),
+        _ => SKIPPED,
     }
 }
 
 /// Rank `me`'s (0 or 1) source and destination buffers of the largest
-/// size, and the match of the other rank's pings.
+/// size, and the match of the other rank's messages.
 fn ping_setup(me: u32, context: u32, sizes: &[u64]) -> (Vec<u8>, Vec<u8>, MatchSpec) {
     let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
     let src = (0..largest).map(|i| pattern(me, i)).collect();
+    // Any tag: the other rank's closing message ends the ping-pong too.
     let spec = MatchSpec {
         context_id: context,
         source: Source::Rank(1 - me),
-        tag: Tag::Value(TAG_PING),
+        tag: Tag::Any,
     };
     (src, vec![0u8; largest], spec)
 }

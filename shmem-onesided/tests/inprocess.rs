@@ -784,6 +784,90 @@ fn inline_reply_calibration_agrees_on_every_rank_and_leaves_the_endpoint_clean()
 }
 
 #[test]
+fn inline_reply_calibration_cut_short_leaves_nothing_queued() {
+    // Rank 1 comes late: rank 0's wait for the answer to its first ping
+    // ends first (half the deadline), then rank 1 answers that ping. No
+    // message of the exchange may stay queued on either rank: an eager one
+    // would hold its sender's block, and any keeps the unexpected queue
+    // from ever being empty.
+    use std::sync::{Arc, Barrier};
+    let j = job("rcalib-late");
+    let c = Config {
+        calibrate_deadline: Duration::from_millis(1000),
+        ..reply_cfg()
+    };
+    let both = Arc::new(Barrier::new(2));
+    let seen = ranks(&j, 2, c, move |r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        if r == 1 {
+            std::thread::sleep(Duration::from_millis(700));
+        }
+        let cal = ep.calibrate_inline_reply_within(CALIB_CTX, 2).unwrap();
+        let cap = ep.reply_cap();
+        // Both returned: what the other sent is in the ring by now.
+        both.wait();
+        let any = MatchSpec {
+            context_id: CALIB_CTX,
+            source: Source::Any,
+            tag: Tag::Any,
+        };
+        let left = ep.iprobe(any).unwrap().map(|st| (st.tag, st.msg_len));
+        let stored = (ep.unexpected_stored(), ep.uncopied_eager());
+        both.wait();
+        ep.finalize().unwrap();
+        (cal, cap, left, stored)
+    });
+    for (r, s) in seen.iter().enumerate() {
+        assert_eq!(*s, (None, 1024, None, (0, 0)), "rank {r}");
+    }
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
+fn an_unreceived_eager_message_leaves_the_receivers_waits_idle() {
+    // A message no receive takes holds its sender's eager block, which
+    // matters only once that sender runs short of space (it raises its
+    // pressure flag). Until then a progress pass has nothing to do for
+    // it, so the receiver's waits keep their idle look.
+    use std::sync::{Arc, Barrier};
+    let j = job("leftover-idle");
+    let c = Config {
+        cma: CmaMode::Off,
+        ..cfg()
+    };
+    let both = Arc::new(Barrier::new(2));
+    ranks(&j, 2, c, move |r, n| {
+        let mut ep = Endpoint::new(n.unwrap());
+        if r == 0 {
+            ep.send(1, 77, 3, &[5u8; 4000]).unwrap();
+            both.wait();
+            both.wait();
+        } else {
+            both.wait();
+            while ep.unexpected_stored() == 0 {
+                ep.progress().unwrap();
+            }
+            assert_eq!(
+                ep.uncopied_eager(),
+                1,
+                "the message waits in an eager block"
+            );
+            ep.progress().unwrap();
+            assert!(ep.idle_now(), "a pass would do nothing");
+            // Its receive still finds it whole.
+            let mut buf = [0u8; 4000];
+            let st = ep.recv(spec(0, 77), &mut buf).unwrap();
+            assert_eq!(st.len, 4000);
+            assert!(buf.iter().all(|&b| b == 5));
+            assert_eq!(ep.uncopied_eager(), 0);
+            both.wait();
+        }
+        ep.finalize().unwrap();
+    });
+    assert!(shm_leftovers(&j).is_empty());
+}
+
+#[test]
 fn inline_reply_calibration_off_or_impossible_keeps_the_cap() {
     let run = |name: &str, size: u32, c: Config, cpus: usize| {
         ranks(&job(name), size, c, move |_r, n| {

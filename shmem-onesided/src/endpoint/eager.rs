@@ -243,17 +243,27 @@ impl Endpoint {
         get_eager(self.node.segment(), self.node.config().eager_bytes, h, dst)
     }
 
+    /// Whether [`Endpoint::relieve_pressure`] has anything to do: a
+    /// stored message still in its sender's eager area, and some rank
+    /// waiting for eager space. A message no receive takes costs the
+    /// progress passes nothing until then.
+    #[inline]
+    pub(super) fn owes_copies(&self) -> bool {
+        let seg = self.node.segment();
+        self.uncopied_eager > 0 && (0..seg.size()).any(|pe| seg.eager_pressure(pe))
+    }
+
     /// Copies out the unexpected eager messages of senders that wait for
     /// eager space, freeing their blocks. Returns how many were copied.
     pub(super) fn relieve_pressure(&mut self) -> usize {
         let mut copied = 0;
-        let seg = self.node.segment();
-        let area = self.node.config().eager_bytes;
         // Held chunks of a pipelined message keep `uncopied_eager` above zero
         // for its whole transfer: skip the scans while no one is pressed.
-        if !(0..seg.size()).any(|pe| seg.eager_pressure(pe)) {
+        if !self.owes_copies() {
             return 0;
         }
+        let seg = self.node.segment();
+        let area = self.node.config().eager_bytes;
         for u in self.unexpected.values_mut() {
             if u.hdr.kind != Kind::Eager || u.data.is_some() || !seg.eager_pressure(u.hdr.source) {
                 continue;

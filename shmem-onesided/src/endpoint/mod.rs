@@ -781,6 +781,25 @@ impl Endpoint {
         self.inline_reply_max = cap;
     }
 
+    /// Messages arrived and stored unexpected (no receive took them yet).
+    #[doc(hidden)]
+    pub fn unexpected_stored(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Stored messages whose data still sits in their sender's eager area.
+    #[doc(hidden)]
+    pub fn uncopied_eager(&self) -> usize {
+        self.uncopied_eager
+    }
+
+    /// Whether a progress pass now would only count an idle pass
+    /// ([`Endpoint::quiet`]).
+    #[doc(hidden)]
+    pub fn idle_now(&mut self) -> bool {
+        self.quiet()
+    }
+
     /// Sends held locally (ring full or eager area full), over all peers.
     pub fn queued(&self) -> usize {
         self.peers

@@ -188,7 +188,7 @@ impl Endpoint {
             || self.matching.parked_len() != 0
             || !self.requests.engine.is_empty()
             || !self.split_sends.is_empty()
-            || self.uncopied_eager > 0
+            || self.owes_copies()
             || self.pressure_raised;
         if busy {
             return false;
