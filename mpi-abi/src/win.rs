@@ -791,6 +791,39 @@ fn done_request(out: *mut MPI_Request) -> R<()> {
     unsafe { ffi::put(out, handle) }
 }
 
+/// The path of `MPI_Put` and `MPI_Accumulate` with predefined types on both
+/// sides: `ocount` elements of `osize` bytes at `oaddr` as one byte range,
+/// checked against `tcount` elements of `tsize` bytes at `disp`, handed to
+/// `op` with the byte displacement unless empty or to `MPI_PROC_NULL`.
+///
+/// # Safety
+/// MPI's contract: `ocount` dense elements of `osize` bytes at `oaddr`.
+#[inline]
+unsafe fn dense_op(
+    o: &WinObj,
+    (oaddr, ocount, osize): (*const c_void, c_int, usize),
+    rank: c_int,
+    disp: MPI_Aint,
+    (tcount, tsize): (c_int, usize),
+    op: impl FnOnce(&adi::Win, u64, &[u8]) -> R<()>,
+) -> R<()> {
+    let olen = dense_len(ocount, osize)?;
+    // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
+    let data = unsafe { ffi::bytes(oaddr, 0, olen) };
+    o.with(|i| {
+        if rank == MPI_PROC_NULL {
+            return Ok(());
+        }
+        let tlen = dense_len(tcount, tsize)?;
+        let d = o.byte_disp(disp)?;
+        check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
+        if olen > 0 {
+            op(i.win(), d, data)?;
+        }
+        Ok(())
+    })
+}
+
 /// `MPI_Put`.
 ///
 /// # Safety
@@ -810,21 +843,17 @@ unsafe fn put(
     // Predefined types on both sides (the common case): the origin's bytes
     // to one byte range, no datatype object looked at.
     if let (Some(osize), Some(tsize)) = (dense_size(otype), dense_size(ttype)) {
-        let olen = dense_len(ocount, osize)?;
         // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
-        let data = unsafe { ffi::bytes(oaddr, 0, olen) };
-        return o.with(|i| {
-            if rank == MPI_PROC_NULL {
-                return Ok(());
-            }
-            let tlen = dense_len(tcount, tsize)?;
-            let d = o.byte_disp(disp)?;
-            check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
-            if olen > 0 {
-                i.win().put(rank, d, data)?;
-            }
-            Ok(())
-        });
+        return unsafe {
+            dense_op(
+                &o,
+                (oaddr, ocount, osize),
+                rank,
+                disp,
+                (tcount, tsize),
+                |w, d, data| Ok(w.put(rank, d, data)?),
+            )
+        };
     }
     let (ot, tt) = (dtype_ref(otype)?, dtype_ref(ttype)?);
     // SAFETY: the caller's contract.
@@ -971,21 +1000,17 @@ unsafe fn accumulate(
     if let (Some(osize), Some(tsize), false) =
         (dense_size(otype), dense_size(ttype), a == AccOp::NoOp)
     {
-        let olen = dense_len(ocount, osize)?;
         // SAFETY: the caller's contract: `ocount` dense elements at `oaddr`.
-        let data = unsafe { ffi::bytes(oaddr, 0, olen) };
-        return o.with(|i| {
-            if rank == MPI_PROC_NULL {
-                return Ok(());
-            }
-            let tlen = dense_len(tcount, tsize)?;
-            let d = o.byte_disp(disp)?;
-            check(tlen == olen, MPI_ERR_TYPE, SIZES_DIFFER)?;
-            if olen > 0 {
-                i.win().accumulate(rank, d, data, e, a)?;
-            }
-            Ok(())
-        });
+        return unsafe {
+            dense_op(
+                &o,
+                (oaddr, ocount, osize),
+                rank,
+                disp,
+                (tcount, tsize),
+                |w, d, data| Ok(w.accumulate(rank, d, data, e, a)?),
+            )
+        };
     }
     // SAFETY: the caller's contract.
     let data = unsafe { origin(oaddr, ocount, &ot) }?;
