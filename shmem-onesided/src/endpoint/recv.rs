@@ -80,6 +80,17 @@ impl Endpoint {
         self.local_work()
     }
 
+    /// Whether a sender a receive from `source` may take from is under
+    /// eager pressure (waits for space in its eager area).
+    #[inline]
+    fn source_pressured(&self, source: Source) -> bool {
+        let seg = self.node.segment();
+        match source {
+            Source::Rank(pe) => seg.eager_pressure(pe),
+            Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
+        }
+    }
+
     /// Receives the oldest message matching `spec` into `buf` if one has
     /// arrived; never blocks (but does run one progress pass). Never
     /// preposted.
@@ -96,11 +107,7 @@ impl Endpoint {
         // and a cancel in the matcher. Not while a sender it may receive
         // from is under eager pressure: the pass would copy an eager
         // arrival out of that sender's area before the receive takes it.
-        let seg = self.node.segment();
-        let pressured = match spec.source {
-            Source::Rank(pe) => seg.eager_pressure(pe),
-            Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
-        };
+        let pressured = self.source_pressured(spec.source);
         if !pressured && self.matching.queues_empty() {
             // The quick look first: the next header of the source's ring.
             if let Some(r) = self.take_now(Taker::Unposted(spec), buf)? {
@@ -133,11 +140,7 @@ impl Endpoint {
     pub fn try_recv_full(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
         self.check_source(spec)?;
         self.undefer()?;
-        let seg = self.node.segment();
-        let pressured = match spec.source {
-            Source::Rank(pe) => seg.eager_pressure(pe),
-            Source::Any => (0..seg.size()).any(|pe| seg.eager_pressure(pe)),
-        };
+        let pressured = self.source_pressured(spec.source);
         self.try_recv_pass(spec, buf, pressured)
     }
 
