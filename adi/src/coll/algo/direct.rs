@@ -180,8 +180,10 @@ fn settle(c: &Coll, reqs: &mut [Request]) -> Res<()> {
 /// Sends `data` to `to` and waits.
 fn send(c: &Coll, data: &[u8], to: i32, sub: i32) -> Res<()> {
     // SAFETY: `data` is borrowed for this call, which waits for the send.
-    let mut q = unsafe { c.send_lent(data.as_ptr(), data.len(), to, sub) }?;
-    wait(c, &mut q).map(|_| ())
+    match unsafe { c.send_lent_or_done(data.as_ptr(), data.len(), to, sub) }? {
+        None => Ok(()),
+        Some(mut q) => wait(c, &mut q).map(|_| ()),
+    }
 }
 
 /// Receives up to `into.len()` bytes from `from` and waits; the count.
@@ -239,8 +241,8 @@ fn exchange_small(
     sub: i32,
 ) -> Res<usize> {
     // SAFETY: `data` is borrowed for this call, which waits for the send.
-    let mut s = unsafe { c.send_lent(data.as_ptr(), data.len(), to, sub) }?;
-    if s.take_if_done().is_some() {
+    let started = unsafe { c.send_lent_or_done(data.as_ptr(), data.len(), to, sub) }?;
+    let Some(mut s) = started else {
         tracing::trace!(
             to,
             from,
@@ -248,7 +250,7 @@ fn exchange_small(
             "small exchange: blocking receive"
         );
         return Ok(c.recv_blocking(into, from, sub)?);
-    }
+    };
     // SAFETY: `into` is borrowed mutably for this call, which waits for
     // the receive.
     let r = unsafe { c.recv_lent(into.as_mut_ptr(), into.len(), from, sub) };
@@ -692,12 +694,9 @@ fn sends_first(
         let b = &send[o..o + l];
         // SAFETY: `send` is borrowed for this call, which waits for every
         // request it started.
-        match unsafe { c.send_lent(b.as_ptr(), b.len(), to, 0) } {
-            Ok(mut q) => {
-                if q.take_if_done().is_none() {
-                    reqs.push(q);
-                }
-            }
+        match unsafe { c.send_lent_or_done(b.as_ptr(), b.len(), to, 0) } {
+            Ok(None) => {}
+            Ok(Some(q)) => reqs.push(q),
             Err(err) => {
                 let pending = settle(c, &mut reqs).err().is_some_and(|f| f.pending);
                 return Err(Failed { err, pending });
