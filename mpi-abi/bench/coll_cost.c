@@ -18,8 +18,8 @@
  *
  *   mpicc.mpich -O2 -o coll_cost mpi-abi/bench/coll_cost.c
  *   target/release/tmrun -n 2 valgrind --tool=callgrind \
- *       --dump-before='ar_*' --dump-before='bc_*' --dump-before='a2a_*' \
- *       --dump-before=check --callgrind-out-file=cg.%p ./coll_cost
+ *       --dump-before=sr_8 --dump-before='ar_*' --dump-before='bc_*' \
+ *       --dump-before='a2a_*' --dump-before=check --callgrind-out-file=cg.%p ./coll_cost
  *   mpiexec.hydra -n 2 valgrind --tool=callgrind ... (the same options)
  *   callgrind_annotate --inclusive=yes cg.<pid>.<part> | grep -E ':(ar|bc|a2a)_|memcpy'
  */
@@ -48,6 +48,22 @@ static char *sbuf, *rbuf;
             MPI_Alltoall(sbuf, (bytes), MPI_CHAR, rbuf, (bytes), MPI_CHAR,       \
                          MPI_COMM_WORLD);                                        \
     }
+
+/* The floor of allreduce 8 B on 2 ranks: the one exchange of its
+ * message as one MPI_Send and one MPI_Recv of 8 B (each rank sends, then
+ * receives its peer's). */
+__attribute__((noinline)) static void sr_8(void) {
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int peer = rank ^ 1;
+    if (peer >= size)
+        return;
+    for (int i = 0; i < reps; i++) {
+        MPI_Send(sbuf, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD);
+        MPI_Recv(rbuf, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+}
 
 AR(ar_8, 8)
 AR(ar_1k, 1024)
@@ -93,6 +109,7 @@ int main(int argc, char **argv) {
     a2a_64k();
     reps = r;
     MPI_Barrier(MPI_COMM_WORLD);
+    sr_8();
     ar_8();
     ar_1k();
     ar_64k();

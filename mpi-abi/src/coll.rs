@@ -7,12 +7,12 @@
 //! only there.
 
 use crate::abi::*;
-use crate::comm::{comm, CommObj};
+use crate::comm::{comm, comm_ref, CommObj};
 use crate::err::{check, err, run, On, R};
 use crate::ffi;
-use crate::op::op_for;
+use crate::op::{op_for, predefined_op};
 use crate::req::{new_request, Finish, Req};
-use crate::types::{dtype, TypeObj};
+use crate::types::{dense_size, dtype, dtype_ref, TypeObj};
 use core::ffi::{c_int, c_void};
 use std::sync::Arc;
 
@@ -175,6 +175,19 @@ unsafe fn barrier(c: MPI_Comm, nb: Option<*mut MPI_Request>) -> R<()> {
     }
 }
 
+/// The contiguous byte range of `n` elements of committed type `t`
+/// (handle `h`), as [`TypeObj::contig`]: a dense predefined type's is
+/// answered from its size alone.
+fn contig(h: MPI_Datatype, n: i64, t: &TypeObj) -> R<Option<(isize, usize)>> {
+    match dense_size(h) {
+        Some(size) => (n as usize)
+            .checked_mul(size)
+            .map(|l| Some((0, l)))
+            .ok_or_else(|| err(MPI_ERR_COUNT, "message size overflows")),
+        None => t.contig(n),
+    }
+}
+
 // ---------------------------------------------------------------- bcast
 
 /// # Safety
@@ -187,22 +200,31 @@ unsafe fn bcast(
     c: MPI_Comm,
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
-    let o = comm(c)?;
+    let o = comm_ref(c)?;
     if let Some(ic) = &o.inter {
         // SAFETY: the caller's contract.
         return unsafe { inter::bcast(ic, buf, count, datatype, root, c, nb) };
     }
     let w = intra(&o)?;
-    let b = Buf::new(buf, count, datatype)?;
-    check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
-    let me = w.rank();
     if nb.is_none() {
-        if let Some((s, l)) = b.t.contig(b.count)? {
+        // Blocking on a contiguous range: in place, without `Buf`.
+        let n = ffi::count(count)? as i64;
+        let t = dtype_ref(datatype)?;
+        check(
+            t.dt.is_committed(),
+            MPI_ERR_TYPE,
+            "datatype used before MPI_Type_commit",
+        )?;
+        check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
+        if let Some((s, l)) = contig(datatype, n, &t)? {
             // SAFETY: MPI: `buf` holds `count` elements; a contiguous range.
             let data = unsafe { ffi::bytes_mut(buf, s, l) };
             return Ok(w.bcast(data, root)?);
         }
     }
+    let b = Buf::new(buf, count, datatype)?;
+    check((0..w.size()).contains(&root), MPI_ERR_ROOT, "invalid root")?;
+    let me = w.rank();
     let data = if me == root {
         // SAFETY: MPI: the root's buffer holds the data.
         unsafe { b.pack(b.addr) }?
@@ -344,18 +366,25 @@ unsafe fn allreduce(
     c: MPI_Comm,
     nb: Option<*mut MPI_Request>,
 ) -> R<()> {
-    let o = comm(c)?;
+    let o = comm_ref(c)?;
     if let Some(ic) = &o.inter {
         // SAFETY: the caller's contract.
         return unsafe { inter::allreduce(ic, sendbuf, recvbuf, count, datatype, op, c, nb) };
     }
     let w = intra(&o)?;
-    ffi::count(count)?;
-    let t = dtype(datatype)?;
-    let aop = op_for(op, &t, datatype)?;
+    let n = ffi::count(count)? as i64;
+    let t = dtype_ref(datatype)?;
+    let aop = match predefined_op(op) {
+        Some(a) => a,
+        None => op_for(op, &t.to_arc(), datatype)?,
+    };
     if nb.is_none() {
-        let b = Buf::new(recvbuf, count, datatype)?;
-        if let Some((s, l)) = b.t.contig(b.count)? {
+        check(
+            t.dt.is_committed(),
+            MPI_ERR_TYPE,
+            "datatype used before MPI_Type_commit",
+        )?;
+        if let Some((s, l)) = contig(datatype, n, &t)? {
             let mut apart = true;
             if !ffi::in_place(sendbuf) {
                 not_aliased(sendbuf, recvbuf, l)?;

@@ -27,7 +27,24 @@ static OPS: Table<UserOp> = Table::new(prefix::OP);
 
 /// The operation of handle `h`, for data of datatype `t` (handle `th`).
 pub(crate) fn op_for(h: MPI_Op, t: &Arc<TypeObj>, th: MPI_Datatype) -> R<adi::Op> {
-    Ok(match h {
+    if let Some(o) = predefined_op(h) {
+        return Ok(o);
+    }
+    let u = *OPS
+        .get(h)
+        .ok_or_else(|| err(MPI_ERR_OP, "invalid operation"))?;
+    let t = Arc::clone(t);
+    Ok(adi::Op::user(
+        move |input, inout| call_user(u, &t, th, input, inout),
+        u.commute,
+    ))
+}
+
+/// The `adi` operation of a predefined `MPI_Op` handle (`None` for any
+/// other): no datatype needed.
+#[inline]
+pub(crate) fn predefined_op(h: MPI_Op) -> Option<adi::Op> {
+    Some(match h {
         MPI_MAX => adi::Op::Max,
         MPI_MIN => adi::Op::Min,
         MPI_SUM => adi::Op::Sum,
@@ -42,16 +59,7 @@ pub(crate) fn op_for(h: MPI_Op, t: &Arc<TypeObj>, th: MPI_Datatype) -> R<adi::Op
         MPI_MAXLOC => adi::Op::MaxLoc,
         MPI_REPLACE => adi::Op::Replace,
         MPI_NO_OP => adi::Op::NoOp,
-        _ => {
-            let u = *OPS
-                .get(h)
-                .ok_or_else(|| err(MPI_ERR_OP, "invalid operation"))?;
-            let t = Arc::clone(t);
-            adi::Op::user(
-                move |input, inout| call_user(u, &t, th, input, inout),
-                u.commute,
-            )
-        }
+        _ => return None,
     })
 }
 

@@ -148,9 +148,42 @@ impl Op {
         }
     }
 
-    /// Checks that this operation is defined for `ty` (without data).
+    /// Checks that this operation is defined for `ty` (without data: a
+    /// look-up, no kernel run; a user-defined operation, `REPLACE` and
+    /// `NO_OP` take any type).
     pub fn check(&self, ty: &Datatype) -> Result<(), Error> {
-        reduce_local(self, ty, &[], &mut [])
+        if matches!(self, Op::User { .. } | Op::NoOp | Op::Replace) {
+            return Ok(());
+        }
+        match ty.reduce_basic() {
+            Some(b) if defined(self, b) => Ok(()),
+            b => Err(Error::InvalidOp {
+                op: self.name(),
+                ty: b.map_or("a mixed datatype", BasicType::name),
+            }),
+        }
+    }
+}
+
+/// Whether [`kernel`] has predefined operation `op` for basic type `b`
+/// in [`Form::Right`] (the table of the module's documentation).
+fn defined(op: &Op, b: BasicType) -> bool {
+    use BasicType as B;
+    let arith = matches!(op, Op::Max | Op::Min | Op::Sum | Op::Prod);
+    let logical = matches!(op, Op::Land | Op::Lor | Op::Lxor);
+    let bitwise = matches!(op, Op::Band | Op::Bor | Op::Bxor);
+    match b {
+        B::I8 | B::Char | B::U8 | B::I16 | B::U16 | B::I32 | B::U32 | B::I64 | B::U64 => {
+            arith || logical || bitwise
+        }
+        B::Byte => bitwise,
+        B::Bool => logical,
+        B::F32 | B::F64 | B::LongDouble => arith,
+        B::ComplexF32 | B::ComplexF64 | B::ComplexLongDouble => {
+            matches!(op, Op::Sum | Op::Prod)
+        }
+        pair if pair.is_pair() => matches!(op, Op::MaxLoc | Op::MinLoc),
+        _ => false,
     }
 }
 
@@ -223,6 +256,15 @@ pub(crate) fn reduce_into_left(
     Ok(kernel(op, b, right, left, Form::Left))
 }
 
+/// Whether [`reduce_into_left`] computes `op` on whole elements of `ty`
+/// (a predefined operation on one basic type, not a pair type) rather
+/// than answering `Ok(false)`; for data whose length is a whole number of
+/// `ty`'s elements.
+pub(crate) fn into_left_ok(op: &Op, ty: &Datatype) -> bool {
+    !matches!(op, Op::User { .. } | Op::NoOp | Op::Replace)
+        && ty.reduce_basic().is_some_and(|b| !b.is_pair())
+}
+
 /// How a kernel combines its operands (`a op b`: `a` is the left one).
 #[derive(Clone, Copy)]
 enum Form<'a> {
@@ -279,6 +321,23 @@ fn each<const N: usize>(
         x.copy_from_slice(a);
         x
     };
+    let one = inout.len() == N
+        && input.len() == N
+        && match form {
+            Form::Into(right) => right.len() == N,
+            _ => true,
+        };
+    if one {
+        // One element (an 8-byte allreduce): no iterator set-up.
+        let (x, y) = (load(input), load(inout));
+        let r = match form {
+            Form::Right => f(x, y),
+            Form::Left => f(y, x),
+            Form::Into(right) => f(x, load(right)),
+        };
+        inout.copy_from_slice(&r);
+        return;
+    }
     match form {
         Form::Right => {
             for (a, b) in input.chunks_exact(N).zip(inout.chunks_exact_mut(N)) {
@@ -653,6 +712,33 @@ mod tests {
         assert_eq!(b, [3]);
         assert!(Op::MaxLoc.check(&dt(BasicType::I32)).is_err());
         assert!(Op::MaxLoc.check(&dt(BasicType::DoubleInt)).is_ok());
+    }
+
+    #[test]
+    fn check_agrees_with_the_kernels() {
+        let ops = [
+            Op::Max,
+            Op::Min,
+            Op::Sum,
+            Op::Prod,
+            Op::Land,
+            Op::Band,
+            Op::Lor,
+            Op::Bor,
+            Op::Lxor,
+            Op::Bxor,
+            Op::MinLoc,
+            Op::MaxLoc,
+        ];
+        for b in BasicType::ALL {
+            for op in &ops {
+                // One element of zeros through the kernel itself.
+                let one = vec![0u8; b.size()];
+                let mut io = one.clone();
+                let ran = reduce_local(op, &dt(b), &one, &mut io).is_ok();
+                assert_eq!(op.check(&dt(b)).is_ok(), ran, "{op:?} on {b:?}");
+            }
+        }
     }
 
     #[test]

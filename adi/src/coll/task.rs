@@ -125,6 +125,31 @@ impl Coll {
         to: i32,
         sub: i32,
     ) -> Result<Request, Error> {
+        // SAFETY: the caller's contract.
+        let started = unsafe { self.send_lent_or_done(ptr, len, to, sub) }?;
+        Ok(started.unwrap_or_else(|| {
+            Request::completed(Status::new(
+                crate::attr::ANY_SOURCE,
+                crate::attr::ANY_TAG,
+                len,
+            ))
+        }))
+    }
+
+    /// [`Coll::send_lent`] without a request for a send that completed in
+    /// the call (copied out): `None` then.
+    ///
+    /// # Safety
+    ///
+    /// As [`Coll::send_lent`].
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn send_lent_or_done(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        to: i32,
+        sub: i32,
+    ) -> Result<Option<Request>, Error> {
         let c = &self.comm;
         let tag = Comm::send_tag(self.tag(sub))?;
         let world = c.dest(to)?.ok_or_else(|| Error::InvalidRank {
@@ -141,7 +166,7 @@ impl Coll {
         // SAFETY: as above, until the request completes.
         unsafe {
             c.dev()
-                .start_send_lent(world, tag, c.inner.coll, data, Mode::Standard)
+                .start_send_lent_or_done(world, tag, c.inner.coll, data, Mode::Standard)
         }
     }
 

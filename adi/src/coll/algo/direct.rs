@@ -4,10 +4,15 @@
 //! forms: one rank's datatype is contiguous, another's is not), run
 //! directly with lent-buffer point-to-point operations
 //! ([`crate::lent`]). Data are sent from and received into the caller's
-//! buffer (a reduction also receives the peer's contribution into one
-//! scratch buffer, kept per thread between calls) and reduced in place:
-//! no boxed future, no owned buffer per message, no copy but the
-//! reduction's own reads. Small messages (up to [`SEND_FIRST`] bytes)
+//! buffer and reduced in place: no boxed future, no owned buffer per
+//! message, no copy but the reduction's own reads. A reduction step whose
+//! own data is still apart (the send buffer, before its first step)
+//! receives the peer's block straight into the result and reduces there
+//! (the same operands in the same order); later steps and the in-place
+//! form receive into one scratch buffer, kept per thread between calls
+//! and taken only when a step needs it (an allreduce of a predefined
+//! operation on basic types on 2 ranks, from a separate send buffer,
+//! takes none). Small messages (up to [`SEND_FIRST`] bytes)
 //! go send first: a send that finishes in the call (copied out) is
 //! followed by a blocking receive ([`Coll::recv_blocking`]), which takes
 //! a message already here at once and otherwise watches the peer's ring,
@@ -22,7 +27,7 @@
 
 use super::rabenseifner;
 use super::tuned::{self, Fold};
-use crate::coll::op::{reduce_into_left, reduce_local, reduce_to, Op};
+use crate::coll::op::{self, reduce_into_left, reduce_local, reduce_to, Op};
 use crate::coll::task::{self, check_blocks, Coll};
 use crate::request::Request;
 use crate::{Comm, Datatype, Error};
@@ -80,6 +85,67 @@ fn give_back(v: Vec<u8>, pending: bool) {
     }
 }
 
+/// The call's scratch buffer, taken from [`scratch`] on first use only
+/// (a step that receives straight into the result needs none).
+struct Tmp {
+    v: Option<Vec<u8>>,
+    /// The call's length: the largest use.
+    len: usize,
+}
+
+impl Tmp {
+    /// The first `len` bytes of the scratch buffer (taken at the call's
+    /// length on first use).
+    fn get(&mut self, len: usize) -> Result<&mut [u8], Error> {
+        if self.v.is_none() {
+            self.v = Some(scratch(self.len.max(len))?);
+        }
+        match self.v.as_mut() {
+            Some(v) if v.len() >= len => Ok(&mut v[..len]),
+            _ => Err(Error::InvalidArgument {
+                what: "internal: scratch buffer too short",
+            }),
+        }
+    }
+
+    /// Hands the buffer back, if one was taken ([`give_back`]).
+    fn give_back(self, pending: bool) {
+        if let Some(v) = self.v {
+            give_back(v, pending);
+        }
+    }
+}
+
+/// Whether the peer's block can be received straight into `acc` while
+/// this rank's data is still apart (`mine`), and reduced there without a
+/// scratch buffer: always when the peer is the higher rank
+/// (`acc = mine op acc`); from a lower rank only when the operation
+/// reduces into its left operand ([`reduce_into_left`]).
+fn into_acc(op: &Op, ty: &Datatype, theirs_lower: bool) -> bool {
+    !theirs_lower || op::into_left_ok(op, ty)
+}
+
+/// `acc = theirs op mine` (theirs lower) or `acc = mine op theirs`, with
+/// the peer's block received in `acc` (as [`combine_mine`] computes it
+/// from a scratch copy: the same operands in the same order).
+fn combine_in_acc(
+    op: &Op,
+    ty: &Datatype,
+    mine: &[u8],
+    acc: &mut [u8],
+    theirs_lower: bool,
+) -> Result<(), Error> {
+    if !theirs_lower {
+        return reduce_local(op, ty, mine, acc);
+    }
+    if reduce_into_left(op, ty, acc, mine)? {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        what: "internal: reduction into the left operand refused",
+    })
+}
+
 /// Waits for `q`; a failure says whether it is still pending.
 fn wait(c: &Coll, q: &mut Request) -> Res<usize> {
     match c.comm.wait(q) {
@@ -114,8 +180,10 @@ fn settle(c: &Coll, reqs: &mut [Request]) -> Res<()> {
 /// Sends `data` to `to` and waits.
 fn send(c: &Coll, data: &[u8], to: i32, sub: i32) -> Res<()> {
     // SAFETY: `data` is borrowed for this call, which waits for the send.
-    let mut q = unsafe { c.send_lent(data.as_ptr(), data.len(), to, sub) }?;
-    wait(c, &mut q).map(|_| ())
+    match unsafe { c.send_lent_or_done(data.as_ptr(), data.len(), to, sub) }? {
+        None => Ok(()),
+        Some(mut q) => wait(c, &mut q).map(|_| ()),
+    }
 }
 
 /// Receives up to `into.len()` bytes from `from` and waits; the count.
@@ -173,8 +241,8 @@ fn exchange_small(
     sub: i32,
 ) -> Res<usize> {
     // SAFETY: `data` is borrowed for this call, which waits for the send.
-    let mut s = unsafe { c.send_lent(data.as_ptr(), data.len(), to, sub) }?;
-    if s.take_if_done().is_some() {
+    let started = unsafe { c.send_lent_or_done(data.as_ptr(), data.len(), to, sub) }?;
+    let Some(mut s) = started else {
         tracing::trace!(
             to,
             from,
@@ -182,7 +250,7 @@ fn exchange_small(
             "small exchange: blocking receive"
         );
         return Ok(c.recv_blocking(into, from, sub)?);
-    }
+    };
     // SAFETY: `into` is borrowed mutably for this call, which waits for
     // the receive.
     let r = unsafe { c.recv_lent(into.as_mut_ptr(), into.len(), from, sub) };
@@ -305,7 +373,7 @@ fn fold_in(
     f: &Fold,
     mine: &mut Option<&[u8]>,
     acc: &mut [u8],
-    tmp: &mut [u8],
+    tmp: &mut Tmp,
     ty: &Datatype,
     op: &Op,
     sub: i32,
@@ -316,8 +384,12 @@ fn fold_in(
     }
     if f.newrank.is_none() {
         send(c, mine.unwrap_or(acc), me + 1, sub)
+    } else if let Some(m) = mine.filter(|_| into_acc(op, ty, true)) {
+        whole(recv(c, acc, me - 1, sub)?, acc.len())?;
+        *mine = None;
+        Ok(combine_in_acc(op, ty, m, acc, true)?)
     } else {
-        let t = &mut tmp[..acc.len()];
+        let t = tmp.get(acc.len())?;
         whole(recv(c, t, me - 1, sub)?, acc.len())?;
         Ok(combine_mine(op, ty, mine, acc, t, true)?)
     }
@@ -344,7 +416,7 @@ fn doubling(
     c: &Coll,
     mut mine: Option<&[u8]>,
     acc: &mut [u8],
-    tmp: &mut [u8],
+    tmp: &mut Tmp,
     ty: &Datatype,
     op: &Op,
     sub: i32,
@@ -352,13 +424,22 @@ fn doubling(
     let f = Fold::new(c.me, c.n);
     fold_in(c, &f, &mut mine, acc, tmp, ty, op, sub)?;
     if let Some(nr) = f.newrank {
-        let t = &mut tmp[..acc.len()];
         let mut mask = 1;
         while mask < f.pof2 {
             let dst = f.real(nr ^ mask);
-            let out = mine.unwrap_or(acc);
-            whole(exchange(c, out, dst, t, dst, sub + 1)?, acc.len())?;
-            combine_mine(op, ty, &mut mine, acc, t, dst < c.me)?;
+            let lower = dst < c.me;
+            if let Some(m) = mine.filter(|_| into_acc(op, ty, lower)) {
+                // This rank's data is still apart: the peer's block
+                // goes straight into `acc`.
+                whole(exchange(c, m, dst, acc, dst, sub + 1)?, acc.len())?;
+                mine = None;
+                combine_in_acc(op, ty, m, acc, lower)?;
+            } else {
+                let t = tmp.get(acc.len())?;
+                let out = mine.unwrap_or(acc);
+                whole(exchange(c, out, dst, t, dst, sub + 1)?, acc.len())?;
+                combine_mine(op, ty, &mut mine, acc, t, lower)?;
+            }
             mask <<= 1;
         }
     }
@@ -374,7 +455,7 @@ fn rabenseifner_in_place(
     c: &Coll,
     mut mine: Option<&[u8]>,
     acc: &mut [u8],
-    tmp: &mut [u8],
+    tmp: &mut Tmp,
     ty: &Datatype,
     op: &Op,
     sub: i32,
@@ -385,7 +466,7 @@ fn rabenseifner_in_place(
         let es = ty.size().max(1);
         let count = acc.len() / es;
         for (dst, (k0, k1), (g0, g1)) in f.halving_steps(nr, count, es) {
-            let t = &mut tmp[..k1 - k0];
+            let t = tmp.get(k1 - k0)?;
             let src = mine.unwrap_or(acc);
             whole(exchange(c, &src[g0..g1], dst, t, dst, sub + 1)?, k1 - k0)?;
             // Later steps work inside the kept part only: `mine`'s
@@ -455,20 +536,22 @@ impl Comm {
             return Ok(());
         }
         let long = rabenseifner(recv.len(), ty, op, c.n)?;
-        let mut tmp = scratch(recv.len())?;
-        let t = &mut tmp[..recv.len()];
+        let mut tmp = Tmp {
+            v: None,
+            len: recv.len(),
+        };
         let r = if long {
-            rabenseifner_in_place(&c, send, recv, t, ty, op, 0)
+            rabenseifner_in_place(&c, send, recv, &mut tmp, ty, op, 0)
         } else {
-            doubling(&c, send, recv, t, ty, op, 0)
+            doubling(&c, send, recv, &mut tmp, ty, op, 0)
         };
         match r {
             Ok(()) => {
-                give_back(tmp, false);
+                tmp.give_back(false);
                 Ok(())
             }
             Err(f) => {
-                give_back(tmp, f.pending);
+                tmp.give_back(f.pending);
                 Err(f.err)
             }
         }
@@ -611,12 +694,9 @@ fn sends_first(
         let b = &send[o..o + l];
         // SAFETY: `send` is borrowed for this call, which waits for every
         // request it started.
-        match unsafe { c.send_lent(b.as_ptr(), b.len(), to, 0) } {
-            Ok(mut q) => {
-                if q.take_if_done().is_none() {
-                    reqs.push(q);
-                }
-            }
+        match unsafe { c.send_lent_or_done(b.as_ptr(), b.len(), to, 0) } {
+            Ok(None) => {}
+            Ok(Some(q)) => reqs.push(q),
             Err(err) => {
                 let pending = settle(c, &mut reqs).err().is_some_and(|f| f.pending);
                 return Err(Failed { err, pending });
