@@ -75,6 +75,19 @@ impl<T> KeySlab<T> {
         Some(v)
     }
 
+    /// Drops the value of `key` where it is stored (what `remove` would
+    /// hand back, unmoved).
+    #[inline]
+    pub(crate) fn discard(&mut self, key: u64) {
+        if let Some(slot) = self.slots.get_mut(key as usize) {
+            if slot.is_some() {
+                *slot = None;
+                self.free.push(key);
+                self.len -= 1;
+            }
+        }
+    }
+
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.slots.iter_mut().filter_map(Option::as_mut)
     }
