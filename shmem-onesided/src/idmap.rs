@@ -133,7 +133,10 @@ impl<V> Vacant<'_, V> {
     /// Stores `v` under the id the slot was taken for.
     #[inline(always)]
     pub fn fill(self, v: V) {
-        *self.slot = Some((self.id, v));
+        // The slot is empty ([`IdTable::vacant`] checked it, and this
+        // holds the only reference since): the `None` replaced is
+        // forgotten, not dropped (an assignment called the drop glue).
+        core::mem::forget(self.slot.replace((self.id, v)));
     }
 }
 
