@@ -202,12 +202,23 @@ pub(crate) fn raise_on(on: On) {
 /// Runs the body of MPI function `func`: its error (or a panic, as
 /// `MPI_ERR_INTERN`) is raised on the handler of `on` (or of the object
 /// given to [`raise_on`] while it ran).
+///
+/// Inlined into each function (its closure then needs no frame of its
+/// own); everything but a plain success is [`ended`], out of line.
+#[inline(always)]
 pub(crate) fn run(func: &'static str, on: On, f: impl FnOnce() -> R<()>) -> c_int {
     // TARGET is `None` between calls: every call takes it when it ends.
     let r = catch_unwind(AssertUnwindSafe(f));
     if matches!(r, Ok(Ok(()))) && !TARGET_USED.load(Ordering::Relaxed) {
         return MPI_SUCCESS;
     }
+    ended(func, on, r)
+}
+
+/// What [`run`] returns for a call that failed, panicked, or succeeded
+/// after some thread set its [`TARGET`].
+#[inline(never)]
+fn ended(func: &'static str, on: On, r: std::thread::Result<R<()>>) -> c_int {
     let on = TARGET.with(|t| t.take()).unwrap_or(on);
     match r {
         Ok(Ok(())) => MPI_SUCCESS,

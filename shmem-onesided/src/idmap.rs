@@ -75,6 +75,19 @@ impl<T> KeySlab<T> {
         Some(v)
     }
 
+    /// Drops the value of `key` where it is stored (what `remove` would
+    /// hand back, unmoved).
+    #[inline]
+    pub(crate) fn discard(&mut self, key: u64) {
+        if let Some(slot) = self.slots.get_mut(key as usize) {
+            if slot.is_some() {
+                *slot = None;
+                self.free.push(key);
+                self.len -= 1;
+            }
+        }
+    }
+
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.slots.iter_mut().filter_map(Option::as_mut)
     }
@@ -120,7 +133,10 @@ impl<V> Vacant<'_, V> {
     /// Stores `v` under the id the slot was taken for.
     #[inline(always)]
     pub fn fill(self, v: V) {
-        *self.slot = Some((self.id, v));
+        // The slot is empty ([`IdTable::vacant`] checked it, and this
+        // holds the only reference since): the `None` replaced is
+        // forgotten, not dropped (an assignment called the drop glue).
+        core::mem::forget(self.slot.replace((self.id, v)));
     }
 }
 

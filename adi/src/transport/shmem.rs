@@ -308,6 +308,7 @@ impl Transport for ShmemTransport {
     /// ([`shmem_onesided::Endpoint::irecv_or_done_lent`]), and the
     /// buffer handed back is empty.
     #[allow(unsafe_code)]
+    #[inline(always)]
     unsafe fn irecv_lent(
         &mut self,
         spec: MatchSpec,

@@ -131,7 +131,7 @@ impl Endpoint {
     /// [`Endpoint::defer`] of a receive into `buf`, an owned buffer or lent
     /// memory ([`Endpoint::irecv_or_done_lent`]); `buf` back, nothing
     /// changed, when the model refuses.
-    #[inline]
+    #[inline(always)]
     pub(super) fn defer_into(
         &mut self,
         spec: MatchSpec,

@@ -19,7 +19,7 @@ pub(super) const IN_PLACE_PREFETCH_STREAM: usize = 4096;
 impl Endpoint {
     /// Files the program's receive under `key` (the endpoint's next id;
     /// `id` its matcher id), posted or deferred.
-    #[inline]
+    #[inline(always)]
     pub(super) fn file_user_recv(&mut self, key: u64, id: RecvId, spec: MatchSpec, buf: ReqBuf) {
         self.next_id += 1;
         let req = Req {
@@ -384,6 +384,7 @@ impl Endpoint {
     /// [`Endpoint::take_completed`] or a cancel. A receive abandoned
     /// after an error (a dead peer) may still be written by a live sender
     /// that claimed it, until that sender finishes.
+    #[inline(always)]
     pub unsafe fn irecv_or_done_lent(
         &mut self,
         spec: MatchSpec,

@@ -63,7 +63,7 @@ impl<R, M> Offload<R, M> {
     /// receive names the same source, the receive is recorded in the
     /// deferred queue (never offered to the engine) and its handle returned.
     /// Otherwise `Err(recv)`, nothing changed: post it instead.
-    #[inline]
+    #[inline(always)]
     pub fn defer(&mut self, spec: MatchSpec, recv: R) -> Result<RecvId, R> {
         let Source::Rank(source) = spec.source else {
             return Err(recv);
