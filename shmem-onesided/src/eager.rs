@@ -120,6 +120,9 @@ pub(crate) struct EagerArea {
     /// next message is most often of the same size, and each send asks
     /// twice ([`EagerArea::alloc`], [`EagerArea::next_kept`]).
     last_class: (u64, Option<(usize, u64)>),
+    /// Passes of [`EagerArea::reclaim_pass`] since its last full scan that
+    /// found the oldest block in flight still held.
+    held_passes: usize,
 }
 
 impl EagerArea {
@@ -136,6 +139,7 @@ impl EagerArea {
             blocks: vec![0; CLASSES],
             movsb_min,
             last_class: (0, class_of(0)),
+            held_passes: 0,
         }
     }
 
@@ -315,20 +319,44 @@ impl EagerArea {
     /// Takes back every block in flight that `released` says is free;
     /// returns how many.
     pub(crate) fn reclaim(&mut self, released: impl Fn(u64) -> bool) -> usize {
-        let before = self.in_flight.len();
-        let mut back = Vec::new();
-        self.in_flight.retain(|&(off, c)| {
+        // Taken out for the scan, so that released blocks go back as they
+        // are found (no list of them on the heap).
+        let mut in_flight = core::mem::take(&mut self.in_flight);
+        let before = in_flight.len();
+        in_flight.retain(|&(off, c)| {
             if released(off) {
-                back.push((off, c));
+                self.put_back(off, c);
                 false
             } else {
                 true
             }
         });
-        for (off, c) in back {
-            self.put_back(off, c);
-        }
+        self.in_flight = in_flight;
         before - self.in_flight.len()
+    }
+
+    /// A progress pass's reclaim: the oldest blocks while they are
+    /// released ([`EagerArea::reclaim_front`]), and every block
+    /// ([`EagerArea::reclaim`]) only once per as many passes as there are
+    /// blocks in flight while the oldest one is still held (a block
+    /// released out of order: its message matched after later ones, or
+    /// went to another receiver). A pass then reads one release flag, or
+    /// a few in order, instead of the flag of every block in flight: a
+    /// window of 64 eager sends scanned 64 flags per pass of the waits
+    /// that follow it (`req_cost.c`, 4 KiB: a fifth of the sender's
+    /// instructions).
+    pub(crate) fn reclaim_pass(&mut self, released: impl Fn(u64) -> bool) -> usize {
+        let n = self.reclaim_front(&released);
+        if self.in_flight.is_empty() {
+            self.held_passes = 0;
+            return n;
+        }
+        self.held_passes += 1;
+        if self.held_passes < self.in_flight.len() {
+            return n;
+        }
+        self.held_passes = 0;
+        n + self.reclaim(released)
     }
 
     /// Takes back the oldest blocks in flight while `released` says they
@@ -466,6 +494,41 @@ mod tests {
         // LIFO: the last one taken back comes first.
         let z = a.alloc(SMALL, |_| false).unwrap();
         assert!(z == x || z == y);
+    }
+
+    /// A progress pass takes back the released oldest blocks at once, and
+    /// a block released out of order (behind one still held) within as
+    /// many passes as there are blocks in flight, reading one flag per
+    /// pass meanwhile.
+    #[test]
+    fn a_pass_reads_the_oldest_flags_and_scans_all_now_and_then() {
+        let mut a = EagerArea::new(1 << 20, usize::MAX);
+        let freed = RefCell::new(HashSet::new());
+        let reads = RefCell::new(0usize);
+        let rel = |o: u64| {
+            *reads.borrow_mut() += 1;
+            freed.borrow().contains(&o)
+        };
+        let blocks: Vec<u64> = (0..8).map(|_| a.alloc(SMALL, |_| false).unwrap()).collect();
+        // In order: the two oldest come back in the first pass.
+        freed.borrow_mut().extend(&blocks[..2]);
+        assert_eq!(a.reclaim_pass(rel), 2);
+        assert_eq!(a.in_flight(), 6);
+        // Out of order: the newest is released, the oldest still held.
+        freed.borrow_mut().insert(blocks[7]);
+        *reads.borrow_mut() = 0;
+        let mut passes = 0;
+        while a.in_flight() == 6 {
+            assert_eq!(*reads.borrow(), passes, "one flag per pass until the scan");
+            a.reclaim_pass(rel);
+            passes += 1;
+            assert!(passes <= 6, "taken back within in_flight passes");
+        }
+        assert_eq!(a.in_flight(), 5);
+        // Everything released: the next pass takes it all back.
+        freed.borrow_mut().extend(&blocks);
+        assert_eq!(a.reclaim_pass(rel), 5);
+        assert_eq!(a.in_flight(), 0);
     }
 
     /// `next_kept` names the block the next allocation of that size hands

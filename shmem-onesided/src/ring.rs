@@ -848,18 +848,25 @@ impl Producer {
         slot.body
             .with_mut(|p| unsafe { write_inline_body(p.cast::<u8>(), w0, w1, w2, head) });
         let mut at = self.head + 1;
-        let mut rest = tail;
-        while !rest.is_empty() {
-            let (chunk, more) = rest.split_at(rest.len().min(EXT_SLOT_BYTES));
+        // Whole bodies as copies of a constant length (straight moves),
+        // then the last, partial one.
+        let mut chunks = tail.chunks_exact(EXT_SLOT_BYTES);
+        for chunk in &mut chunks {
             // SAFETY: as in `try_push_ext`: these slots are free
             // (`has_room_for`), the consumer reads them only after
             // acquiring the header's `seq` stored below, and we are the
-            // only producer; `chunk.len() <= EXT_SLOT_BYTES == BODY_BYTES`.
+            // only producer; `chunk.len() == EXT_SLOT_BYTES == BODY_BYTES`.
+            ring.slot(at).body.with_mut(|p| unsafe {
+                core::ptr::copy_nonoverlapping(chunk.as_ptr(), p.cast::<u8>(), EXT_SLOT_BYTES)
+            });
+            at += 1;
+        }
+        let last = chunks.remainder();
+        if !last.is_empty() {
+            // SAFETY: as above; `last.len() < EXT_SLOT_BYTES`.
             ring.slot(at)
                 .body
-                .with_mut(|p| unsafe { copy_chunk(p.cast::<u8>(), chunk) });
-            at += 1;
-            rest = more;
+                .with_mut(|p| unsafe { copy_chunk(p.cast::<u8>(), last) });
         }
         slot.seq
             .store((self.head as u32).wrapping_add(1), Ordering::Release);
@@ -1245,15 +1252,26 @@ impl Consumer {
         if k + 1 > ring.capacity() {
             return false;
         }
-        for (i, chunk) in dst.chunks_mut(EXT_SLOT_BYTES).enumerate() {
-            let slot = ring.slot(self.next + i as u64);
+        // Whole bodies first, each a copy of a constant length (straight
+        // moves, no call to `memcpy`), then the last, partial one.
+        let mut chunks = dst.chunks_exact_mut(EXT_SLOT_BYTES);
+        let mut at = self.next;
+        for chunk in &mut chunks {
             // SAFETY: the producer wrote these bodies before its Release
             // store of the header's `seq`, which our `poll` acquired; it
             // does not reuse them until we publish `consumed` past them.
-            // `chunk.len() <= EXT_SLOT_BYTES == BODY_BYTES`: the copy stays
+            // `chunk.len() == EXT_SLOT_BYTES == BODY_BYTES`: the copy stays
             // inside the body, and `dst` is private memory.
-            slot.body.with(|p| unsafe {
-                core::ptr::copy_nonoverlapping(p.cast::<u8>(), chunk.as_mut_ptr(), chunk.len())
+            ring.slot(at).body.with(|p| unsafe {
+                core::ptr::copy_nonoverlapping(p.cast::<u8>(), chunk.as_mut_ptr(), EXT_SLOT_BYTES)
+            });
+            at += 1;
+        }
+        let last = chunks.into_remainder();
+        if !last.is_empty() {
+            // SAFETY: as above; `last.len() < EXT_SLOT_BYTES`.
+            ring.slot(at).body.with(|p| unsafe {
+                core::ptr::copy_nonoverlapping(p.cast::<u8>(), last.as_mut_ptr(), last.len())
             });
         }
         self.next += k;

@@ -150,7 +150,7 @@ impl Endpoint {
             events += self.flush_peer(d);
         }
         if self.eager.in_flight() > 0 {
-            events += self.eager.reclaim(released(self.node.segment()));
+            events += self.eager.reclaim_pass(released(self.node.segment()));
         }
         if events == 0 && !self.unexpected.is_empty() {
             events += self.idle_with_unexpected();
