@@ -9,7 +9,7 @@
 //! without reading them first. glibc's `memcpy` switches to it only from
 //! `x86_rep_movsb_threshold` (2,112 bytes on the project's VM), and
 //! below that a ping-pong of 1.1–2 KiB messages ran 1.21–1.27× slower
-//! than with `rep movsb` (crate README, "Copying into eager blocks").
+//! than with `rep movsb`.
 //!
 //! [`to_block`] takes `rep movsb` from a threshold
 //! (`TMX_SHMEM_TUNE=movsb_min`, default 1K) on CPUs with ERMS and `memcpy`

@@ -28,8 +28,7 @@
 //! state held itself (the sender, slowed by it, never got ahead), and it
 //! was `bw` 8 KiB's slow start (about 9 GB/s against 13): a C scratch
 //! stream of 8 KiB messages ran at 7.5 GB/s through 2 blocks, 8.7 through
-//! 4, 10.5 through 8 and 15 through 32 (crate README, "A stream's blocks
-//! in a ring").
+//! 4, 10.5 through 8 and 15 through 32.
 //!
 //! The stacks hold at most half the area; when the allocator cannot serve
 //! a request they are emptied back into it, so the area's capacity is

@@ -4,8 +4,7 @@
 //! caches twice: the sender's copy-in takes ownership of lines the receiver
 //! last read, the receiver's copy-out fetches lines the sender just wrote.
 //! Each message's copy waits for its first misses. Issuing them one
-//! message ahead overlaps that wait with the current message's work (see
-//! the crate README, "Prefetching the next message").
+//! message ahead overlaps that wait with the current message's work.
 //!
 //! A prefetch is only a hint: it never faults, whatever the address, and
 //! changes no value, so no protocol depends on it. Under loom, and on

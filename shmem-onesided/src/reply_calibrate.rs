@@ -3,8 +3,7 @@
 //! [`Endpoint::calibrate_inline_reply`]).
 //!
 //! A reply of 129 B – 1 KiB goes inline in the header ring (its payload in
-//! the slots after its header) instead of through an eager block (see the
-//! crate README, "Replies inline"). Which of the two is faster depends on
+//! the slots after its header) instead of through an eager block. Which of the two is faster depends on
 //! the machine: on the Xeon VM the default was measured on, inline won a
 //! ping-pong up to about 1.1 KiB (1 KiB 1.21× faster); on an AMD EPYC VM
 //! the eager block won from 512 B (1 KiB 0.34 µs against 0.47
@@ -128,8 +127,7 @@ fn poll<T>(
 impl Endpoint {
     /// Measures inline replies against eager blocks between local ranks 0
     /// and 1 and lowers this endpoint's inline reply cap where the eager
-    /// blocks won (see the module docs and the crate README, "Calibrating
-    /// the inline reply cap"). Collective over the node: every local rank
+    /// blocks won (see the module docs). Collective over the node: every local rank
     /// calls it once, before any other traffic, with the same `context`, a
     /// context id used for nothing else. Returns `Ok(None)` when it did not
     /// run (`Config::inline_calibrate` off, one local rank, more local ranks

@@ -925,7 +925,7 @@ impl Producer {
 /// the consumer's core, is owned here again, and while those entries wait
 /// the sender's further stores (its request, the next message) queue
 /// behind them. With fewer entries per message more messages' line
-/// transfers overlap (adi README, "Stores per message").
+/// transfers overlap.
 ///
 /// # Safety
 /// `b` must be valid for writes of 60 bytes (a slot's body) that nothing

@@ -66,8 +66,7 @@ pub(super) const PREFETCH_WRITE_MAX: u64 = 8192;
 /// the sender on full line fill buffers. With 1 KiB steps for every
 /// sender, A-B-B-A against the whole-copy order: `bw` 4 KiB 1.05–1.20,
 /// 8 KiB 1.07–1.18; but `bibw` (both ranks copying in and out) 8 KiB
-/// 0.96–0.98 and 2 KiB 0.95, hence a streaming sender and four steps
-/// (crate README, "Copying into eager blocks").
+/// 0.96–0.98 and 2 KiB 0.95, hence a streaming sender and four steps.
 pub(super) const PREFETCH_STEP: usize = 1024;
 
 /// Copies an eager payload into `dst` (at most `dst.len()` bytes) and

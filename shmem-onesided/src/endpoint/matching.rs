@@ -275,7 +275,7 @@ impl Endpoint {
             (true, Err(_)) => {
                 // The layout cannot carry it, so the model cannot count it:
                 // our phase stays behind from now on and senders ignore our
-                // preposts (safe). See the README ("what remains").
+                // preposts (safe).
                 tracing::warn!(?env, "counted message outside the tag layout");
                 self.matching.arrive(env, Msg::Stored(key))?;
             }

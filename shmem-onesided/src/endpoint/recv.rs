@@ -238,7 +238,7 @@ impl Endpoint {
     /// Starts a nonblocking receive into `buf` (the endpoint owns it until
     /// [`Endpoint::wait`] hands it back). With the prepost protocol on, an
     /// exact-source receive is advertised to its sender when the matching
-    /// rules allow (see the crate README).
+    /// rules allow (see the crate README, "How a message travels").
     pub fn irecv(&mut self, spec: MatchSpec, mut buf: Vec<u8>) -> Result<RecvRequest> {
         self.check_source(spec)?;
         self.undefer()?;
@@ -558,7 +558,7 @@ impl Endpoint {
     ///
     /// It exists for its cost: no request, no staging, a small result, and
     /// no large `Result` moved through memory (the general call costs about
-    /// twice its instructions for the same message; see the adi README).
+    /// twice its instructions for the same message).
     #[inline(always)]
     pub fn recv_arrived(&mut self, spec: MatchSpec, buf: &mut [u8]) -> Result<Option<Status>> {
         if self.matching.deferred_len() != 0 {
