@@ -337,7 +337,7 @@ impl Comm {
         };
         let dev = self.dev();
         // A small standard send completes inline at once (see
-        // `isend_into`, and the README's "Stores per message").
+        // `isend_into`).
         if mode == Mode::Standard && dev.send_small_now(world, tag, ctx, &buf) {
             let status = Status::new(ANY_SOURCE, ANY_TAG, buf.len());
             return Ok(Request::ready_with_buffer(status, buf));
@@ -406,7 +406,7 @@ impl Comm {
     /// returned by value is stored field by field and then copied by the
     /// caller in wide loads, which the store buffer cannot forward; each
     /// such load waits for every older instruction to retire, including
-    /// the previous message's ring store. See the README's "Speed".
+    /// the previous message's ring store.
     #[inline]
     pub fn isend_into(
         &self,

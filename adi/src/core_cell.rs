@@ -5,8 +5,7 @@
 //! time. On x86 an uncontended lock and unlock are two locked instructions,
 //! each of which waits for the stores before it to leave the store buffer —
 //! including the ring slot just written for the other core. On the
-//! small-message paths that was ≈ 15% of a rank's time (see the crate
-//! README, "Thread levels").
+//! small-message paths that was ≈ 15% of a rank's time.
 //!
 //! Under [`ThreadLevel::Funneled`] (`MPI_THREAD_FUNNELED`: only the thread
 //! that initialized the device calls it) the core is *owned* by that
@@ -160,7 +159,7 @@ impl<T> CoreCell<T> {
     /// — for which the caller takes its general path through
     /// [`CoreCell::lock`], which reports the error if there is one. No
     /// guard value: the fast send path's `lock` guard was copied through
-    /// the stack (adi README, "Stores per message").
+    /// the stack.
     #[inline(always)]
     pub(crate) fn with_owned<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         let CoreCell::Owned(o) = self else {
@@ -201,7 +200,7 @@ impl<T> std::fmt::Debug for CoreCell<T> {
 /// by [`Drop`], so that dropping an owned guard is one inlined store: the
 /// drop glue of the enum with a bare `MutexGuard` was a call (a return
 /// address and saved registers on the stack, each a store-buffer entry on
-/// the send path; see the adi README, "Stores per message").
+/// the send path).
 pub(crate) enum CoreGuard<'a, T> {
     Shared(ManuallyDrop<MutexGuard<'a, T>>),
     Owned(&'a Owned<T>),

@@ -645,7 +645,7 @@ impl Request {
         // after its wait), has nothing to drop: replaced and forgotten,
         // without the call to the state's drop glue that an assignment
         // makes (its return address and saved registers were stores on
-        // the send path; adi README, "Stores per message").
+        // the send path).
         if matches!(self.state, State::Null) {
             mem::forget(mem::replace(&mut self.state, State::Ready(ready)));
         } else {

@@ -338,7 +338,7 @@ impl Via for OnRemote {
 /// Runs `f` out of line (and as unlikely): the paths of the remote
 /// transport, and of `ANY_SOURCE` over both, stay out of the frames of
 /// the node-local fast paths (every saved register or spill there is a
-/// store on the send path; adi README, "Stores per message").
+/// store on the send path).
 #[cold]
 #[inline(never)]
 pub(crate) fn cold<R>(f: impl FnOnce() -> R) -> R {

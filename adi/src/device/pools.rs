@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 /// in flight: a window's receives and its sends), and the bytes of
 /// capacity they may hold in all (so also the largest one kept). With 8
 /// kept, a 64-message window of `irecv_typed` allocated 56 buffers per
-/// window and freed them (the adi README, Speed, "Non-contiguous sends").
+/// window and freed them.
 const STAGING_KEEP: usize = 128;
 const STAGING_BYTES: usize = 64 << 20;
 

@@ -440,7 +440,7 @@ impl Endpoint {
     /// without its other sizes, for a caller that keeps its own fast path
     /// small (the adi's `isend` of a small message: every store and saved
     /// register of the call is a store-buffer entry that waits behind the
-    /// slot's line transfer; adi README, "Stores per message").
+    /// slot's line transfer).
     #[inline]
     pub fn isend_inline_now(&mut self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
         data.len() <= INLINE_MAX
