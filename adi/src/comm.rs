@@ -424,8 +424,7 @@ impl Comm {
         // A small standard send completes inline at once, through a
         // function of its own: inside the general path's frame it made about 24
         // more stores (saved registers, spills), each a store-buffer entry
-        // waiting behind the previous message's ring slot (README, "Stores
-        // per message").
+        // waiting behind the previous message's ring slot.
         if dev.send_small_now(world, tag, self.inner.ctx, &buf) {
             let len = buf.len();
             req.set_ready_with_buffer(Status::new(ANY_SOURCE, ANY_TAG, len), buf);

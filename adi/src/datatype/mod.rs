@@ -49,8 +49,7 @@
 //!   block cost a division, a binary-search check and a `memcpy`
 //!   call: a 4 KiB vector of doubles (stride 2) took 14 µs per ping-pong
 //!   leg against MPICH's 1.4; after it, ≈ 1.0 (a scratch run), and 0.54 against
-//!   MPICH's 0.73 once the ADI pooled its packing buffers (the adi README,
-//!   Speed, "Non-contiguous sends").
+//!   MPICH's 0.73 once the ADI pooled its packing buffers.
 //! - **Lifetime.** A `Datatype` is an [`Arc`] handle: cloning is cheap, and an
 //!   operation that holds a clone keeps the type alive after the user drops
 //!   (frees) theirs, as the paper's `MPI_Type_free` example requires.

@@ -152,8 +152,7 @@ pub struct Counters {
     /// Datatype receives that unpacked.
     pub unpacked_recvs: u64,
     /// Of those, the ones unpacked straight from the sender's eager block
-    /// (no staging copy; see the README's "Datatype receives unpacked in
-    /// place").
+    /// (no staging copy).
     pub unpacked_in_place: u64,
     /// Probes (`probe`, `iprobe`, `mprobe`, `improbe`) that found a message.
     pub probes_matched: u64,

@@ -251,8 +251,7 @@ impl Device {
     /// per kind of slot: the nonblocking send of a small message is the
     /// part of a window whose stores wait behind the previous ring slot's
     /// line transfer, and inside the general path's frame it made about 24
-    /// more of them (saved registers and spills; adi README, "Stores per
-    /// message").
+    /// more of them (saved registers and spills).
     #[inline]
     pub(crate) fn send_small_now(&self, dest: u32, tag: u32, context: u32, data: &[u8]) -> bool {
         match self.small.kind(data.len()) {

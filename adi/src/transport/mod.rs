@@ -510,8 +510,7 @@ pub(crate) trait Transport {
 }
 
 /// The remote transport of the device: the one [`Route::Remote`] peers
-/// go through (static dispatch: see the adi README, "The transport
-/// seam"). A transport between nodes is added as a variant here.
+/// go through (static dispatch: see ARCHITECTURE.md). A transport between nodes is added as a variant here.
 ///
 /// [`Route::Remote`]: crate::Route::Remote
 #[derive(Debug)]
