@@ -131,6 +131,11 @@ impl<T> Slab<T> {
         let slot = self.slot(index)?;
         let mut s = slot.lock();
         let h = self.prefix | (s.gen << SLOT_BITS) as i32 | index as i32;
+        // A free slot holds no object: checked, so that storing `v` drops
+        // nothing (and `v` is moved in place, not through the stack).
+        if s.val.is_some() {
+            return None;
+        }
         s.val = Some(v);
         slot.live.store(h, Ordering::Release);
         Some(h)
