@@ -505,7 +505,7 @@ fn lookup(h: MPI_Request) -> R<Option<Held>> {
 fn hand_over(
     h: &mut MPI_Request,
     mut e: Held,
-    frees: Option<&mut Frees<'_, ReqObj>>,
+    frees: Option<&mut Frees<ReqObj>>,
 ) -> Option<Outcome> {
     let o = e.req.take()?;
     if !e.req.persistent() {
@@ -731,7 +731,7 @@ enum Step {
 /// point-to-point operation is only looked at, not advanced (the caller
 /// makes one device check for the whole set); other kinds are advanced
 /// without blocking.
-fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<'_, ReqObj>) -> R<Step> {
+fn step(hs: &mut [MPI_Request], i: usize, take: bool, frees: &mut Frees<ReqObj>) -> R<Step> {
     if let Some(len) = sent_len(hs[i]) {
         if !take {
             return Ok(Step::Done(None));
@@ -751,7 +751,7 @@ fn step_held(
     i: usize,
     mut e: Held,
     take: bool,
-    frees: &mut Frees<'_, ReqObj>,
+    frees: &mut Frees<ReqObj>,
 ) -> R<Step> {
     if e.req.inactive() {
         return Ok(Step::Null);
@@ -955,7 +955,7 @@ fn wait_ops(
     hs: &mut [MPI_Request],
     left: &[usize],
     out: &mut Statuses<'_>,
-    frees: &mut Frees<'_, ReqObj>,
+    frees: &mut Frees<ReqObj>,
 ) -> R<bool> {
     let w = world_ref()?;
     let mut held: Vec<Held> = Vec::with_capacity(left.len());
