@@ -14,6 +14,9 @@
 //!   owner or the helper, and the helper stops when told.
 //! - `owner_polling_throughout_also_serves_everything`: the same with an
 //!   owner that keeps polling until it has seen both frames.
+//! - `helper_sleeping_while_the_owner_polls_serves_everything`: the same,
+//!   with the owner's timer never running out, so that a helper that found
+//!   the owner polling sleeps again while it keeps calling in.
 //! - Negative control `edge_triggered_helper_is_rejected`: a helper that,
 //!   once it has seen the owner active, waits for a wake-up nobody sends
 //!   (`helper_loop_edge`) leaves a frame that arrives after the owner's last
@@ -89,12 +92,16 @@ impl Model {
     }
 }
 
-struct World(Arc<Model>);
+/// The model and whether the owner's timer runs out in each idle wait
+/// (`false`: the owner keeps it pushed, and the helper sleeps again while
+/// the owner calls in, rather than watch the sockets).
+struct World(Arc<Model>, bool);
 
 impl HelperWorld for World {
     /// The idle wait: its time passes.
-    fn wait_idle(&mut self) {
+    fn wait_idle(&mut self) -> bool {
         thread::yield_now();
+        self.1
     }
 
     /// poll(2) on the sockets and the wake-up descriptor.
@@ -112,7 +119,7 @@ impl HelperWorld for World {
     }
 }
 
-fn scenario(edge: bool, owner_polls: usize) {
+fn scenario(edge: bool, owner_polls: usize, expires: bool) {
     let m = Model::new();
     let peer = {
         let m = Arc::clone(&m);
@@ -126,7 +133,7 @@ fn scenario(edge: bool, owner_polls: usize) {
     let helper = {
         let m = Arc::clone(&m);
         thread::spawn(move || {
-            let mut w = World(Arc::clone(&m));
+            let mut w = World(Arc::clone(&m), expires);
             if edge {
                 helper_loop_edge(&m.handoff, &mut w);
             } else {
@@ -153,18 +160,23 @@ fn scenario(edge: bool, owner_polls: usize) {
 
 #[test]
 fn frames_are_served_once_after_the_owner_stops() {
-    loom::model(|| scenario(false, 1));
+    loom::model(|| scenario(false, 1, true));
 }
 
 #[test]
 fn owner_polling_throughout_also_serves_everything() {
-    loom::model(|| scenario(false, 3));
+    loom::model(|| scenario(false, 3, true));
+}
+
+#[test]
+fn helper_sleeping_while_the_owner_polls_serves_everything() {
+    loom::model(|| scenario(false, 3, false));
 }
 
 #[test]
 #[should_panic(expected = "maximum number of branches")]
 fn edge_triggered_helper_is_rejected() {
-    loom::model(|| scenario(true, 1));
+    loom::model(|| scenario(true, 1, true));
 }
 
 /// The wake-up descriptor and what the owner sees of the helper.
@@ -208,8 +220,9 @@ struct PipeWorld {
 }
 
 impl HelperWorld for PipeWorld {
-    fn wait_idle(&mut self) {
+    fn wait_idle(&mut self) -> bool {
         thread::yield_now();
+        true
     }
 
     /// `LiveWorld::wait_ready` with no socket ready: the drain and the stop

@@ -11,17 +11,22 @@
 //!    watches is ready (readable; writable while bytes wait to be sent), the
 //!    owner signals a change of what to watch, or a connect deadline falls
 //!    due. No timeout otherwise: an idle device never wakes it;
-//! 2. woken by a signal only, it goes back to 1 (watching the new set);
+//! 2. woken by a signal only, it goes back to 1 (watching the new set), or,
+//!    if the owner called in during the wait (an owner taking completions
+//!    signals a helper blocked in 1), sleeps as in 4;
 //! 3. something is ready: it notes the owner's poll count
 //!    ([`Handoff::epoch`]) and gives the owner the idle time
 //!    (`TMX_VERBS_HELPER_IDLE_US`, [`HelperWorld::wait_idle`]) to take it;
 //!    `Live` extends that sleep while the owner keeps calling in (the owner
 //!    pushes a timer back), so that a helper whose owner polls through a
 //!    stream of traffic does not wake once per idle time;
-//! 4. if the owner polled meanwhile ([`Handoff::owner_active_since`]), it goes
-//!    back to 1: the owner runs the device (no contention for the device
-//!    lock); otherwise it runs the device once under the device lock, and
-//!    goes back to 1.
+//! 4. if the owner polled meanwhile ([`Handoff::owner_active_since`]), the
+//!    owner runs the device (no contention for the device lock): the
+//!    helper sleeps again as in 3, and on while the owner keeps calling in
+//!    without leaving its timer to run out, then goes back to 1 (so that
+//!    arrivals the polling owner takes do not wake it each time);
+//!    otherwise it runs the device once under the device lock, and goes
+//!    back to 1.
 //!
 //! Step 3 is skipped while the owner has not called in since the helper
 //! last ran the device: the owner still computes, and the helper runs the
@@ -66,8 +71,11 @@ pub struct Handoff {
 /// (`Live`) or a model (loom).
 pub trait HelperWorld {
     /// Sleeps at least the idle time (a stop may cut it short); it may
-    /// sleep on while the owner keeps calling in.
-    fn wait_idle(&mut self);
+    /// sleep on while the owner keeps calling in. `true` when the sleep
+    /// ended because the owner stopped calling in for most of an idle
+    /// time; `false` when it was a sleep of fixed length or a signal cut
+    /// it short.
+    fn wait_idle(&mut self) -> bool;
     /// Blocks until a socket is ready, a deadline falls due or a wake-up
     /// comes; `true` for a ready socket or a deadline (the device should
     /// run), `false` for a wake-up only.
@@ -152,18 +160,36 @@ pub fn helper_loop<W: HelperWorld>(h: &Handoff, w: &mut W) {
     // at once (a READ response streamed while the owner computes does not
     // wait one idle time per socket buffer).
     let mut computing: Option<u64> = None;
+    // The owner polls: it took what woke the helper, and it called in
+    // throughout the helper's last sleep. The helper sleeps again rather
+    // than watch the sockets, whose every arrival would wake it only for
+    // the owner to take the frame first (a wake-up and a context switch
+    // per message, which on a busy machine take a processor from a rank).
+    let mut polling = false;
     while !h.stopped() {
+        if polling {
+            let seen = h.epoch();
+            let expired = w.wait_idle();
+            polling = !expired && h.owner_active_since(seen);
+            continue;
+        }
+        let before = h.epoch();
         if !w.wait_ready() || h.stopped() {
+            // A signal only: one sent by an owner taking arrivals (or a
+            // change of what to watch while the owner calls in) sends the
+            // helper to sleep as above.
+            polling = h.owner_active_since(before);
             continue;
         }
         let seen = h.epoch();
         if computing != Some(seen) {
-            w.wait_idle();
+            let expired = w.wait_idle();
             if h.stopped() {
                 break;
             }
             if h.owner_active_since(seen) {
                 computing = None;
+                polling = !expired;
                 continue;
             }
         }
@@ -181,14 +207,14 @@ pub fn helper_loop_edge<W: HelperWorld>(h: &Handoff, w: &mut W) {
     let mut deferred = false;
     while !h.stopped() {
         if deferred {
-            w.wait_idle();
+            let _ = w.wait_idle();
             continue;
         }
         if !w.wait_ready() || h.stopped() {
             continue;
         }
         let seen = h.epoch();
-        w.wait_idle();
+        let _ = w.wait_idle();
         if h.stopped() {
             break;
         }

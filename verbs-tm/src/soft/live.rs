@@ -1030,6 +1030,7 @@ impl Live {
             helper_wakes: AtomicU64::new(0),
             helper_steps: AtomicU64::new(0),
             timer: Timer::new(cfg.helper_idle).map_err(|e| Error::io("helper timer", e))?,
+            kicked: AtomicBool::new(false),
         });
         let mut nic = Nic::new(cfg.soft);
         nic.set_in_place_reads(true);
@@ -1363,6 +1364,10 @@ impl Provider for Live {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
         };
         core.step();
-        core.nic.poll_cq(cq, out, max)
+        let n = core.nic.poll_cq(cq, out, max)?;
+        if n > 0 {
+            self.shared.sig.owner_took();
+        }
+        Ok(n)
     }
 }

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,10 @@ pub(super) struct Signals {
     pub(super) helper_wakes: AtomicU64,
     pub(super) helper_steps: AtomicU64,
     pub(super) timer: Timer,
+    /// The owner wrote the wake-up descriptor to take the helper off the
+    /// sockets ([`Signals::owner_took`]); cleared by the helper before each
+    /// wait on them.
+    pub(super) kicked: AtomicBool,
 }
 
 /// The owner's timer: while the helper waits out the idle time of a ready
@@ -72,7 +76,19 @@ pub(super) struct Timer {
     /// When the owner last pushed it, ns after [`Signals::base`] (the
     /// owner is the only writer).
     pushed: AtomicU64,
+    /// The owner's calls while the helper waits on the timer (the owner is
+    /// the only writer): the clock is read at one in [`CLOCK_EVERY`].
+    calls: AtomicU32,
 }
+
+/// While the helper waits on the timer, the owner reads the clock (is a
+/// push due?) at one call in this many: a clock read is ~90 instructions, a
+/// tenth of an idle `poll_cq`. An owner calling in this many times within
+/// three quarters of the idle time keeps the timer pushed; a slower one may
+/// let it expire, and the helper goes back to the sockets (where an idle
+/// connection does not wake it, and the owner's next completion sends it
+/// back to the timer).
+const CLOCK_EVERY: u32 = 8;
 
 impl Timer {
     pub(super) fn new(idle: Duration) -> std::io::Result<Self> {
@@ -88,14 +104,21 @@ impl Timer {
             every_ns,
             wanted: AtomicBool::new(false),
             pushed: AtomicU64::new(0),
+            calls: AtomicU32::new(0),
         })
     }
 
     /// The owner called into the device: pushes the timer back if the
-    /// helper waits on it and the last push is a quarter idle time old.
+    /// helper waits on it and the last push is a quarter idle time old
+    /// (looked at once in [`CLOCK_EVERY`] calls).
     #[inline]
     pub(super) fn owner_called(&self, base: Instant) {
         if !self.wanted.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = self.calls.load(Ordering::Relaxed).wrapping_add(1);
+        self.calls.store(n, Ordering::Relaxed);
+        if n % CLOCK_EVERY != 0 {
             return;
         }
         let now = u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -150,6 +173,20 @@ impl WakePipe for Pipe {
 impl Signals {
     pub(super) fn wake(&self) {
         self.wake.signal();
+    }
+
+    /// The owner took completions (arrivals, mostly) while the helper may
+    /// be blocked on the sockets: wakes it, once per wait, so that it
+    /// sleeps on the owner's timer instead ([`super::super::handoff`]'s
+    /// step 4). Left on the sockets, it is woken by each arrival that the
+    /// polling owner takes before it looks.
+    #[inline]
+    pub(super) fn owner_took(&self) {
+        if self.watching.load(Ordering::SeqCst) != u64::MAX
+            && !self.kicked.swap(true, Ordering::SeqCst)
+        {
+            self.wake.signal();
+        }
     }
 
     pub(super) fn ms(&self, t: Instant) -> u64 {
@@ -279,23 +316,25 @@ impl HelperWorld for LiveWorld {
     /// Sleeps the idle time, or, once the owner has armed the timer (it
     /// does at its first call while the helper waits), until the owner has
     /// not called in for an idle time.
-    fn wait_idle(&mut self) {
+    fn wait_idle(&mut self) -> bool {
         let sig = &self.shared.sig;
         let timer = &sig.timer;
         timer.wanted.store(true, Ordering::SeqCst);
         let wake = PollFd::new(sig.wake.rx.as_fd(), PollFlags::POLLIN);
-        let signalled = if matches!(timer.fd.get(), Ok(Some(_))) {
+        let (signalled, expired) = if matches!(timer.fd.get(), Ok(Some(_))) {
             // Armed: the owner pushes it back while it calls in.
             let mut fds = [wake, PollFd::new(timer.fd.as_fd(), PollFlags::POLLIN)];
             let r = poll(&mut fds, PollTimeout::NONE);
-            r.is_ok() && fds[0].revents().is_some_and(|r| !r.is_empty())
+            let ready = |f: &PollFd<'_>| r.is_ok() && f.revents().is_some_and(|r| !r.is_empty());
+            (ready(&fds[0]), ready(&fds[1]))
         } else {
             // Not armed (the owner has not called in since the helper last
             // waited, or it expired): the plain idle sleep, during which
             // an owner that calls in arms it for the next wait.
             timer.drain();
             let mut fds = [wake];
-            matches!(poll(&mut fds, timeout(Some(self.idle))), Ok(n) if n > 0)
+            let signalled = matches!(poll(&mut fds, timeout(Some(self.idle))), Ok(n) if n > 0);
+            (signalled, false)
         };
         timer.wanted.store(false, Ordering::SeqCst);
         timer.drain();
@@ -305,6 +344,7 @@ impl HelperWorld for LiveWorld {
             // before the next wait.
             self.shared.sig.wake.drain();
         }
+        expired && !signalled
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -319,6 +359,7 @@ impl HelperWorld for LiveWorld {
         // again: an owner that queues output on another socket afterwards
         // sees them and signals.
         let mut out = sig.out.load(Ordering::SeqCst);
+        sig.kicked.store(false, Ordering::SeqCst);
         loop {
             sig.watching.store(out, Ordering::SeqCst);
             let now = sig.out.load(Ordering::SeqCst);
@@ -354,9 +395,19 @@ impl HelperWorld for LiveWorld {
         match r {
             // A deadline: the device runs its timeouts.
             Ok(0) => true,
-            Ok(_) => fds[1..]
-                .iter()
-                .any(|f| f.revents().is_some_and(|r| !r.is_empty())),
+            Ok(_) => {
+                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                    // A signal (a change of what to watch, read again before
+                    // the next wait on the sockets, or the owner taking
+                    // arrivals): taken now, so that it does not cut the
+                    // sleep that follows short. A stop sets its flag before
+                    // its byte: the loop sees it.
+                    sig.wake.drain();
+                }
+                fds[1..]
+                    .iter()
+                    .any(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            }
             Err(_) => false,
         }
     }
