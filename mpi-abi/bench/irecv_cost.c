@@ -5,7 +5,10 @@
  *     "go" message);
  *   irecv_pre: 64 one-byte receives posted before any message is sent.
  * Each runs REPS (default 100) times on rank 1; divide the function's
- * inclusive count by 64 x REPS for the cost per MPI_Irecv.
+ * inclusive count by 64 x REPS for the cost per MPI_Irecv. waitall_pre,
+ * the MPI_Waitall of the posted-first window, is the receiver's completion
+ * of such receives (with --toggle-collect=waitall_pre; most of it is
+ * polling while the sender sends: compare the functions that complete).
  *
  *   mpicc.mpich -O2 -g -Wno-stringop-overflow -o irecv_cost mpi-abi/bench/irecv_cost.c
  *   target/release/tmrun -n 2 valgrind --tool=callgrind \
@@ -26,6 +29,9 @@ __attribute__((noinline)) static void irecv_unexp(MPI_Request *r) {
 __attribute__((noinline)) static void irecv_pre(MPI_Request *r) {
     for (int i = 0; i < WINDOW; i++)
         MPI_Irecv(buf + i, 1, MPI_CHAR, 0, 5, MPI_COMM_WORLD, &r[i]);
+}
+__attribute__((noinline)) static void waitall_pre(MPI_Request *r) {
+    MPI_Waitall(WINDOW, r, MPI_STATUSES_IGNORE);
 }
 int main(int argc, char **argv) {
     int rank, reps = 100;
@@ -58,7 +64,7 @@ int main(int argc, char **argv) {
         } else if (rank == 1) {
             irecv_pre(r);
             MPI_Send(&ack, 1, MPI_CHAR, 0, 2, MPI_COMM_WORLD);
-            MPI_Waitall(WINDOW, r, MPI_STATUSES_IGNORE);
+            waitall_pre(r);
         }
     }
     if (rank == 0) printf("irecv_cost: %d windows of %d\n", reps, WINDOW);

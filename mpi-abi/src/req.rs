@@ -902,10 +902,18 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
                 out.put_ok(i, &st);
                 continue;
             }
+            if !r.is_complete() {
+                // Pending, as `step_held` would find it (an operation is
+                // neither persistent nor inactive), without its second
+                // look at the request.
+                drop(e);
+                push_left(&mut left, i, hs.len());
+                continue;
+            }
         }
         match step_held(hs, i, e, true, &mut frees)? {
             Step::Null => out.put(i, (empty_status(), None)),
-            Step::Pending => left.push(i),
+            Step::Pending => push_left(&mut left, i, hs.len()),
             Step::Done(o) => out.put(i, o.unwrap_or((empty_status(), None))),
         }
     }
@@ -941,6 +949,17 @@ fn wait_all(hs: &mut [MPI_Request], sts: Option<&mut [MPI_Status]>) -> R<()> {
         }
     }
     out.finish()
+}
+
+/// Records position `i` of `n` as pending, with room for every position
+/// from `i` on at the first: no regrowth while a window of receives is
+/// still pending (five reallocations for 64).
+#[inline(always)]
+fn push_left(left: &mut Vec<usize>, i: usize, n: usize) {
+    if left.capacity() == 0 {
+        left.reserve_exact(n - i);
+    }
+    left.push(i);
 }
 
 /// Waits for the pending requests at positions `left` of `hs` together,
