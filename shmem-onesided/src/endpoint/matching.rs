@@ -43,11 +43,11 @@ pub(super) struct Unexpected {
 }
 
 /// Copies inline message `h` into `buf` as [`Endpoint::deliver`] does
-/// (truncated to `buf`) and returns its status; `None`, nothing written,
-/// for any other header, a synchronous one (its match is acknowledged)
-/// and a malformed one (`deliver` reports it).
+/// (truncated to `buf`) and returns the bytes copied; `None`, nothing
+/// written, for any other header, a synchronous one (its match is
+/// acknowledged) and a malformed one (`deliver` reports it).
 #[inline(always)]
-fn inline_into(h: &Header, buf: &mut [u8]) -> Option<Status> {
+fn inline_into(h: &Header, buf: &mut [u8]) -> Option<usize> {
     if h.kind != Kind::Inline as u8 || h.has(Flags::SYNC) {
         return None;
     }
@@ -57,23 +57,8 @@ fn inline_into(h: &Header, buf: &mut [u8]) -> Option<Status> {
         return None;
     }
     let n = msg_len.min(buf.len());
-    if n < msg_len {
-        tracing::debug!(
-            source = h.source,
-            msg_len,
-            capacity = buf.len(),
-            "message truncated to the receive buffer"
-        );
-    }
     buf[..n].copy_from_slice(&bytes[..n]);
-    Some(Status {
-        source: h.source,
-        tag: h.tag,
-        context: h.context,
-        len: n,
-        msg_len,
-        cancelled: false,
-    })
+    Some(n)
 }
 
 impl Endpoint {
@@ -652,17 +637,13 @@ impl Endpoint {
         // The common small case (an inline, not synchronous message) read
         // where it is stored and dropped there: the entry and its header
         // are not copied out and handed on (as `deliver` takes them).
-        if let Some(st) = self
-            .unexpected
-            .get(&key)
-            .and_then(|u| inline_into(&u.hdr, buf))
-        {
+        let cap = buf.len();
+        if let Some(st) = self.unexpected.get(&key).and_then(|u| {
+            let n = inline_into(&u.hdr, buf)?;
+            Some(delivered(&mut self.counters, u.hdr.source, &u.hdr, n, cap))
+        }) {
             self.unexpected.discard(key);
             tracing::trace!(source = st.source, "queued message taken at post");
-            self.counters.received += 1;
-            if st.truncated() {
-                self.counters.truncated += 1;
-            }
             return Ok(Ok(st));
         }
         let u = self.take_stored(key)?;
